@@ -1,0 +1,42 @@
+# The project's two commands: `make demo` (the main job) and `make test` (the whole suite).
+# Each does its own set-up on a fresh machine: venv, editable install, system packages as root.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint typecheck pytest bench venv system clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+# System packages and services the tests need (docker engine, base image, debootstrap, git).
+system:
+	bash scripts/ensure-system.sh
+
+demo: venv
+	bash scripts/demo.sh
+
+test: venv system lint typecheck pytest
+
+lint: venv
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+# pytest exits 5 when it collected no test: make treats that as a failure, as it should.
+pytest: venv
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+bench: venv
+	$(PY) bench/scheduler.py
+
+clean:
+	rm -rf $(VENV) .state .mypy_cache .ruff_cache

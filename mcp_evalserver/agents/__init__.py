@@ -1,0 +1,1 @@
+"""Agents: what produces a trajectory's submission."""

@@ -1,0 +1,1 @@
+"""Sandboxes: Backend -> Instance -> Workspace, driven through an in-instance supervisor."""
