@@ -5,9 +5,9 @@ these at the boundary of the module that meets them, so callers catch a small do
 A command that exits non-zero is data (an `ExecResult`), never an exception.
 
     EvalServerError
-    ├── InvalidInput          bad spec, bad argument, path outside the workspace: the caller fixes it
+    ├── InvalidInput          bad spec or argument, path outside the workspace
     ├── NotFound              unknown campaign, trajectory, task, artifact
-    ├── Conflict              the object is in the wrong state (command after submit, finished campaign)
+    ├── Conflict              wrong state: command after submit, campaign finished
     ├── LedgerCorrupt         a ledger line before the end cannot be read
     ├── LimitExceeded         a declared limit was hit (output cap, disk cap, pids)
     ├── Timeout               a deadline passed

@@ -1,0 +1,70 @@
+"""The agent seam: what produces a trajectory's submission.
+
+An agent's `generate` returns a `Submission` (an answer, a patch, or both). Raising
+`InfrastructureError` asks for a retry with backoff; any other exception is the trajectory's
+result (outcome `error`), never retried. The runner enforces the per-trajectory timeout.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mcp_evalserver.scheduler import Limiters
+from mcp_evalserver.spec import Task
+
+
+class Usage(BaseModel):
+    """Token usage and cost of one trajectory, when the agent knows them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+    cost_usd: float | None = None
+
+
+class Submission(BaseModel):
+    """What an agent hands in. Patches and transcripts are stored as artifacts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    answer: str | None = Field(None, description="A final answer (answer-matching scorers).")
+    patch: str | None = Field(None, description="A unified diff against the base commit.")
+    transcript: list[dict[str, Any]] | None = Field(None, description="Messages, tool calls.")
+    usage: Usage | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.answer and not self.patch
+
+
+@dataclass(frozen=True)
+class TrajectoryContext:
+    """What an agent knows about the trajectory it works on."""
+
+    campaign_id: str
+    trajectory_id: str
+    task: Task
+    sample: int
+    attempt: int
+    campaign_dir: Path
+    limiters: Limiters
+
+
+class Agent(ABC):
+    """Produces one submission per call; one instance serves every trajectory of a campaign."""
+
+    @abstractmethod
+    async def generate(self, context: TrajectoryContext) -> Submission:
+        """Works on one trajectory and returns what it submits.
+
+        Raises:
+            InfrastructureError: something outside the task failed; the runner retries.
+            Exception: any other error is recorded as the trajectory's outcome `error`.
+        """

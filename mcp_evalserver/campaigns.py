@@ -1,0 +1,334 @@
+"""Campaigns: where they live on disk, and the runner that drives one to completion.
+
+The runner replays the ledger, then drives every unfinished trajectory in an anyio task group:
+generation (bounded per instance and globally, timed out, retried with backoff on
+infrastructure errors only), then scoring as its own phase (bounded separately), each step
+recorded in the ledger before it counts. Running a campaign again is resuming it: scored
+trajectories are done, generated ones are only scored, interrupted generations start a new
+attempt. Nothing completed runs twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
+from mcp_evalserver.agents.builtin import build_agent
+from mcp_evalserver.errors import InfrastructureError, InvalidInput, NotFound
+from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_artifact, read_ledger
+from mcp_evalserver.scheduler import Limiters, RetryPolicy
+from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.scoring.factory import build_scorer
+from mcp_evalserver.spec import CampaignSpec, Task
+from mcp_evalserver.state import CampaignState, TrajectoryState, apply_record, replay
+
+STATE_DIR_ENV = "MCP_EVALSERVER_STATE_DIR"
+
+
+def default_state_dir() -> Path:
+    """`$MCP_EVALSERVER_STATE_DIR`, else `$XDG_DATA_HOME/mcp-evalserver`, else ~/.local/share."""
+    if configured := os.environ.get(STATE_DIR_ENV):
+        return Path(configured)
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "mcp-evalserver"
+
+
+class CampaignStore:
+    """The campaigns under one state directory: `<state_dir>/campaigns/<id>/`."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.campaigns_dir = state_dir / "campaigns"
+
+    def directory(self, campaign_id: str) -> Path:
+        return self.campaigns_dir / campaign_id
+
+    def list_ids(self) -> list[str]:
+        """Campaign ids, oldest first."""
+        if not self.campaigns_dir.is_dir():
+            return []
+        found = [p for p in self.campaigns_dir.iterdir() if (p / LEDGER_FILE).is_file()]
+        return [p.name for p in sorted(found, key=lambda p: (p / LEDGER_FILE).stat().st_mtime)]
+
+    def load(self, campaign_id: str) -> CampaignState:
+        """Replays a campaign's ledger (read-only: safe while another process runs it).
+
+        Raises:
+            NotFound: no such campaign; the message lists the known ones.
+            LedgerCorrupt: the ledger is corrupt before its end.
+        """
+        path = self.directory(campaign_id) / LEDGER_FILE
+        if not path.is_file():
+            known = self.list_ids()
+            hint = ", ".join(known[-10:]) if known else "none yet: start one with `run SPEC`"
+            raise NotFound(f"no campaign {campaign_id!r} in {self.state_dir}; known: {hint}")
+        contents = read_ledger(path)
+        state = replay(contents.records)
+        state.extra["torn_tail_bytes"] = contents.torn_tail_bytes
+        return state
+
+    async def create(self, spec: CampaignSpec, campaign_id: str | None = None) -> str:
+        """Records a new campaign (its resolved spec is the ledger's first record).
+
+        Raises:
+            InvalidInput: the id is taken or malformed, or the spec has no tasks loaded.
+        """
+        spec.task_list()
+        if campaign_id is None:
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+            campaign_id = f"{spec.name}-{stamp}-{secrets.token_hex(2)}"
+        elif not campaign_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise InvalidInput(f"campaign id {campaign_id!r}: use letters, digits, '-', '_', '.'")
+        directory = self.directory(campaign_id)
+        if (directory / LEDGER_FILE).exists():
+            raise InvalidInput(f"campaign {campaign_id!r} exists; resume it instead")
+        async with await LedgerWriter.open(directory, campaign_id) as ledger:
+            await ledger.append("campaign_created", spec=spec.model_dump(mode="json"))
+        return campaign_id
+
+
+@dataclass
+class RunProgress:
+    """Counters a progress display reads while a run goes on."""
+
+    started_monotonic: float
+    done_at_start: int
+    total: int
+
+
+class CampaignRunner:
+    """Drives one campaign to completion (or until cancelled). One runner per process."""
+
+    def __init__(
+        self,
+        store: CampaignStore,
+        campaign_id: str,
+        *,
+        agent: Agent | None = None,
+        scorer: Scorer | None = None,
+        on_record: Callable[[CampaignState, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.campaign_id = campaign_id
+        self.directory = store.directory(campaign_id)
+        self._agent = agent
+        self._scorer = scorer
+        self._on_record = on_record
+        self._cancel_scope: anyio.CancelScope | None = None
+        self._cancel_requested = False
+        self.state: CampaignState | None = None
+        self.progress: RunProgress | None = None
+
+    def cancel(self) -> None:
+        """Stops the run: in-flight trajectories are cancelled, the ledger stays consistent."""
+        self._cancel_requested = True
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
+
+    async def run(self) -> CampaignState:
+        """Runs (or resumes) the campaign until every trajectory is done or it is cancelled.
+
+        Raises:
+            NotFound: the campaign does not exist.
+            Conflict: another process is running it.
+            InvalidInput: its agent or scorer cannot be built.
+        """
+        if not (self.directory / LEDGER_FILE).is_file():
+            self.store.load(self.campaign_id)  # raises NotFound with the list of campaigns
+        async with await LedgerWriter.open(self.directory, self.campaign_id) as ledger:
+            state = replay(ledger.recovered)
+            ledger.recovered = []
+            self.state = state
+            spec = state.spec
+            agent = self._agent or build_agent(spec.agent)
+            scorer = self._scorer or build_scorer(spec.scorer)
+            drive = _Drive(
+                ledger=ledger,
+                state=state,
+                agent=agent,
+                scorer=scorer,
+                limiters=Limiters(spec.limits),
+                policy=RetryPolicy(spec.limits.max_attempts, spec.limits.retry_base_delay_s),
+                tasks={task.id: task for task in spec.task_list()},
+                directory=self.directory,
+                on_record=self._on_record,
+            )
+            self.progress = RunProgress(time.monotonic(), state.done_count, len(state.trajectories))
+            await drive.record("run_started", None, pid=os.getpid(), resumed=state.runs > 0)
+            with anyio.CancelScope() as self._cancel_scope:
+                if self._cancel_requested:
+                    self._cancel_scope.cancel()
+                async with anyio.create_task_group() as group:
+                    for trajectory in state.trajectories.values():
+                        if not trajectory.done:
+                            group.start_soon(drive.trajectory, trajectory)
+            if self._cancel_requested and state.status != "finished":
+                with anyio.CancelScope(shield=True):
+                    await drive.record("campaign_cancelled", None, done=state.done_count)
+            return state
+
+
+@dataclass
+class _Drive:
+    """The work of one run: what every trajectory task shares."""
+
+    ledger: LedgerWriter
+    state: CampaignState
+    agent: Agent
+    scorer: Scorer
+    limiters: Limiters
+    policy: RetryPolicy
+    tasks: dict[str, Task]
+    directory: Path
+    on_record: Callable[[CampaignState, dict[str, Any]], None] | None
+
+    async def record(self, kind: str, trajectory: str | None, **payload: Any) -> None:
+        """Makes a step durable, then applies it to the live state (same code as replay)."""
+        record = await self.ledger.append(kind, trajectory, **payload)
+        apply_record(self.state, record)
+        if self.on_record is not None:
+            self.on_record(self.state, record)
+
+    async def trajectory(self, trajectory: TrajectoryState) -> None:
+        task = self.tasks[trajectory.task_id]
+        instance = self.limiters.instance(task.instance_key)
+        while trajectory.phase in ("pending", "generating"):
+            async with self.limiters.hold(instance, self.limiters.trajectories):
+                delay = await self._generate_once(trajectory, task)
+            if delay:
+                await anyio.sleep(delay)
+        while trajectory.phase in ("generated", "scoring"):
+            async with self.limiters.hold(instance, self.limiters.scoring):
+                delay = await self._score_once(trajectory, task)
+            if delay:
+                await anyio.sleep(delay)
+
+    async def _generate_once(self, trajectory: TrajectoryState, task: Task) -> float:
+        """One generation attempt; returns the backoff delay before the next, if any."""
+        attempt = trajectory.attempts + 1
+        tid = trajectory.id
+        await self.record("attempt_started", tid, attempt=attempt)
+        context = TrajectoryContext(
+            campaign_id=self.state.id,
+            trajectory_id=tid,
+            task=task,
+            sample=trajectory.sample,
+            attempt=attempt,
+            campaign_dir=self.directory,
+            limiters=self.limiters,
+        )
+        started = time.monotonic()
+        timeout = self.state.spec.limits.trajectory_timeout_s
+        try:
+            with anyio.move_on_after(timeout) as scope:
+                submission = await self.agent.generate(context)
+        except InfrastructureError as exc:
+            failures = trajectory.generation_failures + 1
+            final = self.policy.gives_up_after(failures)
+            await self._failed("generation_failed", trajectory, exc, started, final=final)
+            return 0.0 if final else self.policy.delay(failures)
+        except Exception as exc:
+            await self._failed("generation_failed", trajectory, exc, started, outcome="error")
+            return 0.0
+        duration = time.monotonic() - started
+        if scope.cancelled_caught:
+            await self.record(
+                "generation_failed",
+                tid,
+                outcome="timeout",
+                final=True,
+                error={"type": "Timeout", "message": f"generation exceeded {timeout:g}s"},
+                duration_s=round(duration, 6),
+            )
+            return 0.0
+        await self.record(
+            "generated",
+            tid,
+            attempt=attempt,
+            submission=await self._store_submission(submission),
+            usage=submission.usage.model_dump() if submission.usage else None,
+            duration_s=round(duration, 6),
+        )
+        return 0.0
+
+    async def _score_once(self, trajectory: TrajectoryState, task: Task) -> float:
+        """One scoring attempt; returns the backoff delay before the next, if any."""
+        tid = trajectory.id
+        await self.record("scoring_started", tid)
+        context = ScoringContext(
+            campaign_id=self.state.id,
+            trajectory_id=tid,
+            task=task,
+            submission=await anyio.to_thread.run_sync(self._load_submission, trajectory),
+            campaign_dir=self.directory,
+            limiters=self.limiters,
+        )
+        started = time.monotonic()
+        timeout = self.state.spec.limits.scoring_timeout_s
+        result: ScoreResult | None = None
+        try:
+            with anyio.move_on_after(timeout):
+                result = await self.scorer.score(context)
+        except InfrastructureError as exc:
+            failures = trajectory.scoring_failures + 1
+            final = self.policy.gives_up_after(failures)
+            await self._failed("scoring_failed", trajectory, exc, started, final=final)
+            return 0.0 if final else self.policy.delay(failures)
+        except Exception as exc:
+            await self._failed("scoring_failed", trajectory, exc, started, outcome="error")
+            return 0.0
+        duration = round(time.monotonic() - started, 6)
+        if result is None:
+            error = {"type": "Timeout", "message": f"scoring exceeded {timeout:g}s"}
+            await self.record(
+                "scoring_failed", tid, outcome="timeout", final=True, error=error,
+                duration_s=duration,
+            )  # fmt: skip
+            return 0.0
+        await self.record("scored", tid, score=result.model_dump(mode="json"), duration_s=duration)
+        return 0.0
+
+    async def _failed(
+        self,
+        kind: str,
+        trajectory: TrajectoryState,
+        exc: Exception,
+        started: float,
+        *,
+        final: bool = True,
+        outcome: str = "infra_error",
+    ) -> None:
+        await self.record(
+            kind,
+            trajectory.id,
+            outcome=outcome,
+            final=final,
+            error={"type": type(exc).__name__, "message": str(exc)[:4000]},
+            duration_s=round(time.monotonic() - started, 6),
+        )
+
+    async def _store_submission(self, submission: Submission) -> dict[str, Any]:
+        """Writes the artifacts first, so the record that names them never dangles."""
+        stored: dict[str, Any] = {"answer": submission.answer, "empty": submission.empty}
+        if submission.patch:
+            ref = await self.ledger.put_artifact(submission.patch.encode(), ".diff")
+            stored["patch"] = ref.as_json()
+        if submission.transcript is not None:
+            data = json.dumps(submission.transcript, ensure_ascii=False).encode()
+            stored["transcript"] = (await self.ledger.put_artifact(data, ".json")).as_json()
+        return stored
+
+    def _load_submission(self, trajectory: TrajectoryState) -> Submission:
+        stored = trajectory.submission or {}
+        patch_ref = stored.get("patch")
+        patch = read_artifact(self.directory, patch_ref).decode() if patch_ref else None
+        return Submission(answer=stored.get("answer"), patch=patch)

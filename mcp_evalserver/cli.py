@@ -1,0 +1,174 @@
+"""The `mcp-evalserver` command line: run, status, resume, report, schema (and the server)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from mcp_evalserver import __version__
+from mcp_evalserver.campaigns import STATE_DIR_ENV, CampaignRunner, CampaignStore, default_state_dir
+from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
+from mcp_evalserver.progress import progress_line, show_progress
+from mcp_evalserver.report import build_report, render_markdown
+from mcp_evalserver.spec import load_spec, spec_json_schema
+from mcp_evalserver.state import CampaignState
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_CANCELLED = 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mcp-evalserver",
+        description="Run crash-safe, isolated evaluation campaigns for AI agents.",
+        epilog=f"State lives in --state-dir, else ${STATE_DIR_ENV}, else "
+        "$XDG_DATA_HOME/mcp-evalserver (~/.local/share/mcp-evalserver).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--state-dir", type=Path, help="where campaigns and ledgers live")
+    server = parser.add_mutually_exclusive_group()
+    server.add_argument("--stdio", action="store_true", help="serve MCP over stdio (not yet)")
+    server.add_argument("--http", action="store_true", help="serve MCP over HTTP (not yet)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = commands.add_parser("run", help="start a campaign from a spec file and run it")
+    run.add_argument("spec", type=Path, help="campaign spec (JSON); see `schema`")
+    run.add_argument("--id", dest="campaign_id", help="campaign id (default: name-time-random)")
+    run.add_argument("--no-progress", action="store_true", help="no live progress line")
+
+    status = commands.add_parser("status", help="show one campaign, or list them all")
+    status.add_argument("campaign_id", nargs="?", metavar="ID")
+
+    resume = commands.add_parser("resume", help="continue an interrupted campaign")
+    resume.add_argument("campaign_id", metavar="ID")
+    resume.add_argument("--no-progress", action="store_true", help="no live progress line")
+
+    report = commands.add_parser("report", help="print a campaign's report")
+    report.add_argument("campaign_id", metavar="ID")
+    report.add_argument("--format", choices=["markdown", "json"], default="markdown")
+
+    commands.add_parser("schema", help="print the JSON schema of a campaign spec")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.stdio or args.http:
+        transport = "--stdio" if args.stdio else "--http"
+        print(
+            f"mcp-evalserver: {transport}: the MCP server is not available in this version yet; "
+            "use the `run`, `status`, `resume` and `report` commands",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    store = CampaignStore(args.state_dir or default_state_dir())
+    try:
+        return _dispatch(args, store)
+    except EvalServerError as exc:
+        print(f"mcp-evalserver: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, InvalidInput | NotFound) else EXIT_FAILED
+
+
+def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
+    if args.command == "schema":
+        print(json.dumps(spec_json_schema(), indent=2))
+        return EXIT_OK
+    if args.command == "run":
+        spec = load_spec(args.spec)
+        campaign_id = anyio.run(store.create, spec, args.campaign_id)
+        print(f"campaign {campaign_id} ({store.directory(campaign_id)})", file=sys.stderr)
+        return _run(store, campaign_id, progress=not args.no_progress)
+    if args.command == "resume":
+        return _run(store, args.campaign_id, progress=not args.no_progress)
+    if args.command == "status":
+        if args.campaign_id is None:
+            _print_campaign_list(store)
+        else:
+            state = store.load(args.campaign_id)
+            print(json.dumps(_status(state), indent=2))
+        return EXIT_OK
+    if args.command == "report":
+        report = build_report(store.load(args.campaign_id))
+        if args.format == "json":
+            print(json.dumps(report, indent=2))
+        else:
+            print(render_markdown(report), end="")
+        return EXIT_OK
+    raise AssertionError(f"unhandled command {args.command}")
+
+
+def _run(store: CampaignStore, campaign_id: str, *, progress: bool) -> int:
+    runner = CampaignRunner(store, campaign_id)
+
+    async def supervise() -> CampaignState:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_cancel_on_signal, runner)
+            if progress:
+                group.start_soon(show_progress, runner)
+            state = await runner.run()
+            group.cancel_scope.cancel()
+        return state
+
+    state = anyio.run(supervise)
+    if progress and runner.progress is not None:
+        final = progress_line(
+            state,
+            done_at_start=runner.progress.done_at_start,
+            elapsed_s=time.monotonic() - runner.progress.started_monotonic,
+        )
+        print(("\r" if sys.stderr.isatty() else "") + final + "\x1b[K" * sys.stderr.isatty(),
+              file=sys.stderr)  # fmt: skip
+    print(render_markdown(build_report(state)), end="")
+    print(f"\nledger: {store.directory(campaign_id) / 'ledger.jsonl'}", file=sys.stderr)
+    if state.status == "cancelled":
+        print(f"cancelled; continue with `mcp-evalserver resume {campaign_id}`", file=sys.stderr)
+        return EXIT_CANCELLED
+    return EXIT_OK
+
+
+async def _cancel_on_signal(runner: CampaignRunner) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            runner.cancel()
+            return
+
+
+def _status(state: CampaignState) -> dict[str, Any]:
+    report = build_report(state)
+    report.pop("tasks")
+    report["torn_tail_bytes"] = state.extra.get("torn_tail_bytes", 0)
+    return report
+
+
+def _print_campaign_list(store: CampaignStore) -> None:
+    ids = store.list_ids()
+    if not ids:
+        print(f"no campaigns in {store.state_dir}; start one with `mcp-evalserver run SPEC`")
+        return
+    for campaign_id in ids:
+        try:
+            state = store.load(campaign_id)
+        except EvalServerError as exc:
+            print(f"{campaign_id}  unreadable: {exc}")
+            continue
+        print(
+            f"{campaign_id}  {state.status}  {state.done_count}/{len(state.trajectories)}  "
+            f"resolved {state.count('resolved')}"
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,297 @@
+"""The append-only JSONL ledger of one campaign: its only source of truth.
+
+Layout of a campaign directory::
+
+    ledger.jsonl         one JSON record per line: v, seq, ts, kind, campaign, trajectory, payload
+    ledger.lock          flock'd by the one process allowed to write
+    artifacts/<sha256>   patches, transcripts, logs; written (atomic rename) before any record
+                         names them, so a record never points at a missing artifact
+
+An `append` returns only once its line is flushed and fsync'd. Appends that arrive while a flush
+is in progress are written together by the next flush (group commit), which is what makes
+thousands of durable records per second possible on one disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from mcp_evalserver.errors import Conflict, LedgerCorrupt, NotFound
+
+LEDGER_VERSION = 1
+LEDGER_FILE = "ledger.jsonl"
+LOCK_FILE = "ledger.lock"
+ARTIFACTS_DIR = "artifacts"
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """Names an artifact by content: `path` is relative to the campaign directory."""
+
+    path: str
+    sha256: str
+    size: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256, "size": self.size}
+
+
+@dataclass
+class LedgerContents:
+    """What a ledger file holds, as read: its records and what was wrong with its tail."""
+
+    records: list[Record]
+    good_bytes: int
+    torn_tail_bytes: int = 0
+
+    @property
+    def torn_tail(self) -> bool:
+        return self.torn_tail_bytes > 0
+
+
+def read_ledger(path: Path) -> LedgerContents:
+    """Reads every record of a ledger file.
+
+    A final line that is incomplete or unparsable is what a crash in the middle of a write
+    leaves: it is dropped and reported (`torn_tail_bytes`). Anything unreadable before the end
+    is corruption.
+
+    Raises:
+        NotFound: the file does not exist.
+        LedgerCorrupt: a line before the last cannot be parsed; the message names it.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise NotFound(f"no ledger at {path}") from exc
+    records: list[Record] = []
+    offset = 0
+    line_number = 0
+    end = len(data)
+    loads = json.loads
+    while offset < end:
+        newline = data.find(b"\n", offset)
+        line_number += 1
+        if newline == -1:
+            # No newline: the last write never completed.
+            return LedgerContents(records, offset, end - offset)
+        line = data[offset:newline]
+        try:
+            record = loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            if newline + 1 >= end:
+                return LedgerContents(records, offset, end - offset)
+            raise LedgerCorrupt(
+                f"{path} line {line_number} is unreadable ({exc}); the lines after it are "
+                "intact. Move the file aside and inspect it: a ledger is never rewritten."
+            ) from exc
+        records.append(record)
+        offset = newline + 1
+    return LedgerContents(records, offset, 0)
+
+
+@dataclass
+class _Batch:
+    lines: list[bytes] = field(default_factory=list)
+    flushed: bool = False
+    error: Exception | None = None
+
+
+class LedgerWriter:
+    """The single writer of one campaign's ledger (exclusive across processes by flock).
+
+    Use `async with await LedgerWriter.open(dir, campaign_id) as ledger:`.
+    """
+
+    def __init__(
+        self, directory: Path, campaign_id: str, lock_fd: int, file_fd: int, next_seq: int
+    ) -> None:
+        self.directory = directory
+        self.campaign_id = campaign_id
+        self._lock_fd = lock_fd
+        self._fd = file_fd
+        self._next_seq = next_seq
+        self._batch = _Batch()
+        self._flush_lock = anyio.Lock()
+        self._closed = False
+        #: The records found when the ledger was opened (the runner replays them once).
+        self.recovered: list[Record] = []
+
+    @classmethod
+    async def open(cls, directory: Path, campaign_id: str) -> LedgerWriter:
+        """Opens (creating if needed) the ledger for appending.
+
+        A torn final line is cut off (it was never acknowledged) and a `ledger_repaired`
+        record says how many bytes went.
+
+        Raises:
+            Conflict: another process is writing this campaign.
+            LedgerCorrupt: the ledger is corrupt before its end.
+        """
+        return await anyio.to_thread.run_sync(cls._open_sync, directory, campaign_id)
+
+    @classmethod
+    def _open_sync(cls, directory: Path, campaign_id: str) -> LedgerWriter:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / ARTIFACTS_DIR).mkdir(exist_ok=True)
+        lock_fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(lock_fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(lock_fd)
+            raise Conflict(
+                f"campaign {campaign_id} is being run by another process (pid {holder}); "
+                "wait for it or stop it, then resume"
+            ) from None
+        os.ftruncate(lock_fd, 0)
+        os.pwrite(lock_fd, str(os.getpid()).encode(), 0)
+        path = directory / LEDGER_FILE
+        repaired = 0
+        try:
+            contents = read_ledger(path) if path.exists() else LedgerContents([], 0)
+            if contents.torn_tail:
+                with open(path, "r+b") as handle:
+                    handle.truncate(contents.good_bytes)
+                    os.fsync(handle.fileno())
+                repaired = contents.torn_tail_bytes
+            next_seq = contents.records[-1]["seq"] + 1 if contents.records else 0
+            file_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            _fsync_dir(directory)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        writer = cls(directory, campaign_id, lock_fd, file_fd, next_seq)
+        writer.recovered = contents.records
+        if repaired:
+            record = writer._encode("ledger_repaired", None, {"dropped_bytes": repaired})
+            writer._write_sync([cls._line(record)])
+            contents.records.append(record)
+        return writer
+
+    async def __aenter__(self) -> LedgerWriter:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Flushes nothing further (every append already waited) and releases the lock."""
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            async with self._flush_lock:
+                os.close(self._fd)
+                os.close(self._lock_fd)
+
+    def _encode(self, kind: str, trajectory: str | None, payload: dict[str, Any]) -> Record:
+        record: Record = {
+            "v": LEDGER_VERSION,
+            "seq": self._next_seq,
+            "ts": round(time.time(), 6),
+            "kind": kind,
+            "campaign": self.campaign_id,
+            "trajectory": trajectory,
+        }
+        record.update(payload)
+        self._next_seq += 1
+        return record
+
+    @staticmethod
+    def _line(record: Record) -> bytes:
+        return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+    def _write_sync(self, lines: list[bytes]) -> None:
+        data = b"".join(lines)
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        os.fsync(self._fd)
+
+    async def append(self, kind: str, trajectory: str | None = None, **payload: Any) -> Record:
+        """Appends one record and returns it once it is durable (fsync'd).
+
+        Raises:
+            Conflict: the writer is closed.
+            OSError: the disk refused the write (nothing after it is acknowledged).
+        """
+        if self._closed:
+            raise Conflict(f"the ledger of campaign {self.campaign_id} is closed")
+        batch = self._batch
+        record = self._encode(kind, trajectory, payload)
+        batch.lines.append(self._line(record))
+        # Whoever takes the lock first writes every line queued so far; the others find their
+        # batch already flushed. The write is shielded: a cancelled campaign never leaves half a
+        # line behind, and the other waiters of the batch must not see a cancellation as an error.
+        async with self._flush_lock:
+            if not batch.flushed:
+                self._batch = _Batch()
+                try:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(self._write_sync, batch.lines)
+                except Exception as exc:
+                    batch.error = exc
+                    raise
+                finally:
+                    batch.flushed = True
+        if batch.error is not None:
+            raise batch.error
+        return record
+
+    async def put_artifact(self, data: bytes, suffix: str = "") -> ArtifactRef:
+        """Stores bytes under their content hash (atomic rename, fsync'd) and names them."""
+        return await anyio.to_thread.run_sync(self._put_artifact_sync, data, suffix)
+
+    def _put_artifact_sync(self, data: bytes, suffix: str) -> ArtifactRef:
+        digest = hashlib.sha256(data).hexdigest()
+        relative = f"{ARTIFACTS_DIR}/{digest}{suffix}"
+        final = self.directory / relative
+        if not final.exists():
+            temporary = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, final)
+            _fsync_dir(final.parent)
+        return ArtifactRef(relative, digest, len(data))
+
+
+def read_artifact(directory: Path, ref: dict[str, Any]) -> bytes:
+    """Reads an artifact named by a record and checks its hash.
+
+    Raises:
+        NotFound: the artifact is missing.
+        LedgerCorrupt: its content does not match its hash.
+    """
+    path = directory / str(ref["path"])
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise NotFound(f"artifact {ref['path']} is missing from {directory}") from exc
+    if hashlib.sha256(data).hexdigest() != ref["sha256"]:
+        raise LedgerCorrupt(f"artifact {path} does not match its recorded sha256")
+    return data
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    with contextlib.suppress(OSError):
+        os.fsync(fd)
+    os.close(fd)

@@ -1,0 +1,75 @@
+"""Concurrency limits and retry policy shared by everything a campaign runs.
+
+Limits are anyio CapacityLimiters: a global one for trajectories in flight, one per instance
+(trajectories sharing an environment), one per model endpoint (agents calling an API), one for
+instance provisioning (container engines stall under many parallel creations) and one for
+evaluations. Limiters are keyed lazily, so a campaign over a thousand instances creates only the
+ones it touches.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+
+from mcp_evalserver.spec import Limits
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter, for infrastructure errors only."""
+
+    max_attempts: int = 3
+    base_delay_s: float = 1.0
+    max_delay_s: float = 60.0
+
+    def delay(self, failures: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after the `failures`-th failure (1-based): base·2^(n-1), ±50%."""
+        nominal = min(self.max_delay_s, self.base_delay_s * 2.0 ** max(0, failures - 1))
+        jitter: float = (rng or random.Random()).random()
+        return nominal * (0.5 + jitter)
+
+    def gives_up_after(self, failures: int) -> bool:
+        return failures >= self.max_attempts
+
+
+class Limiters:
+    """The capacity limiters of one campaign run."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.trajectories = anyio.CapacityLimiter(limits.concurrency)
+        self.scoring = anyio.CapacityLimiter(limits.scoring)
+        self.provisioning = anyio.CapacityLimiter(limits.provisioning)
+        self._instances: dict[str, anyio.CapacityLimiter] = {}
+        self._endpoints: dict[str, anyio.CapacityLimiter] = {}
+
+    def instance(self, key: str) -> anyio.CapacityLimiter:
+        """The limiter of the trajectories that share one instance."""
+        limiter = self._instances.get(key)
+        if limiter is None:
+            limiter = self._instances[key] = anyio.CapacityLimiter(self.limits.per_instance)
+        return limiter
+
+    def endpoint(self, key: str) -> anyio.CapacityLimiter:
+        """The limiter of the calls to one model endpoint (e.g. its base URL)."""
+        limiter = self._endpoints.get(key)
+        if limiter is None:
+            limiter = self._endpoints[key] = anyio.CapacityLimiter(self.limits.per_endpoint)
+        return limiter
+
+    @asynccontextmanager
+    async def hold(self, *limiters: anyio.CapacityLimiter) -> AsyncIterator[None]:
+        """Holds several limiters, acquired in the order given.
+
+        Callers pass the narrowest first (instance, then global): a trajectory waiting for its
+        instance then holds no global slot that trajectories of other instances could use.
+        """
+        async with AsyncExitStack() as stack:
+            for limiter in limiters:
+                await stack.enter_async_context(limiter)
+            yield

@@ -1,0 +1,296 @@
+"""The campaign model: one pydantic schema for MCP tools, spec files and the CLI.
+
+A campaign is tasks × samples × one agent configuration × one scorer, with limits. Tasks accept
+SWE-bench instance fields exactly as they are published (`instance_id`, `FAIL_TO_PASS` as a JSON
+string, ...), so a SWE-bench JSONL file is a valid task file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from mcp_evalserver.errors import InvalidInput
+
+_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _json_list(value: Any) -> Any:
+    """SWE-bench publishes test lists as JSON strings; accept those as well as lists."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else []
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"expected a JSON list of test names, got {value[:60]!r}") from exc
+    return value
+
+
+class Task(_Strict):
+    """One problem: an environment, a prompt, an evaluation and optionally a gold solution."""
+
+    id: str = Field(description="Unique task id; `instance_id` is accepted as an alias.")
+    prompt: str = Field("", description="What the agent is asked to do (`problem_statement`).")
+    # Environment.
+    image: str | None = Field(None, description="Container image of the instance (docker).")
+    path: str | None = Field(None, description="Directory of the instance (local backend).")
+    workdir: str = Field("/testbed", description="Where the repository lives in the instance.")
+    setup: list[str] = Field(default_factory=list, description="Commands run once per instance.")
+    network: bool = Field(False, description="Whether trajectories may reach the network.")
+    # SWE-bench fields, as published.
+    repo: str | None = None
+    base_commit: str | None = None
+    patch: str | None = Field(None, description="Gold patch (what the oracle agent applies).")
+    test_patch: str | None = None
+    FAIL_TO_PASS: list[str] = Field(default_factory=list)
+    PASS_TO_PASS: list[str] = Field(default_factory=list)
+    hints_text: str | None = None
+    created_at: str | None = None
+    version: str | None = None
+    environment_setup_commit: str | None = None
+    difficulty: str | None = None
+    # Answer tasks (exact / regex / json scorers).
+    answer: str | None = Field(None, description="Gold answer (what the oracle agent submits).")
+    eval_script: str | None = Field(None, description="Command that runs the tests.")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _swe_bench_aliases(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            if "instance_id" in data:
+                instance_id = data.pop("instance_id")
+                data.setdefault("id", instance_id)
+            if "problem_statement" in data:
+                statement = data.pop("problem_statement")
+                data.setdefault("prompt", statement)
+        return data
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_safe(cls, value: str) -> str:
+        if not _ID_PATTERN.match(value) or "@" in value or ".." in value:
+            raise ValueError(
+                "task ids may hold letters, digits, '.', '_', '-', '/' (no '@', no '..')"
+            )
+        return value
+
+    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
+    @classmethod
+    def _test_lists(cls, value: Any) -> Any:
+        return _json_list(value)
+
+    @field_validator("setup", mode="before")
+    @classmethod
+    def _setup_as_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @property
+    def instance_key(self) -> str:
+        """Tasks with the same environment share one instance (and its concurrency limit)."""
+        return json.dumps([self.image, self.path, self.workdir, self.setup, self.base_commit])
+
+
+class NoopAgentConfig(_Strict):
+    """Submits nothing: the floor every other agent must beat."""
+
+    type: Literal["noop"] = "noop"
+
+
+class OracleAgentConfig(_Strict):
+    """Submits the task's gold answer or patch: proves the tasks and the scorer agree."""
+
+    type: Literal["oracle"] = "oracle"
+
+
+class PythonAgentConfig(_Strict):
+    """An agent written in Python, loaded from `module:factory`; `factory(options)` returns it."""
+
+    type: Literal["python"] = "python"
+    factory: str = Field(description="Import path `package.module:callable`.")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+AgentConfig = Annotated[
+    NoopAgentConfig | OracleAgentConfig | PythonAgentConfig, Field(discriminator="type")
+]
+
+
+class ExactScorerConfig(_Strict):
+    """The submitted answer equals the task's `answer` after normalisation."""
+
+    type: Literal["exact"] = "exact"
+    case_sensitive: bool = True
+
+
+class PythonScorerConfig(_Strict):
+    """A scorer written in Python, loaded from `module:factory`; `factory(options)` returns it."""
+
+    type: Literal["python"] = "python"
+    factory: str = Field(description="Import path `package.module:callable`.")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+ScorerConfig = Annotated[ExactScorerConfig | PythonScorerConfig, Field(discriminator="type")]
+
+
+class Limits(_Strict):
+    """How much runs at once and how long anything may take."""
+
+    concurrency: int = Field(8, ge=1, le=10_000, description="Trajectories in flight at once.")
+    per_instance: int = Field(4, ge=1, description="Trajectories in flight per instance.")
+    per_endpoint: int = Field(16, ge=1, description="Concurrent calls per model endpoint.")
+    provisioning: int = Field(2, ge=1, description="Instances being provisioned at once.")
+    scoring: int = Field(4, ge=1, description="Evaluations in flight at once.")
+    trajectory_timeout_s: float = Field(1800.0, gt=0, description="Wall clock per generation.")
+    scoring_timeout_s: float = Field(1800.0, gt=0, description="Wall clock per evaluation.")
+    max_attempts: int = Field(3, ge=1, description="Tries per phase on infrastructure errors.")
+    retry_base_delay_s: float = Field(1.0, ge=0, description="First backoff delay; doubles.")
+
+
+class CampaignSpec(_Strict):
+    """What to run. Tasks may be inline or the path of a JSONL/JSON file."""
+
+    name: str = Field("campaign", description="A label; the campaign id starts with it.")
+    tasks: list[Task] | str = Field(description="Inline tasks, or a JSONL/JSON task file path.")
+    samples: int = Field(1, ge=1, le=1000, description="Trajectories per task.")
+    agent: AgentConfig = Field(default_factory=NoopAgentConfig)
+    scorer: ScorerConfig = Field(default_factory=ExactScorerConfig)
+    limits: Limits = Field(default_factory=Limits)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_safe(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", value):
+            raise ValueError("use 1-64 letters, digits, '.', '_' or '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _task_ids_unique(self) -> CampaignSpec:
+        if isinstance(self.tasks, list):
+            seen: set[str] = set()
+            for task in self.tasks:
+                if task.id in seen:
+                    raise ValueError(f"task id {task.id!r} appears twice")
+                seen.add(task.id)
+        return self
+
+    def resolved(self, base_dir: Path | None = None) -> CampaignSpec:
+        """Returns this spec with a task file replaced by its tasks (what the ledger records).
+
+        Raises:
+            InvalidInput: the task file is missing, unreadable or holds an invalid task.
+        """
+        if isinstance(self.tasks, list):
+            return self
+        path = Path(self.tasks)
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        return self.model_copy(update={"tasks": load_tasks(path)})
+
+    def task_list(self) -> list[Task]:
+        """The tasks of a resolved spec."""
+        if not isinstance(self.tasks, list):
+            raise InvalidInput("the spec's task file has not been loaded; call resolved() first")
+        return self.tasks
+
+
+def trajectory_id(task_id: str, sample: int) -> str:
+    """Deterministic, so a resumed campaign names the same trajectories."""
+    return f"{task_id}@{sample}"
+
+
+def load_tasks(path: Path) -> list[Task]:
+    """Reads tasks from a JSONL file (one object per line) or a JSON list.
+
+    Raises:
+        InvalidInput: the file is missing, not JSON, or a task is invalid (line and field named).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"cannot read task file {path}: {exc.strerror}") from exc
+    stripped = text.lstrip()
+    rows: list[tuple[str, Any]]
+    try:
+        if stripped.startswith("["):
+            rows = [(f"item {i}", row) for i, row in enumerate(json.loads(text))]
+        else:
+            rows = [
+                (f"line {n}", json.loads(line))
+                for n, line in enumerate(text.splitlines(), start=1)
+                if line.strip()
+            ]
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{path} is not JSON or JSONL: {exc}") from exc
+    tasks: list[Task] = []
+    for where, row in rows:
+        try:
+            tasks.append(Task.model_validate(row))
+        except ValidationError as exc:
+            raise InvalidInput(f"{path} {where}: {describe_validation_error(exc)}") from exc
+    if not tasks:
+        raise InvalidInput(f"{path} holds no tasks")
+    try:
+        CampaignSpec(tasks=tasks)
+    except ValidationError as exc:
+        raise InvalidInput(f"{path}: {describe_validation_error(exc)}") from exc
+    return tasks
+
+
+def parse_spec(data: Any, base_dir: Path | None = None) -> CampaignSpec:
+    """Validates a spec (dict or JSON text) and loads its task file.
+
+    Raises:
+        InvalidInput: naming the field and the reason.
+    """
+    try:
+        if isinstance(data, str | bytes):
+            spec = CampaignSpec.model_validate_json(data)
+        else:
+            spec = CampaignSpec.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidInput(f"invalid campaign spec: {describe_validation_error(exc)}") from exc
+    return spec.resolved(base_dir)
+
+
+def load_spec(path: Path) -> CampaignSpec:
+    """Reads a spec file; a relative task file path is taken relative to the spec file.
+
+    Raises:
+        InvalidInput: the file is missing, not JSON, or invalid.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"cannot read spec file {path}: {exc.strerror}") from exc
+    return parse_spec(text, base_dir=path.parent)
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem: `field.path: reason`."""
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or "(root)"
+        parts.append(f"{where}: {error['msg']}")
+    return "; ".join(parts)
+
+
+def spec_json_schema() -> dict[str, Any]:
+    """The JSON schema of a campaign spec (what spec files and the MCP tool accept)."""
+    return CampaignSpec.model_json_schema()

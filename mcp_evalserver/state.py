@@ -1,0 +1,223 @@
+"""Campaign state as a pure replay of ledger records.
+
+The runner decides (retry or give up, timeout or result) and records its decision; replay only
+follows the records, so the same records always give the same state and resume needs no policy.
+
+Record kinds and what they do to a trajectory:
+
+    campaign_created     the spec (tasks resolved); every trajectory starts `pending`
+    attempt_started      pending -> generating               (attempt n)
+    generated            generating -> generated            (submission, usage)
+    generation_failed    generating -> pending, or -> done with outcome error/timeout/infra_error
+    scoring_started      generated -> scoring
+    scored               scoring -> done                    (outcome resolved/failed, score)
+    scoring_failed       scoring -> generated, or -> done with outcome infra_error/timeout
+    campaign_cancelled   the campaign is cancelled until a `run_started` resumes it
+    run_started          a process began (or resumed) running the campaign
+    ledger_repaired      a torn tail was dropped when the ledger was reopened
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from mcp_evalserver.errors import LedgerCorrupt
+from mcp_evalserver.spec import CampaignSpec, trajectory_id
+
+Phase = Literal["pending", "generating", "generated", "scoring", "done"]
+Outcome = Literal["resolved", "failed", "error", "timeout", "infra_error"]
+CampaignStatus = Literal["running", "finished", "cancelled"]
+
+#: Outcomes caused by the infrastructure, kept apart from task failures in every figure.
+INFRA_OUTCOMES: frozenset[str] = frozenset({"infra_error"})
+
+
+@dataclass
+class TrajectoryState:
+    """Where one trajectory stands."""
+
+    id: str
+    task_id: str
+    sample: int
+    phase: Phase = "pending"
+    attempts: int = 0
+    generation_failures: int = 0
+    scoring_failures: int = 0
+    outcome: Outcome | None = None
+    submission: dict[str, Any] | None = None
+    score: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    generation_s: float | None = None
+    scoring_s: float | None = None
+    generated_seq: int | None = None
+    scored_seq: int | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.phase == "done"
+
+
+@dataclass
+class CampaignState:
+    """Everything known about a campaign, rebuilt from its ledger."""
+
+    id: str
+    spec: CampaignSpec
+    created_ts: float
+    trajectories: dict[str, TrajectoryState]
+    cancelled: bool = False
+    runs: int = 0
+    repaired_bytes: int = 0
+    last_seq: int = -1
+    last_ts: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> CampaignStatus:
+        if all(t.done for t in self.trajectories.values()):
+            return "finished"
+        return "cancelled" if self.cancelled else "running"
+
+    def count(self, *outcomes: Outcome) -> int:
+        return sum(1 for t in self.trajectories.values() if t.outcome in outcomes)
+
+    @property
+    def done_count(self) -> int:
+        return sum(1 for t in self.trajectories.values() if t.done)
+
+
+def replay(records: Iterable[dict[str, Any]]) -> CampaignState:
+    """Rebuilds a campaign's state from its records (pure; replaying twice gives the same).
+
+    Raises:
+        LedgerCorrupt: the first record is not `campaign_created`, or a record names an
+            unknown trajectory or breaks the order of phases.
+    """
+    iterator = iter(records)
+    first = next(iterator, None)
+    if first is None or first.get("kind") != "campaign_created":
+        raise LedgerCorrupt("a ledger must begin with a campaign_created record")
+    spec = CampaignSpec.model_validate(first["spec"])
+    trajectories: dict[str, TrajectoryState] = {}
+    for task in spec.task_list():
+        for sample in range(spec.samples):
+            tid = trajectory_id(task.id, sample)
+            trajectories[tid] = TrajectoryState(tid, task.id, sample)
+    state = CampaignState(
+        id=first["campaign"],
+        spec=spec,
+        created_ts=first["ts"],
+        trajectories=trajectories,
+        last_seq=first["seq"],
+        last_ts=first["ts"],
+    )
+    for record in iterator:
+        apply_record(state, record)
+    return state
+
+
+def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
+    """Applies one record to a state in place (what `replay` does for each record).
+
+    Raises:
+        LedgerCorrupt: the record names an unknown trajectory or breaks the phase order.
+    """
+    state.last_seq = record["seq"]
+    state.last_ts = record["ts"]
+    kind = record["kind"]
+    if kind == "run_started":
+        state.runs += 1
+        state.cancelled = False
+        return
+    if kind == "campaign_cancelled":
+        state.cancelled = True
+        return
+    if kind == "ledger_repaired":
+        state.repaired_bytes += int(record.get("dropped_bytes", 0))
+        return
+    handler = _TRAJECTORY_HANDLERS.get(kind)
+    if handler is None:
+        # Records from a newer version that this one does not know are kept, not fatal.
+        state.extra.setdefault("unknown_kinds", set()).add(kind)
+        return
+    tid = record.get("trajectory")
+    trajectory = state.trajectories.get(tid) if isinstance(tid, str) else None
+    if trajectory is None:
+        raise LedgerCorrupt(f"record seq {record.get('seq')} names unknown trajectory {tid!r}")
+    handler(trajectory, record)
+
+
+def _expect(trajectory: TrajectoryState, record: dict[str, Any], *phases: Phase) -> None:
+    if trajectory.phase not in phases:
+        raise LedgerCorrupt(
+            f"record seq {record['seq']} ({record['kind']}) finds trajectory {trajectory.id} "
+            f"{trajectory.phase}, expected {' or '.join(phases)}"
+        )
+
+
+def _attempt_started(t: TrajectoryState, r: dict[str, Any]) -> None:
+    # A crash may leave an attempt open: the next run starts a new attempt over it.
+    _expect(t, r, "pending", "generating")
+    t.phase = "generating"
+    t.attempts = int(r["attempt"])
+
+
+def _generated(t: TrajectoryState, r: dict[str, Any]) -> None:
+    _expect(t, r, "generating")
+    t.phase = "generated"
+    t.submission = r.get("submission")
+    t.usage = r.get("usage")
+    t.generation_s = r.get("duration_s")
+    t.generated_seq = r["seq"]
+    t.error = None
+
+
+def _generation_failed(t: TrajectoryState, r: dict[str, Any]) -> None:
+    _expect(t, r, "generating")
+    t.error = r.get("error")
+    t.generation_s = r.get("duration_s")
+    if r.get("final"):
+        t.phase = "done"
+        t.outcome = r["outcome"]
+    else:
+        t.phase = "pending"
+        t.generation_failures += 1
+
+
+def _scoring_started(t: TrajectoryState, r: dict[str, Any]) -> None:
+    _expect(t, r, "generated", "scoring")
+    t.phase = "scoring"
+
+
+def _scored(t: TrajectoryState, r: dict[str, Any]) -> None:
+    _expect(t, r, "scoring")
+    t.phase = "done"
+    t.score = r["score"]
+    t.outcome = "resolved" if r["score"].get("resolved") else "failed"
+    t.scoring_s = r.get("duration_s")
+    t.scored_seq = r["seq"]
+    t.error = None
+
+
+def _scoring_failed(t: TrajectoryState, r: dict[str, Any]) -> None:
+    _expect(t, r, "scoring")
+    t.error = r.get("error")
+    if r.get("final"):
+        t.phase = "done"
+        t.outcome = r["outcome"]
+    else:
+        t.phase = "generated"
+        t.scoring_failures += 1
+
+
+_TRAJECTORY_HANDLERS = {
+    "attempt_started": _attempt_started,
+    "generated": _generated,
+    "generation_failed": _generation_failed,
+    "scoring_started": _scoring_started,
+    "scored": _scored,
+    "scoring_failed": _scoring_failed,
+}

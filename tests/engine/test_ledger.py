@@ -1,0 +1,147 @@
+"""The ledger: durable appends, group commit, artifacts first, torn tails, corruption."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from mcp_evalserver.errors import Conflict, LedgerCorrupt, NotFound
+from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_artifact, read_ledger
+
+pytestmark = pytest.mark.anyio
+
+
+async def _write(directory: Path, count: int) -> None:
+    async with await LedgerWriter.open(directory, "c1") as ledger:
+        for number in range(count):
+            await ledger.append("note", f"t{number}@0", number=number)
+
+
+async def test_records_carry_version_seq_time_kind_campaign_and_trajectory(tmp_path: Path) -> None:
+    await _write(tmp_path, 2)
+    records = read_ledger(tmp_path / LEDGER_FILE).records
+    assert [r["seq"] for r in records] == [0, 1]
+    assert {k for k in records[0]} >= {"v", "seq", "ts", "kind", "campaign", "trajectory"}
+    assert records[1]["trajectory"] == "t1@0"
+    assert records[1]["number"] == 1
+
+
+async def test_concurrent_appends_from_many_tasks_are_all_durable_in_seq_order(
+    tmp_path: Path,
+) -> None:
+    returned: list[int] = []
+    async with await LedgerWriter.open(tmp_path, "c1") as ledger:
+
+        async def writer(task_number: int) -> None:
+            for index in range(25):
+                record = await ledger.append("note", f"t{task_number}@0", index=index)
+                returned.append(record["seq"])
+
+        async with anyio.create_task_group() as group:
+            for task_number in range(40):
+                group.start_soon(writer, task_number)
+    records = read_ledger(tmp_path / LEDGER_FILE).records
+    assert len(records) == 1000
+    assert [r["seq"] for r in records] == list(range(1000))
+    assert sorted(returned) == list(range(1000))
+    # Every task's own records kept their order.
+    for task_number in range(40):
+        mine = [r["index"] for r in records if r["trajectory"] == f"t{task_number}@0"]
+        assert mine == list(range(25))
+
+
+async def test_a_torn_final_line_is_dropped_and_reported(tmp_path: Path) -> None:
+    await _write(tmp_path, 3)
+    path = tmp_path / LEDGER_FILE
+    with open(path, "ab") as handle:
+        handle.write(b'{"v":1,"seq":3,"kind":"no')
+    contents = read_ledger(path)
+    assert [r["seq"] for r in contents.records] == [0, 1, 2]
+    assert contents.torn_tail
+    assert contents.torn_tail_bytes == len(b'{"v":1,"seq":3,"kind":"no')
+
+
+async def test_reopening_a_torn_ledger_cuts_the_tail_and_records_the_repair(
+    tmp_path: Path,
+) -> None:
+    await _write(tmp_path, 3)
+    path = tmp_path / LEDGER_FILE
+    with open(path, "ab") as handle:
+        handle.write(b'{"v":1,"seq":3')
+    async with await LedgerWriter.open(tmp_path, "c1") as ledger:
+        assert [r["kind"] for r in ledger.recovered][-1] == "ledger_repaired"
+        await ledger.append("note", None)
+    contents = read_ledger(path)
+    assert not contents.torn_tail
+    assert [r["seq"] for r in contents.records] == [0, 1, 2, 3, 4]
+    assert contents.records[3] == contents.records[3] | {"kind": "ledger_repaired"}
+    assert contents.records[3]["dropped_bytes"] == len(b'{"v":1,"seq":3')
+
+
+async def test_a_corrupt_line_before_the_end_is_an_error_that_names_the_line(
+    tmp_path: Path,
+) -> None:
+    await _write(tmp_path, 4)
+    path = tmp_path / LEDGER_FILE
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[1] = b"garbage that is not json\n"
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(LedgerCorrupt, match="line 2"):
+        read_ledger(path)
+    with pytest.raises(LedgerCorrupt, match="line 2"):
+        await LedgerWriter.open(tmp_path, "c1")
+    assert path.read_bytes() == b"".join(lines), "a corrupt ledger is never rewritten"
+
+
+async def test_a_second_writer_is_refused_while_the_first_holds_the_ledger(
+    tmp_path: Path,
+) -> None:
+    async with await LedgerWriter.open(tmp_path, "c1"):
+        with pytest.raises(Conflict, match="another process"):
+            await LedgerWriter.open(tmp_path, "c1")
+    async with await LedgerWriter.open(tmp_path, "c1") as again:
+        await again.append("note", None)
+
+
+async def test_artifacts_are_content_addressed_and_checked_when_read(tmp_path: Path) -> None:
+    async with await LedgerWriter.open(tmp_path, "c1") as ledger:
+        ref = await ledger.put_artifact(b"diff --git a/x b/x\n", ".diff")
+        same = await ledger.put_artifact(b"diff --git a/x b/x\n", ".diff")
+    assert ref == same
+    assert read_artifact(tmp_path, ref.as_json()) == b"diff --git a/x b/x\n"
+    (tmp_path / ref.path).write_bytes(b"tampered")
+    with pytest.raises(LedgerCorrupt, match="sha256"):
+        read_artifact(tmp_path, ref.as_json())
+    (tmp_path / ref.path).unlink()
+    with pytest.raises(NotFound, match="missing"):
+        read_artifact(tmp_path, ref.as_json())
+
+
+async def test_an_append_after_close_is_refused(tmp_path: Path) -> None:
+    ledger = await LedgerWriter.open(tmp_path, "c1")
+    await ledger.aclose()
+    with pytest.raises(Conflict, match="closed"):
+        await ledger.append("note", None)
+
+
+def test_a_missing_ledger_is_not_found(tmp_path: Path) -> None:
+    with pytest.raises(NotFound):
+        read_ledger(tmp_path / LEDGER_FILE)
+
+
+async def test_a_cancelled_appender_still_leaves_whole_lines(tmp_path: Path) -> None:
+    async with await LedgerWriter.open(tmp_path, "c1") as ledger:
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as group:
+                for number in range(50):
+                    group.start_soon(ledger.append, "note", f"t{number}@0")
+                await anyio.lowlevel.checkpoint()
+                scope.cancel()
+    data = (tmp_path / LEDGER_FILE).read_bytes()
+    assert data.endswith(b"\n") or data == b""
+    for line in data.splitlines():
+        json.loads(line)

@@ -1,0 +1,1 @@
+"""Test-only Python agents and scorers, loaded through the `python` plugin configs."""

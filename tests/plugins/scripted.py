@@ -1,0 +1,90 @@
+"""Deterministic agents and scorers for engine tests (test fixtures, not product features).
+
+`agent(options)` answers task `tN` with `str(N * N)`, except tasks whose N is a multiple of 3,
+which it answers wrongly: a campaign's results are then known in advance. With a `control_dir`:
+
+- a file `block-generate-<trajectory>` there makes the agent announce `generating <trajectory>`
+  on the FIFO `events` and then hang (until the process is killed or the test cancels);
+- every completed generation appends `<trajectory>` to `generated.log`.
+
+`scorer(options)` grades like the exact scorer; `block-score-<trajectory>` makes it announce
+`scoring <trajectory>` and hang.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
+from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+
+
+def expected_answer(task_id: str) -> str:
+    number = int(task_id.removeprefix("t"))
+    return str(number * number)
+
+
+def scripted_answer(task_id: str) -> str:
+    number = int(task_id.removeprefix("t"))
+    return "wrong" if number % 3 == 0 else str(number * number)
+
+
+async def _announce_and_hang(control_dir: Path, event: str) -> None:
+    def announce() -> None:
+        # Opening a FIFO for writing blocks until the test opens it for reading: the test
+        # learns of the event without polling.
+        with open(control_dir / "events", "w") as fifo:
+            fifo.write(event + "\n")
+
+    await anyio.to_thread.run_sync(announce)
+    await anyio.sleep_forever()
+
+
+class ScriptedAgent(Agent):
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.delay_s = float(options.get("delay_s", 0.0))
+        control = options.get("control_dir")
+        self.control_dir = Path(control) if control else None
+
+    async def generate(self, context: TrajectoryContext) -> Submission:
+        if (
+            self.control_dir
+            and (self.control_dir / f"block-generate-{context.trajectory_id}").exists()
+        ):
+            await _announce_and_hang(self.control_dir, f"generating {context.trajectory_id}")
+        if self.delay_s:
+            await anyio.sleep(self.delay_s)
+        if self.control_dir:
+            fd = os.open(self.control_dir / "generated.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            os.write(fd, f"{context.trajectory_id}\n".encode())
+            os.close(fd)
+        return Submission(answer=scripted_answer(context.task.id))
+
+
+class ScriptedScorer(Scorer):
+    def __init__(self, options: dict[str, Any]) -> None:
+        control = options.get("control_dir")
+        self.control_dir = Path(control) if control else None
+
+    async def score(self, context: ScoringContext) -> ScoreResult:
+        if (
+            self.control_dir
+            and (self.control_dir / f"block-score-{context.trajectory_id}").exists()
+        ):
+            await _announce_and_hang(self.control_dir, f"scoring {context.trajectory_id}")
+        resolved = context.submission.answer == expected_answer(context.task.id)
+        return ScoreResult(
+            resolved=resolved, score=float(resolved), status="resolved" if resolved else "failed"
+        )
+
+
+def agent(options: dict[str, Any]) -> Agent:
+    return ScriptedAgent(options)
+
+
+def scorer(options: dict[str, Any]) -> Scorer:
+    return ScriptedScorer(options)
