@@ -1,0 +1,387 @@
+"""The Docker engine as the docker backend needs it: async, labelled, errors translated.
+
+Every blocking Docker SDK call runs in a worker thread (`anyio.to_thread`). Every container and
+image this module makes carries labels naming the instance and the process that owns it, so a
+later run can find what a dead one left behind and remove it, while leaving alone what a live
+run on the same engine is using.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import io
+import json
+import logging
+import os
+import socket
+import tarfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from mcp_evalserver.errors import InvalidInput, SandboxUnavailable
+
+__all__ = [
+    "LABEL_INSTANCE",
+    "LABEL_OWNER",
+    "ContainerLimits",
+    "DockerEngine",
+    "ExecOutput",
+    "base_image_tag",
+]
+
+LABEL_INSTANCE = "mcp-evalserver.instance"
+LABEL_OWNER = "mcp-evalserver.owner"
+LABEL_ROLE = "mcp-evalserver.role"
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+_BUILD_BASE = _REPO_ROOT / "sandbox_images" / "build-base.sh"
+_ENSURE_HINT = "start it with `bash scripts/ensure-docker.sh` as root"
+# A shell loop rather than `sleep infinity`: busybox and older coreutils lack "infinity".
+_KEEPALIVE = ["/bin/sh", "-c", "while :; do sleep 3600; done"]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def base_image_tag() -> str:
+    """The tag `sandbox_images/build-base.sh` gives the base image (a hash of the recipe)."""
+    if _BUILD_BASE.is_file():
+        return (
+            "mcp-evalserver/base:bookworm-"
+            + hashlib.sha256(_BUILD_BASE.read_bytes()).hexdigest()[:12]
+        )
+    return "mcp-evalserver/base:bookworm"
+
+
+def _process_start_ticks(pid: int) -> str | None:
+    """Start time of `pid` in clock ticks since boot: tells a live process from a reused pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_id() -> str:
+    """This process, as written in the owner label: host, pid and start time."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_process_start_ticks(os.getpid())}"
+
+
+def owner_is_alive(owner: str) -> bool:
+    """False when the owner label names a process of this host that no longer runs."""
+    host, _, rest = owner.partition(":")
+    pid, _, ticks = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        # Another host shares this engine (or the label is foreign): not ours to judge.
+        return True
+    return _process_start_ticks(int(pid)) == ticks
+
+
+@dataclass(frozen=True)
+class ContainerLimits:
+    """Resource limits of an instance container (they protect the host, not one trajectory)."""
+
+    memory: str = "4g"
+    pids: int = 4096
+    cpus: float | None = None
+    store_size: str = "2g"
+
+
+@dataclass(frozen=True)
+class ExecOutput:
+    """Exit code and combined output of a one-shot `docker exec`."""
+
+    exit_code: int
+    output: str
+
+
+@dataclass
+class DockerEngine:
+    """An SDK client plus the facts about its engine the backend needs.
+
+    Build with `await DockerEngine.connect()`.
+    """
+
+    client: Any
+    url: str
+    apparmor: bool
+    owner: str = field(default_factory=owner_id)
+
+    @classmethod
+    async def connect(cls, base_url: str | None = None) -> DockerEngine:
+        """Connects to the engine at `base_url` (default: `DOCKER_HOST` or the local socket).
+
+        Raises:
+            SandboxUnavailable: no engine answers; the message says how to start one.
+        """
+        url = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+        def connect_blocking() -> tuple[Any, bool]:
+            import docker
+
+            if url.startswith("unix://"):
+                # Probe the socket ourselves: the SDK leaks the socket of a failed connect.
+                with socket.socket(socket.AF_UNIX) as probe:
+                    probe.settimeout(10)
+                    probe.connect(url.removeprefix("unix://"))
+            client = docker.DockerClient(base_url=url, timeout=300)
+            try:
+                info = client.info()
+            except BaseException:
+                client.close()
+                raise
+            apparmor = any("apparmor" in opt for opt in info.get("SecurityOptions") or [])
+            return client, apparmor
+
+        try:
+            client, apparmor = await anyio.to_thread.run_sync(connect_blocking)
+        except Exception as exc:  # the SDK raises DockerException, requests or OS errors
+            raise SandboxUnavailable(
+                f"no Docker engine at {url} ({type(exc).__name__}: {exc}); {_ENSURE_HINT}, "
+                "or use the local backend"
+            ) from exc
+        return cls(client=client, url=url, apparmor=apparmor)
+
+    @property
+    def api(self) -> Any:
+        """The low-level `docker.APIClient`."""
+        return self.client.api
+
+    async def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Runs a blocking SDK call in a thread and translates its errors.
+
+        Raises:
+            SandboxUnavailable: the engine refused or is gone; the message names `what`.
+        """
+        import docker.errors
+
+        try:
+            return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+        except docker.errors.APIError as exc:
+            raise SandboxUnavailable(
+                f"Docker engine at {self.url} refused to {what}: {exc.explanation or exc}"
+            ) from exc
+        except (OSError, docker.errors.DockerException) as exc:
+            raise SandboxUnavailable(
+                f"lost the Docker engine at {self.url} while trying to {what}: {exc}; "
+                f"check `docker info` ({_ENSURE_HINT})"
+            ) from exc
+
+    async def aclose(self) -> None:
+        await anyio.to_thread.run_sync(self.client.close)
+
+    # Images.
+
+    async def ensure_image(self, image: str) -> None:
+        """Makes `image` present, pulling it when the engine does not have it.
+
+        Raises:
+            InvalidInput: the image is neither present nor pullable.
+        """
+        import docker.errors
+
+        def ensure_blocking() -> None:
+            try:
+                self.client.images.get(image)
+                return
+            except docker.errors.ImageNotFound:
+                pass
+            try:
+                self.client.images.pull(image)
+            except (docker.errors.APIError, OSError) as exc:
+                raise InvalidInput(
+                    f"image {image!r} is not on the Docker engine and could not be pulled "
+                    f"({exc}); build it (see sandbox_images/README.md; the base image comes "
+                    "from `bash sandbox_images/build-base.sh`) or fix the task's `image`"
+                ) from exc
+
+        await self.call(f"find image {image}", ensure_blocking)
+
+    # Containers.
+
+    def labels(self, instance_key: str, role: str) -> dict[str, str]:
+        return {LABEL_INSTANCE: instance_key, LABEL_OWNER: self.owner, LABEL_ROLE: role}
+
+    async def run_container(
+        self,
+        image: str,
+        *,
+        instance_key: str,
+        role: str,
+        limits: ContainerLimits,
+        network: bool,
+        sys_admin: bool,
+        store: str | None,
+    ) -> str:
+        """Starts a detached container that idles until removed; returns its id."""
+        host_config: dict[str, Any] = {
+            "init": True,
+            "mem_limit": limits.memory,
+            "memswap_limit": limits.memory,
+            "pids_limit": limits.pids,
+        }
+        if limits.cpus is not None:
+            host_config["nano_cpus"] = int(limits.cpus * 1e9)
+        if sys_admin:
+            # Workspaces mount overlays and unshare namespaces; --privileged is refused here.
+            host_config["cap_add"] = ["SYS_ADMIN"]
+            if self.apparmor:
+                host_config["security_opt"] = ["apparmor=unconfined"]
+        if store is not None:
+            # Overlay uppers cannot live on the container's own overlayfs root.
+            host_config["tmpfs"] = {store: f"size={limits.store_size},mode=0711"}
+        network_mode = await self._network_mode(network)
+        name = f"mcp-evalserver-{role}-{instance_key[:12]}-{os.urandom(3).hex()}"
+        container = await self.call(
+            f"start a container from {image}",
+            self.client.containers.run,
+            image,
+            entrypoint=_KEEPALIVE[:1],
+            command=_KEEPALIVE[1:],
+            detach=True,
+            name=name,
+            labels=self.labels(instance_key, role),
+            network_mode=network_mode,
+            **host_config,
+        )
+        container_id: str = container.id
+        return container_id
+
+    async def _network_mode(self, network: bool) -> str:
+        if not network:
+            return "none"
+        # Engines started with --bridge=none (as ours is) have no bridge: share the host's.
+        names = await self.call(
+            "list networks", lambda: [n.name for n in self.client.networks.list(names=["bridge"])]
+        )
+        return "bridge" if "bridge" in names else "host"
+
+    async def exec(
+        self,
+        container_id: str,
+        cmd: Sequence[str],
+        *,
+        workdir: str | None = None,
+        environment: Mapping[str, str] | None = None,
+        user: str = "root",
+    ) -> ExecOutput:
+        """Runs one command to completion (`docker exec`); a non-zero exit is data."""
+
+        def exec_blocking() -> ExecOutput:
+            api = self.api
+            exec_id = api.exec_create(
+                container_id,
+                list(cmd),
+                workdir=workdir,
+                environment=dict(environment or {}),
+                user=user,
+            )["Id"]
+            output: bytes = api.exec_start(exec_id)
+            code = api.exec_inspect(exec_id).get("ExitCode")
+            return ExecOutput(
+                int(code if code is not None else -1), output.decode("utf-8", "replace")
+            )
+
+        return await self.call(f"exec {cmd[0]!r} in {container_id[:12]}", exec_blocking)
+
+    async def put_files(
+        self, container_id: str, files: Mapping[str, bytes], mode: int = 0o644
+    ) -> None:
+        """Copies files (absolute path -> content) into a container."""
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for path, content in files.items():
+                info = tarfile.TarInfo(path.lstrip("/"))
+                info.size, info.mode = len(content), mode
+                tar.addfile(info, io.BytesIO(content))
+        await self.call(
+            f"copy files into {container_id[:12]}",
+            self.api.put_archive,
+            container_id,
+            "/",
+            buffer.getvalue(),
+        )
+
+    async def commit(self, container_id: str, repository: str, instance_key: str) -> str:
+        """Commits a container to `repository:latest`, labelled like the instance; returns it."""
+        labels = self.labels(instance_key, "image")
+        await self.call(
+            f"commit {container_id[:12]}",
+            self.api.commit,
+            container_id,
+            repository=repository,
+            tag="latest",
+            changes=[f"LABEL {key}={json.dumps(value)}" for key, value in labels.items()],
+        )
+        return f"{repository}:latest"
+
+    async def remove_container(self, container_id: str) -> None:
+        """Removes a container and its anonymous volumes; a container already gone is fine."""
+        import docker.errors
+
+        def remove_blocking() -> None:
+            try:
+                self.api.remove_container(container_id, force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                # "removal already in progress" is success for our purpose.
+                if exc.status_code != 409:
+                    raise
+
+        await self.call(f"remove container {container_id[:12]}", remove_blocking)
+
+    async def remove_image(self, image: str) -> None:
+        import docker.errors
+
+        def remove_blocking() -> None:
+            with contextlib.suppress(docker.errors.NotFound):
+                self.client.images.remove(image, force=True)
+
+        await self.call(f"remove image {image}", remove_blocking)
+
+    async def remove_leftovers(self, *, everything_of_ours: bool = False) -> list[str]:
+        """Removes containers and images whose owner process is dead; returns their names.
+
+        With `everything_of_ours`, also what this process made (used at close).
+        """
+
+        def find_blocking() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+            containers = self.api.containers(all=True, filters={"label": LABEL_OWNER})
+            images = self.api.images(filters={"label": LABEL_OWNER})
+            return (
+                [(c["Id"], (c.get("Labels") or {}).get(LABEL_OWNER, "")) for c in containers],
+                [
+                    (
+                        (i.get("RepoTags") or [i["Id"]])[0],
+                        (i.get("Labels") or {}).get(LABEL_OWNER, ""),
+                    )
+                    for i in images
+                ],
+            )
+
+        containers, images = await self.call("list labelled containers", find_blocking)
+
+        def doomed(owner: str) -> bool:
+            return (everything_of_ours and owner == self.owner) or not owner_is_alive(owner)
+
+        removed: list[str] = []
+        for container_id, owner in containers:
+            if doomed(owner):
+                await self.remove_container(container_id)
+                removed.append(container_id)
+        for image, owner in images:
+            if doomed(owner):
+                await self.remove_image(image)
+                removed.append(image)
+        if removed:
+            _log.info("removed %d leftover containers/images: %s", len(removed), removed)
+        return removed
