@@ -15,11 +15,12 @@ import os
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.agents.builtin import build_agent
@@ -168,9 +169,12 @@ class CampaignRunner:
                 if self._cancel_requested:
                     self._cancel_scope.cancel()
                 async with anyio.create_task_group() as group:
-                    for trajectory in state.trajectories.values():
-                        if not trajectory.done:
-                            group.start_soon(drive.trajectory, trajectory)
+                    unfinished = [t for t in state.trajectories.values() if not t.done]
+                    for number, trajectory in enumerate(unfinished, start=1):
+                        group.start_soon(drive.trajectory, trajectory)
+                        # Let the first trajectories start while the rest are being spawned.
+                        if number % 64 == 0:
+                            await anyio.lowlevel.checkpoint()
             if self._cancel_requested and state.status != "finished":
                 with anyio.CancelScope(shield=True):
                     await drive.record("campaign_cancelled", None, done=state.done_count)
@@ -190,10 +194,13 @@ class _Drive:
     tasks: dict[str, Task]
     directory: Path
     on_record: Callable[[CampaignState, dict[str, Any]], None] | None
+    fresh_submissions: dict[str, Submission] = field(default_factory=dict)
 
-    async def record(self, kind: str, trajectory: str | None, **payload: Any) -> None:
+    async def record(
+        self, kind: str, trajectory: str | None, *, durable: bool = True, **payload: Any
+    ) -> None:
         """Makes a step durable, then applies it to the live state (same code as replay)."""
-        record = await self.ledger.append(kind, trajectory, **payload)
+        record = await self.ledger.append(kind, trajectory, durable=durable, **payload)
         apply_record(self.state, record)
         if self.on_record is not None:
             self.on_record(self.state, record)
@@ -201,13 +208,15 @@ class _Drive:
     async def trajectory(self, trajectory: TrajectoryState) -> None:
         task = self.tasks[trajectory.task_id]
         instance = self.limiters.instance(task.instance_key)
+        # The instance limiter first: a trajectory waiting for its instance then holds no
+        # global slot that trajectories of other instances could use.
         while trajectory.phase in ("pending", "generating"):
-            async with self.limiters.hold(instance, self.limiters.trajectories):
+            async with instance, self.limiters.trajectories:
                 delay = await self._generate_once(trajectory, task)
             if delay:
                 await anyio.sleep(delay)
         while trajectory.phase in ("generated", "scoring"):
-            async with self.limiters.hold(instance, self.limiters.scoring):
+            async with instance, self.limiters.scoring:
                 delay = await self._score_once(trajectory, task)
             if delay:
                 await anyio.sleep(delay)
@@ -216,7 +225,7 @@ class _Drive:
         """One generation attempt; returns the backoff delay before the next, if any."""
         attempt = trajectory.attempts + 1
         tid = trajectory.id
-        await self.record("attempt_started", tid, attempt=attempt)
+        await self.record("attempt_started", tid, durable=False, attempt=attempt)
         context = TrajectoryContext(
             campaign_id=self.state.id,
             trajectory_id=tid,
@@ -258,17 +267,22 @@ class _Drive:
             usage=submission.usage.model_dump() if submission.usage else None,
             duration_s=round(duration, 6),
         )
+        self.fresh_submissions[tid] = submission
         return 0.0
 
     async def _score_once(self, trajectory: TrajectoryState, task: Task) -> float:
         """One scoring attempt; returns the backoff delay before the next, if any."""
         tid = trajectory.id
-        await self.record("scoring_started", tid)
+        await self.record("scoring_started", tid, durable=False)
+        # Scored straight from memory when this run generated it; from its artifacts on resume.
+        submission = self.fresh_submissions.pop(tid, None)
+        if submission is None:
+            submission = await anyio.to_thread.run_sync(self._load_submission, trajectory)
         context = ScoringContext(
             campaign_id=self.state.id,
             trajectory_id=tid,
             task=task,
-            submission=await anyio.to_thread.run_sync(self._load_submission, trajectory),
+            submission=submission,
             campaign_dir=self.directory,
             limiters=self.limiters,
         )

@@ -114,12 +114,22 @@ def _run(store: CampaignStore, campaign_id: str, *, progress: bool) -> int:
     runner = CampaignRunner(store, campaign_id)
 
     async def supervise() -> CampaignState:
+        # Caught inside the group so the user sees the error itself, not an ExceptionGroup.
+        error: EvalServerError | None = None
+        state: CampaignState | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(_cancel_on_signal, runner)
             if progress:
                 group.start_soon(show_progress, runner)
-            state = await runner.run()
-            group.cancel_scope.cancel()
+            try:
+                state = await runner.run()
+            except EvalServerError as exc:
+                error = exc
+            finally:
+                group.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        assert state is not None
         return state
 
     state = anyio.run(supervise)

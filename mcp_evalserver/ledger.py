@@ -76,11 +76,25 @@ def read_ledger(path: Path) -> LedgerContents:
         data = path.read_bytes()
     except FileNotFoundError as exc:
         raise NotFound(f"no ledger at {path}") from exc
+    good_end = data.rfind(b"\n") + 1
+    body = data[:good_end]
+    # One C-level parse of the whole file (lines joined into a JSON array) is ~3x faster than
+    # a json.loads per line; a failure falls back to the line by line walk that names the line.
+    if body:
+        try:
+            records = json.loads(b"[" + body[:-1].replace(b"\n", b",") + b"]")
+        except ValueError:
+            records = None
+        if records is not None and all(type(r) is dict for r in records):
+            return LedgerContents(records, good_end, len(data) - good_end)
+    return _read_line_by_line(path, data)
+
+
+def _read_line_by_line(path: Path, data: bytes) -> LedgerContents:
     records: list[Record] = []
     offset = 0
     line_number = 0
     end = len(data)
-    loads = json.loads
     while offset < end:
         newline = data.find(b"\n", offset)
         line_number += 1
@@ -89,7 +103,7 @@ def read_ledger(path: Path) -> LedgerContents:
             return LedgerContents(records, offset, end - offset)
         line = data[offset:newline]
         try:
-            record = loads(line)
+            record = json.loads(line)
             if not isinstance(record, dict):
                 raise ValueError("not a JSON object")
         except ValueError as exc:
@@ -190,12 +204,14 @@ class LedgerWriter:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Flushes nothing further (every append already waited) and releases the lock."""
+        """Writes the records still queued (non-durable ones) and releases the lock."""
         if self._closed:
             return
         self._closed = True
         with anyio.CancelScope(shield=True):
             async with self._flush_lock:
+                if self._batch.lines:
+                    await self._flush()
                 os.close(self._fd)
                 os.close(self._lock_fd)
 
@@ -224,8 +240,15 @@ class LedgerWriter:
             view = view[written:]
         os.fsync(self._fd)
 
-    async def append(self, kind: str, trajectory: str | None = None, **payload: Any) -> Record:
+    async def append(
+        self, kind: str, trajectory: str | None = None, *, durable: bool = True, **payload: Any
+    ) -> Record:
         """Appends one record and returns it once it is durable (fsync'd).
+
+        With `durable=False` the record is queued and returns at once: it reaches the disk,
+        in order, with the next durable append (or at close). Use it for records that
+        acknowledge nothing, such as the start of an attempt; losing one in a crash is the same
+        as crashing just before it.
 
         Raises:
             Conflict: the writer is closed.
@@ -236,23 +259,28 @@ class LedgerWriter:
         batch = self._batch
         record = self._encode(kind, trajectory, payload)
         batch.lines.append(self._line(record))
+        if not durable:
+            return record
         # Whoever takes the lock first writes every line queued so far; the others find their
         # batch already flushed. The write is shielded: a cancelled campaign never leaves half a
         # line behind, and the other waiters of the batch must not see a cancellation as an error.
         async with self._flush_lock:
             if not batch.flushed:
-                self._batch = _Batch()
-                try:
-                    with anyio.CancelScope(shield=True):
-                        await anyio.to_thread.run_sync(self._write_sync, batch.lines)
-                except Exception as exc:
-                    batch.error = exc
-                    raise
-                finally:
-                    batch.flushed = True
+                await self._flush()
         if batch.error is not None:
             raise batch.error
         return record
+
+    async def _flush(self) -> None:
+        batch, self._batch = self._batch, _Batch()
+        try:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._write_sync, batch.lines)
+        except Exception as exc:
+            batch.error = exc
+            raise
+        finally:
+            batch.flushed = True
 
     async def put_artifact(self, data: bytes, suffix: str = "") -> ArtifactRef:
         """Stores bytes under their content hash (atomic rename, fsync'd) and names them."""

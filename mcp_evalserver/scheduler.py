@@ -10,8 +10,6 @@ ones it touches.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
@@ -61,15 +59,3 @@ class Limiters:
         if limiter is None:
             limiter = self._endpoints[key] = anyio.CapacityLimiter(self.limits.per_endpoint)
         return limiter
-
-    @asynccontextmanager
-    async def hold(self, *limiters: anyio.CapacityLimiter) -> AsyncIterator[None]:
-        """Holds several limiters, acquired in the order given.
-
-        Callers pass the narrowest first (instance, then global): a trajectory waiting for its
-        instance then holds no global slot that trajectories of other instances could use.
-        """
-        async with AsyncExitStack() as stack:
-            for limiter in limiters:
-                await stack.enter_async_context(limiter)
-            yield

@@ -1,0 +1,102 @@
+"""The command line as a user runs it: run, status, resume, report, schema, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mcp_evalserver.cli import main
+
+
+def _spec(tmp_path: Path, agent: str) -> Path:
+    spec = {
+        "name": agent,
+        "tasks": [{"id": "sum", "answer": "4"}, {"id": "capital", "answer": "Paris"}],
+        "samples": 3,
+        "agent": {"type": agent},
+    }
+    path = tmp_path / f"{agent}.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_run_executes_a_campaign_and_prints_its_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = str(tmp_path / "state")
+    assert main(["--state-dir", state, "run", str(_spec(tmp_path, "oracle")), "--id", "o"]) == 0
+    out, err = capsys.readouterr()
+    assert "pass rate: **100.0%** (6/6" in out
+    assert "6/6  pass 6 (100.0%)" in err, "the progress line reports the final count"
+    assert "ledger.jsonl" in err
+
+    assert main(["--state-dir", state, "run", str(_spec(tmp_path, "noop")), "--id", "n"]) == 0
+    assert "pass rate: **0.0%** (0/6" in capsys.readouterr().out
+
+    assert main(["--state-dir", state, "status"]) == 0
+    listing = capsys.readouterr().out
+    assert "o  finished  6/6  resolved 6" in listing
+    assert "n  finished  6/6  resolved 0" in listing
+
+    assert main(["--state-dir", state, "report", "o", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["pass_rate"] == 1.0
+    assert report["tasks"]["capital"]["resolved"] == 3
+
+
+def test_resuming_a_finished_campaign_runs_nothing_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    main(["--state-dir", str(state), "run", str(_spec(tmp_path, "oracle")), "--id", "o"])
+    ledger = state / "campaigns" / "o" / "ledger.jsonl"
+    before = ledger.read_text().splitlines()
+    assert main(["--state-dir", str(state), "resume", "o", "--no-progress"]) == 0
+    after = ledger.read_text().splitlines()
+    assert after[: len(before)] == before
+    assert [json.loads(line)["kind"] for line in after[len(before) :]] == ["run_started"]
+
+
+def test_an_unknown_campaign_lists_the_known_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = str(tmp_path / "state")
+    main(["--state-dir", state, "run", str(_spec(tmp_path, "noop")), "--id", "known"])
+    capsys.readouterr()
+    assert main(["--state-dir", state, "status", "unknown"]) == 2
+    assert "no campaign 'unknown'" in capsys.readouterr().err
+    assert main(["--state-dir", state, "resume", "unknown"]) == 2
+    assert "known: known" in capsys.readouterr().err
+
+
+def test_an_invalid_spec_is_a_clear_error_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"tasks": [{"id": "a"}], "agent": {"type": "gpt"}}))
+    assert main(["--state-dir", str(tmp_path), "run", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "agent" in err
+    assert "'noop', 'oracle', 'python'" in err
+
+
+def test_the_server_transports_say_they_are_not_there_yet(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--stdio"]) == 2
+    assert "not available in this version yet" in capsys.readouterr().err
+
+
+def test_the_state_dir_comes_from_the_environment_when_no_flag_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MCP_EVALSERVER_STATE_DIR", str(tmp_path / "from-env"))
+    assert main(["run", str(_spec(tmp_path, "noop")), "--id", "e", "--no-progress"]) == 0
+    assert (tmp_path / "from-env" / "campaigns" / "e" / "ledger.jsonl").is_file()
+
+
+def test_schema_prints_the_spec_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema"]) == 0
+    assert json.loads(capsys.readouterr().out)["title"] == "CampaignSpec"

@@ -1,0 +1,103 @@
+"""The campaign model: SWE-bench fields as published, clear errors, task files, the schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.spec import (
+    CampaignSpec,
+    Task,
+    load_spec,
+    load_tasks,
+    parse_spec,
+    spec_json_schema,
+    trajectory_id,
+)
+
+SWE_BENCH_ROW = {
+    "repo": "astropy/astropy",
+    "instance_id": "astropy__astropy-12907",
+    "base_commit": "d16bfe05a744909de4b27f5875fe0d4ed41ce607",
+    "patch": "diff --git a/x b/x\n",
+    "test_patch": "diff --git a/t b/t\n",
+    "problem_statement": "Modeling's `separability_matrix` does not compute separability",
+    "hints_text": "",
+    "created_at": "2022-03-03T15:14:54Z",
+    "version": "4.3",
+    "FAIL_TO_PASS": '["astropy/modeling/tests/test_separable.py::test_separable[compound_model6]"]',
+    "PASS_TO_PASS": "[]",
+    "environment_setup_commit": "298ccb478e6bf092953bca67a3d29dc6c35f6752",
+}
+
+
+def test_a_published_swe_bench_instance_is_a_valid_task() -> None:
+    task = Task.model_validate(SWE_BENCH_ROW)
+    assert task.id == "astropy__astropy-12907"
+    assert task.prompt.startswith("Modeling's")
+    assert task.FAIL_TO_PASS == [
+        "astropy/modeling/tests/test_separable.py::test_separable[compound_model6]"
+    ]
+    assert task.PASS_TO_PASS == []
+    assert task.workdir == "/testbed"
+
+
+def test_an_unknown_field_is_rejected_with_its_name() -> None:
+    with pytest.raises(InvalidInput, match=r"tasks\.0\.Task\.promt|promt"):
+        parse_spec({"tasks": [{"id": "a", "promt": "typo"}]})
+
+
+def test_a_bad_limit_names_the_field_and_the_reason() -> None:
+    with pytest.raises(InvalidInput, match=r"limits\.concurrency: Input should be greater"):
+        parse_spec({"tasks": [{"id": "a"}], "limits": {"concurrency": 0}})
+
+
+def test_duplicate_task_ids_are_rejected() -> None:
+    with pytest.raises(InvalidInput, match="appears twice"):
+        parse_spec({"tasks": [{"id": "a"}, {"id": "a"}]})
+
+
+def test_a_task_id_with_an_at_sign_is_rejected_because_trajectory_ids_use_it() -> None:
+    with pytest.raises(InvalidInput, match="no '@'"):
+        parse_spec({"tasks": [{"id": "a@1"}]})
+
+
+def test_trajectory_ids_are_deterministic() -> None:
+    assert trajectory_id("django__django-1", 2) == "django__django-1@2"
+
+
+def test_a_jsonl_task_file_is_loaded_relative_to_the_spec(tmp_path: Path) -> None:
+    (tmp_path / "tasks.jsonl").write_text(
+        json.dumps(SWE_BENCH_ROW) + "\n\n" + json.dumps({"id": "b", "answer": "4"}) + "\n"
+    )
+    (tmp_path / "spec.json").write_text(json.dumps({"tasks": "tasks.jsonl", "samples": 2}))
+    spec = load_spec(tmp_path / "spec.json")
+    assert [t.id for t in spec.task_list()] == ["astropy__astropy-12907", "b"]
+
+
+def test_a_json_list_task_file_is_loaded(tmp_path: Path) -> None:
+    (tmp_path / "tasks.json").write_text(json.dumps([{"id": "a"}, {"id": "b"}]))
+    assert [t.id for t in load_tasks(tmp_path / "tasks.json")] == ["a", "b"]
+
+
+def test_a_bad_task_line_is_named_with_its_line_number(tmp_path: Path) -> None:
+    (tmp_path / "tasks.jsonl").write_text('{"id": "a"}\n{"id": "b", "samples": 3}\n')
+    with pytest.raises(InvalidInput, match=r"line 2: samples: Extra inputs are not permitted"):
+        load_tasks(tmp_path / "tasks.jsonl")
+
+
+def test_a_missing_task_file_says_which_file(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match=r"nowhere\.jsonl"):
+        parse_spec({"tasks": str(tmp_path / "nowhere.jsonl")})
+
+
+def test_the_exported_schema_describes_agents_scorers_and_limits() -> None:
+    schema = spec_json_schema()
+    assert set(schema["properties"]) == {"name", "tasks", "samples", "agent", "scorer", "limits"}
+    assert "discriminator" in json.dumps(schema["properties"]["agent"])
+    # The schema is what the model accepts: a spec validated from it round-trips.
+    spec = CampaignSpec.model_validate({"tasks": [{"id": "a"}], "agent": {"type": "oracle"}})
+    assert CampaignSpec.model_validate(spec.model_dump(mode="json")) == spec
