@@ -100,3 +100,14 @@ def test_the_state_dir_comes_from_the_environment_when_no_flag_is_given(
 def test_schema_prints_the_spec_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schema"]) == 0
     assert json.loads(capsys.readouterr().out)["title"] == "CampaignSpec"
+
+
+def test_the_demo_specs_give_what_the_readme_promises(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    state = str(tmp_path / "state")
+    assert main(["--state-dir", state, "run", str(examples / "answers-oracle.json")]) == 0
+    assert "pass rate: **100.0%** (18/18" in capsys.readouterr().out
+    assert main(["--state-dir", state, "run", str(examples / "answers-noop.json")]) == 0
+    assert "pass rate: **0.0%** (0/18" in capsys.readouterr().out
