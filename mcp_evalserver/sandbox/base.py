@@ -1,0 +1,263 @@
+"""The sandbox seam: `Backend` -> `Instance` -> `Workspace`, and the types they exchange.
+
+A backend provisions instances (a prepared, frozen environment per task); an instance hands out
+workspaces (a trajectory's private copy-on-write view of it). Every method is async (anyio) and
+cleanup goes through `async with` or an explicit `aclose`/`destroy`, never `__del__`.
+
+A command that exits non-zero is data (`ExecResult.exit_code`); an instance that is gone raises
+`SandboxUnavailable`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DEFAULT_WORKDIR = "/testbed"
+
+
+class InstanceSpec(BaseModel):
+    """What a task needs from its environment; equal specs share one instance."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str = Field(default="", description="Instance identity; derived from the spec if empty.")
+    image: str | None = Field(default=None, description="Container image (docker backend).")
+    path: str | None = Field(default=None, description="Host directory (local backend).")
+    workdir: str = Field(
+        default="",
+        description="Where commands start and diffs are taken: /testbed for an image, the "
+        "directory itself for a path, unless given.",
+    )
+    setup: tuple[str, ...] = Field(default=(), description="Shell commands run once, then frozen.")
+    setup_timeout_s: float = Field(default=1800.0, gt=0)
+    network: bool = Field(default=False, description="Whether commands may reach the network.")
+    pids_limit: int | None = Field(default=512, gt=0, description="Processes per workspace.")
+    memory_bytes: int | None = Field(default=2 << 30, gt=0, description="Memory per workspace.")
+    disk_bytes: int | None = Field(
+        default=2 << 30, gt=0, description="Bytes a workspace may write (its upper layer)."
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if (self.image is None) == (self.path is None):
+            raise ValueError("give exactly one of `image` (docker) or `path` (local)")
+        for name in ("path", "workdir"):
+            value = getattr(self, name)
+            if value and not value.startswith("/"):
+                raise ValueError(f"`{name}` must be an absolute path, got {value!r}")
+        if not self.workdir:
+            object.__setattr__(self, "workdir", self.path or DEFAULT_WORKDIR)
+        if not self.key:
+            blob = self.model_dump_json(exclude={"key"}).encode()
+            object.__setattr__(self, "key", hashlib.sha256(blob).hexdigest()[:16])
+        return self
+
+    def limits(self) -> dict[str, int]:
+        """The per-workspace limits as the supervisor protocol names them."""
+        named = {"pids": self.pids_limit, "memory_bytes": self.memory_bytes}
+        named["disk_bytes"] = self.disk_bytes
+        return {k: v for k, v in named.items() if v is not None}
+
+
+class ExecResult(BaseModel):
+    """What a command did. A non-zero `exit_code` is data; a signal is `-signum`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_s: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class FileEntry(BaseModel):
+    """One directory entry, not followed if it is a symlink."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: Literal["file", "dir", "symlink", "other"]
+    size: int
+
+
+class Workspace(ABC):
+    """A trajectory's private copy-on-write view of an instance.
+
+    Paths are absolute inside the view or relative to the instance's workdir.
+    """
+
+    name: str
+
+    @abstractmethod
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float = 600.0,  # noqa: ASYNC109 (enforced inside the sandbox)
+        stdin: bytes | str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        output_cap: int = 1 << 20,
+    ) -> ExecResult:
+        """Runs a command (a string goes to `/bin/sh -c`) in a fresh pid/net namespace.
+
+        Output beyond `output_cap` bytes per stream keeps its head and tail. On timeout every
+        process the command started is killed and `timed_out` is set.
+
+        Raises:
+            InvalidInput: empty command or `cwd` that does not exist in the view.
+            NotFound: the workspace was destroyed.
+            SandboxUnavailable: the instance is gone.
+        """
+
+    @abstractmethod
+    async def read_file(self, path: str, *, max_bytes: int = 16 << 20) -> bytes:
+        """Reads a regular file as the trajectory would.
+
+        Raises:
+            NotFound: no such file (or workspace).
+            InvalidInput: not a regular file, or unreadable.
+            LimitExceeded: the file is larger than `max_bytes`.
+            SandboxUnavailable: the instance is gone.
+        """
+
+    @abstractmethod
+    async def write_file(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
+        """Writes a file (creating parent directories) as the trajectory would.
+
+        Raises:
+            InvalidInput: the path is read-only or a directory.
+            NotFound: the workspace was destroyed.
+            SandboxUnavailable: the instance is gone.
+        """
+
+    @abstractmethod
+    async def list(self, path: str = ".") -> list[FileEntry]:
+        """Lists a directory, sorted by name.
+
+        Raises:
+            NotFound: no such directory (or workspace).
+            InvalidInput: not a directory.
+            SandboxUnavailable: the instance is gone.
+        """
+
+    @abstractmethod
+    async def diff(self) -> str:
+        """A binary-safe `git diff` of everything changed since the instance's base commit.
+
+        It applies with `git apply` to a fresh checkout of the base.
+
+        Raises:
+            Conflict: the workdir is not a git repository.
+            LimitExceeded: the diff is larger than the transport allows.
+            Timeout: git did not finish.
+            SandboxUnavailable: the instance is gone.
+        """
+
+    @abstractmethod
+    async def reset(self) -> None:
+        """Kills running commands and discards every change.
+
+        Raises:
+            NotFound: the workspace was destroyed.
+            SandboxUnavailable: the instance is gone.
+        """
+
+    @abstractmethod
+    async def destroy(self) -> None:
+        """Kills running commands and removes the workspace; idempotent.
+
+        Raises:
+            SandboxUnavailable: the instance is gone (its workspaces went with it).
+        """
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.destroy()
+
+
+class Instance(ABC):
+    """A prepared, frozen environment shared by every workspace of one task."""
+
+    spec: InstanceSpec
+
+    @property
+    @abstractmethod
+    def base_commit(self) -> str | None:
+        """The commit diffs are taken against (None if the workdir is not a git repo)."""
+
+    @abstractmethod
+    async def workspace(self, name: str) -> Workspace:
+        """Creates an empty copy-on-write workspace named `name` (e.g. a trajectory id).
+
+        Raises:
+            Conflict: a workspace of that name exists.
+            InvalidInput: the name has a `/` or starts with `.`.
+            SandboxUnavailable: the instance is gone.
+        """
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Destroys every workspace and releases the instance; idempotent."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class Backend(ABC):
+    """Provisions instances; used as `async with backend:` for the life of the server."""
+
+    name: str
+
+    @abstractmethod
+    async def instance(self, spec: InstanceSpec) -> Instance:
+        """Returns the instance for `spec.key`, provisioning and freezing it the first time.
+
+        Raises:
+            InvalidInput: the spec cannot run on this backend (e.g. `image` on `local`).
+            InfrastructureError: setup failed.
+            SandboxUnavailable: the backend cannot provision (no privileges, no engine).
+        """
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Releases every instance this backend provisioned."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,198 @@
+"""`SupervisorClient`: the JSON-lines protocol of `supervisor.py` over any anyio byte stream.
+
+How a backend uses it (all the sandbox logic lives in the supervisor and `supervised.py`; a
+backend only provisions something that runs `python3 supervisor.py` and opens a byte stream
+to its stdin/stdout):
+
+    stream = ...                                  # anyio.abc.ByteStream to the supervisor's stdio
+    client = SupervisorClient(stream)
+    await client.start(task_group)                # reader task lives in the backend's group
+    instance = await SupervisedInstance.open(client, spec, mode="container", store="/trajs")
+    ...
+    await instance.aclose()                       # destroys workspaces, shuts down, closes stream
+
+`SUPERVISOR_SOURCE` is the path of the file to copy into an instance (docker: `put_archive`).
+Standalone use: `async with SupervisorClient(stream) as client:` owns its own task group.
+
+Wire format, one JSON object per line: requests `{"id", "op", "args"}`; replies
+`{"id", "ok": true, "result"}` or `{"id", "ok": false, "error": {"type", "message"}}` where
+`type` names a class in `mcp_evalserver.errors`. Replies may arrive in any order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import math
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from mcp_evalserver import errors
+
+SUPERVISOR_SOURCE = Path(__file__).with_name("supervisor.py")
+MAX_LINE_BYTES = 512 << 20  # a diff or a file travels base64 in one line
+
+_ERROR_TYPES: dict[str, type[errors.EvalServerError]] = {
+    cls.__name__: cls
+    for cls in (
+        errors.InvalidInput,
+        errors.NotFound,
+        errors.Conflict,
+        errors.LimitExceeded,
+        errors.Timeout,
+        errors.InfrastructureError,
+        errors.SandboxUnavailable,
+    )
+}
+
+
+class _Pending:
+    __slots__ = ("done", "error", "result")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.result: dict[str, Any] = {}
+        self.error: errors.EvalServerError | None = None
+
+
+class SupervisorClient:
+    """Multiplexes concurrent requests to one supervisor by request id.
+
+    When the stream ends or breaks, every pending and later request raises
+    `SandboxUnavailable` naming the cause.
+    """
+
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+        self._stream = stream
+        self._reader = BufferedByteReceiveStream(stream)
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._send_lock = anyio.Lock()
+        self._dead: str | None = None
+        self._stopped = anyio.Event()
+        self._own_group: anyio.abc.TaskGroup | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._dead is None
+
+    async def start(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Starts reading replies in `task_group` (which must outlive this client)."""
+        task_group.start_soon(self._read_replies)
+
+    async def request(
+        self, op: str, reply_timeout: float | None = None, **args: Any
+    ) -> dict[str, Any]:
+        """Sends one request and waits for its reply.
+
+        `reply_timeout` bounds the wait on this side (the supervisor enforces command timeouts
+        itself); if it passes, or the caller is cancelled, the request is cancelled remotely.
+
+        Raises:
+            SandboxUnavailable: the supervisor is gone.
+            Timeout: `reply_timeout` passed.
+            EvalServerError: the supervisor's error, as its own class.
+        """
+        if self._dead is not None:
+            raise errors.SandboxUnavailable(self._dead)
+        req_id = next(self._ids)
+        pending = self._pending[req_id] = _Pending()
+        line = json.dumps({"id": req_id, "op": op, "args": args}, separators=(",", ":"))
+        try:
+            await self._send(line)
+            with anyio.fail_after(math.inf if reply_timeout is None else reply_timeout):
+                await pending.done.wait()
+        except TimeoutError:
+            await self._cancel_remote(req_id)
+            msg = f"supervisor gave no answer to {op!r} in {reply_timeout}s"
+            raise errors.Timeout(msg) from None
+        except anyio.get_cancelled_exc_class():
+            await self._cancel_remote(req_id)
+            raise
+        finally:
+            self._pending.pop(req_id, None)
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    async def aclose(self) -> None:
+        """Closes the stream; pending requests fail with SandboxUnavailable."""
+        self._fail_all("supervisor connection closed")
+        with anyio.CancelScope(shield=True):
+            await self._stream.aclose()
+
+    async def __aenter__(self) -> Self:
+        self._own_group = anyio.create_task_group()
+        await self._own_group.__aenter__()
+        await self.start(self._own_group)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+        assert self._own_group is not None
+        await self._own_group.__aexit__(exc_type, exc, tb)
+
+    async def _send(self, line: str) -> None:
+        try:
+            async with self._send_lock:
+                await self._stream.send(line.encode() + b"\n")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as e:
+            self._fail_all(f"supervisor stream broken: {e!r}")
+            raise errors.SandboxUnavailable(self._dead or "supervisor gone") from e
+
+    async def _cancel_remote(self, req_id: int) -> None:
+        if self._dead is None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                line = json.dumps({"id": 0, "op": "cancel", "args": {"target": req_id}})
+                with contextlib.suppress(errors.SandboxUnavailable):
+                    await self._send(line)
+
+    async def _read_replies(self) -> None:
+        reason = "supervisor closed its output"
+        try:
+            while True:
+                line = await self._reader.receive_until(b"\n", MAX_LINE_BYTES)
+                self._dispatch(line)
+        except anyio.EndOfStream:
+            pass
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as e:
+            reason = f"supervisor stream broken: {e!r}"
+        except anyio.DelimiterNotFound:
+            reason = f"supervisor sent a line over {MAX_LINE_BYTES} bytes"
+        except ValueError as e:
+            reason = f"supervisor sent garbage: {e}"
+        finally:
+            self._fail_all(reason)
+            self._stopped.set()
+
+    def _dispatch(self, line: bytes) -> None:
+        msg = json.loads(line)
+        pending = self._pending.get(int(msg.get("id", 0)))
+        if pending is None:
+            return  # a cancelled request's late reply, or a cancel's acknowledgement
+        if msg.get("ok"):
+            pending.result = dict(msg.get("result") or {})
+        else:
+            err = msg.get("error") or {}
+            cls = _ERROR_TYPES.get(str(err.get("type")), errors.InfrastructureError)
+            pending.error = cls(str(err.get("message", "supervisor error")))
+        pending.done.set()
+
+    def _fail_all(self, reason: str) -> None:
+        if self._dead is None:
+            self._dead = reason
+        for pending in self._pending.values():
+            if not pending.done.is_set():
+                pending.error = errors.SandboxUnavailable(self._dead)
+                pending.done.set()

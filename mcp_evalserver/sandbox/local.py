@@ -1,0 +1,159 @@
+"""The `local` backend: the supervisor as a host subprocess, no daemon (the embedded default).
+
+An instance is a host directory (a repo with its venv, say). Each workspace sees the host's
+`/` read-only, with that directory as a private copy-on-write overlay at its own path, private
+/tmp, /run, /root and /home, its own pid, net, ipc and uts namespaces, and no capabilities but
+the file ones. Root is needed, or an unprivileged user where user namespaces are allowed (then
+cgroup limits are not available: `instance.info["limits"]` says which are enforced).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import anyio.abc
+from anyio.streams.stapled import StapledByteStream
+
+from mcp_evalserver import errors
+from mcp_evalserver.sandbox.base import Backend, InstanceSpec
+from mcp_evalserver.sandbox.client import SUPERVISOR_SOURCE, SupervisorClient
+from mcp_evalserver.sandbox.supervised import SupervisedInstance
+
+log = logging.getLogger(__name__)
+
+
+def userns_refusal() -> str | None:
+    """Why this (non-root) process cannot use user namespaces, or None if it probably can."""
+    checks = (
+        ("/proc/sys/kernel/unprivileged_userns_clone", "kernel.unprivileged_userns_clone is 0"),
+        ("/proc/sys/user/max_user_namespaces", "user.max_user_namespaces is 0"),
+    )
+    for path, reason in checks:
+        try:
+            if Path(path).read_text().strip() == "0":
+                return reason
+        except OSError:
+            continue
+    return None
+
+
+class LocalBackend(Backend):
+    """Instances are host directories; one supervisor subprocess per instance.
+
+    Use as `async with LocalBackend() as backend:`; instances live until the backend closes
+    (or their own `aclose`).
+    """
+
+    name = "local"
+
+    def __init__(self, *, python: str | None = None, store_root: str = "/run/mcp-evalserver"):
+        self._python = python or sys.executable
+        self._store_root = store_root
+        self._instances: dict[str, SupervisedInstance] = {}
+        self._locks: dict[str, anyio.Lock] = collections.defaultdict(anyio.Lock)
+        self._group: anyio.abc.TaskGroup | None = None
+
+    async def __aenter__(self) -> LocalBackend:
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        return self
+
+    async def instance(self, spec: InstanceSpec) -> SupervisedInstance:
+        if self._group is None:
+            raise errors.Conflict("use the backend as `async with LocalBackend() as backend`")
+        if spec.path is None:
+            raise errors.InvalidInput("the local backend runs directories: give `path`")
+        async with self._locks[spec.key]:
+            existing = self._instances.get(spec.key)
+            if existing is not None and existing.client.alive:
+                return existing
+            instance = await self._provision(spec, spec.path)
+            self._instances[spec.key] = instance
+            return instance
+
+    async def _provision(self, spec: InstanceSpec, path: str) -> SupervisedInstance:
+        assert self._group is not None
+        root = Path(path)
+        if not await anyio.Path(root).is_dir():
+            raise errors.InvalidInput(f"instance path {path!r} is not a directory")
+        workdir = Path(spec.workdir)
+        if workdir != root and root not in workdir.parents:
+            raise errors.InvalidInput(f"workdir {spec.workdir!r} must be inside {path!r}")
+        if os.geteuid() != 0 and (why := userns_refusal()) is not None:
+            raise errors.SandboxUnavailable(
+                f"the local backend needs root or user namespaces, and {why}; run as root or "
+                "use the docker backend"
+            )
+        store = f"{self._store_root}/{os.getpid()}-{spec.key}"
+        if os.geteuid() != 0:
+            store = f"{os.environ.get('XDG_RUNTIME_DIR') or '/tmp'}/mcp-evalserver-{spec.key}"
+        try:
+            process = await anyio.open_process(
+                [self._python, "-I", "-S", str(SUPERVISOR_SOURCE)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        except OSError as e:
+            raise errors.SandboxUnavailable(f"cannot start the supervisor: {e}") from e
+        assert process.stdin is not None
+        assert process.stdout is not None
+        stderr_tail: collections.deque[str] = collections.deque(maxlen=50)
+        self._group.start_soon(_drain_stderr, process, stderr_tail, spec.key)
+        client = SupervisorClient(StapledByteStream(process.stdin, process.stdout))
+        await client.start(self._group)
+
+        async def on_close() -> None:
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(10):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+                await process.aclose()
+                await anyio.to_thread.run_sync(_remove_empty_dir, store)
+
+        try:
+            return await SupervisedInstance.open(
+                client, spec, mode="host", store=store, store_tmpfs=True, on_close=on_close
+            )
+        except BaseException as e:
+            await client.aclose()
+            await on_close()
+            if isinstance(e, errors.SandboxUnavailable) and stderr_tail:
+                raise errors.SandboxUnavailable(f"{e}; supervisor said: {stderr_tail[-1]}") from e
+            raise
+
+    async def aclose(self) -> None:
+        instances, self._instances = list(self._instances.values()), {}
+        for instance in instances:
+            await instance.aclose()
+        if self._group is not None:
+            group, self._group = self._group, None
+            group.cancel_scope.cancel()
+            await group.__aexit__(None, None, None)
+
+
+async def _drain_stderr(process: anyio.abc.Process, tail: collections.deque[str], key: str) -> None:
+    """Keeps the supervisor's last words (for errors) and logs them."""
+    assert process.stderr is not None
+    buffered = b""
+    async for chunk in process.stderr:
+        buffered += chunk
+        *lines, buffered = buffered.split(b"\n")
+        for line in lines:
+            text = line.decode(errors="replace")
+            tail.append(text)
+            log.warning("supervisor %s: %s", key, text)
+
+
+def _remove_empty_dir(path: str) -> None:
+    with contextlib.suppress(OSError):  # not empty: leave it for a person to look at
+        os.rmdir(path)

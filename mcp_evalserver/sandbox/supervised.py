@@ -1,0 +1,176 @@
+"""`Instance` and `Workspace` implemented over a `SupervisorClient`: shared by every backend.
+
+A backend provisions whatever hosts the supervisor, opens a byte stream to it, and calls
+`SupervisedInstance.open`; exec, files, diffs, limits and isolation are the supervisor's.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from mcp_evalserver import errors
+from mcp_evalserver.sandbox.base import ExecResult, FileEntry, Instance, InstanceSpec, Workspace
+from mcp_evalserver.sandbox.client import SupervisorClient
+
+# How long past a command's own timeout we wait for the supervisor before calling it lost.
+REPLY_GRACE_S = 30.0
+FILE_OP_TIMEOUT_S = 60.0
+
+
+class SupervisedInstance(Instance):
+    """An instance whose supervisor answers on `client`."""
+
+    def __init__(
+        self,
+        client: SupervisorClient,
+        spec: InstanceSpec,
+        base_commit: str | None,
+        info: Mapping[str, Any],
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.client = client
+        self.info = dict(info)  # supervisor version, python, cgroups, which limits are enforced
+        self._base = base_commit
+        self._on_close = on_close
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        client: SupervisorClient,
+        spec: InstanceSpec,
+        *,
+        mode: Literal["host", "container"],
+        store: str,
+        store_tmpfs: bool = False,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> SupervisedInstance:
+        """Initialises a started supervisor, runs the spec's setup and freezes the instance.
+
+        `store` holds the workspaces' upper layers and must not be on overlayfs; with
+        `store_tmpfs` the supervisor mounts a private tmpfs there itself.
+
+        Raises:
+            InvalidInput: the supervisor refused the spec.
+            InfrastructureError: setup failed (the message ends with its output).
+            SandboxUnavailable: the supervisor died or cannot create namespaces here.
+        """
+        info = await client.request(
+            "init",
+            reply_timeout=60,
+            mode=mode,
+            store=store,
+            store_tmpfs=store_tmpfs,
+            instance=spec.path or "/",
+            workdir=spec.workdir,
+            network=spec.network,
+        )
+        frozen = await client.request(
+            "freeze",
+            reply_timeout=spec.setup_timeout_s + REPLY_GRACE_S,
+            setup=list(spec.setup),
+            timeout=spec.setup_timeout_s,
+        )
+        return cls(client, spec, frozen.get("base"), info, on_close)
+
+    @property
+    def base_commit(self) -> str | None:
+        return self._base
+
+    async def workspace(self, name: str) -> SupervisedWorkspace:
+        await self.client.request("ws_create", reply_timeout=60, ws=name, limits=self.spec.limits())
+        return SupervisedWorkspace(self, name)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.client.alive:
+                await self.client.request("shutdown", reply_timeout=30)
+        except errors.EvalServerError:
+            pass  # it is going away either way
+        finally:
+            await self.client.aclose()
+            if self._on_close is not None:
+                await self._on_close()
+
+
+class SupervisedWorkspace(Workspace):
+    """One workspace of a `SupervisedInstance`."""
+
+    def __init__(self, instance: SupervisedInstance, name: str) -> None:
+        self.instance = instance
+        self.name = name
+
+    async def _call(self, op: str, reply_timeout: float, **args: Any) -> dict[str, Any]:
+        client = self.instance.client
+        return await client.request(op, reply_timeout=reply_timeout, ws=self.name, **args)
+
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float = 600.0,  # noqa: ASYNC109 (enforced inside the sandbox)
+        stdin: bytes | str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        output_cap: int = 1 << 20,
+    ) -> ExecResult:
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
+        if not argv or (isinstance(cmd, str) and not cmd.strip()):
+            raise errors.InvalidInput("the command is empty")
+        if timeout <= 0 or output_cap <= 0:
+            raise errors.InvalidInput("timeout and output_cap must be positive")
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        result = await self._call(
+            "exec",
+            timeout + REPLY_GRACE_S,
+            argv=argv,
+            env=dict(env or {}),
+            cwd=cwd,
+            stdin_b64=base64.b64encode(data).decode() if data else None,
+            timeout=timeout,
+            output_cap=output_cap,
+        )
+        return ExecResult(
+            exit_code=int(result["exit_code"]),
+            stdout=base64.b64decode(result["stdout_b64"]).decode(errors="replace"),
+            stderr=base64.b64decode(result["stderr_b64"]).decode(errors="replace"),
+            stdout_truncated=bool(result["stdout_truncated"]),
+            stderr_truncated=bool(result["stderr_truncated"]),
+            duration_s=float(result["duration_s"]),
+            timed_out=bool(result["timed_out"]),
+        )
+
+    async def read_file(self, path: str, *, max_bytes: int = 16 << 20) -> bytes:
+        result = await self._call("read", FILE_OP_TIMEOUT_S, path=path, max_bytes=max_bytes)
+        return base64.b64decode(result["data_b64"])
+
+    async def write_file(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        encoded = base64.b64encode(raw).decode()
+        await self._call("write", FILE_OP_TIMEOUT_S, path=path, data_b64=encoded, mode=mode)
+
+    async def list(self, path: str = ".") -> list[FileEntry]:
+        result = await self._call("list", FILE_OP_TIMEOUT_S, path=path)
+        return [FileEntry.model_validate(e) for e in result["entries"]]
+
+    async def diff(self) -> str:
+        """The patch as text; `.encode("utf-8", "surrogateescape")` gives git's exact bytes."""
+        result = await self._call("diff", 300 + REPLY_GRACE_S, timeout=300)
+        return base64.b64decode(result["patch_b64"]).decode("utf-8", "surrogateescape")
+
+    async def reset(self) -> None:
+        await self._call("ws_reset", 60)
+
+    async def destroy(self) -> None:
+        """Removes the workspace; a no-op if it or its instance is already gone."""
+        if not self.instance.client.alive:
+            return
+        with contextlib.suppress(errors.NotFound, errors.SandboxUnavailable):
+            await self._call("ws_destroy", 60)

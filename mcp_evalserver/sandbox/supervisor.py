@@ -1,0 +1,1172 @@
+#!/usr/bin/env python3
+"""mcp-evalserver sandbox supervisor: copy-on-write workspaces and sandboxed exec in one instance.
+
+Stdlib only and Python >= 3.8, because it is copied into arbitrary images and run as
+`python3 supervisor.py`. It speaks JSON lines on stdin/stdout; every request carries an `id`
+and many may be in flight, each answered once:
+
+    -> {"id": 7, "op": "exec", "args": {"ws": "t1", "argv": ["true"], "timeout": 10}}
+    <- {"id": 7, "ok": true, "result": {"exit_code": 0, ...}}
+    <- {"id": 8, "ok": false, "error": {"type": "NotFound", "message": "..."}}
+
+Ops: init, freeze, ws_create, exec, read, write, list, diff, ws_reset, ws_destroy, cancel,
+shutdown. Bytes travel as base64 (`*_b64`). One thread runs a selectors loop; every sandboxed
+thing runs in a forked child, so a fork never races another thread's locks.
+
+Modes. "container": the overlay's lower is `/` and uppers live on a non-overlay store (e.g. a
+tmpfs at /trajs). "host" (the local backend): the host's `/` is bind-mounted read-only and the
+overlay (lower = the instance directory) sits at that directory's own path.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import platform
+import resource
+import selectors
+import shutil
+import signal
+import socket
+import stat
+import struct
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+PROTOCOL_VERSION = 1
+
+# --- Linux constants (stable kernel ABI) ----------------------------------------------------
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWCGROUP, CLONE_NEWTIME = 0x02000000, 0x00000080
+NS_FLAGS = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID
+NS_FLAGS |= CLONE_NEWNET | CLONE_NEWCGROUP | CLONE_NEWTIME
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP = 1, 24
+PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 22, 38
+# What a trajectory keeps: root-like access to its own copy-on-write files, nothing else.
+# Never CAP_DAC_READ_SEARCH (open_by_handle_at escapes a chroot), SYS_ADMIN, SYS_CHROOT, KILL.
+KEPT_CAPS = (0, 1, 3, 4)  # CHOWN, DAC_OVERRIDE, FOWNER, FSETID
+SYSCALL_MOUNT_SETATTR, AT_RECURSIVE, AT_FDCWD = 442, 0x8000, -100
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 1, 2, 4
+# Syscalls a sandboxed process may not make even without capabilities (user namespaces make
+# unshare/clone possible for anyone); per architecture: (audit arch, {name: nr}).
+SECCOMP_TABLES = {
+    "x86_64": (0xC000003E, {"mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
+                            "unshare": 272, "setns": 308, "clone": 56, "clone3": 435}),
+    "aarch64": (0xC00000B7, {"mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51,
+                             "unshare": 97, "setns": 268, "clone": 220, "clone3": 435}),
+}  # fmt: skip
+NEW_MOUNT_API = (428, 429, 430, 431, 432, 433, 442)  # open_tree..fspick, mount_setattr
+PROC_MASKED = ("kcore", "keys", "timer_list", "sched_debug", "latency_stats", "acpi", "scsi")
+PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                        ctypes.c_char_p]  # fmt: skip
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                        ctypes.c_ulong]  # fmt: skip
+
+
+def _cap_last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except OSError:
+        return 40
+
+
+# Read once here: inside a workspace view /proc may be an empty directory.
+CAP_LAST_CAP = _cap_last_cap()
+
+
+class SupervisorError(Exception):
+    """An error answered to the client; `kind` names a class of mcp_evalserver.errors."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _check(ret: int, what: str) -> int:
+    if ret == -1:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return ret
+
+
+def mount(src: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    def enc(s: str | None) -> bytes | None:
+        return None if s is None else s.encode()
+
+    _check(_libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)), "mount " + target)
+
+
+def umount(target: str) -> None:
+    _check(_libc.umount2(target.encode(), MNT_DETACH), "umount " + target)
+
+
+def prctl(option: int, arg: int = 0) -> None:
+    _check(_libc.prctl(option, arg, 0, 0, 0), f"prctl {option}")
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def setns(path: str, nstype: int) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _check(_libc.setns(fd, nstype), "setns " + path)
+    finally:
+        os.close(fd)
+
+
+def make_readonly_recursive(path: str) -> None:
+    """Read-only, nosuid, nodev for a mount and everything under it (rbind alone keeps rw)."""
+    attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, 0)
+    ret = _libc.syscall(ctypes.c_long(SYSCALL_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD),
+                        ctypes.c_char_p(path.encode()), ctypes.c_uint(AT_RECURSIVE),
+                        ctypes.byref(attr), ctypes.c_size_t(32))  # fmt: skip
+    if ret == 0:
+        return
+    # Kernels before 5.12: remount each submount, deepest last is fine for ro.
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    for point in points:
+        point = point.replace("\\040", " ")
+        if point == path or point.startswith(path.rstrip("/") + "/"):
+            mount("none", point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def close_fds_from(lowest: int) -> None:
+    close_fds_except(set(range(lowest)))
+
+
+def close_fds_except(keep: set[int]) -> None:
+    """Closes every fd >= 3 not in `keep` (a forked child must not hold others' pipes)."""
+    low = 3
+    for fd in [*sorted(k for k in keep if k >= 3), 1 << 32]:
+        if fd > low and _libc.close_range(ctypes.c_uint(low), ctypes.c_uint(fd - 1), 0) != 0:
+            for name in os.listdir("/proc/self/fd"):  # kernels before 5.9
+                if low <= int(name) < fd:
+                    with contextlib.suppress(OSError):
+                        os.close(int(name))
+        low = fd + 1
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]  # fmt: skip
+
+
+def _seccomp_program() -> bytes | None:
+    """A classic-BPF filter refusing mount/namespace syscalls; None on an unknown arch."""
+    table = SECCOMP_TABLES.get(platform.machine())
+    if table is None:
+        return None
+    arch, nrs = table
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    body: list[tuple[int, str, str, int]] = [(ld, "", "", 0)]  # seccomp_data.nr
+    if arch == 0xC000003E:
+        body.append((jge, "eperm", "", 0x40000000))  # the x32 ABI's numbers
+    blocked = [nrs[n] for n in ("mount", "umount2", "pivot_root", "chroot", "unshare", "setns")]
+    for nr in blocked + list(NEW_MOUNT_API):
+        body.append((jeq, "eperm", "", nr))
+    body.append((jeq, "enosys", "", nrs["clone3"]))  # flags hidden in a struct: libc falls back
+    body.append((jeq, "", "allow", nrs["clone"]))
+    body.append((ld, "", "", 16))  # low word of args[0], the clone flags
+    body.append((jset, "eperm", "allow", NS_FLAGS))
+    head = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, enosys)]
+    labels = {"allow": len(head) + len(body), "eperm": len(head) + len(body) + 1}
+    labels["enosys"] = labels["eperm"] + 1
+    prog: list[tuple[int, int, int, int]] = list(head)
+    for code, jt, jf, k in body:
+        here = len(prog) + 1
+        prog.append((code, labels[jt] - here if jt else 0, labels[jf] - here if jf else 0, k))
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm), (ret, 0, 0, enosys)]
+    return b"".join(struct.pack("HBBI", *ins) for ins in prog)
+
+
+def drop_privileges(filter_syscalls: bool) -> None:
+    """Keep uid 0 but only KEPT_CAPS; no_new_privs; optionally the seccomp filter.
+
+    Why uid 0 and not a uid per workspace: tasks' files are root-owned, and access(2) ignores
+    capabilities for any other real uid, so git and pip would see a read-only repository.
+    Per-workspace process caps therefore come from the pids cgroup, not RLIMIT_NPROC.
+    """
+    keep_mask = sum(1 << c for c in KEPT_CAPS)
+    for cap in range(CAP_LAST_CAP + 1):
+        if cap not in KEPT_CAPS:
+            prctl(PR_CAPBSET_DROP, cap)
+    header = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)(_CapData(keep_mask, keep_mask, keep_mask), _CapData(0, 0, 0))
+    _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+    prctl(PR_SET_NO_NEW_PRIVS, 1)  # setuid binaries and file caps grant nothing more
+    program = _seccomp_program() if filter_syscalls else None
+    if program is not None:
+        buf = ctypes.create_string_buffer(program)
+        fprog = struct.pack("HxxxxxxQ", len(program) // 8, ctypes.addressof(buf))
+        fbuf = ctypes.create_string_buffer(fprog)
+        _check(_libc.prctl(PR_SET_SECCOMP, 2, ctypes.addressof(fbuf), 0, 0), "seccomp")
+
+
+def enter_user_namespace() -> None:
+    """Unprivileged: become root of a new user namespace mapping only ourselves."""
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        unshare(CLONE_NEWUSER)
+        write_file("/proc/self/setgroups", "deny")
+        write_file("/proc/self/uid_map", f"0 {uid} 1")
+        write_file("/proc/self/gid_map", f"0 {gid} 1")
+    except OSError as e:
+        raise SupervisorError(
+            "SandboxUnavailable",
+            f"uid {uid} may not create user namespaces here ({e.strerror}); run as root, or "
+            "allow them (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0, "
+            "kernel.apparmor_restrict_unprivileged_userns=0)",
+        ) from e
+
+
+def loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, 0x8913, req))[1]  # SIOCGIFFLAGS
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH22x", b"lo", flags | 1))  # SIOCSIFFLAGS IFF_UP
+
+
+def reset_signals() -> None:
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def write_file(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+# --- cgroups: per-workspace pids/memory limits where the hierarchy is writable ---------------
+class Cgroups:
+    """Per-workspace cgroups under the supervisor's own (v1 controllers or the v2 tree)."""
+
+    def __init__(self) -> None:
+        self.version = ""
+        self.bases: dict[str, str] = {}  # controller ("pids", "memory", "" for v2) -> dir
+        try:
+            self._setup()
+        except OSError:
+            self.bases = {}
+        if not self.bases:
+            self.version = ""
+
+    def _setup(self) -> None:
+        own: dict[str, str] = {}
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, ctrls, path = line.rstrip("\n").split(":", 2)
+                for c in ctrls.split(","):
+                    own[c] = path
+        name = f"mcp-evalserver-{os.getpid()}"
+        if os.path.isdir("/sys/fs/cgroup/pids") or os.path.isdir("/sys/fs/cgroup/memory"):
+            self.version = "v1"
+            for ctrl in ("pids", "memory"):
+                mnt = "/sys/fs/cgroup/" + ctrl
+                if ctrl in own and os.access(mnt, os.W_OK):
+                    base = os.path.join(mnt + own[ctrl], name)
+                    try:
+                        os.makedirs(base, exist_ok=True)
+                        self.bases[ctrl] = base
+                    except OSError:
+                        pass
+        elif os.path.exists("/sys/fs/cgroup/cgroup.controllers") and "" in own:
+            # v2: processes may only sit in leaves, so move ourselves into a leaf first.
+            self.version = "v2"
+            top = "/sys/fs/cgroup" + own[""]
+            os.makedirs(os.path.join(top, "supervisor"), exist_ok=True)
+            write_file(os.path.join(top, "supervisor", "cgroup.procs"), str(os.getpid()))
+            write_file(os.path.join(top, "cgroup.subtree_control"), "+pids +memory")
+            self.bases[""] = top
+
+    def create(self, ws: str, pids: int | None, memory: int | None) -> list[str]:
+        dirs = []
+        for ctrl, base in self.bases.items():
+            d = os.path.join(base, "ws-" + ws)
+            os.makedirs(d, exist_ok=True)
+            dirs.append(d)
+            if pids and ctrl in ("pids", ""):
+                write_file(os.path.join(d, "pids.max"), str(pids))
+            if memory and ctrl == "memory":
+                write_file(os.path.join(d, "memory.limit_in_bytes"), str(memory))
+                swap = os.path.join(d, "memory.memsw.limit_in_bytes")
+                if os.path.exists(swap):
+                    write_file(swap, str(memory))
+            if memory and ctrl == "":
+                write_file(os.path.join(d, "memory.max"), str(memory))
+                write_file(os.path.join(d, "memory.swap.max"), "0")
+        return dirs
+
+    def limits(self) -> dict[str, bool]:
+        v2 = "" in self.bases
+        return {"pids": v2 or "pids" in self.bases, "memory": v2 or "memory" in self.bases}
+
+
+# --- output capture --------------------------------------------------------------------------
+class Capture:
+    """Keeps the first and last halves of a byte stream up to `cap` bytes in all."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.total = cap, 0
+        self.head, self.tail = bytearray(), bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.cap // 2 - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            excess = len(self.tail) - (self.cap - self.cap // 2)
+            if excess > 0:
+                del self.tail[:excess]
+
+    def result(self) -> tuple[bytes, bool]:
+        if self.total <= self.cap:
+            return bytes(self.head + self.tail), False
+        marker = b"\n[... %d bytes omitted ...]\n" % (self.total - len(self.head) - len(self.tail))
+        return bytes(self.head + marker + self.tail), True
+
+
+# --- workspaces ------------------------------------------------------------------------------
+class Workspace:
+    def __init__(self, name: str, path: str) -> None:
+        self.name, self.path = name, path
+        self.nsfile = ""  # /proc/<holder>/ns/mnt
+        self.holder_pid, self.hold_fd = 0, -1
+        self.root = os.path.join(path, "root")
+        self.cgroups: list[str] = []
+        self.tmpfs = False
+        self.jobs: set[int] = set()  # request ids running in this workspace
+        self.limits: dict[str, Any] = {}
+
+
+class Job:
+    """A forked child whose pipes the loop drains; `finish` runs once it exited and hit EOF."""
+
+    def __init__(self, req_id: int, pid: int, deadline: float | None, ws: Workspace | None) -> None:
+        self.req_id, self.pid, self.deadline, self.ws = req_id, pid, deadline, ws
+        self.started = time.monotonic()
+        self.captures: dict[int, Capture] = {}
+        self.info = bytearray()
+        self.info_fd = -1
+        self.stdin_fd, self.stdin_data = -1, b""
+        self.status: int | None = None
+        self.timed_out = False
+        self.init_pid = 0
+        self.open_fds: set[int] = set()
+        self.out_fd = self.err_fd = -1
+        self.finish: Callable[[Job], dict[str, Any]] = lambda job: {}
+
+    def output(self) -> tuple[tuple[bytes, bool], tuple[bytes, bool]]:
+        return self.captures[self.out_fd].result(), self.captures[self.err_fd].result()
+
+    def messages(self) -> list[dict[str, Any]]:
+        found = []
+        for line in bytes(self.info).split(b"\n")[:-1]:  # complete lines only
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(msg, dict):
+                found.append(msg)
+        return found
+
+
+class Supervisor:
+    def __init__(self, proto_in: int, proto_out: int) -> None:
+        self.proto_in, self.proto_out = proto_in, proto_out
+        self.sel = selectors.DefaultSelector()
+        self.jobs: dict[int, Job] = {}  # pid -> job
+        self.by_req: dict[int, Job] = {}
+        self.workspaces: dict[str, Workspace] = {}
+        self.cfg: dict[str, Any] = {}
+        self.frozen = False
+        self.base: str | None = None
+        self.cgroups: Cgroups | None = None
+        self.stale_cgroups: list[str] = []
+        self.inbuf = bytearray()
+        self.running = True
+        self.pid = os.getpid()
+
+    # -- plumbing --
+    def send(self, msg: dict[str, Any]) -> None:
+        data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+        view = memoryview(data)
+        while view:  # blocking fd: a slow client slows us down rather than losing replies
+            view = view[os.write(self.proto_out, view) :]
+
+    def reply(self, req_id: int, result: dict[str, Any]) -> None:
+        self.send({"id": req_id, "ok": True, "result": result})
+
+    def fail(self, req_id: int, kind: str, message: str) -> None:
+        self.send({"id": req_id, "ok": False, "error": {"type": kind, "message": message}})
+
+    def run(self) -> None:
+        rfd, wfd = os.pipe()
+        for fd in (rfd, wfd):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(wfd)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.sel.register(rfd, selectors.EVENT_READ, "sigchld")
+        self.sel.register(self.proto_in, selectors.EVENT_READ, "requests")
+        while self.running:
+            deadlines = [j.deadline for j in self.jobs.values() if j.deadline and not j.timed_out]
+            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+            if self.stale_cgroups:
+                timeout = 0.2 if timeout is None else min(timeout, 0.2)
+            for key, _ in self.sel.select(timeout):
+                if key.data == "sigchld":
+                    while True:
+                        try:
+                            if not os.read(rfd, 512):
+                                break
+                        except BlockingIOError:
+                            break
+                    self.reap()
+                elif key.data == "requests":
+                    self.read_requests()
+                else:
+                    job, fd = key.data
+                    try:
+                        self.pump(job, fd)
+                    except Exception as e:  # one broken job must not take the instance down
+                        sys.stderr.write(f"supervisor: job {job.req_id}: {e!r}\n")
+            self.expire()
+            self.remove_stale_cgroups()
+        self.shutdown()
+
+    def read_requests(self) -> None:
+        try:
+            chunk = os.read(self.proto_in, 1 << 20)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self.running = False
+            return
+        self.inbuf += chunk
+        while b"\n" in self.inbuf:
+            line, _, rest = bytes(self.inbuf).partition(b"\n")
+            self.inbuf = bytearray(rest)
+            if line.strip():
+                self.handle(line)
+
+    def handle(self, line: bytes) -> None:
+        req_id = 0
+        try:
+            req = json.loads(line)
+            req_id = int(req["id"])
+            handler = getattr(self, "op_" + str(req["op"]), None)
+            if handler is None:
+                raise SupervisorError("InvalidInput", "unknown op {!r}".format(req["op"]))
+            result = handler(req_id, req.get("args") or {})
+            if result is not None:
+                self.reply(req_id, result)
+        except SupervisorError as e:
+            self.fail(req_id, e.kind, str(e))
+        except OSError as e:
+            self.fail(req_id, "InfrastructureError", f"supervisor: {e}")
+        except (ValueError, KeyError, TypeError) as e:
+            self.fail(req_id, "InvalidInput", f"bad request: {e!r}")
+
+    # -- jobs --
+    def spawn(
+        self,
+        req_id: int,
+        child: Callable[[], None],
+        ws: Workspace | None,
+        timeout: float | None,
+        cap: int = 0,
+        stdin: bytes | None = None,
+    ) -> Job:
+        """Fork `child` with fd 0 = stdin, 1/2 = captured output (if cap), 3 = info pipe."""
+        pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, info
+        pid = os.fork()
+        if pid == 0:
+            try:
+                reset_signals()
+                for target, fds in enumerate(pipes):
+                    os.dup2(fds[0] if target == 0 else fds[1], target)
+                if not cap:
+                    os.dup2(os.open("/dev/null", os.O_WRONLY), 1)
+                    os.dup2(1, 2)
+                close_fds_from(4)
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() != self.pid:
+                    os._exit(1)
+                child()
+            except BaseException as e:  # report anything, never return into the loop
+                try:
+                    os.write(
+                        3,
+                        (
+                            json.dumps({"error": str(e), "kind": "InfrastructureError"}) + "\n"
+                        ).encode(),
+                    )
+                finally:
+                    os._exit(127)
+            os._exit(0)
+        deadline = time.monotonic() + timeout if timeout else None
+        job = Job(req_id, pid, deadline, ws)
+        os.close(pipes[0][0])
+        for _, w in pipes[1:]:
+            os.close(w)
+        job.stdin_fd, job.stdin_data = pipes[0][1], stdin or b""
+        job.out_fd, job.err_fd = pipes[1][0], pipes[2][0]
+        os.set_blocking(job.stdin_fd, False)
+        if job.stdin_data:
+            self.sel.register(job.stdin_fd, selectors.EVENT_WRITE, (job, job.stdin_fd))
+        else:
+            os.close(job.stdin_fd)
+            job.stdin_fd = -1
+        for i, (r, _) in enumerate(pipes[1:], start=1):
+            os.set_blocking(r, False)
+            if i < 3:
+                job.captures[r] = Capture(cap or 1)
+            else:
+                job.info_fd = r
+            job.open_fds.add(r)
+            self.sel.register(r, selectors.EVENT_READ, (job, r))
+        self.jobs[pid] = job
+        self.by_req[req_id] = job
+        if ws is not None:
+            ws.jobs.add(req_id)
+        return job
+
+    def pump(self, job: Job, fd: int) -> None:
+        if fd == job.stdin_fd:
+            try:
+                n = os.write(fd, job.stdin_data[:65536])
+                job.stdin_data = job.stdin_data[n:]
+                if job.stdin_data:
+                    return
+            except BlockingIOError:
+                return
+            except OSError:
+                pass  # the command closed its stdin: not our problem
+            self.sel.unregister(fd)
+            os.close(fd)
+            job.stdin_fd = -1
+            return
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if chunk:
+            if fd == job.info_fd:
+                job.info += chunk
+                for msg in job.messages():
+                    job.init_pid = int(msg.get("init", job.init_pid))
+            else:
+                job.captures[fd].feed(chunk)
+            return
+        self.sel.unregister(fd)
+        os.close(fd)
+        job.open_fds.discard(fd)
+        self.maybe_done(job)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            job = self.jobs.get(pid)
+            if job is not None:
+                job.status = status
+                self.maybe_done(job)
+
+    def kill(self, job: Job) -> None:
+        for pid in (job.init_pid, job.pid):
+            if pid and job.status is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        for job in list(self.jobs.values()):
+            if job.deadline and not job.timed_out and now >= job.deadline:
+                job.timed_out = True
+                self.kill(job)
+
+    def maybe_done(self, job: Job) -> None:
+        if job.status is None or job.open_fds:
+            return
+        if job.stdin_fd >= 0:
+            self.sel.unregister(job.stdin_fd)
+            os.close(job.stdin_fd)
+        del self.jobs[job.pid]
+        if self.by_req.pop(job.req_id, None) is None:
+            return  # cancelled: the client no longer waits
+        if job.ws is not None:
+            job.ws.jobs.discard(job.req_id)
+        try:
+            self.reply(job.req_id, job.finish(job))
+        except SupervisorError as e:
+            self.fail(job.req_id, e.kind, str(e))
+        except Exception as e:  # a bug here must fail one request, not the instance
+            self.fail(job.req_id, "InfrastructureError", f"supervisor: {e!r}")
+
+    # -- ops --
+    def op_init(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
+        if self.cfg:
+            raise SupervisorError("Conflict", "supervisor already initialised")
+        mode = args["mode"]
+        if mode not in ("host", "container"):
+            raise SupervisorError("InvalidInput", "mode must be 'host' or 'container'")
+        cfg: dict[str, Any] = {"workdir": "/testbed", "network": False}
+        cfg["instance"] = "/"
+        cfg.update(args)
+        if mode == "host" and not os.path.isdir(cfg["instance"]):
+            raise SupervisorError(
+                "InvalidInput", "instance directory {!r} missing".format(cfg["instance"])
+            )
+        if os.geteuid() != 0:
+            enter_user_namespace()
+        # Our own mount namespace: every mount we make dies with us, and ns files can be bound.
+        unshare(CLONE_NEWNS)
+        mount("none", "/", None, MS_REC | MS_PRIVATE)
+        store = cfg["store"]
+        os.makedirs(store, mode=0o700, exist_ok=True)
+        if cfg.get("store_tmpfs"):
+            mount("tmpfs", store, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
+        self.cfg = cfg
+        self.cgroups = Cgroups()
+        return {
+            "version": PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "python": platform.python_version(),
+            "cgroups": self.cgroups.version,
+            "limits": self.cgroups.limits(),
+        }
+
+    def require_init(self) -> None:
+        if not self.cfg:
+            raise SupervisorError("Conflict", "send 'init' first")
+
+    def op_freeze(self, req_id: int, args: dict[str, Any]) -> None:
+        """Runs setup (unsandboxed, as the instance's owner would), refreshes the git index."""
+        self.require_init()
+        if self.frozen:
+            raise SupervisorError("Conflict", "instance already frozen")
+        workdir = self.cfg["workdir"]
+        script = "set -e\n" + "\n".join(args.get("setup") or []) + "\n"
+        script += (
+            "if git -c safe.directory='*' rev-parse --git-dir >/dev/null 2>&1; then\n"
+            "  git -c safe.directory='*' status --porcelain >/dev/null\n"
+            '  printf \'{"base": "%s"}\\n\' "$(git -c safe.directory=\'*\' rev-parse HEAD)" >&3\n'
+            "fi\n"
+        )
+
+        def child() -> None:
+            os.chdir(workdir)
+            os.execvp("/bin/sh", ["/bin/sh", "-c", script])
+
+        def finish(job: Job) -> dict[str, Any]:
+            (out, _), (err, _) = job.output()
+            if (
+                job.timed_out
+                or not os.WIFEXITED(job.status or 0)
+                or os.WEXITSTATUS(job.status or 0)
+            ):
+                tail = (out + err)[-4000:].decode(errors="replace")
+                raise SupervisorError("InfrastructureError", f"setup failed: {tail}")
+            self.frozen = True
+            self.base = next((str(m["base"]) for m in job.messages() if "base" in m), None)
+            return {"base": self.base, "duration_s": time.monotonic() - job.started}
+
+        job = self.spawn(req_id, child, None, float(args.get("timeout") or 3600), cap=1 << 20)
+        job.finish = finish
+
+    def workspace(self, args: dict[str, Any]) -> Workspace:
+        ws = self.workspaces.get(str(args.get("ws")))
+        if ws is None:
+            raise SupervisorError("NotFound", "no workspace {!r}".format(args.get("ws")))
+        return ws
+
+    def op_ws_create(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
+        self.require_init()
+        if not self.frozen:
+            raise SupervisorError("Conflict", "freeze the instance before creating workspaces")
+        name = str(args["ws"])
+        if not name or "/" in name or name.startswith(".") or len(name) > 128:
+            raise SupervisorError("InvalidInput", f"workspace name {name!r} not allowed")
+        if name in self.workspaces:
+            raise SupervisorError("Conflict", f"workspace {name!r} exists")
+        started = time.monotonic()
+        ws = Workspace(name, os.path.join(self.cfg["store"], name))
+        ws.limits = dict(args.get("limits") or {})
+        try:
+            self.build_workspace(ws)
+        except BaseException:
+            self.teardown(ws)
+            raise
+        self.workspaces[name] = ws
+        return {"ws": name, "ms": (time.monotonic() - started) * 1000}
+
+    def build_workspace(self, ws: Workspace) -> None:
+        limits = ws.limits
+        os.makedirs(ws.path, mode=0o700)
+        disk = limits.get("disk_bytes")
+        if disk:  # a tmpfs per workspace is its disk cap
+            mount("tmpfs", ws.path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(disk)},mode=0700")
+            ws.tmpfs = True
+        for sub in ("upper", "work", "root", "tmp"):
+            os.mkdir(os.path.join(ws.path, sub), 0o700)
+        os.chmod(os.path.join(ws.path, "tmp"), 0o1777)
+        if self.cgroups is not None:
+            ws.cgroups = self.cgroups.create(
+                ws.name, limits.get("pids"), limits.get("memory_bytes")
+            )
+        # A holder process keeps the namespace alive. Binding its ns file would do without a
+        # process, but the kernel refuses that bind (EINVAL, "ns loop") whenever namespace ids
+        # are not monotonic across CPUs, as on 6.18: seen in 23 of 120 creates here.
+        ack_r, ack_w = os.pipe()
+        hold_r, hold_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                reset_signals()
+                close_fds_except({ack_w, hold_r})  # above all other holders' and jobs' pipes
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                unshare(CLONE_NEWNS)
+                self.mount_view(ws)
+                os.write(ack_w, b"ok\n")
+                os.read(hold_r, 1)  # EOF when the workspace is destroyed
+            except BaseException as e:
+                os.write(ack_w, (f"error: {e}\n").encode())
+                code = 1
+            os._exit(code)
+        os.close(ack_w)
+        os.close(hold_r)
+        ws.holder_pid, ws.hold_fd = pid, hold_w
+        ws.nsfile = f"/proc/{pid}/ns/mnt"
+        try:
+            ack = os.read(ack_r, 4096).decode(errors="replace")
+        finally:
+            os.close(ack_r)
+        if not ack.startswith("ok"):
+            raise SupervisorError("InfrastructureError", "workspace mount failed: " + ack.strip())
+
+    def mount_view(self, ws: Workspace) -> None:
+        """In the workspace's fresh mount namespace: build the trajectory's view at ws.root."""
+        root, cfg = ws.root, self.cfg
+        nodev = MS_NOSUID | MS_NODEV
+        if cfg["mode"] == "container":
+            lower, target = "/", root
+        else:
+            mount("/", root, None, MS_BIND | MS_REC)
+            make_readonly_recursive(root)
+            # Host secrets and host IPC (unix sockets in /run, /tmp) stay out of the view.
+            for masked in ("/run", "/root", "/home", "/var/run"):
+                if os.path.isdir(root + masked) and not os.path.islink(root + masked):
+                    mount("tmpfs", root + masked, "tmpfs", nodev, "size=16m,mode=0755")
+            for secret in ("/etc/shadow", "/etc/gshadow"):
+                if os.path.isfile(root + secret):
+                    mount("/dev/null", root + secret, None, MS_BIND)
+            for tmp in ("/tmp", "/var/tmp"):
+                if os.path.isdir(root + tmp):
+                    mount(os.path.join(ws.path, "tmp"), root + tmp, None, MS_BIND)
+            lower = cfg["instance"].rstrip("/") or "/"
+            target = root + lower
+            os.makedirs(target, exist_ok=True)
+        opts = f"lowerdir={lower},upperdir={ws.path}/upper,workdir={ws.path}/work"
+        try:
+            mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts + ",redirect_dir=on")
+        except OSError:
+            mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts)
+        if cfg["mode"] == "container":
+            mount("/sys", root + "/sys", None, MS_BIND | MS_REC)
+            make_readonly_recursive(root + "/sys")
+            for f in ("/etc/resolv.conf", "/etc/hosts", "/etc/hostname"):
+                if os.path.isfile(f) and os.path.isfile(root + f):
+                    mount(f, root + f, None, MS_BIND)
+                    mount("none", root + f, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        self.mount_dev(ws)
+        store = root + cfg["store"]
+        if os.path.isdir(store):  # other workspaces' uppers: never visible
+            mount("tmpfs", store, "tmpfs", nodev | MS_RDONLY, "size=4k,mode=0555")
+
+    def mount_dev(self, ws: Workspace) -> None:
+        dev = ws.root + "/dev"
+        os.makedirs(dev, exist_ok=True)
+        mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
+        for name in DEVICES:
+            with open(os.path.join(dev, name), "w"):
+                pass
+            mount("/dev/" + name, os.path.join(dev, name), None, MS_BIND)
+        links = {"fd": "", "stdin": "/0", "stdout": "/1", "stderr": "/2"}
+        for name, suffix in links.items():
+            target = "/proc/self/fd" + suffix
+            os.symlink(target, os.path.join(dev, name))
+        for sub in ("shm", "pts", "mqueue"):
+            os.mkdir(os.path.join(dev, sub))
+        os.makedirs(os.path.join(ws.path, "shm"), exist_ok=True)
+        os.chmod(os.path.join(ws.path, "shm"), 0o1777)
+        mount(os.path.join(ws.path, "shm"), os.path.join(dev, "shm"), None, MS_BIND)
+
+    def teardown(self, ws: Workspace) -> None:
+        for req_id in list(ws.jobs):
+            job = self.by_req.get(req_id)
+            if job is not None:
+                self.kill(job)
+        if ws.hold_fd >= 0:
+            os.close(ws.hold_fd)
+            ws.hold_fd = -1
+        if ws.holder_pid:
+            with contextlib.suppress(OSError):
+                os.kill(ws.holder_pid, signal.SIGKILL)
+                os.waitpid(ws.holder_pid, 0)
+            ws.holder_pid = 0
+        with contextlib.suppress(OSError):
+            umount(ws.path)
+        shutil.rmtree(ws.path, ignore_errors=True)
+        self.stale_cgroups.extend(ws.cgroups)
+        self.remove_stale_cgroups()
+
+    def remove_stale_cgroups(self) -> None:
+        for d in list(self.stale_cgroups):
+            try:
+                os.rmdir(d)
+                self.stale_cgroups.remove(d)
+            except FileNotFoundError:
+                self.stale_cgroups.remove(d)
+            except OSError:
+                pass  # processes still exiting: retried from the loop
+
+    def op_ws_destroy(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
+        ws = self.workspace(args)
+        del self.workspaces[ws.name]
+        self.teardown(ws)
+        return {}
+
+    def op_ws_reset(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
+        ws = self.workspace(args)
+        limits = ws.limits
+        self.op_ws_destroy(req_id, args)
+        return self.op_ws_create(req_id, {"ws": ws.name, "limits": limits})
+
+    def op_cancel(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
+        job = self.by_req.pop(int(args["target"]), None)
+        if job is not None:
+            self.kill(job)
+            if job.ws is not None:
+                job.ws.jobs.discard(job.req_id)
+        return {"cancelled": job is not None}
+
+    def op_shutdown(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
+        self.running = False
+        return {}
+
+    def shutdown(self) -> None:
+        for ws in list(self.workspaces.values()):
+            self.teardown(ws)
+        self.workspaces.clear()
+        deadline = time.monotonic() + 2
+        while self.stale_cgroups and time.monotonic() < deadline:
+            time.sleep(0.02)
+            self.remove_stale_cgroups()
+        if self.cgroups is not None:
+            for base in self.cgroups.bases.values():
+                if base.endswith(f"-{self.pid}"):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(base)
+
+    # -- sandboxed execution --
+    def op_exec(self, req_id: int, args: dict[str, Any]) -> None:
+        ws = self.workspace(args)
+        argv = [str(a) for a in args["argv"]]
+        if not argv:
+            raise SupervisorError("InvalidInput", "argv is empty")
+        stdin = base64.b64decode(args["stdin_b64"]) if args.get("stdin_b64") else None
+        job = self.spawn_sandboxed(
+            req_id, ws, argv, args.get("env") or {}, args.get("cwd"), float(args["timeout"]),
+            int(args.get("output_cap") or 1 << 20), stdin,
+        )  # fmt: skip
+
+        def finish(job: Job) -> dict[str, Any]:
+            result = self.exec_result(job)
+            for key in ("stdout", "stderr"):
+                result[key + "_b64"] = base64.b64encode(result.pop(key)).decode()
+            return result
+
+        job.finish = finish
+
+    def exec_result(self, job: Job) -> dict[str, Any]:
+        for msg in job.messages():
+            if "error" in msg and not job.timed_out:
+                raise SupervisorError(msg.get("kind", "InfrastructureError"), msg["error"])
+        raw = next((m["status"] for m in job.messages() if "status" in m), job.status or 0)
+        code = os.WEXITSTATUS(raw) if os.WIFEXITED(raw) else -os.WTERMSIG(raw)
+        (out, out_trunc), (err, err_trunc) = job.output()
+        return {
+            "exit_code": code, "stdout": out, "stderr": err,
+            "stdout_truncated": out_trunc, "stderr_truncated": err_trunc,
+            "duration_s": time.monotonic() - job.started, "timed_out": job.timed_out,
+        }  # fmt: skip
+
+    def spawn_sandboxed(
+        self,
+        req_id: int,
+        ws: Workspace,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        timeout: float,
+        cap: int,
+        stdin: bytes | None,
+    ) -> Job:
+        cfg, limits = self.cfg, ws.limits
+        full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8",
+                    "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
+                    "GIT_CONFIG_VALUE_0": "*"}  # fmt: skip
+        full_env.update({str(k): str(v) for k, v in env.items()})
+        workdir = cfg["workdir"]
+        target = os.path.join(workdir, cwd) if cwd else workdir
+        have = self.cgroups.limits() if self.cgroups else {"pids": False, "memory": False}
+
+        def child() -> None:
+            for d in ws.cgroups:
+                write_file(os.path.join(d, "cgroup.procs"), str(os.getpid()))
+            setns(ws.nsfile, CLONE_NEWNS)
+            flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
+            unshare(flags if cfg.get("network") else flags | CLONE_NEWNET)
+            sync_r, sync_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(sync_w)
+                self.sandbox_init(ws, sync_r, argv, full_env, target, limits, have)
+            os.close(sync_r)
+            os.write(3, (json.dumps({"init": pid}) + "\n").encode())
+            os.write(sync_w, b"x")
+            os.close(sync_w)
+            null = os.open("/dev/null", os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            _, status = os.waitpid(pid, 0)
+            os.write(3, (json.dumps({"status": status}) + "\n").encode())
+
+        return self.spawn(req_id, child, ws, timeout, cap, stdin)
+
+    def sandbox_init(
+        self,
+        ws: Workspace,
+        sync_r: int,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        limits: dict[str, Any],
+        have: dict[str, bool],
+    ) -> None:
+        """Pid 1 of the exec's pid namespace; becomes the command. Never returns."""
+        try:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.read(sync_r, 1) != b"x":
+                os._exit(1)  # our parent died before we could arm the death signal
+            os.close(sync_r)
+            fcntl.fcntl(3, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
+            proc = ws.root + "/proc"
+            mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            for name in PROC_READONLY:
+                path = os.path.join(proc, name)
+                if os.path.exists(path):
+                    mount(path, path, None, MS_BIND | MS_REC)
+                    mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+            for name in PROC_MASKED:
+                path = os.path.join(proc, name)
+                if os.path.isdir(path):
+                    mount("tmpfs", path, "tmpfs", MS_RDONLY, "size=4k")
+                elif os.path.exists(path):
+                    mount("/dev/null", path, None, MS_BIND)
+            socket.sethostname("sandbox")
+            if not self.cfg.get("network"):
+                loopback_up()
+            self.apply_rlimits(limits, have)
+            os.chroot(ws.root)
+            try:
+                os.chdir(cwd)
+            except OSError as e:
+                msg = {"error": f"cwd {cwd!r}: {e.strerror}", "kind": "InvalidInput"}
+                os.write(3, (json.dumps(msg) + "\n").encode())
+                os._exit(127)
+            drop_privileges(True)
+        except BaseException as e:
+            os.write(3, (json.dumps({"error": f"sandbox setup: {e}"}) + "\n").encode())
+            os._exit(127)
+        try:
+            os.execvpe(argv[0], argv, env)
+        except OSError as e:
+            os.write(2, (f"sandbox: cannot run {argv[0]!r}: {e.strerror}\n").encode())
+            os._exit(127 if e.errno == errno.ENOENT else 126)
+
+    @staticmethod
+    def apply_rlimits(limits: dict[str, Any], have: dict[str, bool]) -> None:
+        if limits.get("memory_bytes") and not have["memory"]:
+            n = int(limits["memory_bytes"])  # no cgroup: a per-process cap is better than none
+            resource.setrlimit(resource.RLIMIT_AS, (n, n))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    # -- files, read and written as the trajectory itself (symlinks resolve inside its view) --
+    def files_job(self, req_id: int, args: dict[str, Any], work: Callable[[], Any]) -> None:
+        ws = self.workspace(args)
+        workdir = self.cfg["workdir"]
+
+        def child() -> None:
+            setns(ws.nsfile, CLONE_NEWNS)
+            os.chroot(ws.root)
+            os.chdir(workdir)
+            drop_privileges(False)
+            try:
+                result = {"result": work()}
+            except FileNotFoundError as e:
+                result = {"error": f"{e.filename}: no such file or directory", "kind": "NotFound"}
+            except SupervisorError as e:
+                result = {"error": str(e), "kind": e.kind}
+            except OSError as e:
+                result = {"error": f"{e.filename}: {e.strerror}", "kind": "InvalidInput"}
+            data = (json.dumps(result) + "\n").encode()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(3, view) :]
+
+        def finish(job: Job) -> dict[str, Any]:
+            if job.timed_out:
+                raise SupervisorError("Timeout", "file operation timed out (a FIFO or a hung fs?)")
+            msgs = job.messages()
+            if not msgs:
+                raise SupervisorError("InfrastructureError", "file operation died")
+            if "error" in msgs[-1]:
+                raise SupervisorError(
+                    msgs[-1].get("kind", "InfrastructureError"), msgs[-1]["error"]
+                )
+            return dict(msgs[-1]["result"])
+
+        self.spawn(req_id, child, ws, float(args.get("timeout") or 60)).finish = finish
+
+    def op_read(self, req_id: int, args: dict[str, Any]) -> None:
+        path, limit = str(args["path"]), int(args.get("max_bytes") or 16 << 20)
+
+        def work() -> dict[str, Any]:
+            with open(path, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise SupervisorError("InvalidInput", f"{path} is not a regular file")
+                data = f.read(limit + 1)
+            if len(data) > limit:
+                raise SupervisorError("LimitExceeded", f"{path} is larger than {limit} bytes")
+            return {"data_b64": base64.b64encode(data).decode()}
+
+        self.files_job(req_id, args, work)
+
+    def op_write(self, req_id: int, args: dict[str, Any]) -> None:
+        path, data = str(args["path"]), base64.b64decode(args["data_b64"])
+        mode = args.get("mode")
+
+        def work() -> dict[str, Any]:
+            parent = os.path.dirname(path)
+            if parent:
+                os.makedirs(parent, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            if mode is not None:
+                os.chmod(path, int(mode))
+            return {"bytes": len(data)}
+
+        self.files_job(req_id, args, work)
+
+    def op_list(self, req_id: int, args: dict[str, Any]) -> None:
+        path, limit = str(args.get("path") or "."), int(args.get("max_entries") or 10000)
+
+        def work() -> dict[str, Any]:
+            entries: list[dict[str, Any]] = []
+            with os.scandir(path) as it:
+                for entry in it:
+                    if len(entries) >= limit:
+                        return {"entries": entries, "truncated": True}
+                    st = entry.stat(follow_symlinks=False)
+                    kind = ("symlink" if stat.S_ISLNK(st.st_mode) else "dir"
+                            if stat.S_ISDIR(st.st_mode) else "file"
+                            if stat.S_ISREG(st.st_mode) else "other")  # fmt: skip
+                    entries.append({"name": entry.name, "kind": kind, "size": st.st_size})
+            entries.sort(key=lambda e: str(e["name"]))
+            return {"entries": entries, "truncated": False}
+
+        self.files_job(req_id, args, work)
+
+    def op_diff(self, req_id: int, args: dict[str, Any]) -> None:
+        """`git add -A` into a throwaway index, then a binary diff against the frozen base."""
+        ws = self.workspace(args)
+        if self.base is None:
+            raise SupervisorError("Conflict", "the instance workdir is not a git repository")
+        # Run as the trajectory: its .git/config is untrusted. Prefixes are pinned so that
+        # diff.noprefix or mnemonicPrefix in that config cannot break `git apply`.
+        script = (
+            "set -e\nidx=$(mktemp /tmp/.evalserver-index.XXXXXX)\ntrap 'rm -f \"$idx\"' EXIT\n"
+            "gitdir=$(git rev-parse --git-dir)\n"
+            '[ -f "$gitdir/index" ] && cp "$gitdir/index" "$idx"\n'
+            'export GIT_INDEX_FILE="$idx"\ngit add -A\n'
+            "git -c core.quotepath=false diff --cached --binary --no-color --no-ext-diff "
+            f"--no-textconv --src-prefix=a/ --dst-prefix=b/ {self.base} --\n"
+        )
+        cap = int(args.get("max_bytes") or 64 << 20)
+        timeout = float(args.get("timeout") or 300)
+        job = self.spawn_sandboxed(
+            req_id, ws, ["/bin/sh", "-c", script], {}, None, timeout, cap, None
+        )
+
+        def finish(job: Job) -> dict[str, Any]:
+            result = self.exec_result(job)
+            if result["timed_out"]:
+                raise SupervisorError("Timeout", f"git diff did not finish in {timeout:g}s")
+            if result["exit_code"] != 0:
+                msg = result["stderr"].decode(errors="replace")[-2000:]
+                raise SupervisorError("InfrastructureError", "git diff failed: " + msg)
+            if result["stdout_truncated"]:
+                raise SupervisorError("LimitExceeded", f"diff larger than {cap} bytes")
+            return {"patch_b64": base64.b64encode(result["stdout"]).decode()}
+
+        job.finish = finish
+
+
+def main() -> None:
+    # The protocol owns the original stdin/stdout; stray prints go to stderr instead.
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
+    os.dup2(2, 1)
+    os.set_blocking(proto_in, False)
+    os.set_blocking(proto_out, True)
+    Supervisor(proto_in, proto_out).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Fixtures for the sandbox conformance suite: one `backend` fixture, one param per backend.
+
+Adding a backend = one entry in BACKENDS (a factory yielding a `BackendUnderTest`) and one
+`pytest.param` in BACKEND_PARAMS. Task environments are described by setup commands, so the
+same repository is built in a host directory (local) or in a container's /testbed (docker).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from mcp_evalserver.sandbox.base import Backend, InstanceSpec
+from mcp_evalserver.sandbox.local import LocalBackend
+
+# A small repository with text, binary and nested files, committed as the base.
+REPO_SETUP = (
+    "git init -q . && git config user.email t@t && git config user.name t",
+    "printf 'hello\\n' > a.txt && mkdir -p pkg && printf 'x = 1\\n' > pkg/mod.py",
+    "printf '\\000\\001\\002binary\\377' > blob.bin",
+    "git add -A && git commit -qm base",
+)
+
+
+@dataclass
+class BackendUnderTest:
+    """A live backend plus how to describe a task environment for it."""
+
+    name: str
+    backend: Backend
+    spec: Callable[..., InstanceSpec]  # spec(setup=[...], **InstanceSpec fields)
+
+
+@asynccontextmanager
+async def local_backend() -> AsyncIterator[BackendUnderTest]:
+    with tempfile.TemporaryDirectory(prefix="evs-local-") as tmp:
+        counter = iter(range(1_000_000))
+
+        def spec(setup: tuple[str, ...] = REPO_SETUP, **fields: Any) -> InstanceSpec:
+            path = os.path.join(tmp, f"task{next(counter)}")
+            os.makedirs(path)
+            return InstanceSpec(path=path, setup=tuple(setup), **fields)
+
+        async with LocalBackend() as backend:
+            yield BackendUnderTest("local", backend, spec)
+
+
+BACKENDS: dict[str, Callable[[], AbstractAsyncContextManager[BackendUnderTest]]] = {
+    "local": local_backend,
+}
+BACKEND_PARAMS = [pytest.param("local", marks=pytest.mark.root)]
+ROOT_BACKENDS = {"local"}
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module", params=BACKEND_PARAMS)
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[BackendUnderTest]:
+    # Module scope sees no marks of the param, so the root check is repeated here.
+    if request.param in ROOT_BACKENDS:
+        require_root()
+    async with BACKENDS[request.param]() as under_test:
+        yield under_test
+
+
+@pytest.fixture(autouse=True)
+def _enforce_root_marker(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("root") is not None:
+        require_root()
+
+
+def require_root() -> None:
+    """Root-only tests fail under CI when not root (never silently skipped), else skip."""
+    if os.geteuid() != 0:
+        reason = "needs root for mount namespaces, overlayfs and cgroups"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
