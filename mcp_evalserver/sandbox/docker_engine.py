@@ -71,14 +71,18 @@ def _process_start_ticks(pid: int) -> str | None:
 
 
 def owner_id() -> str:
-    """This process, as written in the owner label: host, pid and start time."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_process_start_ticks(os.getpid())}"
+    """A new owner label: host, pid and start time of this process, and a token.
+
+    The token tells apart two backends of one process, so closing one leaves the other's
+    containers alone.
+    """
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_process_start_ticks(pid)}:{os.urandom(4).hex()}"
 
 
 def owner_is_alive(owner: str) -> bool:
     """False when the owner label names a process of this host that no longer runs."""
-    host, _, rest = owner.partition(":")
-    pid, _, ticks = rest.partition(":")
+    host, pid, ticks, *_ = [*owner.split(":"), "", "", ""]
     if host != socket.gethostname() or not pid.isdigit():
         # Another host shares this engine (or the label is foreign): not ours to judge.
         return True
@@ -232,7 +236,7 @@ class DockerEngine:
             host_config["nano_cpus"] = int(limits.cpus * 1e9)
         if sys_admin:
             # Workspaces mount overlays and unshare namespaces; --privileged is refused here.
-            host_config["cap_add"] = ["SYS_ADMIN"]
+            host_config["cap_add"] = ["SYS_ADMIN", "NET_ADMIN"]
             if self.apparmor:
                 host_config["security_opt"] = ["apparmor=unconfined"]
         if store is not None:

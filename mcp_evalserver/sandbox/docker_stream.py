@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import socket
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -126,11 +126,23 @@ class DockerExecStream(anyio.abc.ByteStream):
 
 
 def _start_exec(
-    api: Any, container_id: str, cmd: Sequence[str], user: str, workdir: str | None
+    api: Any,
+    container_id: str,
+    cmd: Sequence[str],
+    user: str,
+    workdir: str | None,
+    environment: Mapping[str, str] | None,
 ) -> tuple[str, Any, socket.socket, bytes]:
     """Blocking part: create and start the exec, take the socket away from the SDK."""
     exec_id: str = api.exec_create(
-        container_id, list(cmd), stdin=True, stdout=True, stderr=True, user=user, workdir=workdir
+        container_id,
+        list(cmd),
+        stdin=True,
+        stdout=True,
+        stderr=True,
+        user=user,
+        workdir=workdir,
+        environment=dict(environment) if environment else None,
     )["Id"]
     sdk_socket = api.exec_start(exec_id, socket=True)
     raw: socket.socket = sdk_socket._sock
@@ -157,6 +169,7 @@ async def open_exec_stream(
     *,
     user: str = "root",
     workdir: str | None = None,
+    environment: Mapping[str, str] | None = None,
     on_stderr: Callable[[bytes], None] = _log_stderr,
 ) -> DockerExecStream:
     """Start `cmd` in a running container with stdin attached and return its byte stream.
@@ -165,7 +178,7 @@ async def open_exec_stream(
         api: a `docker.APIClient` (`docker.from_env().api`).
         container_id: the running container.
         cmd: the command, as an argument list.
-        user, workdir: as for `docker exec`.
+        user, workdir, environment: as for `docker exec`.
         on_stderr: called with each stderr chunk (default: logged as a warning).
 
     Raises:
@@ -175,7 +188,7 @@ async def open_exec_stream(
 
     try:
         exec_id, sdk_socket, sock, pending = await anyio.to_thread.run_sync(
-            _start_exec, api, container_id, cmd, user, workdir
+            _start_exec, api, container_id, cmd, user, workdir, environment
         )
     except docker.errors.NotFound as exc:
         raise SandboxUnavailable(

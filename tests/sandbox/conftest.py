@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from mcp_evalserver.sandbox.base import Backend, InstanceSpec
+from mcp_evalserver.sandbox.docker import DockerBackend
 from mcp_evalserver.sandbox.local import LocalBackend
+from tests.sandbox.docker_support import require_docker
 
 # A small repository with text, binary and nested files, committed as the base.
 REPO_SETUP = (
@@ -51,10 +53,28 @@ async def local_backend() -> AsyncIterator[BackendUnderTest]:
             yield BackendUnderTest("local", backend, spec)
 
 
+@asynccontextmanager
+async def docker_backend() -> AsyncIterator[BackendUnderTest]:
+    image = require_docker()  # fails under CI, skips elsewhere, when no engine can be had
+    counter = iter(range(1_000_000))
+
+    def spec(setup: tuple[str, ...] = REPO_SETUP, **fields: Any) -> InstanceSpec:
+        # A key of its own per call, as local gets a fresh directory per call.
+        fields.setdefault("key", f"conformance-{os.getpid()}-{next(counter)}")
+        return InstanceSpec(image=image, setup=tuple(setup), **fields)
+
+    async with DockerBackend() as backend:
+        yield BackendUnderTest("docker", backend, spec)
+
+
 BACKENDS: dict[str, Callable[[], AbstractAsyncContextManager[BackendUnderTest]]] = {
     "local": local_backend,
+    "docker": docker_backend,
 }
-BACKEND_PARAMS = [pytest.param("local", marks=pytest.mark.root)]
+BACKEND_PARAMS = [
+    pytest.param("local", marks=pytest.mark.root),
+    pytest.param("docker", marks=pytest.mark.docker),
+]
 ROOT_BACKENDS = {"local"}
 
 

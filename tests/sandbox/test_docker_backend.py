@@ -147,6 +147,7 @@ async def test_leftovers_of_a_dead_run_are_removed_and_a_live_runs_are_kept(
                 all=True, filters={"label": f"{LABEL_INSTANCE}=test-leftovers"}
             )
         }
+    await live.remove_container(live_id)
     assert dead_id in removed
     assert left == {live_id}
 

@@ -1,0 +1,187 @@
+"""The `docker` backend: one long-lived container per instance, the supervisor over one exec.
+
+An instance is a container started from the task's image with `--cap-add SYS_ADMIN` (workspaces
+are overlay mounts in their own namespaces), `--network none` unless the task asks for network,
+memory/pids/cpu limits, and a tmpfs at `/trajs` for the workspaces' upper layers (an overlay
+upper cannot live on the container's own overlayfs root). The supervisor is copied in with
+`put_archive` and started by ONE `docker exec -i`, whose stdio carries every request of every
+workspace; the setup runs once inside it, then the container's filesystem is frozen.
+
+Containers are keyed by the spec's key (image, setup, ...) and reused by every campaign and
+trajectory until the backend closes. At start-up, containers and images left by a dead run are
+removed (found by label). Images without python3 >= 3.8 cannot host the supervisor: they get one
+container per trajectory instead (see `docker_fallback.py`), and the instance's `info` says so.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+
+import anyio
+import anyio.abc
+
+from mcp_evalserver import errors
+from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec
+from mcp_evalserver.sandbox.client import SUPERVISOR_SOURCE, SupervisorClient
+from mcp_evalserver.sandbox.docker_engine import ContainerLimits, DockerEngine, base_image_tag
+from mcp_evalserver.sandbox.docker_fallback import NOTE as FALLBACK_NOTE
+from mcp_evalserver.sandbox.docker_fallback import PerTrajectoryInstance
+from mcp_evalserver.sandbox.docker_stream import open_exec_stream
+from mcp_evalserver.sandbox.supervised import SupervisedInstance
+
+__all__ = ["STORE", "SUPERVISOR_PATH", "DockerBackend", "base_image_tag"]
+
+STORE = "/trajs"
+SUPERVISOR_PATH = "/opt/mcp-evalserver/supervisor.py"
+# Exit 0 only where the supervisor can run; `sh -c` so a missing python3 is exit 127, not an
+# exec error that some engines report differently.
+_PYTHON_CHECK = 'python3 -c "import sys; sys.exit(sys.version_info < (3, 8))"'
+
+log = logging.getLogger(__name__)
+
+
+class DockerBackend(Backend):
+    """Instances are containers on one Docker engine.
+
+    Use as `async with DockerBackend() as backend:`. At most `provisioning` instances are
+    provisioned at once: many parallel container starts and execs make dockerd stall.
+
+    Args:
+        base_url: the engine (default: `DOCKER_HOST`, else the local socket).
+        provisioning: instances provisioned concurrently.
+        limits: resource limits of each instance container.
+    """
+
+    name = "docker"
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        provisioning: int = 2,
+        limits: ContainerLimits | None = None,
+    ) -> None:
+        self._base_url = base_url
+        self._limiter = anyio.CapacityLimiter(provisioning)
+        self._limits = limits or ContainerLimits()
+        self._instances: dict[str, Instance] = {}
+        self._locks: dict[str, anyio.Lock] = collections.defaultdict(anyio.Lock)
+        self._group: anyio.abc.TaskGroup | None = None
+        self._engine: DockerEngine | None = None
+
+    @property
+    def engine(self) -> DockerEngine:
+        if self._engine is None:
+            raise errors.Conflict("use the backend as `async with DockerBackend() as backend`")
+        return self._engine
+
+    async def __aenter__(self) -> DockerBackend:
+        """Connects to the engine and removes what dead runs left behind.
+
+        Raises:
+            SandboxUnavailable: no engine answers (the message says how to start one).
+        """
+        self._engine = await DockerEngine.connect(self._base_url)
+        try:
+            await self._engine.remove_leftovers()
+        except BaseException:
+            await self._engine.aclose()
+            raise
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        return self
+
+    async def instance(self, spec: InstanceSpec) -> Instance:
+        self.engine  # noqa: B018 (raises Conflict outside `async with`)
+        if spec.image is None:
+            raise errors.InvalidInput(
+                "the docker backend runs images: give the task an `image` (the base image is "
+                f"{base_image_tag()!r}; see sandbox_images/README.md), or use the local backend"
+            )
+        async with self._locks[spec.key]:
+            existing = self._instances.get(spec.key)
+            if existing is not None and _alive(existing):
+                return existing
+            async with self._limiter:
+                instance = await self._provision(spec, spec.image)
+            self._instances[spec.key] = instance
+            return instance
+
+    async def _provision(self, spec: InstanceSpec, image: str) -> Instance:
+        assert self._group is not None
+        engine = self.engine
+        await engine.ensure_image(image)
+        container = await engine.run_container(
+            image,
+            instance_key=spec.key,
+            role="instance",
+            limits=self._limits,
+            network=spec.network,
+            sys_admin=True,
+            store=STORE,
+        )
+
+        async def on_close() -> None:
+            with anyio.CancelScope(shield=True):
+                await engine.remove_container(container)
+
+        stream = None
+        try:
+            python = await engine.exec(container, ["/bin/sh", "-c", _PYTHON_CHECK])
+            if python.exit_code != 0:
+                log.warning("instance %s (%s): %s", spec.key, image, FALLBACK_NOTE)
+                return await PerTrajectoryInstance.provision(engine, spec, container)
+            source = await anyio.Path(SUPERVISOR_SOURCE).read_bytes()
+            await engine.put_files(container, {SUPERVISOR_PATH: source})
+            # The supervisor changes into the workdir before running setup; an image without
+            # it (the bare base image) gets an empty one.
+            await engine.exec(container, ["mkdir", "-p", spec.workdir])
+            stream = await open_exec_stream(
+                engine.api,
+                container,
+                ["python3", "-I", "-S", SUPERVISOR_PATH],
+                on_stderr=lambda data: log.warning(
+                    "supervisor %s: %s", spec.key, data.decode("utf-8", "replace").rstrip()
+                ),
+            )
+            client = SupervisorClient(stream)
+            await client.start(self._group)
+            instance = await SupervisedInstance.open(
+                client, spec, mode="container", store=STORE, on_close=on_close
+            )
+        except BaseException as exc:
+            tail = stream.stderr_tail.strip() if stream is not None else ""
+            if stream is not None:
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()
+            await on_close()
+            if isinstance(exc, errors.SandboxUnavailable) and tail:
+                raise errors.SandboxUnavailable(f"{exc}; supervisor said: {tail[-2000:]}") from exc
+            raise
+        instance.info.update(mode="supervisor", container=container, image=image)
+        return instance
+
+    async def aclose(self) -> None:
+        instances, self._instances = list(self._instances.values()), {}
+        for instance in instances:
+            with anyio.CancelScope(shield=True):
+                await instance.aclose()
+        if self._group is not None:
+            group, self._group = self._group, None
+            group.cancel_scope.cancel()
+            await group.__aexit__(None, None, None)
+        if self._engine is not None:
+            engine, self._engine = self._engine, None
+            with anyio.CancelScope(shield=True):
+                # Whatever an interrupted provisioning left (probes, half-made instances).
+                await engine.remove_leftovers(everything_of_ours=True)
+                await engine.aclose()
+
+
+def _alive(instance: Instance) -> bool:
+    if isinstance(instance, SupervisedInstance):
+        return instance.client.alive
+    if isinstance(instance, PerTrajectoryInstance):
+        return not instance.closed
+    return True
