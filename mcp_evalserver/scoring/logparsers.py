@@ -298,41 +298,31 @@ def parse_unittest(log: str) -> StatusMap:
     result printed on its own line after test output goes to the test still waiting for one.
     """
     statuses: StatusMap = {}
-    waiting: str | None = None
-    described: str | None = None
+    waiting: re.Match[str] | None = None  # a test whose result has not been printed yet
+    described: re.Match[str] | None = None  # an id alone on the line just before
     for raw in log.split("\n"):
         line = _ANSI_ESCAPE.sub("", raw).rstrip()
-        alone = _UNITTEST_ALONE.match(line)
         header = _UNITTEST_HEADER.match(line)
+        alone = _UNITTEST_ALONE.match(line)
+        previous, described = described, None
         if header:
             kind = TestStatus.FAILED if header.group("kind") == "FAIL" else TestStatus.ERROR
             _record(statuses, header, kind)
-            waiting = described = None
-            continue
-        if alone:
-            described = line
-            continue
-        if " ... " in line:
-            head, _, result = line.partition(" ... ")
-            test = _UNITTEST_ALONE.match(head) or (
-                _UNITTEST_ALONE.match(described) if described else None
-            )
-            described = None
-            if test is None:
-                continue
-            status = _unittest_result(result)
-            if status is None:
-                waiting = test.group(0)
-            else:
-                _record(statuses, test, status)
-                waiting = None
-            continue
-        status = _unittest_result(line)
-        if waiting is not None and status is not None:
-            match = _UNITTEST_ALONE.match(waiting)
-            if match:
-                _record(statuses, match, status)
             waiting = None
+        elif alone:
+            described = alone
+        elif " ... " in line:
+            head, _, result = line.partition(" ... ")
+            test = _UNITTEST_ALONE.match(head) or previous
+            status = _unittest_result(result)
+            if test is not None and status is not None:
+                _record(statuses, test, status)
+            waiting = test if status is None else None
+        elif waiting is not None:
+            status = _unittest_result(line)
+            if status is not None:
+                _record(statuses, waiting, status)
+                waiting = None
     return statuses
 
 

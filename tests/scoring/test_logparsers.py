@@ -171,6 +171,11 @@ def test_unittest_ignores_lines_that_are_not_results() -> None:
     assert parse_unittest("Ran 3 tests in 0.1s\n\nOK\nok\n... ok\n") == {}
 
 
+def test_unittest_attributes_a_description_only_to_the_line_right_after_the_id() -> None:
+    log = "test_a (m.T)\nunrelated output\nsetting up ... ok\n"
+    assert parse_unittest(log) == {}
+
+
 def test_django_parser_keys_headers_by_method_name_like_swebench() -> None:
     log = (
         "test_a (app.tests.ATest) ... ok\n"
