@@ -6,19 +6,24 @@ runs on docker too; this module covers what only the docker backend has.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 
 import anyio
 import pytest
 
-from mcp_evalserver.errors import InvalidInput, SandboxUnavailable
+from mcp_evalserver.errors import InfrastructureError, InvalidInput, SandboxUnavailable
+from mcp_evalserver.sandbox.base import InstanceSpec
+from mcp_evalserver.sandbox.docker import DockerBackend
 from mcp_evalserver.sandbox.docker_engine import (
     LABEL_INSTANCE,
     ContainerLimits,
     DockerEngine,
     owner_id,
 )
+from mcp_evalserver.sandbox.docker_fallback import PerTrajectoryInstance
 from mcp_evalserver.sandbox.docker_stream import open_exec_stream
+from mcp_evalserver.sandbox.supervised import SupervisedInstance
 from tests.sandbox.docker_support import require_docker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
@@ -164,3 +169,130 @@ async def test_an_image_that_is_nowhere_is_invalid_input_pointing_at_the_recipe(
 ) -> None:
     with anyio.fail_after(60), pytest.raises(InvalidInput, match=r"sandbox_images/README\.md"):
         await engine.ensure_image("mcp-evalserver/no-such-image:never-built")
+
+
+# The backend.
+
+REPO = (
+    "git init -q . && git config user.email t@t && git config user.name t",
+    "printf 'hello\\n' > a.txt && git add -A && git commit -qm base",
+)
+
+
+@pytest.fixture
+async def backend(base_image: str) -> AsyncIterator[DockerBackend]:
+    async with DockerBackend() as backend:
+        yield backend
+
+
+@pytest.fixture
+async def no_python_image(engine: DockerEngine, base_image: str) -> str:
+    """The base image with python3 removed (built once per base image, then cached)."""
+    tag = f"mcp-evalserver/test-no-python:{base_image.rpartition(':')[2]}"
+    if engine.client.images.list(name=tag):
+        return tag
+    builder = engine.client.containers.run(
+        base_image, ["sh", "-c", "rm -f /usr/bin/python3*"], detach=True, network_mode="none"
+    )
+    try:
+        builder.wait(timeout=60)
+        builder.commit(repository=tag.partition(":")[0], tag=tag.partition(":")[2])
+    finally:
+        builder.remove(force=True)
+    return tag
+
+
+def containers_of(engine: DockerEngine, key: str) -> set[str]:
+    found = engine.api.containers(all=True, filters={"label": f"{LABEL_INSTANCE}={key}"})
+    return {c["Id"] for c in found}
+
+
+async def test_equal_specs_share_one_container_and_other_specs_get_their_own(
+    backend: DockerBackend, engine: DockerEngine, base_image: str
+) -> None:
+    spec = InstanceSpec(image=base_image, setup=REPO, key=f"reuse-{os.getpid()}")
+    other = InstanceSpec(image=base_image, setup=REPO, key=f"reuse-other-{os.getpid()}")
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):  # concurrent asks for one key still provision once
+                tg.start_soon(backend.instance, spec)
+        first = await backend.instance(spec)
+        second = await backend.instance(spec)
+        third = await backend.instance(other)
+        assert first is second
+        assert third is not first
+        assert len(containers_of(engine, spec.key)) == 1
+        assert len(containers_of(engine, other.key)) == 1
+        assert isinstance(first, SupervisedInstance)
+        assert first.info["mode"] == "supervisor"
+        await first.aclose()
+        assert containers_of(engine, spec.key) == set()
+        again = await backend.instance(spec)  # a closed instance is provisioned anew
+        assert again is not first
+        assert len(containers_of(engine, spec.key)) == 1
+
+
+async def test_starting_the_backend_removes_a_dead_runs_containers(
+    engine: DockerEngine, base_image: str
+) -> None:
+    finished = await anyio.run_process(["sh", "-c", "echo $$"])
+    host = owner_id().split(":")[0]
+    owner = f"{host}:{int(finished.stdout)}:1:dead"
+    dead = DockerEngine(engine.client, engine.url, engine.apparmor, owner=owner)
+    with anyio.fail_after(60):
+        leftover = await dead.run_container(
+            base_image,
+            instance_key="dead-run",
+            role="instance",
+            limits=ContainerLimits(memory="256m", pids=64),
+            network=False,
+            sys_admin=True,
+            store="/trajs",
+        )
+        async with DockerBackend():
+            assert leftover not in containers_of(engine, "dead-run")
+
+
+async def test_a_spec_without_an_image_is_invalid_input_naming_the_base_image(
+    backend: DockerBackend,
+) -> None:
+    with anyio.fail_after(30), pytest.raises(InvalidInput, match="mcp-evalserver/base:"):
+        await backend.instance(InstanceSpec(path="/srv"))
+
+
+async def test_a_failing_setup_says_so_and_leaves_no_container(
+    backend: DockerBackend, engine: DockerEngine, base_image: str
+) -> None:
+    spec = InstanceSpec(image=base_image, setup=("echo broken build >&2; exit 4",))
+    with anyio.fail_after(60), pytest.raises(InfrastructureError, match="broken build"):
+        await backend.instance(spec)
+    assert containers_of(engine, spec.key) == set()
+
+
+async def test_an_image_without_python_gets_a_container_per_trajectory_and_says_so(
+    backend: DockerBackend, engine: DockerEngine, no_python_image: str
+) -> None:
+    spec = InstanceSpec(image=no_python_image, setup=REPO, pids_limit=64)
+    with anyio.fail_after(180):
+        instance = await backend.instance(spec)
+        assert isinstance(instance, PerTrajectoryInstance)
+        assert instance.info["mode"] == "container-per-trajectory"
+        assert "python3" in instance.info["note"]
+        async with await instance.workspace("a") as a, await instance.workspace("b") as b:
+            result = await a.exec("echo changed > a.txt; echo err >&2; exit 3")
+            assert (result.exit_code, result.stderr) == (3, "err\n")
+            await a.write_file("sub/new.bin", b"\x00\xff")
+            assert await a.read_file("sub/new.bin") == b"\x00\xff"
+            assert (await b.exec(["cat", "a.txt"])).stdout == "hello\n"
+            names = {e.name: e.kind for e in await a.list(".")}
+            assert names["a.txt"] == "file"
+            assert names["sub"] == "dir"
+            patch = await a.diff()
+            assert "+changed" in patch
+            assert "GIT binary patch" in patch
+            # A timeout kills the whole workspace, detached children included.
+            slow = await a.exec("setsid sleep 301 & sleep 302", timeout=1)
+            assert slow.timed_out
+            assert "sleep 30" not in (await a.exec("ps -eo args")).stdout
+        await instance.aclose()
+    assert containers_of(engine, spec.key) == set()
