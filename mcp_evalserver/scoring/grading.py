@@ -32,6 +32,7 @@ from typing import Any
 
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.logparsers import LogParser, StatusMap, TestStatus
+from mcp_evalserver.scoring.stats import Outcome
 
 START_TEST_OUTPUT = ">>>>> Start Test Output"
 END_TEST_OUTPUT = ">>>>> End Test Output"
@@ -173,6 +174,26 @@ class Grade:
     def resolved(self) -> bool:
         """Counted as resolved: graded and FULL."""
         return self.status is EvalStatus.GRADED and self.resolution is ResolutionStatus.FULL
+
+    @property
+    def outcome(self) -> Outcome:
+        """The ledger/statistics outcome: whose failure this is.
+
+        A patch that does not apply or tests that break are the submission's failures; a
+        harness timeout is the infrastructure's (DESIGN.md), kept out of pass rates.
+        """
+        if self.resolved:
+            return "resolved"
+        return _OUTCOMES[self.status]
+
+
+_OUTCOMES: dict[EvalStatus, Outcome] = {
+    EvalStatus.GRADED: "failed",
+    EvalStatus.PATCH_APPLY_FAILED: "failed",
+    EvalStatus.TIMEOUT: "infra_error",
+    EvalStatus.TESTS_ERRORED: "error",
+    EvalStatus.EXIT_CODE_MISMATCH: "error",
+}
 
 
 def parse_test_list(value: str | Sequence[str] | None, name: str = "test list") -> list[str]:

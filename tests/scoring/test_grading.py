@@ -117,6 +117,25 @@ def test_the_scorers_own_facts_override_a_clean_log() -> None:
     assert (late.status, late.resolved) == (EvalStatus.TIMEOUT, False)
 
 
+@pytest.mark.parametrize(
+    ("output", "flags", "outcome"),
+    [
+        ("PASSED a\n", {}, "resolved"),
+        ("FAILED a\n", {}, "failed"),
+        ("PASSED a\n", {"patch_applied": False}, "failed"),
+        ("PASSED a\n", {"timed_out": True}, "infra_error"),
+        ("Traceback: boom\n", {}, "error"),
+    ],
+)
+def test_each_grade_maps_to_whose_failure_it_is(
+    output: str, flags: dict[str, bool], outcome: str
+) -> None:
+    grade = grade_log(
+        wrap(output), parser=parse_pytest, fail_to_pass=["a"], pass_to_pass=[], **flags
+    )
+    assert grade.outcome == outcome
+
+
 def test_a_non_zero_exit_without_a_parsed_failure_is_flagged_not_resolved() -> None:
     grade = grade_log(
         wrap("PASSED a\nPASSED b\n", exit_code=2),
