@@ -26,6 +26,7 @@ from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.agents.builtin import build_agent
 from mcp_evalserver.errors import InfrastructureError, InvalidInput, NotFound
 from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_artifact, read_ledger
+from mcp_evalserver.sandboxes import SandboxPool, TrajectorySandbox, workspace_name
 from mcp_evalserver.scheduler import Limiters, RetryPolicy
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.factory import build_scorer
@@ -117,8 +118,10 @@ class CampaignRunner:
         agent: Agent | None = None,
         scorer: Scorer | None = None,
         on_record: Callable[[CampaignState, dict[str, Any]], None] | None = None,
+        sandboxes: SandboxPool | None = None,
     ) -> None:
         self.store = store
+        self._sandboxes = sandboxes
         self.campaign_id = campaign_id
         self.directory = store.directory(campaign_id)
         self._agent = agent
@@ -145,6 +148,12 @@ class CampaignRunner:
         """
         if not (self.directory / LEDGER_FILE).is_file():
             self.store.load(self.campaign_id)  # raises NotFound with the list of campaigns
+        if self._sandboxes is not None:
+            return await self._run(self._sandboxes)
+        async with SandboxPool() as sandboxes:
+            return await self._run(sandboxes)
+
+    async def _run(self, sandboxes: SandboxPool) -> CampaignState:
         async with await LedgerWriter.open(self.directory, self.campaign_id) as ledger:
             state = replay(ledger.recovered)
             ledger.recovered = []
@@ -162,6 +171,7 @@ class CampaignRunner:
                 tasks={task.id: task for task in spec.task_list()},
                 directory=self.directory,
                 on_record=self._on_record,
+                sandboxes=sandboxes,
             )
             self.progress = RunProgress(time.monotonic(), state.done_count, len(state.trajectories))
             await drive.record("run_started", None, pid=os.getpid(), resumed=state.runs > 0)
@@ -194,6 +204,7 @@ class _Drive:
     tasks: dict[str, Task]
     directory: Path
     on_record: Callable[[CampaignState, dict[str, Any]], None] | None
+    sandboxes: SandboxPool
     fresh_submissions: dict[str, Submission] = field(default_factory=dict)
 
     async def record(
@@ -226,6 +237,7 @@ class _Drive:
         attempt = trajectory.attempts + 1
         tid = trajectory.id
         await self.record("attempt_started", tid, durable=False, attempt=attempt)
+        sandbox = self._sandbox(task, tid, f"a{attempt}")
         context = TrajectoryContext(
             campaign_id=self.state.id,
             trajectory_id=tid,
@@ -234,12 +246,16 @@ class _Drive:
             attempt=attempt,
             campaign_dir=self.directory,
             limiters=self.limiters,
+            sandbox=sandbox,
         )
         started = time.monotonic()
         timeout = self.state.spec.limits.trajectory_timeout_s
         try:
             with anyio.move_on_after(timeout) as scope:
-                submission = await self.agent.generate(context)
+                try:
+                    submission = await self.agent.generate(context)
+                finally:
+                    await sandbox.aclose()
         except InfrastructureError as exc:
             failures = trajectory.generation_failures + 1
             final = self.policy.gives_up_after(failures)
@@ -278,6 +294,7 @@ class _Drive:
         submission = self.fresh_submissions.pop(tid, None)
         if submission is None:
             submission = await anyio.to_thread.run_sync(self._load_submission, trajectory)
+        sandbox = self._sandbox(task, tid, f"eval{trajectory.scoring_failures}")
         context = ScoringContext(
             campaign_id=self.state.id,
             trajectory_id=tid,
@@ -285,13 +302,17 @@ class _Drive:
             submission=submission,
             campaign_dir=self.directory,
             limiters=self.limiters,
+            sandbox=sandbox,
         )
         started = time.monotonic()
         timeout = self.state.spec.limits.scoring_timeout_s
         result: ScoreResult | None = None
         try:
             with anyio.move_on_after(timeout):
-                result = await self.scorer.score(context)
+                try:
+                    result = await self.scorer.score(context)
+                finally:
+                    await sandbox.aclose()
         except InfrastructureError as exc:
             failures = trajectory.scoring_failures + 1
             final = self.policy.gives_up_after(failures)
@@ -310,6 +331,10 @@ class _Drive:
             return 0.0
         await self.record("scored", tid, score=result.model_dump(mode="json"), duration_s=duration)
         return 0.0
+
+    def _sandbox(self, task: Task, trajectory_id: str, step: str) -> TrajectorySandbox:
+        name = workspace_name(self.state.id, trajectory_id, step)
+        return TrajectorySandbox(self.sandboxes, task, name, self.limiters.provisioning)
 
     async def _failed(
         self,

@@ -48,7 +48,9 @@ class Task(_Strict):
     # Environment.
     image: str | None = Field(None, description="Container image of the instance (docker).")
     path: str | None = Field(None, description="Directory of the instance (local backend).")
-    workdir: str = Field("/testbed", description="Where the repository lives in the instance.")
+    workdir: str | None = Field(
+        None, description="Where the repository lives: default /testbed in an image, else `path`."
+    )
     setup: list[str] = Field(default_factory=list, description="Commands run once per instance.")
     network: bool = Field(False, description="Whether trajectories may reach the network.")
     # SWE-bench fields, as published.

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcp_evalserver.sandboxes import TrajectorySandbox
 from mcp_evalserver.scheduler import Limiters
 from mcp_evalserver.spec import Task
 
@@ -55,6 +56,7 @@ class TrajectoryContext:
     attempt: int
     campaign_dir: Path
     limiters: Limiters
+    sandbox: TrajectorySandbox
 
 
 class Agent(ABC):

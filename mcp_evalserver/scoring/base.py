@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_evalserver.agents.base import Submission
+from mcp_evalserver.sandboxes import TrajectorySandbox
 from mcp_evalserver.scheduler import Limiters
 from mcp_evalserver.spec import Task
 
@@ -41,6 +42,7 @@ class ScoringContext:
     submission: Submission
     campaign_dir: Path
     limiters: Limiters
+    sandbox: TrajectorySandbox
 
 
 class Scorer(ABC):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.sandboxes import instance_spec
 from mcp_evalserver.spec import (
     CampaignSpec,
     Task,
@@ -42,7 +43,10 @@ def test_a_published_swe_bench_instance_is_a_valid_task() -> None:
         "astropy/modeling/tests/test_separable.py::test_separable[compound_model6]"
     ]
     assert task.PASS_TO_PASS == []
-    assert task.workdir == "/testbed"
+    with_image = task.model_copy(
+        update={"image": "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907"}
+    )
+    assert instance_spec(with_image).workdir == "/testbed"
 
 
 def test_an_unknown_field_is_rejected_with_its_name() -> None:

@@ -1,0 +1,193 @@
+"""Where the engine meets the sandbox: tasks -> instances -> one workspace per trajectory step.
+
+A `SandboxPool` belongs to one process (a CLI run, or the server's lifespan). It starts each
+backend the first time a task needs it, in a host task of its own (a backend's `async with` must
+be entered and left by the same task), and provisions instances under the campaign's
+provisioning limit. A `TrajectorySandbox` hands an agent or a scorer its private workspace,
+created on first use and destroyed when that step ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from types import TracebackType
+from typing import Literal, Self
+
+import anyio
+import anyio.abc
+
+from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput
+from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec, Workspace
+from mcp_evalserver.spec import Task
+
+BackendName = Literal["local", "docker"]
+
+logger = logging.getLogger(__name__)
+
+
+def instance_spec(task: Task) -> InstanceSpec:
+    """The environment a task asks for.
+
+    Raises:
+        InvalidInput: the task names no environment (an answer-only task) or an invalid one.
+    """
+    if task.image is None and task.path is None:
+        raise InvalidInput(
+            f"task {task.id} has no environment: give it an `image` (docker) or a `path` (local)"
+        )
+    try:
+        return InstanceSpec(
+            image=task.image,
+            path=task.path,
+            workdir=task.workdir or "",
+            setup=tuple(task.setup),
+            network=task.network,
+        )
+    except ValueError as exc:
+        raise InvalidInput(f"task {task.id}: {exc}") from exc
+
+
+def backend_for(task: Task) -> BackendName:
+    """An image runs on docker, a directory on the local backend."""
+    return "docker" if task.image is not None else "local"
+
+
+def workspace_name(campaign_id: str, trajectory_id: str, step: str) -> str:
+    """A name unique per campaign, trajectory and step, safe for every backend."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", trajectory_id)[:48]
+    digest = hashlib.sha256(f"{campaign_id}\0{trajectory_id}\0{step}".encode()).hexdigest()[:12]
+    return f"{readable}-{step}-{digest}"
+
+
+def make_backend(name: BackendName) -> Backend:
+    """A fresh backend of that kind (imported here so docker stays optional at import time)."""
+    if name == "local":
+        from mcp_evalserver.sandbox.local import LocalBackend
+
+        return LocalBackend()
+    from mcp_evalserver.sandbox.docker import DockerBackend
+
+    return DockerBackend()
+
+
+class SandboxPool:
+    """The backends and instances of one process. Use as `async with SandboxPool() as pool:`."""
+
+    def __init__(self) -> None:
+        self._backends: dict[BackendName, Backend] = {}
+        self._instances: dict[tuple[BackendName, str], Instance] = {}
+        self._lock = anyio.Lock()
+        self._instance_locks: dict[tuple[BackendName, str], anyio.Lock] = {}
+        self._closing = anyio.Event()
+        self._group: anyio.abc.TaskGroup | None = None
+
+    async def __aenter__(self) -> Self:
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._closing.set()
+        group, self._group = self._group, None
+        if group is not None:
+            await group.__aexit__(exc_type, exc, tb)
+
+    async def backend(self, name: BackendName) -> Backend:
+        """The running backend of that kind, started on first use.
+
+        Raises:
+            SandboxUnavailable: the backend cannot start (no engine, no privileges).
+        """
+        async with self._lock:
+            backend = self._backends.get(name)
+            if backend is None:
+                if self._group is None:
+                    raise Conflict("use the sandbox pool as `async with SandboxPool() as pool`")
+                backend = await self._group.start(self._host, name)
+                self._backends[name] = backend
+            return backend
+
+    async def _host(self, name: BackendName, *, task_status: anyio.abc.TaskStatus[Backend]) -> None:
+        async with make_backend(name) as backend:
+            task_status.started(backend)
+            await self._closing.wait()
+
+    async def instance(self, task: Task, provisioning: anyio.CapacityLimiter) -> Instance:
+        """The task's instance, provisioned (bounded by `provisioning`) the first time.
+
+        Raises:
+            InvalidInput: the task has no (valid) environment.
+            InfrastructureError: provisioning or setup failed.
+            SandboxUnavailable: the backend cannot provision.
+        """
+        spec = instance_spec(task)
+        name = backend_for(task)
+        key = (name, spec.key)
+        lock = self._instance_locks.setdefault(key, anyio.Lock())
+        async with lock:
+            instance = self._instances.get(key)
+            if instance is None:
+                backend = await self.backend(name)
+                async with provisioning:
+                    instance = await backend.instance(spec)
+                self._instances[key] = instance
+            return instance
+
+
+class TrajectorySandbox:
+    """One step's access to its private workspace (created on first use, destroyed at close)."""
+
+    def __init__(
+        self,
+        pool: SandboxPool | None,
+        task: Task,
+        name: str,
+        provisioning: anyio.CapacityLimiter,
+    ) -> None:
+        self._pool = pool
+        self._task = task
+        self._name = name
+        self._provisioning = provisioning
+        self._workspace: Workspace | None = None
+        self._lock = anyio.Lock()
+
+    @property
+    def available(self) -> bool:
+        """Whether this step can have a workspace (the task names an environment)."""
+        return self._pool is not None and (
+            self._task.image is not None or self._task.path is not None
+        )
+
+    async def workspace(self) -> Workspace:
+        """The step's workspace: a fresh copy-on-write view of the task's instance.
+
+        Raises:
+            InvalidInput: the task has no environment.
+            SandboxUnavailable: the instance or its backend is gone.
+        """
+        async with self._lock:
+            if self._workspace is None:
+                if self._pool is None:
+                    raise InvalidInput("this run has no sandbox pool; tasks cannot use workspaces")
+                instance = await self._pool.instance(self._task, self._provisioning)
+                self._workspace = await instance.workspace(self._name)
+            return self._workspace
+
+    async def aclose(self) -> None:
+        """Destroys the workspace if one was made (shielded: cleanup survives cancellation)."""
+        workspace, self._workspace = self._workspace, None
+        if workspace is not None:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await workspace.destroy()
+                except EvalServerError as exc:
+                    # The step's result is already recorded; a workspace that cannot be
+                    # removed (its instance died) must not fail the campaign.
+                    logger.warning("could not destroy workspace %s: %s", self._name, exc)

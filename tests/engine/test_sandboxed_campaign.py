@@ -1,0 +1,89 @@
+"""A campaign whose agent and scorer work in real workspaces of a real (local) instance."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
+from mcp_evalserver.agents.builtin import NoopAgent
+from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.spec import Task
+from tests.engine.helpers import outcomes, run_campaign, spec_of
+
+pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+
+
+@pytest.fixture(autouse=True)
+def _needs_root() -> None:
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("needs root for mount namespaces and overlayfs")
+        pytest.skip("needs root for mount namespaces and overlayfs")
+
+
+def _tasks(root: Path, count: int) -> list[Task]:
+    """Instances are prepared directories: a git repository with a bug, committed."""
+    tasks = []
+    for number in range(count):
+        path = root / f"repo{number}"
+        path.mkdir()
+        (path / "calc.py").write_text(BUGGY)
+        for command in (
+            ["git", "init", "-q", "."],
+            ["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"],
+            ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "base"],
+        ):
+            subprocess.run(command, cwd=path, check=True)
+        tasks.append(Task(id=f"calc{number}", path=str(path)))
+    return tasks
+
+
+class FixingAgent(Agent):
+    """Edits the file in its own workspace and submits the workspace's diff."""
+
+    async def generate(self, context: TrajectoryContext) -> Submission:
+        workspace = await context.sandbox.workspace()
+        await workspace.write_file("calc.py", FIXED)
+        return Submission(patch=await workspace.diff())
+
+
+class ApplyAndTest(Scorer):
+    """Applies the patch in a fresh workspace and runs a check there."""
+
+    async def score(self, context: ScoringContext) -> ScoreResult:
+        workspace = await context.sandbox.workspace()
+        before = await workspace.read_file("calc.py")
+        assert before.decode() == BUGGY, "evaluation starts from the frozen base"
+        check = "python3 -c 'import calc; assert calc.add(2, 2) == 4'"
+        if context.submission.patch:
+            await workspace.write_file("/tmp/submission.diff", context.submission.patch)
+            result = await workspace.exec(f"git apply /tmp/submission.diff && {check}")
+        else:
+            result = await workspace.exec(check)
+        return ScoreResult(
+            resolved=result.ok, score=float(result.ok), status="resolved" if result.ok else "failed"
+        )
+
+
+async def test_trajectories_work_and_are_graded_in_their_own_workspaces(tmp_path: Path) -> None:
+    tasks = _tasks(tmp_path, 3)
+    with anyio.fail_after(120):
+        _, fixed = await run_campaign(
+            tmp_path / "s1", spec_of(tasks, samples=2), FixingAgent(), ApplyAndTest()
+        )
+        _, untouched = await run_campaign(
+            tmp_path / "s2", spec_of(tasks, samples=2), NoopAgent(), ApplyAndTest()
+        )
+    assert set(outcomes(fixed).values()) == {"resolved"}
+    assert set(outcomes(untouched).values()) == {"failed"}
+    # The instance itself was never written: every edit stayed in a workspace.
+    for task in tasks:
+        assert Path(task.path or "", "calc.py").read_text() == BUGGY
