@@ -1,0 +1,249 @@
+"""Benchmark of the docker sandbox: supervisor workspaces against the usual Docker ways.
+
+Run `python bench/sandbox.py` (as root on a fresh machine: it starts the engine and builds the
+base image through scripts/ensure-docker.sh). One instance holds a real PyPI project, Django's
+sdist (about 6,900 files, committed as a git repository at /testbed); every figure is measured
+in this one run, side by side, on this machine. Prints a table and writes
+bench/results/sandbox.json.
+
+- workspace_create_p50_ms: a copy-on-write workspace created and its first `true` answered;
+  fresh_container_p50_ms: `docker run --rm <image> true` (a container per trajectory);
+  copy_p50_ms: `cp -a` of the project (a copy per trajectory), timed inside the sandbox.
+- exec_overhead_p50_ms: `true` through the supervisor; docker_exec_p50_ms: `true` by
+  `docker exec` (the SDK's `exec_run`).
+- throughput_64_per_s, docker_exec_throughput_64_per_s: `true` commands per second with 64 in
+  flight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from mcp_evalserver.sandbox.base import Instance, InstanceSpec
+from mcp_evalserver.sandbox.docker import DockerBackend
+from mcp_evalserver.sandbox.docker_engine import DockerEngine
+from mcp_evalserver.sandbox.supervised import SupervisedInstance
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "sandbox.json"
+CACHE = REPO / ".cache" / "bench"
+PROJECT = "django==5.2.19"
+CREATES, FRESH_CONTAINERS, COPIES = 30, 15, 5
+EXECS, DOCKER_EXECS = 300, 50
+IN_FLIGHT, THROUGHPUT_COMMANDS, DOCKER_THROUGHPUT_COMMANDS = 64, 1280, 320
+
+
+def p50(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def p95(samples: list[float]) -> float:
+    return sorted(samples)[max(0, round(0.95 * len(samples)) - 1)]
+
+
+def base_image() -> str:
+    """Starts the engine and builds the base image when needed; returns the image's tag."""
+    script = "scripts/ensure-docker.sh" if os.geteuid() == 0 else "sandbox_images/build-base.sh"
+    done = subprocess.run(
+        ["bash", str(REPO / script)], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        sys.exit(f"bench: {script} failed:\n{done.stderr[-3000:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def project_tree() -> Path:
+    """The project's sdist from PyPI, unpacked once into .cache/bench (never committed)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    name, _, version = PROJECT.partition("==")
+    unpacked = CACHE / f"{name}-{version}"
+    if unpacked.is_dir():
+        return unpacked
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-binary",
+            ":all:",
+            "--no-deps",
+            "-d",
+            str(CACHE),
+            PROJECT,
+        ],
+        check=True,
+    )
+    sdist = next(CACHE.glob(f"{name}-{version}.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        tar.extractall(CACHE, filter="data")
+    return unpacked
+
+
+def project_image(engine: DockerEngine, base: str, tree: Path) -> tuple[str, int]:
+    """An image with the project committed at /testbed; built once per base and project."""
+    files = sum(1 for p in tree.rglob("*") if p.is_file())
+    tag = f"mcp-evalserver/bench-{tree.name.lower()}:{base.rpartition(':')[2]}"
+    if engine.client.images.list(name=tag):
+        return tag, files
+    with tempfile.TemporaryDirectory() as context:
+        subprocess.run(["cp", "-a", f"{tree}/.", f"{context}/testbed"], check=True)
+        (Path(context) / "Dockerfile").write_text(
+            f"FROM {base}\nCOPY testbed/ /testbed/\n"
+            "RUN cd /testbed && git init -q && git add -A "
+            "&& git -c user.email=b@b -c user.name=bench commit -qm base && git status >/dev/null\n"
+        )
+        engine.client.images.build(path=context, tag=tag, network_mode="none", rm=True)
+    return tag, files
+
+
+async def timed(fn: Callable[[], Awaitable[Any]]) -> float:
+    started = time.perf_counter()
+    await fn()
+    return (time.perf_counter() - started) * 1000
+
+
+async def measure(engine: DockerEngine, instance: Instance, image: str) -> dict[str, float]:
+    assert isinstance(instance, SupervisedInstance), "the bench image must run the supervisor"
+    container = instance.info["container"]
+    figures: dict[str, float] = {}
+
+    creates, created = [], []
+    for i in range(CREATES):
+
+        async def create(i: int = i) -> None:
+            ws = await instance.workspace(f"create-{i}")
+            assert (await ws.exec("true")).exit_code == 0
+            created.append(ws)
+
+        creates.append(await timed(create))
+    for ws in created:
+        await ws.destroy()
+    figures["workspace_create_p50_ms"] = p50(creates)
+
+    def fresh_container() -> None:
+        engine.client.containers.run(image, ["true"], remove=True, network_mode="none")
+
+    fresh = [
+        await timed(lambda: anyio.to_thread.run_sync(fresh_container))
+        for _ in range(FRESH_CONTAINERS)
+    ]
+    figures["fresh_container_p50_ms"] = p50(fresh)
+
+    ws = await instance.workspace("bench")
+    copies = []
+    for i in range(COPIES):
+        # Timed inside the sandbox, so the figure is the copy alone.
+        result = await ws.exec(
+            f"s=$(date +%s%N); cp -a /testbed /tmp/copy{i}; e=$(date +%s%N); "
+            f"rm -rf /tmp/copy{i}; echo $(( (e - s) / 1000 ))",
+            timeout=600,
+        )
+        assert result.exit_code == 0, result.stderr
+        copies.append(int(result.stdout) / 1000)
+    figures["copy_p50_ms"] = p50(copies)
+
+    execs = [await timed(lambda: ws.exec("true")) for _ in range(EXECS)]
+    figures["exec_overhead_p50_ms"] = p50(execs)
+    docker_container = engine.client.containers.get(container)
+    docker_execs = [
+        await timed(lambda: anyio.to_thread.run_sync(docker_container.exec_run, ["true"]))
+        for _ in range(DOCKER_EXECS)
+    ]
+    figures["docker_exec_p50_ms"] = p50(docker_execs)
+
+    workspaces = [await instance.workspace(f"flight-{i}") for i in range(8)]
+
+    async def supervisor_worker(n: int) -> None:
+        for k in range(THROUGHPUT_COMMANDS // IN_FLIGHT):
+            await workspaces[(n + k) % len(workspaces)].exec(["true"])
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for n in range(IN_FLIGHT):
+            tg.start_soon(supervisor_worker, n)
+    figures["throughput_64_per_s"] = THROUGHPUT_COMMANDS / (time.perf_counter() - started)
+
+    threads = anyio.CapacityLimiter(IN_FLIGHT)
+
+    async def docker_worker() -> None:
+        for _ in range(DOCKER_THROUGHPUT_COMMANDS // IN_FLIGHT):
+            await anyio.to_thread.run_sync(docker_container.exec_run, ["true"], limiter=threads)
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for _ in range(IN_FLIGHT):
+            tg.start_soon(docker_worker)
+    elapsed = time.perf_counter() - started
+    figures["docker_exec_throughput_64_per_s"] = DOCKER_THROUGHPUT_COMMANDS / elapsed
+
+    print(
+        f"  (p95: workspace create {p95(creates):.1f} ms, exec {p95(execs):.2f} ms, "
+        f"docker exec {p95(docker_execs):.1f} ms, fresh container {p95(fresh):.0f} ms)"
+    )
+    return figures
+
+
+def report(figures: dict[str, float], project: str, files: int) -> None:
+    f = figures
+    rows = [
+        ("workspace create + first true", f["workspace_create_p50_ms"], "ms p50"),
+        ("fresh container (docker run --rm)", f["fresh_container_p50_ms"], "ms p50"),
+        (f"cp -a of the project ({files} files)", f["copy_p50_ms"], "ms p50"),
+        ("exec `true` through the supervisor", f["exec_overhead_p50_ms"], "ms p50"),
+        ("exec `true` by docker exec", f["docker_exec_p50_ms"], "ms p50"),
+        ("supervisor, 64 in flight", f["throughput_64_per_s"], "cmd/s"),
+        ("docker exec, 64 in flight", f["docker_exec_throughput_64_per_s"], "cmd/s"),
+    ]
+    print(f"\nsandbox benchmark: one instance holding {project} ({files} files)\n")
+    for label, value, unit in rows:
+        print(f"  {label:<42} {value:>10.2f} {unit}")
+    create_x = f["fresh_container_p50_ms"] / f["workspace_create_p50_ms"]
+    exec_x = f["docker_exec_p50_ms"] / f["exec_overhead_p50_ms"]
+    flight_x = f["throughput_64_per_s"] / f["docker_exec_throughput_64_per_s"]
+    checks = [
+        (f"workspace create p50 <= 20 ms ({f['workspace_create_p50_ms']:.1f})",
+         f["workspace_create_p50_ms"] <= 20),
+        (f"workspace create >= 15x faster than a fresh container ({create_x:.1f}x)",
+         create_x >= 15),
+        (f"exec overhead p50 <= 10 ms ({f['exec_overhead_p50_ms']:.2f})",
+         f["exec_overhead_p50_ms"] <= 10),
+        (f"exec >= 5x faster than docker exec ({exec_x:.1f}x)", exec_x >= 5),
+        (f"throughput at 64 in flight >= 5x docker exec's ({flight_x:.1f}x)", flight_x >= 5),
+    ]  # fmt: skip
+    print("\ntargets:")
+    for text, met in checks:
+        print(f"  [{'met' if met else 'MISSED'}] {text}")
+
+
+async def main() -> None:
+    base = base_image()
+    tree = project_tree()
+    async with DockerBackend() as backend:
+        engine = backend.engine
+        image, files = await anyio.to_thread.run_sync(project_image, engine, base, tree)
+        spec = InstanceSpec(image=image, key=f"bench-{os.getpid()}")
+        with anyio.fail_after(300):
+            instance = await backend.instance(spec)
+        figures = await measure(engine, instance, image)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({k: round(v, 3) for k, v in figures.items()}, indent=2) + "\n")
+    report(figures, tree.name, files)
+    print(f"\nwrote {RESULTS.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    anyio.run(main)
