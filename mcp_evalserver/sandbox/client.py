@@ -164,14 +164,14 @@ class SupervisorClient:
             while True:
                 line = await self._reader.receive_until(b"\n", MAX_LINE_BYTES)
                 self._dispatch(line)
-        except anyio.EndOfStream:
+        except (anyio.EndOfStream, anyio.IncompleteRead):
             pass
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as e:
-            reason = f"supervisor stream broken: {e!r}"
         except anyio.DelimiterNotFound:
             reason = f"supervisor sent a line over {MAX_LINE_BYTES} bytes"
         except ValueError as e:
             reason = f"supervisor sent garbage: {e}"
+        except Exception as e:  # never let one instance's stream fail the caller's task group
+            reason = f"supervisor stream broken: {e!r}"
         finally:
             self._fail_all(reason)
             self._stopped.set()

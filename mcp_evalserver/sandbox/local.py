@@ -61,6 +61,7 @@ class LocalBackend(Backend):
         self._group: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> LocalBackend:
+        await anyio.to_thread.run_sync(sweep_leftovers, self._store_root)
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
         return self
@@ -119,11 +120,16 @@ class LocalBackend(Backend):
                     await process.wait()
                 await process.aclose()
                 await anyio.to_thread.run_sync(_remove_empty_dir, store)
+                for cgroup in cgroup_dirs:  # left behind if the supervisor was killed
+                    await anyio.to_thread.run_sync(_remove_cgroup_tree, cgroup, process.pid)
 
+        cgroup_dirs: list[str] = []
         try:
-            return await SupervisedInstance.open(
+            instance = await SupervisedInstance.open(
                 client, spec, mode="host", store=store, store_tmpfs=True, on_close=on_close
             )
+            cgroup_dirs.extend(instance.info.get("cgroup_dirs") or [])
+            return instance
         except BaseException as e:
             await client.aclose()
             await on_close()
@@ -145,13 +151,55 @@ async def _drain_stderr(process: anyio.abc.Process, tail: collections.deque[str]
     """Keeps the supervisor's last words (for errors) and logs them."""
     assert process.stderr is not None
     buffered = b""
-    async for chunk in process.stderr:
-        buffered += chunk
-        *lines, buffered = buffered.split(b"\n")
-        for line in lines:
-            text = line.decode(errors="replace")
-            tail.append(text)
-            log.warning("supervisor %s: %s", key, text)
+    try:
+        async for chunk in process.stderr:
+            buffered += chunk
+            *lines, buffered = buffered.split(b"\n")
+            for line in lines:
+                text = line.decode(errors="replace")
+                tail.append(text)
+                log.warning("supervisor %s: %s", key, text)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        pass  # the process is gone; the client reports that
+
+
+def sweep_leftovers(store_root: str) -> None:
+    """Removes empty stores and cgroups of supervisors that died without cleaning up.
+
+    Both are named after the supervisor's pid; only those whose process is gone are touched.
+    """
+    candidates: list[tuple[Path, str]] = []
+    if Path(store_root).is_dir():
+        candidates += [(p, p.name.split("-", 1)[0]) for p in Path(store_root).iterdir()]
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, own = line.split(":", 2)
+            for ctrl in controllers.split(",") if controllers else [""]:
+                parent = Path("/sys/fs/cgroup", ctrl, own.lstrip("/"))
+                with contextlib.suppress(OSError):
+                    candidates += [
+                        (p, p.name.rsplit("-", 1)[1])
+                        for p in parent.iterdir()
+                        if p.name.startswith("mcp-evalserver-")
+                    ]
+    for path, pid in candidates:
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        if path.is_relative_to("/sys/fs/cgroup"):
+            _remove_cgroup_tree(str(path), int(pid))
+        else:
+            _remove_empty_dir(str(path))
+
+
+def _remove_cgroup_tree(base: str, pid: int) -> None:
+    if not base.endswith(f"/mcp-evalserver-{pid}"):
+        return  # only ever the directories named after this supervisor
+    with contextlib.suppress(OSError):
+        for child in Path(base).iterdir():
+            if child.is_dir():
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+        Path(base).rmdir()
 
 
 def _remove_empty_dir(path: str) -> None:

@@ -205,6 +205,9 @@ def _seccomp_program() -> bytes | None:
     return b"".join(struct.pack("HBBI", *ins) for ins in prog)
 
 
+SECCOMP_PROGRAM = _seccomp_program()
+
+
 def drop_privileges(filter_syscalls: bool) -> None:
     """Keep uid 0 but only KEPT_CAPS; no_new_privs; optionally the seccomp filter.
 
@@ -220,7 +223,7 @@ def drop_privileges(filter_syscalls: bool) -> None:
     data = (_CapData * 2)(_CapData(keep_mask, keep_mask, keep_mask), _CapData(0, 0, 0))
     _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # setuid binaries and file caps grant nothing more
-    program = _seccomp_program() if filter_syscalls else None
+    program = SECCOMP_PROGRAM if filter_syscalls else None
     if program is not None:
         buf = ctypes.create_string_buffer(program)
         fprog = struct.pack("HxxxxxxQ", len(program) // 8, ctypes.addressof(buf))
@@ -297,13 +300,14 @@ class Cgroups:
                     except OSError:
                         pass
         elif os.path.exists("/sys/fs/cgroup/cgroup.controllers") and "" in own:
-            # v2: processes may only sit in leaves, so move ourselves into a leaf first.
+            # v2: processes may only sit in leaves, so we move into a leaf of our own subtree
+            # and enable the controllers for its siblings (works where the parent delegates).
             self.version = "v2"
-            top = "/sys/fs/cgroup" + own[""]
-            os.makedirs(os.path.join(top, "supervisor"), exist_ok=True)
-            write_file(os.path.join(top, "supervisor", "cgroup.procs"), str(os.getpid()))
-            write_file(os.path.join(top, "cgroup.subtree_control"), "+pids +memory")
-            self.bases[""] = top
+            base = os.path.join("/sys/fs/cgroup" + own[""], name)
+            os.makedirs(os.path.join(base, "supervisor"), exist_ok=True)
+            write_file(os.path.join(base, "supervisor", "cgroup.procs"), str(os.getpid()))
+            write_file(os.path.join(base, "cgroup.subtree_control"), "+pids +memory")
+            self.bases[""] = base
 
     def create(self, ws: str, pids: int | None, memory: int | None) -> list[str]:
         dirs = []
@@ -326,6 +330,16 @@ class Cgroups:
     def limits(self) -> dict[str, bool]:
         v2 = "" in self.bases
         return {"pids": v2 or "pids" in self.bases, "memory": v2 or "memory" in self.bases}
+
+
+def remove_cgroup_tree(base: str) -> None:
+    """Removes our (empty) cgroup directory and its children; best effort."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(base):
+            if entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.rmdir(entry.path)
+        os.rmdir(base)
 
 
 # --- output capture --------------------------------------------------------------------------
@@ -666,6 +680,7 @@ class Supervisor:
             "pid": os.getpid(),
             "python": platform.python_version(),
             "cgroups": self.cgroups.version,
+            "cgroup_dirs": sorted(self.cgroups.bases.values()),
             "limits": self.cgroups.limits(),
         }
 
@@ -898,9 +913,7 @@ class Supervisor:
             self.remove_stale_cgroups()
         if self.cgroups is not None:
             for base in self.cgroups.bases.values():
-                if base.endswith(f"-{self.pid}"):
-                    with contextlib.suppress(OSError):
-                        os.rmdir(base)
+                remove_cgroup_tree(base)
 
     # -- sandboxed execution --
     def op_exec(self, req_id: int, args: dict[str, Any]) -> None:

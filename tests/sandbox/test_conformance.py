@@ -1,31 +1,108 @@
-"""Conformance of every sandbox backend: behaviour, isolation and limits, by real attacks.
+"""Conformance of every sandbox backend: behaviour, isolation and limits, proven by real attacks.
 
 Each test runs against each param of the `backend` fixture (see conftest.py). Waits are
-bounded with `anyio.fail_after`; nothing sleeps.
+bounded with `anyio.fail_after`; nothing sleeps. Host-side checks read the host's /proc,
+which sees every sandboxed process of a local or docker backend on this machine.
 """
 
 from __future__ import annotations
 
+import ast
+import os
+import sys
+import uuid
 from collections.abc import AsyncIterator
 
 import anyio
 import pytest
 
 from mcp_evalserver import errors
-from mcp_evalserver.sandbox.base import Instance
+from mcp_evalserver.sandbox.base import ExecResult, Instance, Workspace
 
 from .conftest import BackendUnderTest
 
 pytestmark = pytest.mark.anyio
 
+LIMITED = {"pids_limit": 64, "memory_bytes": 128 << 20, "disk_bytes": 32 << 20}
+
 
 @pytest.fixture(scope="module")
 async def instance(backend: BackendUnderTest) -> AsyncIterator[Instance]:
-    """One shared instance with default limits; tests make their own workspaces on it."""
+    """One shared instance with default limits; each test makes its own workspaces."""
     with anyio.fail_after(60):
         instance = await backend.backend.instance(backend.spec())
     yield instance
     await instance.aclose()
+
+
+@pytest.fixture(scope="module")
+async def limited(backend: BackendUnderTest) -> AsyncIterator[Instance]:
+    """An instance with small pids, memory and disk limits, for the exhaustion attacks."""
+    with anyio.fail_after(60):
+        instance = await backend.backend.instance(backend.spec(**LIMITED))
+    yield instance
+    await instance.aclose()
+
+
+def marker() -> str:
+    """A unique `sleep` argument, so the host can find exactly this test's processes."""
+    return f"{300 + uuid.uuid4().int % 10_000}.{uuid.uuid4().int % 1000:03d}"
+
+
+def host_pids(argument: str) -> list[int]:
+    """Host pids of live processes whose command line contains `argument` as a word."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                words = f.read().split(b"\0")
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if argument.encode() in words and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+async def wait_until_gone(argument: str) -> None:
+    """Waits (bounded by the caller's fail_after) until no process carries `argument`.
+
+    A SIGKILLed tree is reaped asynchronously, so each pid's exit is awaited on a pidfd.
+    """
+    while pids := host_pids(argument):
+        for pid in pids:
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue
+            try:
+                await anyio.wait_readable(fd)
+            finally:
+                os.close(fd)
+
+
+def started(argument: str) -> str:
+    """Shell that starts `sleep <argument>` and marks /tmp/started once it really runs."""
+    return (
+        f"sleep {argument} & while ! grep -qs {argument} /proc/$!/cmdline; do :; done; "
+        "touch /tmp/started; wait"
+    )
+
+
+async def wait_for_file(ws: Workspace, path: str) -> None:
+    """Polls a workspace file through the sandbox API (each try is a real round trip)."""
+    while True:
+        try:
+            await ws.read_file(path)
+            return
+        except errors.NotFound:
+            await anyio.lowlevel.checkpoint()
+
+
+# --- behaviour ---------------------------------------------------------------------------------
 
 
 async def test_a_command_runs_in_the_workdir_and_a_nonzero_exit_is_data(instance: Instance) -> None:
@@ -37,20 +114,324 @@ async def test_a_command_runs_in_the_workdir_and_a_nonzero_exit_is_data(instance
     assert not result.stdout_truncated
 
 
-async def test_writes_stay_in_their_workspace(instance: Instance) -> None:
+async def test_stdin_env_and_cwd_reach_the_command(instance: Instance) -> None:
     with anyio.fail_after(20):
-        async with await instance.workspace("w1") as one, await instance.workspace("w2") as two:
-            await one.exec("echo changed > a.txt")
-            assert (await two.exec("cat a.txt")).stdout == "hello\n"
-            assert await one.read_file("a.txt") == b"changed\n"
-            fresh = await instance.workspace("w3")
-            assert (await fresh.exec("cat a.txt")).stdout == "hello\n"
-            await fresh.destroy()
+        async with await instance.workspace("io") as ws:
+            result = await ws.exec(["sh", "-c", "pwd; echo $GREETING; cat"], stdin="piped\n",
+                                   env={"GREETING": "hi"}, cwd="pkg")  # fmt: skip
+            missing = await ws.exec(["definitely-not-a-command"])
+            with pytest.raises(errors.InvalidInput):
+                await ws.exec("true", cwd="no/such/dir")
+    assert result.stdout == f"{instance.spec.workdir}/pkg\nhi\npiped\n"
+    assert missing.exit_code == 127
 
 
-async def test_an_unknown_workspace_is_not_found(instance: Instance) -> None:
+async def test_files_are_read_written_and_listed_as_the_trajectory_sees_them(
+    instance: Instance,
+) -> None:
     with anyio.fail_after(20):
-        ws = await instance.workspace("gone")
-        await ws.destroy()
-        with pytest.raises(errors.NotFound):
+        async with await instance.workspace("files") as ws:
+            await ws.write_file("new/deep/file.txt", "content\n")
+            seen = await ws.exec("cat new/deep/file.txt")
+            names = [(e.name, e.kind) for e in await ws.list(".")]
+            with pytest.raises(errors.NotFound):
+                await ws.read_file("absent.txt")
+            with pytest.raises(errors.LimitExceeded):
+                await ws.read_file("blob.bin", max_bytes=4)
+            assert await ws.read_file("blob.bin") == b"\x00\x01\x02binary\xff"
+    assert seen.stdout == "content\n"
+    assert ("a.txt", "file") in names
+    assert ("new", "dir") in names
+
+
+async def test_reset_discards_every_change(instance: Instance) -> None:
+    with anyio.fail_after(20):
+        async with await instance.workspace("reset") as ws:
+            await ws.exec("echo changed > a.txt; rm blob.bin; touch /tmp/left-behind")
+            await ws.reset()
+            after = await ws.exec("cat a.txt; test -e blob.bin && test ! -e /tmp/left-behind")
+    assert (after.exit_code, after.stdout) == (0, "hello\n")
+
+
+async def test_a_diff_applies_cleanly_to_a_fresh_checkout_of_the_base(instance: Instance) -> None:
+    script = (
+        "printf 'changed\\n' > a.txt && git rm -q pkg/mod.py && mkdir -p new && "
+        "printf 'n\\n' > new/file.txt && printf '\\377\\000\\376more' > blob.bin && "
+        "head -c 3000 /dev/urandom > new/random.bin && git mv -f a.txt renamed.txt && "
+        "git config diff.noprefix true"  # a hostile config must not break the patch
+    )
+    fingerprint = "find . -path ./.git -prune -o -type f -print | sort | xargs sha256sum"
+    with anyio.fail_after(30):
+        async with await instance.workspace("edit") as ws:
+            assert (await ws.exec(script)).exit_code == 0
+            patch = await ws.diff()
+            expected = (await ws.exec(fingerprint)).stdout
+        async with await instance.workspace("fresh") as fresh:
+            await fresh.write_file("/tmp/change.patch", patch.encode("utf-8", "surrogateescape"))
+            applied = await fresh.exec("git apply --index /tmp/change.patch")
+            got = (await fresh.exec(fingerprint)).stdout
+    assert "GIT binary patch" in patch
+    assert applied.exit_code == 0, applied.stderr
+    assert got == expected
+
+
+async def test_fifty_concurrent_workspaces_writing_the_same_file_stay_independent(
+    instance: Instance,
+) -> None:
+    seen: dict[int, str] = {}
+    patches: dict[int, str] = {}
+
+    async def trajectory(i: int) -> None:
+        async with await instance.workspace(f"many-{i}") as ws:
+            await ws.exec(f"echo writer-{i} > a.txt")
+            seen[i] = (await ws.exec("cat a.txt")).stdout
+            patches[i] = await ws.diff()
+
+    with anyio.fail_after(90):
+        async with anyio.create_task_group() as tg:
+            for i in range(50):
+                tg.start_soon(trajectory, i)
+    assert seen == {i: f"writer-{i}\n" for i in range(50)}
+    for i in range(50):
+        assert f"+writer-{i}\n" in patches[i]
+        assert patches[i].count("writer-") == 1
+
+
+# --- isolation ---------------------------------------------------------------------------------
+
+
+async def test_a_trajectory_cannot_see_or_signal_another_trajectorys_processes(
+    instance: Instance,
+) -> None:
+    arg = marker()
+    with anyio.fail_after(30):
+        async with await instance.workspace("victim") as victim, anyio.create_task_group() as tg:
+            tg.start_soon(victim.exec, started(arg))
+            await wait_for_file(victim, "/tmp/started")
+            (victim_pid,) = host_pids(arg)
+            async with await instance.workspace("attacker") as attacker:
+                attack = await attacker.exec(
+                    f"ls /proc | grep -c '^[0-9]'; kill -9 {victim_pid}; kill -9 -1; "
+                    "pkill -9 sleep; ps -eo comm | grep -cx sleep"
+                )
+            assert host_pids(arg) == [victim_pid]  # still alive after every attempt
+            tg.cancel_scope.cancel()
+        await wait_until_gone(arg)  # cancelling the exec killed the victim's sleep
+    visible_pids, matches = attack.stdout.split()
+    assert int(visible_pids) <= 4  # only the attacker's own shell and helpers
+    assert int(matches) == 0  # no sleep of the victim in sight
+
+
+async def test_a_trajectory_cannot_read_or_write_another_trajectorys_files(
+    instance: Instance,
+) -> None:
+    secret = uuid.uuid4().hex
+    places = "a.txt /tmp/secret /var/tmp/secret $HOME/secret /dev/shm/secret"
+    with anyio.fail_after(30):
+        async with await instance.workspace("owner") as owner:
+            await owner.exec(f"for f in {places}; do echo {secret} > $f; done")
+            async with await instance.workspace("thief") as thief:
+                stolen = await thief.exec(
+                    f"cat {places} 2>/dev/null; grep -rs {secret} /tmp /var/tmp /run /root "
+                    f"/home /dev/shm . 2>/dev/null; for f in {places}; do echo x > $f; done"
+                )
+            kept = await owner.exec(f"cat {places}")
+    assert secret not in stolen.stdout
+    assert kept.stdout == f"{secret}\n" * 5
+
+
+async def test_the_frozen_filesystem_cannot_be_changed(
+    backend: BackendUnderTest, instance: Instance
+) -> None:
+    vandal = "rm -rf ./* .git; echo x > /etc/evs-evil; echo x > /usr/lib/evs-evil; true"
+    with anyio.fail_after(30):
+        async with await instance.workspace("vandal") as ws:
+            await ws.exec(vandal)
+            assert (await ws.exec("test -e a.txt")).exit_code == 1  # it did delete its copy
+        async with await instance.workspace("after") as ws:
+            after = await ws.exec("git status --porcelain; cat a.txt; ls /etc/evs-evil")
+    assert after.stdout == "hello\n"
+    assert after.exit_code != 0  # /etc/evs-evil does not exist
+    if instance.spec.path is not None:  # the host directory itself is untouched
+        with open(os.path.join(instance.spec.path, "a.txt")) as f:
+            assert f.read() == "hello\n"
+        assert not os.path.exists("/etc/evs-evil")
+
+
+async def test_a_trajectory_cannot_reach_the_network_or_the_host_loopback(
+    instance: Instance,
+) -> None:
+    probe = (
+        "import socket, sys\n"
+        "for addr in sys.argv[1:]:\n"
+        "    host, port = addr.rsplit(':', 1)\n"
+        "    try:\n"
+        "        socket.create_connection((host, int(port)), timeout=2).close(); print('open')\n"
+        "    except OSError as e:\n"
+        "        print(type(e).__name__)\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "socket.create_connection(s.getsockname(), timeout=2); print('own-loopback')\n"
+    )
+    with anyio.fail_after(30):
+        async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+            port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            async with await instance.workspace("net") as ws:
+                await ws.write_file("/tmp/probe.py", probe)
+                result = await ws.exec(
+                    ["python3", "/tmp/probe.py", f"127.0.0.1:{port}", "1.1.1.1:53"]
+                )
+    expected = ["ConnectionRefusedError", "OSError", "own-loopback"]
+    assert result.stdout.split() == expected, result.stderr
+
+
+async def test_a_trajectory_cannot_mount_unmount_or_unshare(instance: Instance) -> None:
+    attempts = [
+        "mount -t tmpfs none /mnt",
+        "umount -l /proc",
+        "umount -l /tmp",
+        "unshare -U true",
+        "unshare -r true",
+        "unshare -m true",
+        "unshare -n true",
+        "chroot / true",
+        "python3 -c 'import ctypes,sys; sys.exit(ctypes.CDLL(None).unshare(0x10000000) != 0)'",
+    ]
+    with anyio.fail_after(30):
+        async with await instance.workspace("mounter") as ws:
+            results = [await ws.exec(cmd) for cmd in attempts]
+            still = await ws.exec("cat /proc/self/status >/dev/null && ls /tmp >/dev/null")
+    refused = [r.exit_code != 0 for r in results]
+    assert refused == [True] * len(attempts), [r.stderr for r in results]
+    assert still.exit_code == 0
+
+
+# --- limits ------------------------------------------------------------------------------------
+
+
+async def test_a_command_that_ignores_sigterm_dies_at_its_timeout(instance: Instance) -> None:
+    arg = marker()
+    with anyio.fail_after(20):
+        async with await instance.workspace("stubborn") as ws:
+            result = await ws.exec(f"trap '' TERM INT; sleep {arg}", timeout=1)
+        await wait_until_gone(arg)
+    assert result.timed_out
+    assert result.duration_s < 10
+
+
+async def test_setsid_and_nohup_children_die_with_their_command(instance: Instance) -> None:
+    escapees = [marker() for _ in range(3)]
+    script = (
+        f"setsid sleep {escapees[0]} & nohup sleep {escapees[1]} >/dev/null 2>&1 & "
+        f"(sleep {escapees[2]} &) ; echo spawned"
+    )
+    with anyio.fail_after(20):
+        async with await instance.workspace("escape") as ws:
+            quick = await ws.exec(script)  # returns at once: the shell exits
+            slow = await ws.exec(f"{script}; sleep {marker()}", timeout=1)
+        for arg in escapees:
+            await wait_until_gone(arg)
+    assert (quick.exit_code, quick.stdout) == (0, "spawned\n")
+    assert slow.timed_out
+
+
+async def test_a_fork_bomb_hits_the_pids_limit_and_the_instance_survives(limited: Instance) -> None:
+    with anyio.fail_after(60):
+        async with await limited.workspace("bomb") as bomb, await limited.workspace("calm") as calm:
+            results: dict[str, ExecResult] = {}
+
+            async def detonate() -> None:
+                script = "touch /tmp/lit; b() { b | b; }; while :; do b; done"
+                results["bomb"] = await bomb.exec(script, timeout=3)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(detonate)
+                await wait_for_file(bomb, "/tmp/lit")
+                results["calm"] = await calm.exec("echo alive")
+            again = await bomb.exec("echo recovered")
+    assert results["calm"].stdout == "alive\n"
+    assert "fork" in results["bomb"].stderr.lower()  # it did run into the limit
+    assert again.stdout == "recovered\n"
+
+
+async def test_a_memory_hog_is_killed_and_the_instance_survives(limited: Instance) -> None:
+    hog = ["python3", "-c", "b = b'x' * (1 << 30); print('survived')"]
+    with anyio.fail_after(60):
+        async with await limited.workspace("hog") as ws:
+            result = await ws.exec(hog, timeout=30)
+            again = await ws.exec("echo recovered")
+    assert result.exit_code != 0
+    assert "survived" not in result.stdout
+    assert again.stdout == "recovered\n"
+
+
+async def test_filling_the_disk_stops_at_the_workspace_cap(limited: Instance) -> None:
+    fill = "dd if=/dev/zero of=big bs=1M count=200 2>&1; dd if=/dev/zero of=/tmp/big bs=1M 2>&1"
+    with anyio.fail_after(60):
+        async with await limited.workspace("filler") as ws, await limited.workspace("n") as nb:
+            result = await ws.exec(fill, timeout=30)
+            size = await ws.exec("du -sm big | cut -f1")
+            neighbour = await nb.exec("echo fine > a.txt && cat a.txt")
+    assert "No space left on device" in result.stdout
+    assert int(size.stdout) <= 32
+    assert neighbour.stdout == "fine\n"
+
+
+async def test_an_output_flood_is_capped_keeping_head_and_tail(instance: Instance) -> None:
+    flood = "echo HEAD; yes filler | head -n 5000000; echo TAIL; yes e | head -c 9000000 >&2"
+    with anyio.fail_after(60):
+        async with await instance.workspace("flood") as ws:
+            result = await ws.exec(flood, output_cap=64 << 10, timeout=50)
+    assert result.exit_code == 0
+    assert result.stdout_truncated
+    assert result.stderr_truncated
+    assert result.stdout.startswith("HEAD\nfiller\n")
+    assert result.stdout.endswith("filler\nTAIL\n")
+    assert len(result.stdout) < (64 << 10) + 100
+
+
+async def test_cancelling_an_exec_kills_its_processes(instance: Instance) -> None:
+    arg = marker()
+    with anyio.fail_after(20):
+        async with await instance.workspace("cancelled") as ws:
+            with anyio.move_on_after(1):
+                await ws.exec(f"sleep {arg}")
+            await wait_until_gone(arg)
+
+
+async def test_a_dead_supervisor_fails_pending_and_later_calls_as_unavailable(
+    backend: BackendUnderTest,
+) -> None:
+    if backend.name != "local":
+        pytest.skip("only the local backend's supervisor is a process this test can kill")
+    arg = marker()
+    outcome: dict[str, BaseException] = {}
+
+    async def doomed_exec(ws: Workspace) -> None:
+        try:
+            await ws.exec(started(arg))
+        except errors.SandboxUnavailable as e:
+            outcome["pending"] = e
+
+    with anyio.fail_after(30):
+        instance = await backend.backend.instance(backend.spec())
+        ws = await instance.workspace("doomed")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(doomed_exec, ws)
+            await wait_for_file(ws, "/tmp/started")
+            os.kill(int(getattr(instance, "info", {})["pid"]), 9)
+        with pytest.raises(errors.SandboxUnavailable):
             await ws.exec("true")
+        await instance.aclose()
+        await wait_until_gone(arg)  # the supervisor's death took its sandboxes with it
+    assert isinstance(outcome.get("pending"), errors.SandboxUnavailable)
+
+
+def test_the_supervisor_source_is_stdlib_only_python_38() -> None:
+    from mcp_evalserver.sandbox.client import SUPERVISOR_SOURCE
+
+    tree = ast.parse(SUPERVISOR_SOURCE.read_text(), feature_version=(3, 8))
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import) for alias in node.names}  # fmt: skip
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module}  # fmt: skip
+    assert imported <= sys.stdlib_module_names
