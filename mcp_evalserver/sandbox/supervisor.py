@@ -292,13 +292,21 @@ class Cgroups:
             self.version = "v1"
             for ctrl in ("pids", "memory"):
                 mnt = "/sys/fs/cgroup/" + ctrl
-                if ctrl in own and os.access(mnt, os.W_OK):
-                    base = os.path.join(mnt + own[ctrl], name)
-                    try:
-                        os.makedirs(base, exist_ok=True)
-                        self.bases[ctrl] = base
-                    except OSError:
-                        pass
+                if ctrl not in own or not os.path.isdir(mnt):
+                    continue
+                if not os.access(mnt, os.W_OK):
+                    # Docker mounts the container's cgroup read-only; with CAP_SYS_ADMIN we
+                    # may remount it rw in our private mount namespace (the container's view
+                    # stays read-only) and nest per-workspace limits under the container's.
+                    with contextlib.suppress(OSError):
+                        flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | MS_NOEXEC
+                        mount("none", mnt, None, flags)
+                # Without a cgroup namespace the path names the host's tree; inside a
+                # container only our own cgroup is mounted, at the controller's root.
+                parent = mnt + own[ctrl] if os.path.isdir(mnt + own[ctrl]) else mnt
+                with contextlib.suppress(OSError):
+                    os.makedirs(os.path.join(parent, name), exist_ok=True)
+                    self.bases[ctrl] = os.path.join(parent, name)
         elif os.path.exists("/sys/fs/cgroup/cgroup.controllers") and "" in own:
             # v2: processes may only sit in leaves, so we move into a leaf of our own subtree
             # and enable the controllers for its siblings (works where the parent delegates).
