@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import json
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -291,8 +292,10 @@ class LedgerWriter:
         relative = f"{ARTIFACTS_DIR}/{digest}{suffix}"
         final = self.directory / relative
         if not final.exists():
-            temporary = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-            with open(temporary, "wb") as handle:
+            # A temporary name of its own per call: two trajectories may store the same bytes
+            # at the same moment, and each rename must find its own file.
+            fd, temporary = tempfile.mkstemp(prefix=f".{digest}.", dir=final.parent)
+            with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())

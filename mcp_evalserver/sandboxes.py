@@ -115,9 +115,13 @@ class SandboxPool:
             return backend
 
     async def _host(self, name: BackendName, *, task_status: anyio.abc.TaskStatus[Backend]) -> None:
-        async with make_backend(name) as backend:
-            task_status.started(backend)
-            await self._closing.wait()
+        # The whole life of a backend is shielded, entry and exit inside one scope: when a
+        # campaign fails or is cancelled, its backends must still stop their supervisors and
+        # remove their mounts. It ends when the pool closes (`_closing` is set first).
+        with anyio.CancelScope(shield=True):
+            async with make_backend(name) as backend:
+                task_status.started(backend)
+                await self._closing.wait()
 
     async def instance(self, task: Task, provisioning: anyio.CapacityLimiter) -> Instance:
         """The task's instance, provisioned (bounded by `provisioning`) the first time.

@@ -379,9 +379,12 @@ class Capture:
 
 # --- workspaces ------------------------------------------------------------------------------
 class Workspace:
+    def ns(self, kind: str) -> str:
+        """The holder's namespace file of `kind` (mnt, net, ipc, uts)."""
+        return f"/proc/{self.holder_pid}/ns/{kind}"
+
     def __init__(self, name: str, path: str) -> None:
         self.name, self.path = name, path
-        self.nsfile = ""  # /proc/<holder>/ns/mnt
         self.holder_pid, self.hold_fd = 0, -1
         self.root = os.path.join(path, "root")
         self.cgroups: list[str] = []
@@ -782,7 +785,13 @@ class Supervisor:
                 reset_signals()
                 close_fds_except({ack_w, hold_r})  # above all other holders' and jobs' pipes
                 prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-                unshare(CLONE_NEWNS)
+                # Net, ipc and uts namespaces are per workspace, not per exec: a fresh net
+                # namespace costs ~3 ms and its execs may share a loopback.
+                private = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS
+                unshare(private if self.cfg.get("network") else private | CLONE_NEWNET)
+                socket.sethostname("sandbox")
+                if not self.cfg.get("network"):
+                    loopback_up()
                 self.mount_view(ws)
                 os.write(ack_w, b"ok\n")
                 os.read(hold_r, 1)  # EOF when the workspace is destroyed
@@ -793,7 +802,6 @@ class Supervisor:
         os.close(ack_w)
         os.close(hold_r)
         ws.holder_pid, ws.hold_fd = pid, hold_w
-        ws.nsfile = f"/proc/{pid}/ns/mnt"
         try:
             ack = os.read(ack_r, 4096).decode(errors="replace")
         finally:
@@ -979,9 +987,10 @@ class Supervisor:
         def child() -> None:
             for d in ws.cgroups:
                 write_file(os.path.join(d, "cgroup.procs"), str(os.getpid()))
-            setns(ws.nsfile, CLONE_NEWNS)
-            flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
-            unshare(flags if cfg.get("network") else flags | CLONE_NEWNET)
+            for ns, kind in (("mnt", CLONE_NEWNS), ("net", CLONE_NEWNET),
+                             ("ipc", CLONE_NEWIPC), ("uts", CLONE_NEWUTS)):  # fmt: skip
+                setns(ws.ns(ns), kind)
+            unshare(CLONE_NEWNS | CLONE_NEWPID)  # its own /proc, and one kill for the tree
             sync_r, sync_w = os.pipe()
             pid = os.fork()
             if pid == 0:
@@ -1029,9 +1038,6 @@ class Supervisor:
                     mount("tmpfs", path, "tmpfs", MS_RDONLY, "size=4k")
                 elif os.path.exists(path):
                     mount("/dev/null", path, None, MS_BIND)
-            socket.sethostname("sandbox")
-            if not self.cfg.get("network"):
-                loopback_up()
             self.apply_rlimits(limits, have)
             os.chroot(ws.root)
             try:
@@ -1063,7 +1069,7 @@ class Supervisor:
         workdir = self.cfg["workdir"]
 
         def child() -> None:
-            setns(ws.nsfile, CLONE_NEWNS)
+            setns(ws.ns("mnt"), CLONE_NEWNS)
             os.chroot(ws.root)
             os.chdir(workdir)
             drop_privileges(False)
@@ -1154,7 +1160,9 @@ class Supervisor:
         script = (
             "set -e\nidx=$(mktemp /tmp/.evalserver-index.XXXXXX)\ntrap 'rm -f \"$idx\"' EXIT\n"
             "gitdir=$(git rev-parse --git-dir)\n"
-            '[ -f "$gitdir/index" ] && cp "$gitdir/index" "$idx"\n'
+            # -p keeps the index's mtime: git trusts an entry whose stat matches unless it is
+            # "racily clean" against that mtime, so a fresh mtime would hide same-second edits.
+            '[ -f "$gitdir/index" ] && cp -p "$gitdir/index" "$idx"\n'
             'export GIT_INDEX_FILE="$idx"\ngit add -A\n'
             "git -c core.quotepath=false diff --cached --binary --no-color --no-ext-diff "
             f"--no-textconv --src-prefix=a/ --dst-prefix=b/ {self.base} --\n"

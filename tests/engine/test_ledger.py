@@ -145,3 +145,18 @@ async def test_a_cancelled_appender_still_leaves_whole_lines(tmp_path: Path) -> 
     assert data.endswith(b"\n") or data == b""
     for line in data.splitlines():
         json.loads(line)
+
+
+async def test_many_tasks_storing_the_same_artifact_at_once_all_succeed(tmp_path: Path) -> None:
+    refs = []
+    async with await LedgerWriter.open(tmp_path, "c1") as ledger:
+
+        async def store() -> None:
+            refs.append(await ledger.put_artifact(b"the same patch\n", ".diff"))
+
+        async with anyio.create_task_group() as group:
+            for _ in range(20):
+                group.start_soon(store)
+    assert len(set(refs)) == 1
+    assert read_artifact(tmp_path, refs[0].as_json()) == b"the same patch\n"
+    assert [p.name for p in (tmp_path / "artifacts").iterdir()] == [Path(refs[0].path).name]

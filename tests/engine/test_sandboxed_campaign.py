@@ -69,7 +69,11 @@ class ApplyAndTest(Scorer):
         else:
             result = await workspace.exec(check)
         return ScoreResult(
-            resolved=result.ok, score=float(result.ok), status="resolved" if result.ok else "failed"
+            resolved=result.ok,
+            score=float(result.ok),
+            status="resolved" if result.ok else "failed",
+            explanation=f"exit {result.exit_code}: {result.stdout[-500:]} {result.stderr[-500:]}",
+            details={"patch": context.submission.patch},
         )
 
 
@@ -82,7 +86,8 @@ async def test_trajectories_work_and_are_graded_in_their_own_workspaces(tmp_path
         _, untouched = await run_campaign(
             tmp_path / "s2", spec_of(tasks, samples=2), NoopAgent(), ApplyAndTest()
         )
-    assert set(outcomes(fixed).values()) == {"resolved"}
+    failures = {tid: t.score for tid, t in fixed.trajectories.items() if t.outcome != "resolved"}
+    assert not failures
     assert set(outcomes(untouched).values()) == {"failed"}
     # The instance itself was never written: every edit stayed in a workspace.
     for task in tasks:
