@@ -100,9 +100,14 @@ class DockerBackend(Backend):
                 f"{base_image_tag()!r}; see sandbox_images/README.md), or use the local backend"
             )
         async with self._locks[spec.key]:
-            existing = self._instances.get(spec.key)
-            if existing is not None and _alive(existing):
-                return existing
+            existing = self._instances.pop(spec.key, None)
+            if existing is not None:
+                if _alive(existing):
+                    self._instances[spec.key] = existing
+                    return existing
+                # Its supervisor died (OOM, killed): drop the container before a new one.
+                with anyio.CancelScope(shield=True):
+                    await existing.aclose()
             async with self._limiter:
                 instance = await self._provision(spec, spec.image)
             self._instances[spec.key] = instance
@@ -128,7 +133,11 @@ class DockerBackend(Backend):
 
         stream = None
         try:
-            python = await engine.exec(container, ["/bin/sh", "-c", _PYTHON_CHECK])
+            try:
+                python = await engine.exec(container, ["/bin/sh", "-c", _PYTHON_CHECK])
+            except errors.SandboxUnavailable:
+                await engine.check_running(container, image)  # the image's fault, or
+                raise  # the engine's
             if python.exit_code != 0:
                 log.warning("instance %s (%s): %s", spec.key, image, FALLBACK_NOTE)
                 return await PerTrajectoryInstance.provision(engine, spec, container)

@@ -93,7 +93,8 @@ def owner_is_alive(owner: str) -> bool:
 class ContainerLimits:
     """Resource limits of an instance container (they protect the host, not one trajectory)."""
 
-    memory: str = "4g"
+    # Workspace uppers on tmpfs count as the container's memory: leave room for them.
+    memory: str = "8g"
     pids: int = 4096
     cpus: float | None = None
     store_size: str = "2g"
@@ -198,6 +199,10 @@ class DockerEngine:
                 return
             except docker.errors.ImageNotFound:
                 pass
+            except docker.errors.APIError as exc:
+                if exc.status_code == 400:  # not a valid reference at all
+                    raise InvalidInput(f"{image!r} is not a valid image name: {exc}") from exc
+                raise
             try:
                 self.client.images.pull(image)
             except (docker.errors.APIError, OSError) as exc:
@@ -268,6 +273,26 @@ class DockerEngine:
         )
         return "bridge" if "bridge" in names else "host"
 
+    async def check_running(self, container_id: str, image: str) -> None:
+        """Raises InvalidInput when the container already exited (its image cannot idle).
+
+        Raises:
+            InvalidInput: the container is not running; the message holds its last output.
+        """
+
+        def state_blocking() -> tuple[dict[str, Any], str]:
+            state = self.api.inspect_container(container_id)["State"]
+            logs = b"" if state.get("Running") else self.api.logs(container_id, tail=5)
+            return state, logs.decode("utf-8", "replace").strip()
+
+        state, logs = await self.call(f"inspect {container_id[:12]}", state_blocking)
+        if not state.get("Running"):
+            raise InvalidInput(
+                f"a container of {image!r} exited at once (code {state.get('ExitCode')}: "
+                f"{logs or 'no output'}); the docker backend needs {_KEEPALIVE[0]} in the image "
+                "(and python3 >= 3.8 for fast workspaces)"
+            )
+
     async def exec(
         self,
         container_id: str,
@@ -337,9 +362,11 @@ class DockerEngine:
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as exc:
-                # "removal already in progress" is success for our purpose.
                 if exc.status_code != 409:
                     raise
+                # "Removal already in progress" (another run cleaning up): wait till it is done.
+                with contextlib.suppress(docker.errors.NotFound):
+                    self.api.wait(container_id, timeout=60, condition="removed")
 
         await self.call(f"remove container {container_id[:12]}", remove_blocking)
 
