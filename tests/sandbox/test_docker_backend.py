@@ -12,6 +12,7 @@ import tarfile
 from collections.abc import AsyncIterator
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from mcp_evalserver.errors import InfrastructureError, InvalidInput, SandboxUnavailable
@@ -316,3 +317,35 @@ async def test_an_image_without_a_shell_is_invalid_input_and_leaves_no_container
 async def test_a_malformed_image_name_is_invalid_input(backend: DockerBackend) -> None:
     with anyio.fail_after(30), pytest.raises(InvalidInput, match="not a valid image name"):
         await backend.instance(InstanceSpec(image="Not A Valid/Name::x"))
+
+
+async def test_a_killed_container_fails_pending_calls_and_the_next_ask_provisions_anew(
+    backend: DockerBackend, engine: DockerEngine, base_image: str
+) -> None:
+    spec = InstanceSpec(image=base_image, setup=REPO, key=f"killed-{os.getpid()}")
+    outcome: dict[str, BaseException] = {}
+    with anyio.fail_after(120):
+        instance = await backend.instance(spec)
+        assert isinstance(instance, SupervisedInstance)
+        ws = await instance.workspace("doomed")
+
+        async def doomed_exec() -> None:
+            try:
+                await ws.exec("touch /tmp/started; sleep 600")
+            except SandboxUnavailable as e:
+                outcome["pending"] = e
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(doomed_exec)
+            while b"started" not in b"".join(
+                e.name.encode() for e in await ws.list("/tmp")
+            ):  # bounded by fail_after; each round trip is a real request
+                await anyio.lowlevel.checkpoint()
+            await engine.call("kill", engine.api.kill, instance.info["container"])
+        with pytest.raises(SandboxUnavailable):
+            await ws.exec("true")
+        again = await backend.instance(spec)
+        assert again is not instance
+        async with await again.workspace("after") as fresh:
+            assert (await fresh.exec("cat a.txt")).stdout == "hello\n"
+    assert isinstance(outcome.get("pending"), SandboxUnavailable)
