@@ -349,3 +349,25 @@ async def test_a_killed_container_fails_pending_calls_and_the_next_ask_provision
         async with await again.workspace("after") as fresh:
             assert (await fresh.exec("cat a.txt")).stdout == "hello\n"
     assert isinstance(outcome.get("pending"), SandboxUnavailable)
+
+
+async def test_provisioning_is_bounded_so_setups_do_not_overlap_at_one(base_image: str) -> None:
+    # Setup is the work being bounded; its sleep is the workload, not a wait.
+    setup = ("date +%s.%N > /setup-start", "sleep 0.5", "date +%s.%N > /setup-end")
+    specs = [
+        InstanceSpec(image=base_image, setup=setup, key=f"bounded-{os.getpid()}-{n}")
+        for n in range(2)
+    ]
+    spans: list[tuple[float, float]] = []
+    with anyio.fail_after(120):
+        async with DockerBackend(provisioning=1) as backend:
+            async with anyio.create_task_group() as tg:
+                for spec in specs:
+                    tg.start_soon(backend.instance, spec)
+            for spec in specs:
+                async with await (await backend.instance(spec)).workspace("stamp") as ws:
+                    start = float(await ws.read_file("/setup-start"))
+                    end = float(await ws.read_file("/setup-end"))
+                    spans.append((start, end))
+    first, second = sorted(spans)
+    assert first[1] <= second[0]
