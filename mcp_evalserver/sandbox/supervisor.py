@@ -20,6 +20,7 @@ overlay (lower = the instance directory) sits at that directory's own path.
 
 from __future__ import annotations
 
+import array
 import base64
 import contextlib
 import ctypes
@@ -379,13 +380,10 @@ class Capture:
 
 # --- workspaces ------------------------------------------------------------------------------
 class Workspace:
-    def ns(self, kind: str) -> str:
-        """The holder's namespace file of `kind` (mnt, net, ipc, uts)."""
-        return f"/proc/{self.holder_pid}/ns/{kind}"
-
     def __init__(self, name: str, path: str) -> None:
         self.name, self.path = name, path
-        self.holder_pid, self.hold_fd = 0, -1
+        self.holder_pid = 0
+        self.ctl: socket.socket | None = None  # to the holder; closing it ends the workspace
         self.root = os.path.join(path, "root")
         self.cgroups: list[str] = []
         self.tmpfs = False
@@ -394,7 +392,11 @@ class Workspace:
 
 
 class Job:
-    """A forked child whose pipes the loop drains; `finish` runs once it exited and hit EOF."""
+    """A child whose pipes the loop drains; `finish` runs once it exited and hit EOF.
+
+    `pid` is our own child to reap, or 0 for an exec forked by a workspace's holder (then the
+    end of its info pipe, with the status written by its parent, is the end of the job).
+    """
 
     def __init__(self, req_id: int, pid: int, deadline: float | None, ws: Workspace | None) -> None:
         self.req_id, self.pid, self.deadline, self.ws = req_id, pid, deadline, ws
@@ -405,7 +407,6 @@ class Job:
         self.stdin_fd, self.stdin_data = -1, b""
         self.status: int | None = None
         self.timed_out = False
-        self.init_pid = 0
         self.open_fds: set[int] = set()
         self.out_fd = self.err_fd = -1
         self.finish: Callable[[Job], dict[str, Any]] = lambda job: {}
@@ -425,11 +426,120 @@ class Job:
         return found
 
 
+class Holder:
+    """A workspace's holder: keeps its namespaces and forks its execs (a tiny zygote).
+
+    Each exec is a child C (in the holder's namespaces and cgroup) that unshares a mount and
+    a pid namespace and forks the command as pid 1 there, reporting its status on the info
+    pipe. Killing C kills the command (death signal) and with it the whole pid namespace.
+    """
+
+    def __init__(self, sup: Supervisor, ws: Workspace, ctl: socket.socket) -> None:
+        self.sup, self.ws, self.ctl = sup, ws, ctl
+        self.children: dict[int, tuple[int, int]] = {}  # pid -> (job, info fd)
+
+    def run(self) -> None:
+        """Serves the control socket until it closes. Never returns."""
+        rfd, wfd = os.pipe()
+        for fd in (rfd, wfd):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(wfd)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        sel = selectors.DefaultSelector()
+        sel.register(self.ctl, selectors.EVENT_READ)
+        sel.register(rfd, selectors.EVENT_READ)
+        while True:
+            for key, _ in sel.select():
+                if key.fileobj == rfd:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(rfd, 512)
+                    self.reap()
+                    continue
+                msg, ancdata, _, _ = self.ctl.recvmsg(4096, socket.CMSG_SPACE(8 * 4))
+                if not msg:
+                    os._exit(0)  # the supervisor closed us: the workspace is gone
+                fds = array.array("i")
+                for level, kind, data in ancdata:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+                request = json.loads(msg)
+                if request["op"] == "kill":
+                    for pid, (job, _) in self.children.items():
+                        if job == request["job"]:
+                            os.kill(pid, signal.SIGKILL)
+                elif len(fds) == 5:
+                    self.fork_exec(int(request["job"]), list(fds))
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            _, info = self.children.pop(pid, (0, -1))
+            if info >= 0:
+                os.close(info)  # its status is on the pipe already, unless it was killed
+
+    def fork_exec(self, job: int, fds: list[int]) -> None:
+        stdin, out, err, info, memfd = fds
+        try:
+            pid = os.fork()
+        except OSError as e:  # typically the workspace's pids limit
+            msg = {"error": f"cannot start a process: {e.strerror}", "kind": "LimitExceeded"}
+            os.write(info, (json.dumps(msg) + "\n").encode())
+            for fd in fds:
+                os.close(fd)
+            return
+        if pid == 0:
+            try:
+                reset_signals()
+                for target, fd in enumerate((stdin, out, err, info)):
+                    os.dup2(fd, target)
+                request = json.loads(os.pread(memfd, 1 << 30, 0))
+                close_fds_from(4)
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                self.exec_parent(request)
+            except BaseException as e:
+                with contextlib.suppress(OSError):
+                    os.write(3, (json.dumps({"error": f"exec: {e}"}) + "\n").encode())
+            os._exit(127)
+        for fd in (stdin, out, err, memfd):
+            os.close(fd)
+        self.children[pid] = (job, info)
+
+    def exec_parent(self, request: dict[str, Any]) -> None:
+        """C: a fresh mount and pid namespace, the command as its pid 1, then its status."""
+        unshare(CLONE_NEWNS | CLONE_NEWPID)  # its own /proc, and one kill for the tree
+        sync_r, sync_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(sync_w)
+            self.sup.sandbox_init(
+                self.ws, sync_r, request["argv"], request["env"], request["cwd"],
+                request["limits"], request["have"],
+            )  # fmt: skip
+        os.close(sync_r)
+        os.write(sync_w, b"x")
+        os.close(sync_w)
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        _, status = os.waitpid(pid, 0)  # pid 1 is reaped only once its namespace is empty
+        os.write(3, (json.dumps({"status": status}) + "\n").encode())
+        # Report before exiting: tearing down our mount namespace waits for an RCU grace
+        # period (~5 ms here), which need not delay the reply.
+        os.close(3)
+        os._exit(0)
+
+
 class Supervisor:
     def __init__(self, proto_in: int, proto_out: int) -> None:
         self.proto_in, self.proto_out = proto_in, proto_out
         self.sel = selectors.DefaultSelector()
-        self.jobs: dict[int, Job] = {}  # pid -> job
+        self.jobs: dict[int, Job] = {}  # pid of our own child -> job
+        self.active: set[Job] = set()  # unfinished jobs, with or without a pid of ours
         self.by_req: dict[int, Job] = {}
         self.workspaces: dict[str, Workspace] = {}
         self.cfg: dict[str, Any] = {}
@@ -463,7 +573,7 @@ class Supervisor:
         self.sel.register(rfd, selectors.EVENT_READ, "sigchld")
         self.sel.register(self.proto_in, selectors.EVENT_READ, "requests")
         while self.running:
-            deadlines = [j.deadline for j in self.jobs.values() if j.deadline and not j.timed_out]
+            deadlines = [j.deadline for j in self.active if j.deadline and not j.timed_out]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             if self.stale_cgroups:
                 timeout = 0.2 if timeout is None else min(timeout, 0.2)
@@ -558,11 +668,21 @@ class Supervisor:
                 finally:
                     os._exit(127)
             os._exit(0)
-        deadline = time.monotonic() + timeout if timeout else None
-        job = Job(req_id, pid, deadline, ws)
         os.close(pipes[0][0])
         for _, w in pipes[1:]:
             os.close(w)
+        return self.register(Job(req_id, pid, None, ws), pipes, timeout, cap, stdin)
+
+    def register(
+        self,
+        job: Job,
+        pipes: list[tuple[int, int]],
+        timeout: float | None,
+        cap: int,
+        stdin: bytes | None,
+    ) -> Job:
+        """Watches the parent's ends of `pipes` (stdin, stdout, stderr, info) for `job`."""
+        job.deadline = time.monotonic() + timeout if timeout else None
         job.stdin_fd, job.stdin_data = pipes[0][1], stdin or b""
         job.out_fd, job.err_fd = pipes[1][0], pipes[2][0]
         os.set_blocking(job.stdin_fd, False)
@@ -579,10 +699,12 @@ class Supervisor:
                 job.info_fd = r
             job.open_fds.add(r)
             self.sel.register(r, selectors.EVENT_READ, (job, r))
-        self.jobs[pid] = job
-        self.by_req[req_id] = job
-        if ws is not None:
-            ws.jobs.add(req_id)
+        if job.pid:
+            self.jobs[job.pid] = job
+        self.active.add(job)
+        self.by_req[job.req_id] = job
+        if job.ws is not None:
+            job.ws.jobs.add(job.req_id)
         return job
 
     def pump(self, job: Job, fd: int) -> None:
@@ -607,8 +729,6 @@ class Supervisor:
         if chunk:
             if fd == job.info_fd:
                 job.info += chunk
-                for msg in job.messages():
-                    job.init_pid = int(msg.get("init", job.init_pid))
             else:
                 job.captures[fd].feed(chunk)
             return
@@ -631,25 +751,29 @@ class Supervisor:
                 self.maybe_done(job)
 
     def kill(self, job: Job) -> None:
-        for pid in (job.init_pid, job.pid):
-            if pid and job.status is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        if job.pid and job.status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(job.pid, signal.SIGKILL)
+        if not job.pid and job.ws is not None and job.ws.ctl is not None:
+            # Its parent, the holder, kills it: only the holder knows the pid for sure.
+            with contextlib.suppress(OSError):
+                job.ws.ctl.send(json.dumps({"op": "kill", "job": job.req_id}).encode())
 
     def expire(self) -> None:
         now = time.monotonic()
-        for job in list(self.jobs.values()):
+        for job in list(self.active):
             if job.deadline and not job.timed_out and now >= job.deadline:
                 job.timed_out = True
                 self.kill(job)
 
     def maybe_done(self, job: Job) -> None:
-        if job.status is None or job.open_fds:
+        if (job.pid and job.status is None) or job.open_fds or job not in self.active:
             return
         if job.stdin_fd >= 0:
             self.sel.unregister(job.stdin_fd)
             os.close(job.stdin_fd)
-        del self.jobs[job.pid]
+        self.jobs.pop(job.pid, None)
+        self.active.discard(job)
         if self.by_req.pop(job.req_id, None) is None:
             return  # cancelled: the client no longer waits
         if job.ws is not None:
@@ -773,18 +897,26 @@ class Supervisor:
             ws.cgroups = self.cgroups.create(
                 ws.name, limits.get("pids"), limits.get("memory_bytes")
             )
-        # A holder process keeps the namespace alive. Binding its ns file would do without a
-        # process, but the kernel refuses that bind (EINVAL, "ns loop") whenever namespace ids
-        # are not monotonic across CPUs, as on 6.18: seen in 23 of 120 creates here.
+        # A holder process keeps the namespaces alive and forks the workspace's execs, so they
+        # start in its namespaces and cgroup: no setns, and no cgroup migration per exec (a
+        # v1 migration takes a global lock, ~3 ms here). Binding its ns files would keep the
+        # namespaces without a process, but the kernel refuses that bind (EINVAL, "ns loop")
+        # when namespace ids are not monotonic across CPUs, as on 6.18: 23 of 120 here.
         ack_r, ack_w = os.pipe()
-        hold_r, hold_w = os.pipe()
+        ctl, holder_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
-            code = 0
             try:
                 reset_signals()
-                close_fds_except({ack_w, hold_r})  # above all other holders' and jobs' pipes
+                ctl.close()
+                close_fds_except({ack_w, holder_end.fileno()})  # not others' pipes
                 prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() != self.pid:
+                    os._exit(1)
+                for d in ws.cgroups:
+                    write_file(os.path.join(d, "cgroup.procs"), str(os.getpid()))
+                with contextlib.suppress(OSError):  # needs CAP_SYS_RESOURCE: best effort
+                    write_file("/proc/self/oom_score_adj", "-1000")  # the OOM killer takes execs
                 # Net, ipc and uts namespaces are per workspace, not per exec: a fresh net
                 # namespace costs ~3 ms and its execs may share a loopback.
                 private = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS
@@ -794,14 +926,14 @@ class Supervisor:
                     loopback_up()
                 self.mount_view(ws)
                 os.write(ack_w, b"ok\n")
-                os.read(hold_r, 1)  # EOF when the workspace is destroyed
+                os.close(ack_w)
             except BaseException as e:
                 os.write(ack_w, (f"error: {e}\n").encode())
-                code = 1
-            os._exit(code)
+                os._exit(1)
+            Holder(self, ws, holder_end).run()
         os.close(ack_w)
-        os.close(hold_r)
-        ws.holder_pid, ws.hold_fd = pid, hold_w
+        holder_end.close()
+        ws.holder_pid, ws.ctl = pid, ctl
         try:
             ack = os.read(ack_r, 4096).decode(errors="replace")
         finally:
@@ -871,9 +1003,9 @@ class Supervisor:
             job = self.by_req.get(req_id)
             if job is not None:
                 self.kill(job)
-        if ws.hold_fd >= 0:
-            os.close(ws.hold_fd)
-            ws.hold_fd = -1
+        if ws.ctl is not None:
+            ws.ctl.close()
+            ws.ctl = None
         if ws.holder_pid:
             with contextlib.suppress(OSError):
                 os.kill(ws.holder_pid, signal.SIGKILL)
@@ -955,8 +1087,11 @@ class Supervisor:
         for msg in job.messages():
             if "error" in msg and not job.timed_out:
                 raise SupervisorError(msg.get("kind", "InfrastructureError"), msg["error"])
-        raw = next((m["status"] for m in job.messages() if "status" in m), job.status or 0)
-        code = os.WEXITSTATUS(raw) if os.WIFEXITED(raw) else -os.WTERMSIG(raw)
+        raw = next((m["status"] for m in job.messages() if "status" in m), job.status)
+        if raw is None:  # its parent was killed (timeout, cancel, destroy) before reporting
+            code = -signal.SIGKILL
+        else:
+            code = os.WEXITSTATUS(raw) if os.WIFEXITED(raw) else -os.WTERMSIG(raw)
         (out, out_trunc), (err, err_trunc) = job.output()
         return {
             "exit_code": code, "stdout": out, "stderr": err,
@@ -984,29 +1119,26 @@ class Supervisor:
         target = os.path.join(workdir, cwd) if cwd else workdir
         have = self.cgroups.limits() if self.cgroups else {"pids": False, "memory": False}
 
-        def child() -> None:
-            for d in ws.cgroups:
-                write_file(os.path.join(d, "cgroup.procs"), str(os.getpid()))
-            for ns, kind in (("mnt", CLONE_NEWNS), ("net", CLONE_NEWNET),
-                             ("ipc", CLONE_NEWIPC), ("uts", CLONE_NEWUTS)):  # fmt: skip
-                setns(ws.ns(ns), kind)
-            unshare(CLONE_NEWNS | CLONE_NEWPID)  # its own /proc, and one kill for the tree
-            sync_r, sync_w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                os.close(sync_w)
-                self.sandbox_init(ws, sync_r, argv, full_env, target, limits, have)
-            os.close(sync_r)
-            os.write(3, (json.dumps({"init": pid}) + "\n").encode())
-            os.write(sync_w, b"x")
-            os.close(sync_w)
-            null = os.open("/dev/null", os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(null, fd)
-            _, status = os.waitpid(pid, 0)
-            os.write(3, (json.dumps({"status": status}) + "\n").encode())
-
-        return self.spawn(req_id, child, ws, timeout, cap, stdin)
+        request = {"argv": argv, "env": full_env, "cwd": target, "limits": limits, "have": have}
+        if ws.ctl is None:
+            raise SupervisorError("NotFound", f"workspace {ws.name!r} is being destroyed")
+        # The request travels in a memfd: argv may be larger than a socket message.
+        memfd = os.memfd_create("exec-request", os.MFD_CLOEXEC)
+        os.write(memfd, json.dumps(request).encode())
+        pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, info
+        theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1], memfd]
+        try:
+            header = json.dumps({"op": "exec", "job": req_id}).encode()
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))]
+            ws.ctl.sendmsg([header], rights)
+        except OSError as e:
+            for fd in [pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]]:
+                os.close(fd)
+            raise SupervisorError("InfrastructureError", f"workspace holder gone: {e}") from e
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        return self.register(Job(req_id, 0, None, ws), pipes, timeout, cap, stdin)
 
     def sandbox_init(
         self,
@@ -1025,6 +1157,8 @@ class Supervisor:
                 os._exit(1)  # our parent died before we could arm the death signal
             os.close(sync_r)
             fcntl.fcntl(3, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
+            with contextlib.suppress(OSError):
+                write_file("/proc/self/oom_score_adj", "0")  # the holder's -1000 is not for us
             proc = ws.root + "/proc"
             mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
             for name in PROC_READONLY:
@@ -1069,7 +1203,7 @@ class Supervisor:
         workdir = self.cfg["workdir"]
 
         def child() -> None:
-            setns(ws.ns("mnt"), CLONE_NEWNS)
+            setns(f"/proc/{ws.holder_pid}/ns/mnt", CLONE_NEWNS)
             os.chroot(ws.root)
             os.chdir(workdir)
             drop_privileges(False)
