@@ -801,6 +801,7 @@ class Supervisor:
             )
         if os.geteuid() != 0:
             enter_user_namespace()
+            cfg["userns"] = True
         # Our own mount namespace: every mount we make dies with us, and ns files can be bound.
         unshare(CLONE_NEWNS)
         mount("none", "/", None, MS_REC | MS_PRIVATE)
@@ -1118,6 +1119,9 @@ class Supervisor:
         workdir = cfg["workdir"]
         target = os.path.join(workdir, cwd) if cwd else workdir
         have = self.cgroups.limits() if self.cgroups else {"pids": False, "memory": False}
+        # In our own user namespace every sandboxed process is one (namespace, uid), so
+        # RLIMIT_NPROC caps them together: shared by the instance, but the host is safe.
+        have["nproc"] = bool(cfg.get("userns")) and not have["pids"]
 
         request = {"argv": argv, "env": full_env, "cwd": target, "limits": limits, "have": have}
         if ws.ctl is None:
@@ -1192,6 +1196,9 @@ class Supervisor:
 
     @staticmethod
     def apply_rlimits(limits: dict[str, Any], have: dict[str, bool]) -> None:
+        if limits.get("pids") and have.get("nproc"):
+            n = int(limits["pids"])
+            resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
         if limits.get("memory_bytes") and not have["memory"]:
             n = int(limits["memory_bytes"])  # no cgroup: a per-process cap is better than none
             resource.setrlimit(resource.RLIMIT_AS, (n, n))

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import ast
 import os
+import socket
+import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 
@@ -284,6 +287,35 @@ async def test_a_trajectory_cannot_reach_the_network_or_the_host_loopback(
     assert result.stdout.split() == expected, result.stderr
 
 
+async def test_host_unix_sockets_are_out_of_reach(instance: Instance) -> None:
+    name = f"evs-{uuid.uuid4().hex[:12]}"
+    paths = [f"/run/{name}.sock", f"/tmp/{name}.sock"]
+    listeners = []
+    for target in [*paths, f"\0{name}"]:  # the last one is an abstract socket
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(target)
+        listener.listen()
+        listeners.append(listener)
+    probe = (
+        "import socket, sys\n"
+        "for target in sys.argv[1:]:\n"
+        "    try:\n"
+        "        socket.socket(socket.AF_UNIX).connect(target.replace('@', '\\0')); print('open')\n"
+        "    except OSError as e:\n"
+        "        print(type(e).__name__)\n"
+    )
+    try:
+        with anyio.fail_after(30):
+            async with await instance.workspace("unix") as ws:
+                result = await ws.exec(["python3", "-c", probe, *paths, f"@{name}"])
+    finally:
+        for listener in listeners:
+            listener.close()
+        for path in paths:
+            os.unlink(path)
+    assert result.stdout.split() == ["FileNotFoundError"] * 2 + ["ConnectionRefusedError"]
+
+
 async def test_a_trajectory_cannot_mount_unmount_or_unshare(instance: Instance) -> None:
     attempts = [
         "mount -t tmpfs none /mnt",
@@ -435,3 +467,75 @@ def test_the_supervisor_source_is_stdlib_only_python_38() -> None:
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module}  # fmt: skip
     assert imported <= sys.stdlib_module_names
+
+
+# --- local backend only ------------------------------------------------------------------------
+
+
+def python_for(uid: int) -> str | None:
+    """An interpreter that user `uid` may run (the venv's may live under /root)."""
+    for candidate in (sys.executable, "/usr/bin/python3"):
+        probe = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", candidate]
+        if subprocess.run([*probe, "-c", "pass"], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.mark.root
+async def test_an_unprivileged_supervisor_isolates_through_a_user_namespace() -> None:
+    """The local backend's supervisor run as `nobody`: either it isolates, or it says why not."""
+    from anyio.streams.stapled import StapledByteStream
+
+    from mcp_evalserver.sandbox.base import InstanceSpec
+    from mcp_evalserver.sandbox.client import SUPERVISOR_SOURCE, SupervisorClient
+    from mcp_evalserver.sandbox.supervised import SupervisedInstance
+
+    from .conftest import REPO_SETUP
+
+    nobody = 65534
+    python = python_for(nobody)
+    if python is None:
+        pytest.skip("no python3 here that uid 65534 may run")
+    with tempfile.TemporaryDirectory(prefix="evs-nobody-") as tmp:
+        os.chmod(tmp, 0o755)
+        repo, store = os.path.join(tmp, "repo"), os.path.join(tmp, "store")
+        for path in (repo, store):
+            os.mkdir(path)
+            os.chown(path, nobody, nobody)
+        command = ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups",
+                   python, "-I", "-S", str(SUPERVISOR_SOURCE)]  # fmt: skip
+        process = await anyio.open_process(command)
+        assert process.stdin is not None
+        assert process.stdout is not None
+        async with process, anyio.create_task_group() as tg:
+            client = SupervisorClient(StapledByteStream(process.stdin, process.stdout))
+            await client.start(tg)
+            with anyio.fail_after(60):
+                try:
+                    instance = await SupervisedInstance.open(
+                        client, InstanceSpec(path=repo, setup=REPO_SETUP),
+                        mode="host", store=store, store_tmpfs=True,
+                    )  # fmt: skip
+                except errors.SandboxUnavailable as e:  # user namespaces refused here
+                    refusal = str(e)
+                    await client.aclose()
+                else:
+                    refusal = ""
+                    async with (
+                        instance,
+                        await instance.workspace("a") as a,
+                        await instance.workspace("b") as b,
+                    ):
+                        wrote = await a.exec("echo mine > a.txt; touch /etc/evs-x; unshare -U true")
+                        other = await b.exec("cat a.txt; ps -e | wc -l")
+                        patch = await a.diff()
+        if refusal:
+            assert "user namespaces" in refusal
+            return
+        with open(os.path.join(repo, "a.txt")) as f:
+            assert f.read() == "hello\n"  # the host directory is the frozen lower
+    assert "Read-only file system" in wrote.stderr
+    assert "Operation not permitted" in wrote.stderr
+    assert other.stdout.split()[0] == "hello"
+    assert int(other.stdout.split()[1]) <= 4  # header, sh, ps, wc: nothing of a's
+    assert "+mine" in patch
