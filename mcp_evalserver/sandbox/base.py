@@ -180,8 +180,8 @@ class Workspace(ABC):
     async def destroy(self) -> None:
         """Kills running commands and removes the workspace; idempotent.
 
-        Raises:
-            SandboxUnavailable: the instance is gone (its workspaces went with it).
+        A no-op when the workspace or its instance is already gone (nothing is left to
+        remove), so `async with` never masks the error that ended the block.
         """
 
     async def __aenter__(self) -> Self:

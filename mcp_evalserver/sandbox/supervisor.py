@@ -630,6 +630,8 @@ class Supervisor:
             self.fail(req_id, "InfrastructureError", f"supervisor: {e}")
         except (ValueError, KeyError, TypeError) as e:
             self.fail(req_id, "InvalidInput", f"bad request: {e!r}")
+        except Exception as e:  # a bug must fail one request, not every trajectory's instance
+            self.fail(req_id, "InfrastructureError", f"supervisor: {e!r}")
 
     # -- jobs --
     def spawn(
@@ -951,6 +953,9 @@ class Supervisor:
         else:
             mount("/", root, None, MS_BIND | MS_REC)
             make_readonly_recursive(root)
+            # The host's /proc lists every process; execs mount their own over this, and
+            # file operations (which have no pid namespace) see it empty.
+            mount("tmpfs", root + "/proc", "tmpfs", nodev | MS_RDONLY, "size=4k,mode=0555")
             # Host secrets and host IPC (unix sockets in /run, /tmp) stay out of the view.
             for masked in ("/run", "/root", "/home", "/var/run"):
                 if os.path.isdir(root + masked) and not os.path.islink(root + masked):

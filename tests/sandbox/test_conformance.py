@@ -142,6 +142,7 @@ async def test_files_are_read_written_and_listed_as_the_trajectory_sees_them(
             with pytest.raises(errors.LimitExceeded):
                 await ws.read_file("blob.bin", max_bytes=4)
             assert await ws.read_file("blob.bin") == b"\x00\x01\x02binary\xff"
+            assert await ws.list("/proc") == []  # no process of anyone's, host's or others'
     assert seen.stdout == "content\n"
     assert ("a.txt", "file") in names
     assert ("new", "dir") in names
