@@ -436,7 +436,7 @@ class Holder:
 
     def __init__(self, sup: Supervisor, ws: Workspace, ctl: socket.socket) -> None:
         self.sup, self.ws, self.ctl = sup, ws, ctl
-        self.children: dict[int, tuple[int, int]] = {}  # pid -> (job, info fd)
+        self.children: dict[int, int] = {}  # pid of C -> job (request id)
 
     def run(self) -> None:
         """Serves the control socket until it closes. Never returns."""
@@ -464,7 +464,7 @@ class Holder:
                         fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
                 request = json.loads(msg)
                 if request["op"] == "kill":
-                    for pid, (job, _) in self.children.items():
+                    for pid, job in self.children.items():
                         if job == request["job"]:
                             os.kill(pid, signal.SIGKILL)
                 elif len(fds) == 5:
@@ -478,9 +478,7 @@ class Holder:
                 return
             if pid == 0:
                 return
-            _, info = self.children.pop(pid, (0, -1))
-            if info >= 0:
-                os.close(info)  # its status is on the pipe already, unless it was killed
+            self.children.pop(pid, None)
 
     def fork_exec(self, job: int, fds: list[int]) -> None:
         stdin, out, err, info, memfd = fds
@@ -505,9 +503,9 @@ class Holder:
                 with contextlib.suppress(OSError):
                     os.write(3, (json.dumps({"error": f"exec: {e}"}) + "\n").encode())
             os._exit(127)
-        for fd in (stdin, out, err, memfd):
+        for fd in fds:  # the info pipe too: its end must come with C's report, not its reaping
             os.close(fd)
-        self.children[pid] = (job, info)
+        self.children[pid] = job
 
     def exec_parent(self, request: dict[str, Any]) -> None:
         """C: a fresh mount and pid namespace, the command as its pid 1, then its status."""
