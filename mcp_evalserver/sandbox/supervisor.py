@@ -9,9 +9,20 @@ and many may be in flight, each answered once:
     <- {"id": 7, "ok": true, "result": {"exit_code": 0, ...}}
     <- {"id": 8, "ok": false, "error": {"type": "NotFound", "message": "..."}}
 
-Ops: init, freeze, ws_create, exec, read, write, list, diff, ws_reset, ws_destroy, cancel,
-shutdown. Bytes travel as base64 (`*_b64`). One thread runs a selectors loop; every sandboxed
-thing runs in a forked child, so a fork never races another thread's locks.
+Ops and their args (results in brackets):
+  init       mode ("host"|"container"), store, store_tmpfs, instance, workdir, network
+             [version, pid, python, cgroups, cgroup_dirs, limits: which are enforced]
+  freeze     setup: [shell lines], timeout            [base: HEAD of workdir or null]
+  ws_create  ws, limits: {pids, memory_bytes, disk_bytes}                  [ws, ms]
+  exec       ws, argv, env, cwd, stdin_b64, timeout, output_cap
+             [exit_code (-signal), stdout_b64, stderr_b64, *_truncated, duration_s, timed_out]
+  read       ws, path, max_bytes [data_b64]     write  ws, path, data_b64, mode [bytes]
+  list       ws, path [entries: {name, kind, size}, truncated]
+  diff       ws, timeout, max_bytes [patch_b64]  ws_reset, ws_destroy  ws
+  cancel     target (a request id)               shutdown
+One thread runs a selectors loop and never waits on a command: every sandboxed thing runs in
+a forked child (so no fork races another thread's locks), and each workspace has a holder
+process that keeps its namespaces and cgroup and forks its execs.
 
 Modes. "container": the overlay's lower is `/` and uppers live on a non-overlay store (e.g. a
 tmpfs at /trajs). "host" (the local backend): the host's `/` is bind-mounted read-only and the
