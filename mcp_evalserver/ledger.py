@@ -285,23 +285,37 @@ class LedgerWriter:
 
     async def put_artifact(self, data: bytes, suffix: str = "") -> ArtifactRef:
         """Stores bytes under their content hash (atomic rename, fsync'd) and names them."""
-        return await anyio.to_thread.run_sync(self._put_artifact_sync, data, suffix)
+        return await store_artifact(self.directory, data, suffix)
 
-    def _put_artifact_sync(self, data: bytes, suffix: str) -> ArtifactRef:
-        digest = hashlib.sha256(data).hexdigest()
-        relative = f"{ARTIFACTS_DIR}/{digest}{suffix}"
-        final = self.directory / relative
-        if not final.exists():
-            # A temporary name of its own per call: two trajectories may store the same bytes
-            # at the same moment, and each rename must find its own file.
-            fd, temporary = tempfile.mkstemp(prefix=f".{digest}.", dir=final.parent)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, final)
-            _fsync_dir(final.parent)
-        return ArtifactRef(relative, digest, len(data))
+
+async def store_artifact(directory: Path, data: bytes, suffix: str = "") -> ArtifactRef:
+    """Stores bytes in a campaign's artifacts under their content hash and names them.
+
+    Safe beside the ledger's writer (content-addressed, atomic rename, fsync'd), so a scorer
+    can keep a test log: store it first, then return its ref in the result that names it.
+
+    Raises:
+        OSError: the disk refused the write.
+    """
+    return await anyio.to_thread.run_sync(_store_artifact_sync, directory, data, suffix)
+
+
+def _store_artifact_sync(directory: Path, data: bytes, suffix: str) -> ArtifactRef:
+    digest = hashlib.sha256(data).hexdigest()
+    relative = f"{ARTIFACTS_DIR}/{digest}{suffix}"
+    final = directory / relative
+    if not final.exists():
+        final.parent.mkdir(parents=True, exist_ok=True)
+        # A temporary name of its own per call: two trajectories may store the same bytes
+        # at the same moment, and each rename must find its own file.
+        fd, temporary = tempfile.mkstemp(prefix=f".{digest}.", dir=final.parent)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, final)
+        _fsync_dir(final.parent)
+    return ArtifactRef(relative, digest, len(data))
 
 
 def read_artifact(directory: Path, ref: dict[str, Any]) -> bytes:

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.scoring.config import ExactScorerConfig, ScorerConfig
 
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/]*$")
 
@@ -131,24 +132,6 @@ class PythonAgentConfig(_Strict):
 AgentConfig = Annotated[
     NoopAgentConfig | OracleAgentConfig | PythonAgentConfig, Field(discriminator="type")
 ]
-
-
-class ExactScorerConfig(_Strict):
-    """The submitted answer equals the task's `answer` after normalisation."""
-
-    type: Literal["exact"] = "exact"
-    case_sensitive: bool = True
-
-
-class PythonScorerConfig(_Strict):
-    """A scorer written in Python, loaded from `module:factory`; `factory(options)` returns it."""
-
-    type: Literal["python"] = "python"
-    factory: str = Field(description="Import path `package.module:callable`.")
-    options: dict[str, Any] = Field(default_factory=dict)
-
-
-ScorerConfig = Annotated[ExactScorerConfig | PythonScorerConfig, Field(discriminator="type")]
 
 
 class Limits(_Strict):

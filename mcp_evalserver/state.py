@@ -10,7 +10,7 @@ Record kinds and what they do to a trajectory:
     generated            generating -> generated            (submission, usage)
     generation_failed    generating -> pending, or -> done with outcome error/timeout/infra_error
     scoring_started      generated -> scoring
-    scored               scoring -> done                    (outcome resolved/failed, score)
+    scored               scoring -> done                    (outcome from the score, score)
     scoring_failed       scoring -> generated, or -> done with outcome infra_error/timeout
     campaign_cancelled   the campaign is cancelled until a `run_started` resumes it
     run_started          a process began (or resumed) running the campaign
@@ -54,6 +54,8 @@ class TrajectoryState:
     scoring_s: float | None = None
     generated_seq: int | None = None
     scored_seq: int | None = None
+    #: When the record that finished it was written (epoch seconds).
+    finished_ts: float | None = None
 
     @property
     def done(self) -> bool:
@@ -182,6 +184,7 @@ def _generation_failed(t: TrajectoryState, r: dict[str, Any]) -> None:
     if r.get("final"):
         t.phase = "done"
         t.outcome = r["outcome"]
+        t.finished_ts = r["ts"]
     else:
         t.phase = "pending"
         t.generation_failures += 1
@@ -196,9 +199,14 @@ def _scored(t: TrajectoryState, r: dict[str, Any]) -> None:
     _expect(t, r, "scoring")
     t.phase = "done"
     t.score = r["score"]
-    t.outcome = "resolved" if r["score"].get("resolved") else "failed"
+    # Scores recorded before scorers named their outcome hold only `resolved`.
+    outcome = r["score"].get("outcome") or ("resolved" if r["score"].get("resolved") else "failed")
+    if outcome not in _SCORED_OUTCOMES:
+        raise LedgerCorrupt(f"record seq {r['seq']} (scored) has unknown outcome {outcome!r}")
+    t.outcome = _SCORED_OUTCOMES[outcome]
     t.scoring_s = r.get("duration_s")
     t.scored_seq = r["seq"]
+    t.finished_ts = r["ts"]
     t.error = None
 
 
@@ -208,10 +216,18 @@ def _scoring_failed(t: TrajectoryState, r: dict[str, Any]) -> None:
     if r.get("final"):
         t.phase = "done"
         t.outcome = r["outcome"]
+        t.finished_ts = r["ts"]
     else:
         t.phase = "generated"
         t.scoring_failures += 1
 
+
+_SCORED_OUTCOMES: dict[str, Outcome] = {
+    "resolved": "resolved",
+    "failed": "failed",
+    "error": "error",
+    "infra_error": "infra_error",
+}
 
 _TRAJECTORY_HANDLERS = {
     "attempt_started": _attempt_started,

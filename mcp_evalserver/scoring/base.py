@@ -3,6 +3,10 @@
 A scorer's `score` returns a `ScoreResult`. Raising `InfrastructureError` asks for a retry with
 backoff (the generation is kept; only scoring runs again); any other exception is the
 trajectory's result (outcome `error`). The runner enforces the scoring timeout.
+
+A result's `outcome` says whose failure an unresolved verdict is: `failed` (the submission's,
+the default), `error` (the evaluation broke: tests errored, a task without a gold answer) or
+`infra_error` (the harness did: its time limit passed), which every figure keeps apart.
 """
 
 from __future__ import annotations
@@ -10,9 +14,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mcp_evalserver.agents.base import Submission
 from mcp_evalserver.sandboxes import TrajectorySandbox
@@ -30,6 +34,37 @@ class ScoreResult(BaseModel):
     status: str = Field(description="e.g. resolved, failed, empty, apply_failed, tests_errored")
     explanation: str = ""
     details: dict[str, Any] = Field(default_factory=dict)
+    outcome: Literal["resolved", "failed", "error", "infra_error"] | None = Field(
+        None, description="The ledger outcome; default resolved or failed from `resolved`."
+    )
+
+    @model_validator(mode="after")
+    def _outcome_agrees(self) -> Self:
+        if self.outcome is None:
+            self.outcome = "resolved" if self.resolved else "failed"
+        elif (self.outcome == "resolved") != self.resolved:
+            raise ValueError(f"outcome {self.outcome!r} contradicts resolved={self.resolved}")
+        return self
+
+    @classmethod
+    def unresolved(
+        cls,
+        status: str,
+        explanation: str,
+        *,
+        outcome: Literal["failed", "error", "infra_error"] = "failed",
+        score: float = 0.0,
+        details: dict[str, Any] | None = None,
+    ) -> ScoreResult:
+        """A verdict that does not count as resolved, with its reason."""
+        return cls(
+            resolved=False,
+            score=score,
+            status=status,
+            explanation=explanation,
+            details=details or {},
+            outcome=outcome,
+        )
 
 
 @dataclass(frozen=True)

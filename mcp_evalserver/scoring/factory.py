@@ -4,22 +4,65 @@ from __future__ import annotations
 
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.plugins import load_factory
-from mcp_evalserver.scoring.answers import ExactScorer
+from mcp_evalserver.scoring.answers import ExactScorer, JsonScorer, RegexScorer
 from mcp_evalserver.scoring.base import Scorer
-from mcp_evalserver.spec import ExactScorerConfig, ScorerConfig
+from mcp_evalserver.scoring.command import CommandScorer
+from mcp_evalserver.scoring.config import (
+    CommandScorerConfig,
+    ExactScorerConfig,
+    JsonScorerConfig,
+    LlmJudgeScorerConfig,
+    PythonScorerConfig,
+    RegexScorerConfig,
+    ScorerConfig,
+    TestsScorerConfig,
+)
+from mcp_evalserver.scoring.testsuite import TestsScorer
 
 
 def build_scorer(config: ScorerConfig) -> Scorer:
     """Makes the scorer a config describes.
 
     Raises:
-        InvalidInput: a plugin factory cannot be loaded or returns something not a Scorer.
+        InvalidInput: an invalid pattern or parser name, a judge without endpoint or key, or a
+            plugin factory that cannot be loaded or returns something not a Scorer.
     """
-    if isinstance(config, ExactScorerConfig):
-        return ExactScorer(case_sensitive=config.case_sensitive)
-    scorer = load_factory(config.factory)(config.options)
-    if not isinstance(scorer, Scorer):
-        raise InvalidInput(
-            f"factory {config.factory!r} returned {type(scorer).__name__}, not Scorer"
-        )
-    return scorer
+    match config:
+        case ExactScorerConfig():
+            return ExactScorer(case_sensitive=config.case_sensitive)
+        case RegexScorerConfig():
+            return RegexScorer(
+                pattern=config.pattern,
+                mode=config.mode,
+                ignore_case=config.ignore_case,
+                dotall=config.dotall,
+            )
+        case JsonScorerConfig():
+            return JsonScorer(subset=config.subset)
+        case CommandScorerConfig():
+            return CommandScorer(
+                config.command,
+                reward_file=config.reward_file,
+                threshold=config.threshold,
+                timeout_s=config.timeout_s,
+                apply_patch=config.apply_patch,
+            )
+        case TestsScorerConfig():
+            return TestsScorer(
+                parser=config.parser,
+                test_command=config.test_command,
+                timeout_s=config.timeout_s,
+                output_cap=config.output_cap,
+            )
+        case LlmJudgeScorerConfig():
+            # Imported here: the openai client is only loaded by campaigns that use a judge.
+            from mcp_evalserver.scoring.judge import LlmJudgeScorer
+
+            return LlmJudgeScorer(**config.model_dump(exclude={"type"}))
+        case PythonScorerConfig():
+            scorer = load_factory(config.factory)(config.options)
+            if not isinstance(scorer, Scorer):
+                raise InvalidInput(
+                    f"factory {config.factory!r} returned {type(scorer).__name__}, not Scorer"
+                )
+            return scorer

@@ -1,0 +1,247 @@
+"""The `llm_judge` scorer: a rubric of requirements, each judged by its own model call.
+
+Calls go to an OpenAI-compatible chat-completions endpoint through the `openai` client. All
+requirements of one trajectory are judged concurrently, at most `concurrency` at once (and at
+most `limits.per_endpoint` across the campaign). The judge must answer a JSON object
+`{"fulfilled": true|false, "reason": "..."}` (a bare YES or NO is accepted too).
+
+A call that fails, or an answer that cannot be read, leaves that requirement unfulfilled with
+its error; the others still count. When no requirement got a verdict at all the endpoint is
+taken to be down: `InfrastructureError`, which the runner retries.
+
+Verdicts are cached in the campaign's artifacts (`artifacts/judge-<key>.json`, key = sha256 of
+the prompt version, model, task prompt, requirement and submission), so re-scoring a campaign
+asks the model nothing it has answered before. Errors are not cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import openai
+
+from mcp_evalserver.errors import InfrastructureError, InvalidInput
+from mcp_evalserver.ledger import ARTIFACTS_DIR
+from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.scoring.matchers import parse_json
+
+#: Changing the judge's instructions must not reuse verdicts given under the old ones.
+PROMPT_VERSION = "1"
+SYSTEM_PROMPT = (
+    "You grade one requirement of a submission to a task. Reply with only a JSON object: "
+    '{"fulfilled": true or false, "reason": "one sentence"}. Judge the requirement alone; '
+    "when the submission does not show that it is met, it is not fulfilled."
+)
+_YES_NO = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class RequirementVerdict:
+    """The judge's verdict on one requirement (or the error that stands for it)."""
+
+    requirement: str
+    fulfilled: bool
+    reason: str = ""
+    error: str | None = None
+    cached: bool = False
+
+
+class LlmJudgeScorer(Scorer):
+    """Grades a submission against a rubric with an OpenAI-compatible model."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        rubric: list[str] | None = None,
+        threshold: float = 1.0,
+        concurrency: int = 4,
+        timeout_s: float = 120.0,
+        temperature: float = 0.0,
+    ) -> None:
+        """Remembers the endpoint; nothing is called until a trajectory is scored.
+
+        Raises:
+            InvalidInput: no endpoint and no API key (the OpenAI default needs one).
+        """
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+        self.api_key = os.environ.get(api_key_env)
+        if self.api_key is None and self.base_url is None:
+            raise InvalidInput(
+                f"llm_judge: set ${api_key_env} (or give `base_url` of a local endpoint)"
+            )
+        self.model = model
+        self.rubric = list(rubric or [])
+        self.threshold = threshold
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.temperature = temperature
+
+    async def score(self, context: ScoringContext) -> ScoreResult:
+        rubric = [*self.rubric, *_task_rubric(context)]
+        if not rubric:
+            return ScoreResult.unresolved(
+                "no_rubric",
+                f"task {context.task.id}: give the scorer a `rubric` or the task metadata.rubric",
+                outcome="error",
+            )
+        submission = _submission_text(context)
+        if not submission:
+            return ScoreResult.unresolved("empty", "the submission has neither answer nor patch")
+        verdicts: list[RequirementVerdict | None] = [None] * len(rubric)
+        bound = anyio.CapacityLimiter(self.concurrency)
+        endpoint = context.limiters.endpoint(self.base_url or "openai")
+        async with openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=self.api_key or "unused",
+            max_retries=0,
+            timeout=self.timeout_s,
+        ) as client:
+
+            async def judge(index: int, requirement: str) -> None:
+                async with bound, endpoint:
+                    verdicts[index] = await self._judge_cached(
+                        client, context, requirement, submission
+                    )
+
+            async with anyio.create_task_group() as group:
+                for index, requirement in enumerate(rubric):
+                    group.start_soon(judge, index, requirement)
+        done = [v for v in verdicts if v is not None]
+        return self._result(done)
+
+    def _result(self, verdicts: list[RequirementVerdict]) -> ScoreResult:
+        answered = [v for v in verdicts if v.error is None]
+        if not answered:
+            raise InfrastructureError(
+                f"the judge answered none of {len(verdicts)} requirement(s); first error: "
+                f"{verdicts[0].error}"
+            )
+        fulfilled = sum(v.fulfilled for v in verdicts)
+        share = fulfilled / len(verdicts)
+        details = {
+            "model": self.model,
+            "fulfilled": fulfilled,
+            "requirements": [asdict(v) for v in verdicts],
+            "errors": sum(v.error is not None for v in verdicts),
+        }
+        explanation = f"{fulfilled}/{len(verdicts)} requirements fulfilled"
+        unmet = [v for v in verdicts if not v.fulfilled]
+        if unmet:
+            explanation += f"; first unmet: {unmet[0].requirement[:80]}"
+        if share >= self.threshold:
+            return ScoreResult(
+                resolved=True, score=share, status="resolved", explanation=explanation,
+                details=details,
+            )  # fmt: skip
+        return ScoreResult.unresolved("failed", explanation, score=share, details=details)
+
+    async def _judge_cached(
+        self,
+        client: openai.AsyncOpenAI,
+        context: ScoringContext,
+        requirement: str,
+        submission: str,
+    ) -> RequirementVerdict:
+        key = hashlib.sha256(
+            json.dumps(
+                [PROMPT_VERSION, self.model, context.task.prompt, requirement, submission]
+            ).encode()
+        ).hexdigest()
+        path = context.campaign_dir / ARTIFACTS_DIR / f"judge-{key}.json"
+        cached = await anyio.to_thread.run_sync(_read_cache, path)
+        if cached is not None:
+            return RequirementVerdict(
+                requirement, bool(cached["fulfilled"]), str(cached.get("reason", "")), cached=True
+            )
+        verdict = await self._judge(client, context, requirement, submission)
+        if verdict.error is None:
+            entry = {"model": self.model, "requirement": requirement, **asdict(verdict)}
+            await anyio.to_thread.run_sync(_write_cache, path, entry)
+        return verdict
+
+    async def _judge(
+        self,
+        client: openai.AsyncOpenAI,
+        context: ScoringContext,
+        requirement: str,
+        submission: str,
+    ) -> RequirementVerdict:
+        user = (
+            f"Task:\n{context.task.prompt}\n\nSubmission:\n{submission}\n\n"
+            f"Requirement:\n{requirement}"
+        )
+        try:
+            response = await client.chat.completions.create(
+                model=self.model,
+                messages=[
+                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": user},
+                ],
+                temperature=self.temperature,
+            )
+        except openai.OpenAIError as exc:
+            return RequirementVerdict(requirement, False, error=f"{type(exc).__name__}: {exc}")
+        content = response.choices[0].message.content if response.choices else None
+        return _read_verdict(requirement, content or "")
+
+
+def _read_verdict(requirement: str, content: str) -> RequirementVerdict:
+    """The verdict in the judge's reply; an unreadable reply is an error verdict."""
+    try:
+        data = parse_json(content)
+    except InvalidInput:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("fulfilled"), bool):
+        return RequirementVerdict(requirement, data["fulfilled"], str(data.get("reason", "")))
+    word = _YES_NO.match(content)
+    if word:
+        return RequirementVerdict(requirement, word.group(1).lower() == "yes", content.strip())
+    return RequirementVerdict(
+        requirement, False, error=f"unreadable verdict: {content.strip()[:120]!r}"
+    )
+
+
+def _task_rubric(context: ScoringContext) -> list[str]:
+    rubric = context.task.metadata.get("rubric", [])
+    if isinstance(rubric, str):
+        return [rubric]
+    return [str(item) for item in rubric] if isinstance(rubric, list) else []
+
+
+def _submission_text(context: ScoringContext) -> str:
+    parts = []
+    if context.submission.answer:
+        parts.append(context.submission.answer)
+    if context.submission.patch:
+        parts.append(f"Patch:\n{context.submission.patch}")
+    return "\n\n".join(parts)
+
+
+def _read_cache(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "fulfilled" in data else None
+
+
+def _write_cache(path: Path, entry: dict[str, Any]) -> None:
+    # Atomic rename: a crash leaves the old cache or the new entry, never half of one.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(entry, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)

@@ -1,0 +1,102 @@
+"""Builders for scorer tests that run in real local-backend workspaces (root needed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcp_evalserver.agents.base import Submission
+from mcp_evalserver.ledger import ARTIFACTS_DIR
+from mcp_evalserver.sandboxes import SandboxPool, TrajectorySandbox
+from mcp_evalserver.scheduler import Limiters
+from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.spec import Limits, Task
+
+GIT = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+
+
+def require_root() -> None:
+    """Namespaces and overlayfs need root: fail under CI, skip elsewhere."""
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("needs root for mount namespaces and overlayfs")
+        pytest.skip("needs root for mount namespaces and overlayfs")
+
+
+def git_repo(path: Path, files: dict[str, str]) -> Path:
+    """A directory holding `files`, committed as the base of a git repository."""
+    path.mkdir(parents=True)
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    subprocess.run(["git", "init", "-q", "."], cwd=path, check=True)
+    subprocess.run([*GIT, "add", "-A"], cwd=path, check=True)
+    subprocess.run([*GIT, "commit", "-qm", "base"], cwd=path, check=True)
+    return path
+
+
+def diff_of(repo: Path, files: dict[str, str]) -> str:
+    """The patch that turns the repo's base into one with `files` written (repo unchanged)."""
+    originals = {name: (repo / name).read_text() for name in files if (repo / name).exists()}
+    try:
+        for name, text in files.items():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo / name).write_text(text)
+        subprocess.run([*GIT, "add", "-A"], cwd=repo, check=True)
+        return subprocess.run(
+            ["git", "diff", "--cached"], cwd=repo, check=True, capture_output=True, text=True
+        ).stdout
+    finally:
+        subprocess.run(["git", "reset", "-q"], cwd=repo, check=True)
+        for name in files:
+            if name in originals:
+                (repo / name).write_text(originals[name])
+            else:
+                (repo / name).unlink()
+
+
+class Scoring:
+    """Scores submissions of tasks in fresh workspaces of a live local backend."""
+
+    def __init__(self, pool: SandboxPool, campaign_dir: Path) -> None:
+        self.pool = pool
+        self.campaign_dir = campaign_dir
+        self.limiters = Limiters(Limits())
+        self._steps = 0
+
+    async def score(self, scorer: Scorer, task: Task, submission: Submission) -> ScoreResult:
+        self._steps += 1
+        sandbox = TrajectorySandbox(
+            self.pool, task, f"eval-{self._steps}", self.limiters.provisioning
+        )
+        context = ScoringContext(
+            campaign_id="c",
+            trajectory_id=f"{task.id}@0",
+            task=task,
+            submission=submission,
+            campaign_dir=self.campaign_dir,
+            limiters=self.limiters,
+            sandbox=sandbox,
+        )
+        try:
+            with anyio.fail_after(120):
+                return await scorer.score(context)
+        finally:
+            await sandbox.aclose()
+
+    def artifact(self, ref: dict[str, str]) -> str:
+        assert ref["path"].startswith(f"{ARTIFACTS_DIR}/")
+        return (self.campaign_dir / ref["path"]).read_text()
+
+
+@asynccontextmanager
+async def scoring_in_workspaces(campaign_dir: Path) -> AsyncIterator[Scoring]:
+    campaign_dir.mkdir(parents=True, exist_ok=True)
+    async with SandboxPool() as pool:
+        yield Scoring(pool, campaign_dir)
