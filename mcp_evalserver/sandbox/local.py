@@ -59,6 +59,7 @@ class LocalBackend(Backend):
         self._instances: dict[str, SupervisedInstance] = {}
         self._locks: dict[str, anyio.Lock] = collections.defaultdict(anyio.Lock)
         self._group: anyio.abc.TaskGroup | None = None
+        self._set_up: set[str] = set()  # keys whose setup ran: a directory keeps its changes
 
     async def __aenter__(self) -> LocalBackend:
         await anyio.to_thread.run_sync(sweep_leftovers, self._store_root)
@@ -73,8 +74,10 @@ class LocalBackend(Backend):
             raise errors.InvalidInput("the local backend runs directories: give `path`")
         async with self._locks[spec.key]:
             existing = self._instances.get(spec.key)
-            if existing is not None and existing.client.alive:
-                return existing
+            if existing is not None:
+                if existing.client.alive:
+                    return existing
+                await existing.aclose()  # its supervisor died: reap it, then provision anew
             instance = await self._provision(spec, spec.path)
             self._instances[spec.key] = instance
             return instance
@@ -126,8 +129,15 @@ class LocalBackend(Backend):
         cgroup_dirs: list[str] = []
         try:
             instance = await SupervisedInstance.open(
-                client, spec, mode="host", store=store, store_tmpfs=True, on_close=on_close
+                client,
+                spec,
+                mode="host",
+                store=store,
+                store_tmpfs=True,
+                run_setup=spec.key not in self._set_up,
+                on_close=on_close,
             )
+            self._set_up.add(spec.key)
             cgroup_dirs.extend(instance.info.get("cgroup_dirs") or [])
             return instance
         except BaseException as e:

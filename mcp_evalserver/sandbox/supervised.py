@@ -47,12 +47,14 @@ class SupervisedInstance(Instance):
         mode: Literal["host", "container"],
         store: str,
         store_tmpfs: bool = False,
+        run_setup: bool = True,
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> SupervisedInstance:
         """Initialises a started supervisor, runs the spec's setup and freezes the instance.
 
         `store` holds the workspaces' upper layers and must not be on overlayfs; with
-        `store_tmpfs` the supervisor mounts a private tmpfs there itself.
+        `store_tmpfs` the supervisor mounts a private tmpfs there itself. `run_setup=False`
+        freezes without the spec's setup (it already ran on this environment).
 
         Raises:
             InvalidInput: the supervisor refused the spec.
@@ -72,7 +74,7 @@ class SupervisedInstance(Instance):
         frozen = await client.request(
             "freeze",
             reply_timeout=spec.setup_timeout_s + REPLY_GRACE_S,
-            setup=list(spec.setup),
+            setup=list(spec.setup) if run_setup else [],
             timeout=spec.setup_timeout_s,
         )
         return cls(client, spec, frozen.get("base"), info, on_close)

@@ -445,8 +445,9 @@ async def test_a_dead_supervisor_fails_pending_and_later_calls_as_unavailable(
         except errors.SandboxUnavailable as e:
             outcome["pending"] = e
 
+    spec = backend.spec()
     with anyio.fail_after(30):
-        instance = await backend.backend.instance(backend.spec())
+        instance = await backend.backend.instance(spec)
         ws = await instance.workspace("doomed")
         async with anyio.create_task_group() as tg:
             tg.start_soon(doomed_exec, ws)
@@ -454,9 +455,14 @@ async def test_a_dead_supervisor_fails_pending_and_later_calls_as_unavailable(
             os.kill(int(getattr(instance, "info", {})["pid"]), 9)
         with pytest.raises(errors.SandboxUnavailable):
             await ws.exec("true")
-        await instance.aclose()
         await wait_until_gone(arg)  # the supervisor's death took its sandboxes with it
+        fresh = await backend.backend.instance(spec)  # asked again, it comes back
+        async with await fresh.workspace("reborn") as ws:
+            again = await ws.exec("cat a.txt")
+        await fresh.aclose()
     assert isinstance(outcome.get("pending"), errors.SandboxUnavailable)
+    assert fresh is not instance
+    assert again.stdout == "hello\n"
 
 
 def test_the_supervisor_source_is_stdlib_only_python_38() -> None:
