@@ -1,16 +1,78 @@
-"""Campaign reports from the ledger, as a JSON-ready dict and as Markdown."""
+"""Campaign reports from the ledger, as a JSON-ready dict and as Markdown; paired comparisons.
+
+The one place reports are built (CLI, MCP resource, server). The statistics come from
+`scoring.stats` and `scoring.comparison`; here they are gathered from a campaign's state.
+
+Infrastructure failures (outcome `infra_error`) are kept apart in every figure: they are not
+attempts, so pass rates, pass@k, pass^k and intervals are over the trajectories the
+infrastructure let run, and the infrastructure's error rate is shown beside the task's.
+Trajectories not finished yet are left out (the report of a running campaign is partial).
+Intervals are 95%: a bootstrap over tasks with seed 0 (so the same ledger gives the same
+report), and Wilson's when every task has exactly one attempt.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
-from mcp_evalserver.state import INFRA_OUTCOMES, CampaignState
+from mcp_evalserver.scoring.comparison import compare_campaigns
+from mcp_evalserver.scoring.stats import (
+    Verdict,
+    flaky_graders,
+    percentile,
+    summarise_campaign,
+    task_stats,
+)
+from mcp_evalserver.state import INFRA_OUTCOMES, CampaignState, TrajectoryState
+
+CONFIDENCE = 0.95
+SEED = 0
+RESAMPLES = 2000
+
+
+def verdicts(state: CampaignState) -> list[Verdict]:
+    """The finished trajectories as the statistics take them.
+
+    A verdict's latency is the trajectory's active time (generation plus scoring, the last
+    attempt of each), ending when its final record was written.
+    """
+    found = []
+    for trajectory in state.trajectories.values():
+        if not trajectory.done or trajectory.outcome is None:
+            continue
+        usage = trajectory.usage or {}
+        active = _active_s(trajectory)
+        finished = trajectory.finished_ts
+        found.append(
+            Verdict(
+                task_id=trajectory.task_id,
+                sample=trajectory.sample,
+                outcome=trajectory.outcome,
+                started_at=finished - active if finished is not None and active else None,
+                finished_at=finished if active else None,
+                input_tokens=usage.get("input_tokens") if usage else None,
+                output_tokens=usage.get("output_tokens") if usage else None,
+                cost_usd=usage.get("cost_usd"),
+            )
+        )
+    return found
+
+
+def _active_s(trajectory: TrajectoryState) -> float | None:
+    parts = [p for p in (trajectory.generation_s, trajectory.scoring_s) if p is not None]
+    return sum(parts) if parts else None
 
 
 def build_report(state: CampaignState) -> dict[str, Any]:
-    """The figures of a campaign. Infrastructure failures are counted apart from the task's."""
+    """The figures of a campaign (JSON-ready). Infrastructure failures are counted apart."""
     outcomes = Counter(t.outcome or t.phase for t in state.trajectories.values())
+    finished = verdicts(state)
+    summary = summarise_campaign(
+        finished, confidence=CONFIDENCE, resamples=RESAMPLES, seed=SEED
+    ).model_dump(mode="json")
+    stats_by_task = {s.task_id: s for s in task_stats(finished)}
     per_task: dict[str, dict[str, Any]] = {}
     for trajectory in state.trajectories.values():
         row = per_task.setdefault(
@@ -20,14 +82,21 @@ def build_report(state: CampaignState) -> dict[str, Any]:
         row["resolved"] += trajectory.outcome == "resolved"
         row["infra_errors"] += trajectory.outcome in INFRA_OUTCOMES
         row["graded"] += trajectory.done and trajectory.outcome not in INFRA_OUTCOMES
-    for row in per_task.values():
+    for task_id, row in per_task.items():
         row["pass_rate"] = row["resolved"] / row["graded"] if row["graded"] else None
+        stats = stats_by_task.get(task_id)
+        row["pass_at_k"] = {str(k): v for k, v in stats.pass_at_k.items()} if stats else {}
+        row["pass_hat_k"] = {str(k): v for k, v in stats.pass_hat_k.items()} if stats else {}
     graded = sum(row["graded"] for row in per_task.values())
     resolved = sum(row["resolved"] for row in per_task.values())
+    scores = [t.score for t in state.trajectories.values() if t.score is not None]
+    oracle = getattr(state.spec.agent, "type", None) == "oracle"
     return {
         "campaign": state.id,
         "name": state.spec.name,
         "status": state.status,
+        "agent": getattr(state.spec.agent, "type", None),
+        "scorer": getattr(state.spec.scorer, "type", None),
         "trajectories": len(state.trajectories),
         "done": state.done_count,
         "outcomes": dict(sorted(outcomes.items())),
@@ -35,32 +104,162 @@ def build_report(state: CampaignState) -> dict[str, Any]:
         "resolved": resolved,
         "graded": graded,
         "runs": state.runs,
+        "rescores": state.extra.get("rescores", 0),
+        "summary": summary,
+        "phases": {
+            "generation": _percentiles(t.generation_s for t in state.trajectories.values()),
+            "scoring": _percentiles(t.scoring_s for t in state.trajectories.values()),
+        },
+        "score_statuses": dict(sorted(Counter(str(s.get("status")) for s in scores).items())),
+        "partially_resolved": sum(
+            (s.get("details") or {}).get("resolution") == "RESOLVED_PARTIAL" for s in scores
+        ),
+        # A gold solution that does not always pass means the grader cannot be trusted.
+        "flaky_graders": (
+            [f.model_dump(mode="json") for f in flaky_graders(finished)] if oracle else None
+        ),
+        "confidence": {"level": CONFIDENCE, "bootstrap_seed": SEED, "resamples": RESAMPLES},
         "tasks": per_task,
+    }
+
+
+def _percentiles(values: Iterable[float | None]) -> dict[str, float | None]:
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return {"count": 0, "p50_s": None, "p95_s": None}
+    return {
+        "count": len(known),
+        "p50_s": percentile(known, 0.5),
+        "p95_s": percentile(known, 0.95),
     }
 
 
 def render_markdown(report: dict[str, Any]) -> str:
     """A report a person reads: the headline figures, then one row per task."""
-    rate = report["pass_rate"]
+    summary = report["summary"]
+    latency = summary["latency"]
     lines = [
         f"# Campaign {report['campaign']}",
         "",
         f"- status: **{report['status']}** ({report['done']}/{report['trajectories']} done,"
-        f" {report['runs']} run(s))",
-        f"- pass rate: **{_percent(rate)}** ({report['resolved']}/{report['graded']} graded"
-        " trajectories; infrastructure errors excluded)",
+        f" {report['runs']} run(s); agent `{report['agent']}`, scorer `{report['scorer']}`)",
+        f"- pass rate: **{_percent(report['pass_rate'])}** ({report['resolved']}/"
+        f"{report['graded']} graded trajectories; infrastructure errors excluded)"
+        + (
+            f"; Wilson {_interval(summary['wilson_ci'])}"
+            if summary["wilson_ci"] is not None
+            else ""
+        ),
+        f"- mean pass rate over tasks: **{_percent(summary['mean_pass_rate'])}**"
+        f" ({_interval(summary['mean_pass_rate_ci'])} over {summary['tasks_scored']} task(s))",
+    ]
+    if summary["pass_at_k"]:
+        lines.append("- pass@k: " + _by_k(summary["pass_at_k"]))
+        lines.append("- pass^k: " + _by_k(summary["pass_hat_k"]))
+    lines += [
+        f"- infrastructure errors: {summary['infra_errors']}"
+        f" ({_percent(summary['infra_error_rate'])} of finished trajectories; excluded from"
+        f" every rate) · task errors (error, timeout): {_percent(summary['task_error_rate'])}"
+        " of attempts",
         "- outcomes: " + ", ".join(f"{k} {v}" for k, v in report["outcomes"].items()),
+    ]
+    if report["score_statuses"]:
+        statuses = ", ".join(f"{k} {v}" for k, v in report["score_statuses"].items())
+        partial = report["partially_resolved"]
+        lines.append(
+            f"- scoring statuses: {statuses}"
+            + (f" ({partial} partially resolved, not counted)" if partial else "")
+        )
+    lines.append(
+        f"- latency per trajectory: p50 {_seconds(latency['p50_s'])},"
+        f" p95 {_seconds(latency['p95_s'])} (generation p50"
+        f" {_seconds(report['phases']['generation']['p50_s'])}, scoring p50"
+        f" {_seconds(report['phases']['scoring']['p50_s'])}); throughput"
+        f" {_rate(latency['throughput_per_s'])}"
+    )
+    if summary["input_tokens"] is not None or summary["cost_usd"] is not None:
+        cost = summary["cost_usd"]
+        lines.append(
+            f"- tokens: {summary['input_tokens'] or 0} in, {summary['output_tokens'] or 0} out"
+            + (f"; cost ${cost:.4f}" if cost is not None else "")
+        )
+    if report["flaky_graders"]:
+        flaky = ", ".join(
+            f"{f['task_id']} ({f['kind']}, {f['passes']}/{f['runs']})"
+            for f in report["flaky_graders"]
+        )
+        lines.append(f"- **flaky graders** (gold did not always pass): {flaky}")
+    elif report["flaky_graders"] is not None:
+        lines.append("- graders: every gold solution passed every time")
+    lines += [
         "",
-        "| task | samples | resolved | pass rate | infra errors |",
-        "|---|---:|---:|---:|---:|",
+        "| task | samples | resolved | pass rate | pass@1 | infra errors |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for task_id, row in report["tasks"].items():
         lines.append(
             f"| {task_id} | {row['samples']} | {row['resolved']} | {_percent(row['pass_rate'])}"
-            f" | {row['infra_errors']} |"
+            f" | {_percent(row['pass_at_k'].get('1'))} | {row['infra_errors']} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def build_comparison(a: CampaignState, b: CampaignState) -> dict[str, Any]:
+    """Campaign B against campaign A on the tasks both scored (differences are B minus A)."""
+    comparison = compare_campaigns(
+        verdicts(a), verdicts(b), confidence=CONFIDENCE, resamples=RESAMPLES, seed=SEED
+    )
+    return {"a": a.id, "b": b.id, **comparison.model_dump(mode="json")}
+
+
+def render_comparison_markdown(comparison: dict[str, Any]) -> str:
+    """The paired comparison as a person reads it."""
+    difference = comparison["mean_difference"]
+    lines = [
+        f"# {comparison['b']} vs {comparison['a']}",
+        "",
+        f"- shared tasks: {comparison['shared_tasks']}"
+        f" (only in A: {len(comparison['only_in_a'])}, only in B: {len(comparison['only_in_b'])})",
+        f"- mean pass rate: A {_percent(comparison['mean_a'])}, B {_percent(comparison['mean_b'])}",
+        "- difference B − A: **"
+        + ("-" if difference is None else f"{100 * difference:+.1f} points")
+        + f"** ({_interval(comparison['difference_ci'], signed=True)})",
+        f"- B wins {comparison['wins']}, loses {comparison['losses']},"
+        f" ties {comparison['ties']} task(s)",
+        f"- paired permutation test p = {_p(comparison['permutation_p_value'])}"
+        f" ({'exact' if comparison['permutation_exact'] else 'Monte Carlo'});"
+        f" sign test p = {_p(comparison['sign_test_p_value'])}",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _interval(interval: dict[str, Any] | None, *, signed: bool = False) -> str:
+    if interval is None:
+        return "no interval"
+    level = f"{100 * interval['confidence']:.0f}%"
+    if signed:
+        low, high = 100 * interval["low"], 100 * interval["high"]
+        return f"{level} CI {low:+.1f} to {high:+.1f} points, {interval['method']}"
+    return (
+        f"{level} CI {_percent(interval['low'])}–{_percent(interval['high'])}, {interval['method']}"
+    )
+
+
+def _by_k(values: dict[str, float]) -> str:
+    return ", ".join(f"k={k} {_percent(v)}" for k, v in values.items())
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"
+
+
+def _rate(per_second: float | None) -> str:
+    return "-" if per_second is None else f"{60 * per_second:.1f} trajectories/min"
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
