@@ -1,0 +1,435 @@
+"""Builds the demo task suite from real code: pinned PyPI sdists with bugs injected.
+
+For each project in `demo/projects.json`, the sdist is downloaded (pip, sha256 checked) and
+unpacked once as a pristine tree whose test suite is run to learn which tests pass. For each bug
+in `demo/bugs/<project>/` the pristine tree is copied, the bug patch applied and the result
+committed as the base of a fresh git repository: that directory is the task's instance, so every
+trajectory starts from the buggy code. The tests are run again there; FAIL_TO_PASS are the tests
+that pass clean and fail buggy, PASS_TO_PASS those that pass in both, and the gold patch is the
+bug patch reversed. Tasks go to `<build>/tasks.jsonl`.
+
+Every step is cached under the build directory, keyed by what it depends on, so a second run only
+checks keys; editing one bug patch rebuilds that one task. No third-party source is committed:
+the repository holds only the bug patches and their one-line problem statements.
+
+Usage: python -m demo.build_suite [--build DIR] [--project NAME] [--bug ID ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mcp_evalserver.scoring.grading import eval_test_section, extract_test_output
+from mcp_evalserver.scoring.logparsers import TestStatus, parse_pytest
+
+DEMO_DIR = Path(__file__).resolve().parent
+DEFAULT_BUILD_DIR = DEMO_DIR / "build"
+DEFAULT_SDIST_CACHE = Path.home() / ".cache" / "mcp-evalserver" / "sdists"
+#: The test runner every instance uses; pinned so that test ids and outcomes are reproducible.
+PYTEST_REQUIREMENT = "pytest==9.2.0"
+#: Fixed identity and dates make base commits identical from one build to the next.
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "demo",
+    "GIT_AUTHOR_EMAIL": "demo@mcp-evalserver.invalid",
+    "GIT_COMMITTER_NAME": "demo",
+    "GIT_COMMITTER_EMAIL": "demo@mcp-evalserver.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+}
+#: What running the tests leaves behind; kept out of every diff an agent or scorer takes.
+_EXCLUDES = ".venv/\n__pycache__/\n*.pyc\n.pytest_cache/\n"
+
+Log = Callable[[str], None]
+
+
+class BuildError(Exception):
+    """The suite cannot be built as described (download, checksum, patch or test failure)."""
+
+
+@dataclass(frozen=True)
+class Project:
+    """One pinned PyPI project whose sdist ships its tests."""
+
+    name: str
+    version: str
+    sha256: str
+    repo: str
+    test_command: str
+    import_paths: tuple[str, ...]
+
+    @property
+    def dirname(self) -> str:
+        return f"{self.name}-{self.version}"
+
+
+@dataclass(frozen=True)
+class Bug:
+    """An injected bug: a patch against the pristine sdist and what a user would report."""
+
+    project: str
+    id: str
+    statement: str
+    patch: str
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.project}__{self.id}"
+
+
+def load_projects(demo_dir: Path = DEMO_DIR) -> list[Project]:
+    """The pinned projects of `projects.json`."""
+    rows = json.loads((demo_dir / "projects.json").read_text(encoding="utf-8"))
+    return [
+        Project(
+            name=row["name"],
+            version=row["version"],
+            sha256=row["sha256"],
+            repo=row["repo"],
+            test_command=row["test_command"],
+            import_paths=tuple(row.get("import_paths", ["."])),
+        )
+        for row in rows["projects"]
+    ]
+
+
+def load_bugs(project: Project, demo_dir: Path = DEMO_DIR) -> list[Bug]:
+    """The bugs of one project, in the order `bugs.json` lists them.
+
+    Raises:
+        BuildError: a listed bug has no patch file.
+    """
+    folder = demo_dir / "bugs" / project.name
+    statements: dict[str, str] = json.loads((folder / "bugs.json").read_text(encoding="utf-8"))
+    bugs = []
+    for bug_id, statement in statements.items():
+        patch_file = folder / f"{bug_id}.patch"
+        if not patch_file.is_file():
+            raise BuildError(f"{project.name}: bug {bug_id} is listed but {patch_file} is missing")
+        bugs.append(Bug(project.name, bug_id, statement, patch_file.read_text(encoding="utf-8")))
+    return bugs
+
+
+def _run(
+    command: Sequence[str], cwd: Path, *, env: dict[str, str] | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """Runs a build step; a non-zero exit is a BuildError that shows the step's output."""
+    result = subprocess.run(
+        list(command),
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+    if result.returncode != 0:
+        raise BuildError(
+            f"`{shlex.join(command)}` in {cwd} exited {result.returncode}:\n"
+            f"{result.stdout[-2000:]}{result.stderr[-2000:]}"
+        )
+    return result
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _find_by_sha256(folder: Path, sha256: str) -> Path | None:
+    # The pinned hash names the file: whatever pip called it, only those bytes are used.
+    return next((f for f in sorted(folder.glob("*.tar.gz")) if _sha256(f) == sha256), None)
+
+
+def fetch_sdist(project: Project, cache: Path) -> Path:
+    """The project's sdist from the cache, downloaded with pip the first time.
+
+    Raises:
+        BuildError: pip failed, or the file's sha256 is not the pinned one.
+    """
+    cache.mkdir(parents=True, exist_ok=True)
+    sdist = _find_by_sha256(cache, project.sha256)
+    if sdist is not None:
+        return sdist
+    requirement = f"{project.name}=={project.version}"
+    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:"]
+    _run([*pip, "--no-deps", requirement, "-d", str(cache)], cwd=cache)
+    sdist = _find_by_sha256(cache, project.sha256)
+    if sdist is not None:
+        return sdist
+    raise BuildError(
+        f"pip downloaded {requirement} but no file in {cache} has the pinned sha256 "
+        f"{project.sha256}: the index serves a different file, refusing to use it"
+    )
+
+
+def _unpack(sdist: Path, dest: Path) -> None:
+    """Extracts the sdist's single top-level folder as `dest` (tar's `data` filter: no escapes)."""
+    scratch = dest.with_name(dest.name + ".unpacking")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    with tarfile.open(sdist) as archive:
+        archive.extractall(scratch, filter="data")
+    (top,) = list(scratch.iterdir())
+    top.rename(dest)
+    scratch.rmdir()
+
+
+def ensure_testenv(build: Path, log: Log) -> Path:
+    """A folder holding only the pinned pytest; instances see it through a .pth file.
+
+    `pip install --target` (no venv of its own) saves the many seconds `ensurepip` takes.
+    """
+    testenv = build / "testenv"
+    stamp = build / "testenv.requirement"
+    if testenv.is_dir() and stamp.is_file() and stamp.read_text() == PYTEST_REQUIREMENT:
+        return testenv
+    log(f"installing {PYTEST_REQUIREMENT} into {testenv}")
+    shutil.rmtree(testenv, ignore_errors=True)
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    _run([*pip, "--target", str(testenv), PYTEST_REQUIREMENT], cwd=build)
+    stamp.write_text(PYTEST_REQUIREMENT)
+    return testenv
+
+
+def _site_packages(venv: Path) -> Path:
+    (path,) = (venv / "lib").glob("python3*/site-packages")
+    return path
+
+
+def _make_instance_venv(tree: Path, project: Project, testenv: Path) -> None:
+    """`.venv` inside the tree, so agents and scorers run `.venv/bin/python -m pytest` there.
+
+    A venv without pip takes a fraction of a second; a .pth file puts the project's own code
+    (like an editable install) and the shared pytest on its path.
+    """
+    venv = tree / ".venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tree)
+    lines = [str(tree / p) for p in project.import_paths] + [str(testenv)]
+    (_site_packages(venv) / "_demo_paths.pth").write_text("\n".join(lines) + "\n")
+
+
+def eval_script(tree: Path, project: Project) -> str:
+    """The shell script that runs the project's tests in `tree` between SWE-bench's markers."""
+    return "\n".join(
+        [
+            f"cd {shlex.quote(str(tree))}",
+            # Bytecode written by the tests must not show up in anyone's diff.
+            "export PYTHONDONTWRITEBYTECODE=1",
+            f'export PATH={shlex.quote(str(tree / ".venv" / "bin"))}:"$PATH"',
+            eval_test_section(project.test_command),
+        ]
+    )
+
+
+def run_tests(tree: Path, project: Project) -> dict[str, TestStatus]:
+    """Runs the eval script in `tree` and parses its pytest log as the scorer will.
+
+    Raises:
+        BuildError: the log has no test section or no results.
+    """
+    result = subprocess.run(
+        ["bash", "-c", eval_script(tree, project)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    section = extract_test_output(result.stdout)
+    statuses = parse_pytest(section or "")
+    if not statuses:
+        raise BuildError(
+            f"the tests of {tree} produced no results:\n"
+            f"{result.stdout[-3000:]}{result.stderr[-2000:]}"
+        )
+    # The parser cuts an id at its first space (as SWE-bench's does), so two parametrizations
+    # can share one cut id; only ids that stand for exactly one test may go into the lists.
+    seen = Counter(test for line in (section or "").splitlines() for test in parse_pytest(line))
+    return {test: status for test, status in statuses.items() if seen[test] == 1}
+
+
+def _git(tree: Path, *args: str, stdin: str = "") -> str:
+    return _run(["git", *args], cwd=tree, env=_GIT_ENV, stdin=stdin).stdout
+
+
+def _passing(statuses: dict[str, TestStatus]) -> set[str]:
+    return {test for test, status in statuses.items() if status is TestStatus.PASSED}
+
+
+def _key(*parts: Any) -> str:
+    # The builder's own source is part of every key: changing how tasks are made remakes them.
+    builder = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    return hashlib.sha256(json.dumps([builder, *parts], default=str).encode()).hexdigest()
+
+
+def ensure_pristine(
+    project: Project, build: Path, cache: Path, testenv: Path, log: Log
+) -> tuple[Path, set[str]]:
+    """The unpacked sdist and the tests that pass in it (both cached)."""
+    tree = build / "sources" / project.dirname
+    record = build / "sources" / f"{project.dirname}.json"
+    key = _key(project, PYTEST_REQUIREMENT, sys.version)
+    if tree.is_dir() and record.is_file():
+        cached = json.loads(record.read_text())
+        if cached["key"] == key:
+            return tree, set(cached["passing"])
+    log(f"{project.dirname}: fetching the sdist and running its tests")
+    shutil.rmtree(tree, ignore_errors=True)
+    _unpack(fetch_sdist(project, cache), tree)
+    _make_instance_venv(tree, project, testenv)
+    passing = _passing(run_tests(tree, project))
+    if not passing:
+        raise BuildError(f"{project.dirname}: no test passes on the pristine sources")
+    record.write_text(json.dumps({"key": key, "passing": sorted(passing)}))
+    return tree, passing
+
+
+def build_task(
+    project: Project, bug: Bug, pristine: Path, clean_passing: set[str], build: Path, testenv: Path
+) -> dict[str, Any]:
+    """Makes the bug's instance (the buggy tree, committed) and returns its task row.
+
+    Raises:
+        BuildError: the patch does not apply, or no test that passes clean fails with the bug.
+    """
+    tree = build / "instances" / bug.task_id
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(pristine, tree, ignore=shutil.ignore_patterns(".venv", "__pycache__"))
+    _git(tree, "init", "-q", "-b", "main", ".")
+    (tree / ".git" / "info" / "exclude").write_text(_EXCLUDES)
+    _git(tree, "apply", "--whitespace=nowarn", "-", stdin=bug.patch)
+    _git(tree, "add", "-A")
+    _git(tree, "commit", "-q", "-m", f"{project.dirname} with bug {bug.id}")
+    base_commit = _git(tree, "rev-parse", "HEAD").strip()
+    # The gold patch is the bug reversed, as git writes it (what `git apply` expects back).
+    _git(tree, "apply", "-R", "-", stdin=bug.patch)
+    gold = _git(tree, "diff", "HEAD")
+    _git(tree, "checkout", "-q", "--", ".")
+    _make_instance_venv(tree, project, testenv)
+    buggy_passing = _passing(run_tests(tree, project))
+    fail_to_pass = sorted(clean_passing - buggy_passing)
+    pass_to_pass = sorted(clean_passing & buggy_passing)
+    if not fail_to_pass:
+        raise BuildError(f"{bug.task_id}: rejected, no test that passes clean fails with the bug")
+    return {
+        "id": bug.task_id,
+        "prompt": bug.statement,
+        "path": str(tree),
+        "repo": project.repo,
+        "version": project.version,
+        "base_commit": base_commit,
+        "patch": gold,
+        "test_patch": "",
+        "FAIL_TO_PASS": fail_to_pass,
+        "PASS_TO_PASS": pass_to_pass,
+        "eval_script": eval_script(tree, project),
+        "hints_text": f"Run the tests with `{project.test_command}` (the repository's .venv).",
+        "metadata": {
+            "project": project.name,
+            "bug": bug.id,
+            "test_command": project.test_command,
+            "log_parser": "pytest",
+        },
+    }
+
+
+def ensure_task(
+    project: Project, bug: Bug, pristine: Path, clean_passing: set[str], build: Path, testenv: Path
+) -> tuple[dict[str, Any], bool]:
+    """The task row, rebuilt only when the bug, project or builder changed (True if rebuilt)."""
+    record = build / "instances" / f"{bug.task_id}.json"
+    key = _key(project, bug, sorted(clean_passing), PYTEST_REQUIREMENT, str(build.resolve()))
+    if record.is_file() and (build / "instances" / bug.task_id).is_dir():
+        cached = json.loads(record.read_text())
+        if cached["key"] == key:
+            return cached["task"], False
+    task = build_task(project, bug, pristine, clean_passing, build, testenv)
+    record.write_text(json.dumps({"key": key, "task": task}))
+    return task, True
+
+
+def build_suite(
+    build: Path = DEFAULT_BUILD_DIR,
+    *,
+    demo_dir: Path = DEMO_DIR,
+    cache: Path = DEFAULT_SDIST_CACHE,
+    projects: Sequence[str] = (),
+    bugs: Sequence[str] = (),
+    log: Log = print,
+) -> Path:
+    """Builds (or reuses) the instances and writes `<build>/tasks.jsonl`; returns its path.
+
+    `projects` and `bugs` select a subset (empty: all). Bugs that fail to build are reported
+    and left out; the build fails only when no task is left.
+
+    Raises:
+        BuildError: a project cannot be fetched or tested, or no task could be built.
+    """
+    build = build.resolve()
+    (build / "instances").mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    testenv = ensure_testenv(build, log)
+    tasks: list[dict[str, Any]] = []
+    rejected: list[str] = []
+    for project in load_projects(demo_dir):
+        if projects and project.name not in projects:
+            continue
+        pristine, clean_passing = ensure_pristine(project, build, cache, testenv, log)
+        for bug in load_bugs(project, demo_dir):
+            if bugs and bug.id not in bugs:
+                continue
+            try:
+                task, rebuilt = ensure_task(project, bug, pristine, clean_passing, build, testenv)
+            except BuildError as exc:
+                rejected.append(str(exc))
+                log(f"REJECTED {exc}")
+                continue
+            if rebuilt:
+                log(
+                    f"{task['id']}: {len(task['FAIL_TO_PASS'])} FAIL_TO_PASS, "
+                    f"{len(task['PASS_TO_PASS'])} PASS_TO_PASS"
+                )
+            tasks.append(task)
+    if not tasks:
+        raise BuildError("no task was built" + "".join(f"\n  {r}" for r in rejected))
+    out = build / "tasks.jsonl"
+    scratch = out.with_suffix(".jsonl.tmp")
+    scratch.write_text("".join(json.dumps(task) + "\n" for task in tasks))
+    scratch.replace(out)
+    log(f"{len(tasks)} tasks in {out} ({time.monotonic() - started:.1f} s)")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--build", type=Path, default=DEFAULT_BUILD_DIR)
+    parser.add_argument("--cache", type=Path, default=DEFAULT_SDIST_CACHE)
+    parser.add_argument("--project", action="append", default=[])
+    parser.add_argument("--bug", action="append", default=[])
+    args = parser.parse_args(argv)
+    try:
+        build_suite(args.build, cache=args.cache, projects=args.project, bugs=args.bug)
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
