@@ -79,6 +79,10 @@ SECCOMP_TABLES = {
                              "unshare": 97, "setns": 268, "clone": 220, "clone3": 435}),
 }  # fmt: skip
 NEW_MOUNT_API = (428, 429, 430, 431, 432, 433, 442)  # open_tree..fspick, mount_setattr
+# Host mode: directories replaced by an empty tmpfs in the view. Sandboxed processes are uid 0
+# (see drop_privileges), so root-owned secrets and root-reachable unix sockets must go.
+HOST_MASKED = ("/run", "/root", "/home", "/etc/ssh", "/etc/ssl/private", "/var/lib/docker",
+               "/var/lib/containerd")  # fmt: skip
 PROC_MASKED = ("kcore", "keys", "timer_list", "sched_debug", "latency_stats", "acpi", "scsi")
 PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
@@ -966,7 +970,7 @@ class Supervisor:
             # file operations (which have no pid namespace) see it empty.
             mount("tmpfs", root + "/proc", "tmpfs", nodev | MS_RDONLY, "size=4k,mode=0555")
             # Host secrets and host IPC (unix sockets in /run, /tmp) stay out of the view.
-            for masked in ("/run", "/root", "/home", "/var/run"):
+            for masked in HOST_MASKED:
                 if os.path.isdir(root + masked) and not os.path.islink(root + masked):
                     mount("tmpfs", root + masked, "tmpfs", nodev, "size=16m,mode=0755")
             for secret in ("/etc/shadow", "/etc/gshadow"):

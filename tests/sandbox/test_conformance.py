@@ -143,6 +143,9 @@ async def test_files_are_read_written_and_listed_as_the_trajectory_sees_them(
                 await ws.read_file("blob.bin", max_bytes=4)
             assert await ws.read_file("blob.bin") == b"\x00\x01\x02binary\xff"
             assert await ws.list("/proc") == []  # no process of anyone's, host's or others'
+            host_files = await ws.exec("cat /etc/shadow; ls -A /etc/ssh /root; true")
+    if instance.spec.path is not None:  # the host's secrets are not part of a local view
+        assert host_files.stdout == "/etc/ssh:\n\n/root:\n"
     assert seen.stdout == "content\n"
     assert ("a.txt", "file") in names
     assert ("new", "dir") in names
