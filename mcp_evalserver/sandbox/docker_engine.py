@@ -46,6 +46,8 @@ _ENSURE_HINT = "start it with `bash scripts/ensure-docker.sh` as root"
 # A shell loop rather than `sleep infinity`: busybox and older coreutils lack "infinity".
 _KEEPALIVE = ["/bin/sh", "-c", "while :; do sleep 3600; done"]
 
+_POOL_SIZE = 128
+
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -137,7 +139,9 @@ class DockerEngine:
                 with socket.socket(socket.AF_UNIX) as probe:
                     probe.settimeout(10)
                     probe.connect(url.removeprefix("unix://"))
-            client = docker.DockerClient(base_url=url, timeout=300)
+            # urllib3 breaks ("pool is None" after queue.Full) when more threads than its pool
+            # size share one client; anyio's thread pool is 40, the bench runs 64 at once.
+            client = docker.DockerClient(base_url=url, timeout=300, max_pool_size=_POOL_SIZE)
             try:
                 info = client.info()
             except BaseException:
