@@ -620,9 +620,11 @@ class Supervisor:
             self.running = False
             return
         self.inbuf += chunk
-        while b"\n" in self.inbuf:
-            line, _, rest = bytes(self.inbuf).partition(b"\n")
-            self.inbuf = bytearray(rest)
+        if b"\n" not in chunk:
+            return  # a large request (a file to write) is still arriving: no rescans
+        *lines, rest = bytes(self.inbuf).split(b"\n")
+        self.inbuf = bytearray(rest)
+        for line in lines:
             if line.strip():
                 self.handle(line)
 
