@@ -1,0 +1,275 @@
+"""The `openai` agent: a tool-calling loop against any OpenAI-compatible chat completions endpoint.
+
+Each trajectory gets its own client (closed when the trajectory ends) whose calls go through the
+campaign's per-endpoint limiter. The client's own retries are off: 429, 5xx and connection
+failures are retried here, with exponential backoff and jitter (or the server's Retry-After),
+so the behaviour is ours, bounded and visible in the transcript. When the bound is reached the
+agent raises `InfrastructureError` and the runner's retry policy takes over; any other 4xx is
+the trajectory's `error`.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import time
+from collections.abc import Mapping
+from typing import Any, cast
+
+import anyio
+import openai
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionMessageParam,
+    ChatCompletionToolUnionParam,
+)
+
+from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext, Usage
+from mcp_evalserver.agents.config import OpenAIAgentConfig
+from mcp_evalserver.agents.workspace_tools import WorkspaceTools, tool_schemas
+from mcp_evalserver.errors import InfrastructureError, InvalidInput
+from mcp_evalserver.scheduler import RetryPolicy
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+# Local OpenAI-compatible servers (vLLM, llama.cpp, Ollama) ignore the key, but the client
+# insists on one; sent only when a `base_url` is configured and the key variable is unset.
+_PLACEHOLDER_KEY = "not-needed"
+
+_SYSTEM_REPO = (
+    "You are working on a software task in a git repository (your shell starts in it). Use the "
+    "tools to inspect the code, make changes and run commands. When you are done, call "
+    "`submit`: every change in the repository is handed in as a patch."
+)
+_SYSTEM_ANSWER = "Answer the task. Call `submit` with your final answer; nothing else is graded."
+_NUDGE = "Use the tools to continue; call `submit` when you are done."
+
+
+class OpenAIAgent(Agent):
+    """Drives a model through tool calls until it submits or runs out of steps."""
+
+    def __init__(self, config: OpenAIAgentConfig) -> None:
+        self.config = config
+        self.policy = RetryPolicy(
+            max_attempts=config.retry_attempts,
+            base_delay_s=config.retry_base_delay_s,
+            max_delay_s=config.retry_max_delay_s,
+        )
+
+    def _api_key(self) -> str:
+        key = os.environ.get(self.config.api_key_env)
+        if key:
+            return key
+        if self.config.base_url is not None:
+            return _PLACEHOLDER_KEY
+        raise InvalidInput(
+            f"no API key: set ${self.config.api_key_env}, or give the agent a `base_url` of a "
+            "local OpenAI-compatible server that needs none"
+        )
+
+    async def generate(self, context: TrajectoryContext) -> Submission:
+        """Runs the tool loop for one trajectory.
+
+        Raises:
+            InvalidInput: no API key, or the endpoint rejected a request (4xx other than 429).
+            InfrastructureError: the endpoint kept failing (429, 5xx, unreachable) past the
+                retry bound, or the sandbox is gone.
+        """
+        config = self.config
+        api_key = self._api_key()
+        base_url = config.base_url or DEFAULT_BASE_URL
+        workspace = await context.sandbox.workspace() if context.sandbox.available else None
+        tools = WorkspaceTools(
+            workspace,
+            command_timeout_s=config.command_timeout_s,
+            output_bytes=config.tool_output_bytes,
+        )
+        default_system = _SYSTEM_REPO if workspace is not None else _SYSTEM_ANSWER
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": config.system_prompt or default_system},
+            {"role": "user", "content": context.task.prompt},
+        ]
+        # The transcript is the conversation plus what happened around it (retries, steps,
+        # usage per call); `messages` is only what the endpoint is sent.
+        transcript: list[dict[str, Any]] = [dict(m) for m in messages]
+        usage = Usage()
+        session = _Session(
+            config, self.policy, tool_schemas(workspace is not None), transcript, usage
+        )
+        limiter = context.limiters.endpoint(base_url)
+        async with openai.AsyncOpenAI(
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=config.request_timeout_s,
+        ) as client:
+            for step in range(1, config.max_steps + 1):
+                completion = await session.complete(client, limiter, messages, step)
+                if not completion.choices:
+                    raise InfrastructureError("the endpoint returned a completion with no choices")
+                reply = completion.choices[0].message
+                assistant: dict[str, Any] = {"role": "assistant", "content": reply.content}
+                calls = [c for c in reply.tool_calls or [] if c.type == "function"]
+                if calls:
+                    assistant["tool_calls"] = [
+                        {
+                            "id": c.id,
+                            "type": "function",
+                            "function": {
+                                "name": c.function.name,
+                                "arguments": c.function.arguments,
+                            },
+                        }
+                        for c in calls
+                    ]
+                messages.append(assistant)
+                transcript.append({**assistant, "step": step})
+                if not calls:
+                    messages.append({"role": "user", "content": _NUDGE})
+                    transcript.append({"role": "user", "content": _NUDGE, "step": step})
+                    continue
+                for call in calls:
+                    outcome = await tools.call(call.function.name, call.function.arguments)
+                    if outcome.submitted:
+                        transcript.append({"event": "submitted", "step": step})
+                        patch = await workspace.diff() if workspace is not None else None
+                        return Submission(
+                            answer=outcome.answer, patch=patch or None, transcript=transcript,
+                            usage=usage,
+                        )  # fmt: skip
+                    result = {"role": "tool", "tool_call_id": call.id, "content": outcome.text}
+                    messages.append(result)
+                    transcript.append({**result, "name": call.function.name, "step": step})
+        # Out of steps: hand in what the workspace holds, so partial work is still graded.
+        transcript.append(
+            {
+                "event": "max_steps_reached",
+                "max_steps": config.max_steps,
+                "note": "the model did not call submit; the workspace's changes were submitted",
+            }
+        )
+        patch = await workspace.diff() if workspace is not None else None
+        return Submission(patch=patch or None, transcript=transcript, usage=usage)
+
+
+class _Session:
+    """One trajectory's calls to the endpoint: retries, usage and transcript bookkeeping."""
+
+    def __init__(
+        self,
+        config: OpenAIAgentConfig,
+        policy: RetryPolicy,
+        tools: list[dict[str, Any]],
+        transcript: list[dict[str, Any]],
+        usage: Usage,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.tools = cast("list[ChatCompletionToolUnionParam]", tools)
+        self.transcript = transcript
+        self.usage = usage
+
+    async def complete(
+        self,
+        client: openai.AsyncOpenAI,
+        limiter: anyio.CapacityLimiter,
+        messages: list[dict[str, Any]],
+        step: int,
+    ) -> ChatCompletion:
+        """One completion, retried on 429, 5xx and connection failures up to the bound.
+
+        Raises:
+            InvalidInput: a 4xx other than 429 (bad model name, key, or request).
+            InfrastructureError: still failing after `retry_attempts` requests.
+        """
+        config = self.config
+        for failures in range(config.retry_attempts):
+            started = time.monotonic()
+            try:
+                # The limiter is held for the request only: a call waiting out its backoff
+                # must not keep another trajectory from the endpoint.
+                async with limiter:
+                    completion = await client.chat.completions.create(
+                        model=config.model,
+                        messages=cast("list[ChatCompletionMessageParam]", messages),
+                        tools=self.tools,
+                        temperature=config.temperature
+                        if config.temperature is not None
+                        else openai.omit,
+                        seed=config.seed if config.seed is not None else openai.omit,
+                        max_completion_tokens=config.max_output_tokens
+                        if config.max_output_tokens is not None
+                        else openai.omit,
+                    )
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+                if status != 429 and status < 500:
+                    raise InvalidInput(
+                        f"the model endpoint rejected the request (HTTP {status}): "
+                        f"{_short(exc.message)}; check `model`, `base_url` and the API key"
+                    ) from exc
+                reason = f"HTTP {status}"
+                hinted = retry_after_seconds(exc.response.headers)
+            except openai.APIConnectionError as exc:
+                reason, hinted = f"{type(exc).__name__}: {_short(str(exc))}", None
+            else:
+                self._count(completion, step, time.monotonic() - started)
+                return completion
+            if failures + 1 >= config.retry_attempts:
+                raise InfrastructureError(
+                    f"the model endpoint failed {config.retry_attempts} times in a row "
+                    f"(last: {reason})"
+                )
+            delay = self._delay(failures + 1, hinted)
+            self.transcript.append(
+                {"event": "retry", "step": step, "reason": reason, "delay_s": round(delay, 3)}
+            )
+            await anyio.sleep(delay)
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    def _delay(self, failures: int, hinted: float | None) -> float:
+        if hinted is not None:
+            return min(max(hinted, 0.0), self.config.retry_max_delay_s)
+        return self.policy.delay(failures)
+
+    def _count(self, completion: ChatCompletion, step: int, latency_s: float) -> None:
+        self.usage.requests += 1
+        entry: dict[str, Any] = {"event": "completion", "step": step}
+        if completion.usage is not None:
+            self.usage.input_tokens += completion.usage.prompt_tokens
+            self.usage.output_tokens += completion.usage.completion_tokens
+            entry["usage"] = {
+                "input_tokens": completion.usage.prompt_tokens,
+                "output_tokens": completion.usage.completion_tokens,
+            }
+        entry["latency_s"] = round(latency_s, 6)
+        self.transcript.append(entry)
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """The server's wait hint: `retry-after-ms`, or `Retry-After` in seconds or as an HTTP date.
+
+    Returns None when there is no usable hint.
+    """
+    lowered = {key.lower(): value for key, value in headers.items()}
+    if (millis := lowered.get("retry-after-ms")) is not None:
+        try:
+            return float(millis) / 1000.0
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _short(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,178 @@
+"""The tools a model-driven agent gets: exec, read_file, write_file in its workspace, and submit.
+
+Schemas are OpenAI function-tool JSON (what every OpenAI-compatible endpoint accepts). A tool's
+result is text for the model: a command that fails, a missing file or bad arguments are told to
+the model so it can recover; only a sandbox that is gone (`InfrastructureError`) escapes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_evalserver.errors import EvalServerError, InfrastructureError
+from mcp_evalserver.sandbox.base import ExecResult, Workspace
+
+SUBMIT = "submit"
+
+_SUBMIT_ANSWER_ONLY: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": SUBMIT,
+        "description": "Hand in your final answer. This ends your work on the task.",
+        "parameters": {
+            "type": "object",
+            "properties": {"answer": {"type": "string", "description": "The final answer."}},
+            "required": ["answer"],
+        },
+    },
+}
+
+_SUBMIT_REPO: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": SUBMIT,
+        "description": (
+            "Hand in your work: every change you made in the repository is submitted as a "
+            "patch. This ends your work on the task."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "answer": {"type": "string", "description": "Optional short summary or answer."}
+            },
+        },
+    },
+}
+
+_WORKSPACE_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "exec",
+            "description": (
+                "Run a shell command (/bin/sh -c) in the repository's directory. Returns the "
+                "exit code, stdout and stderr (long output keeps its head and tail). No network."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a text file (absolute, or relative to the repository).",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Create or overwrite a file with the given content (whole file).",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
+]
+
+
+def tool_schemas(with_workspace: bool) -> list[dict[str, Any]]:
+    """The tools offered to the model: answer-only tasks get `submit` alone."""
+    if with_workspace:
+        return [*_WORKSPACE_TOOLS, _SUBMIT_REPO]
+    return [_SUBMIT_ANSWER_ONLY]
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What one tool call gave: text for the model, and the answer if it was `submit`."""
+
+    text: str
+    submitted: bool = False
+    answer: str | None = None
+
+
+class WorkspaceTools:
+    """Runs the model's tool calls against one workspace (None for answer-only tasks)."""
+
+    def __init__(
+        self, workspace: Workspace | None, *, command_timeout_s: float, output_bytes: int
+    ) -> None:
+        self.workspace = workspace
+        self.command_timeout_s = command_timeout_s
+        self.output_bytes = output_bytes
+
+    async def call(self, name: str, raw_arguments: str) -> ToolOutcome:
+        """Runs one tool call; mistakes come back as text the model can act on.
+
+        Raises:
+            InfrastructureError: the sandbox is gone; the runner retries the trajectory.
+        """
+        try:
+            arguments = json.loads(raw_arguments or "{}")
+        except ValueError as exc:
+            return ToolOutcome(f"error: arguments are not valid JSON ({exc}); try again")
+        if not isinstance(arguments, dict):
+            return ToolOutcome("error: arguments must be a JSON object")
+        if name == SUBMIT:
+            answer = arguments.get("answer")
+            if answer is not None and not isinstance(answer, str):
+                answer = json.dumps(answer)
+            return ToolOutcome("submitted", submitted=True, answer=answer)
+        workspace = self.workspace
+        if workspace is None or name not in ("exec", "read_file", "write_file"):
+            offered = ", ".join(t["function"]["name"] for t in tool_schemas(workspace is not None))
+            return ToolOutcome(f"error: no tool named {name!r}; the tools are: {offered}")
+        try:
+            if name == "exec":
+                command = _text_argument(arguments, "command")
+                result = await workspace.exec(
+                    command, timeout=self.command_timeout_s, output_cap=self.output_bytes
+                )
+                return ToolOutcome(_format_exec(result, self.command_timeout_s))
+            path = _text_argument(arguments, "path")
+            if name == "read_file":
+                data = await workspace.read_file(path, max_bytes=self.output_bytes)
+                return ToolOutcome(data.decode("utf-8", errors="replace"))
+            content = _text_argument(arguments, "content")
+            await workspace.write_file(path, content)
+            return ToolOutcome(f"wrote {len(content.encode())} bytes to {path}")
+        except InfrastructureError:
+            raise
+        except (EvalServerError, ValueError) as exc:
+            # NotFound, InvalidInput, LimitExceeded...: the model's mistake, not ours.
+            return ToolOutcome(f"error: {exc}")
+
+
+def _text_argument(arguments: dict[str, Any], key: str) -> str:
+    value = arguments.get(key)
+    if not isinstance(value, str):
+        raise ValueError(f"argument {key!r} must be a string")
+    return value
+
+
+def _format_exec(result: ExecResult, timeout_s: float) -> str:
+    lines = [f"exit code: {result.exit_code}"]
+    if result.timed_out:
+        lines.append(f"(killed: the command ran longer than {timeout_s:g}s)")
+    for label, text, truncated in (
+        ("stdout", result.stdout, result.stdout_truncated),
+        ("stderr", result.stderr, result.stderr_truncated),
+    ):
+        if text:
+            note = " (truncated: head and tail kept)" if truncated else ""
+            lines.append(f"--- {label}{note} ---\n{text}")
+    return "\n".join(lines)

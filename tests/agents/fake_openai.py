@@ -1,0 +1,157 @@
+"""A scripted OpenAI-compatible chat completions server on loopback, for the agent tests.
+
+It is a real HTTP server (stdlib, in a thread), so the agent talks to it through the real
+`openai` client: requests, status codes, headers and JSON are what a real endpoint would send.
+Each request to `/v1/chat/completions` takes the next scripted response; when the script is
+used up, `then` answers every further request (or a 500 saying the script ran out).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An assistant message: text and/or tool calls (name, arguments), with its token usage."""
+
+    content: str | None = None
+    tool_calls: tuple[tuple[str, dict[str, Any]], ...] = ()
+    prompt_tokens: int = 100
+    completion_tokens: int = 20
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An HTTP error response, shaped like OpenAI's."""
+
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    message: str = "scripted failure"
+
+
+Response = Reply | Failure
+
+
+def call(name: str, **arguments: Any) -> Reply:
+    """A reply that calls one tool."""
+    return Reply(tool_calls=((name, arguments),))
+
+
+@dataclass
+class Seen:
+    """One request as the server received it."""
+
+    body: dict[str, Any]
+    authorization: str | None
+
+
+class FakeOpenAI:
+    """The server's script and what it received; `url` is the `base_url` to configure."""
+
+    def __init__(self, script: Sequence[Response], then: Response | None = None) -> None:
+        self.script = list(script)
+        self.then = then
+        self.seen: list[Seen] = []
+        self.url = ""
+        self._lock = threading.Lock()
+        self._calls = 0
+
+    def next_response(self, body: dict[str, Any], authorization: str | None) -> Response:
+        with self._lock:
+            self.seen.append(Seen(body, authorization))
+            self._calls += 1
+            if self.script:
+                return self.script.pop(0)
+            return self.then or Failure(500, message="the fake's script ran out")
+
+    def completion(self, reply: Reply, model: str) -> dict[str, Any]:
+        with self._lock:
+            number = self._calls
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{number}_{index}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                }
+                for index, (name, arguments) in enumerate(reply.tool_calls)
+            ]
+        return {
+            "id": f"chatcmpl-{number}",
+            "object": "chat.completion",
+            "created": 1_700_000_000,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+            },
+        }
+
+    @property
+    def requests(self) -> int:
+        return len(self.seen)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the openai client's pool expects
+    fake: FakeOpenAI
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._send(404, {"error": {"message": f"no route {self.path}"}}, {})
+            return
+        response = self.fake.next_response(body, self.headers.get("Authorization"))
+        if isinstance(response, Failure):
+            error = {"message": response.message, "type": "scripted", "code": response.status}
+            self._send(response.status, {"error": error}, response.headers)
+        else:
+            self._send(200, self.fake.completion(response, str(body.get("model"))), {})
+
+    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: pytest shows failures, not access logs."""
+
+
+@contextmanager
+def serving(fake: FakeOpenAI) -> Iterator[FakeOpenAI]:
+    """Serves `fake` on an ephemeral loopback port for the duration of the block."""
+    handler = type("Handler", (_Handler,), {"fake": fake})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    # Handler threads of kept-alive connections must not hold up the test at close.
+    server.block_on_close = False
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01})
+    thread.start()
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

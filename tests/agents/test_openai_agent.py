@@ -1,0 +1,186 @@
+"""The openai agent against a scripted OpenAI-compatible server on loopback, via the real client.
+
+These tasks are answer-only (no environment): the model gets only `submit`. Repository tasks,
+where it works in a real workspace, are in test_openai_agent_repo.py.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import socket
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcp_evalserver.agents.openai_agent import retry_after_seconds
+from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, call, serving
+from tests.agents.helpers import KEY, KEY_ENV, artifact_text, openai_agent, records, run, spec
+
+pytestmark = pytest.mark.anyio
+
+TASK = {"id": "t4", "prompt": "What is 4 squared?", "answer": "16"}
+
+
+@pytest.fixture(autouse=True)
+def _api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+async def test_a_model_that_submits_the_right_answer_resolves_the_task_and_is_recorded(
+    tmp_path: Path,
+) -> None:
+    script = [Reply(content="Let me think.", prompt_tokens=50, completion_tokens=7)]
+    script.append(call("submit", answer=" 16 "))
+    with serving(FakeOpenAI(script)) as fake, anyio.fail_after(30):
+        agent = openai_agent(fake.url, seed=7, temperature=0.0, max_output_tokens=256)
+        state, directory = await run(tmp_path, spec([TASK], agent))
+
+    assert state.trajectories["t4@0"].outcome == "resolved"
+    assert fake.requests == 2
+    first = fake.seen[0]
+    assert first.authorization == f"Bearer {KEY}"
+    assert [tool["function"]["name"] for tool in first.body["tools"]] == ["submit"]
+    assert first.body["model"] == "scripted-model"
+    assert (first.body["seed"], first.body["temperature"]) == (7, 0.0)
+    assert first.body["max_completion_tokens"] == 256
+    assert first.body["messages"][1] == {"role": "user", "content": TASK["prompt"]}
+    # A reply without a tool call is answered with a reminder to use the tools.
+    assert fake.seen[1].body["messages"][-1]["role"] == "user"
+    assert "submit" in fake.seen[1].body["messages"][-1]["content"]
+
+    (generated,) = records(directory, "generated")
+    assert generated["usage"] == {
+        "input_tokens": 150,
+        "output_tokens": 27,
+        "requests": 2,
+        "cost_usd": None,
+    }
+    assert generated["duration_s"] > 0
+    transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
+    calls = [m["tool_calls"] for m in transcript if m.get("tool_calls")]
+    assert calls[0][0]["function"] == {"name": "submit", "arguments": '{"answer": " 16 "}'}
+    events = [m["event"] for m in transcript if "event" in m]
+    assert events == ["completion", "completion", "submitted"]
+
+
+async def test_rate_limits_and_server_errors_are_retried_with_the_servers_retry_after(
+    tmp_path: Path,
+) -> None:
+    script: list[Reply | Failure] = [
+        Failure(429, {"retry-after-ms": "20"}),
+        Failure(500),
+        Failure(503),
+        call("submit", answer="16"),
+    ]
+    with serving(FakeOpenAI(script)) as fake, anyio.fail_after(30):
+        agent = openai_agent(fake.url, retry_attempts=4)
+        state, directory = await run(tmp_path, spec([TASK], agent))
+
+    assert state.trajectories["t4@0"].outcome == "resolved"
+    assert fake.requests == 4
+    (generated,) = records(directory, "generated")
+    assert generated["usage"]["requests"] == 1
+    transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
+    retries = [(e["reason"], e["delay_s"]) for e in transcript if e.get("event") == "retry"]
+    # The base delay is 0 here, so the 429's wait can only come from its Retry-After.
+    assert retries == [("HTTP 429", 0.02), ("HTTP 500", 0.0), ("HTTP 503", 0.0)]
+
+
+async def test_an_endpoint_that_keeps_failing_is_an_infra_error_after_the_runners_retries(
+    tmp_path: Path,
+) -> None:
+    with serving(FakeOpenAI([], then=Failure(500))) as fake, anyio.fail_after(30):
+        agent = openai_agent(fake.url, retry_attempts=2)
+        state, directory = await run(tmp_path, spec([TASK], agent, max_attempts=2))
+
+    assert state.trajectories["t4@0"].outcome == "infra_error"
+    # Two requests per attempt inside the agent, two attempts by the runner.
+    assert fake.requests == 4
+    failures = records(directory, "generation_failed")
+    assert [f["final"] for f in failures] == [False, True]
+    assert failures[-1]["error"]["type"] == "InfrastructureError"
+    assert "HTTP 500" in failures[-1]["error"]["message"]
+
+
+async def test_a_rejected_request_is_the_trajectorys_error_and_is_not_retried(
+    tmp_path: Path,
+) -> None:
+    rejected = Failure(400, message="model 'scripted-model' does not exist")
+    with serving(FakeOpenAI([], then=rejected)) as fake, anyio.fail_after(30):
+        state, directory = await run(tmp_path, spec([TASK], openai_agent(fake.url)))
+
+    assert state.trajectories["t4@0"].outcome == "error"
+    assert fake.requests == 1
+    (failure,) = records(directory, "generation_failed")
+    assert "HTTP 400" in failure["error"]["message"]
+    assert "does not exist" in failure["error"]["message"]
+
+
+async def test_an_unreachable_endpoint_is_an_infra_error(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # Nothing listens on the port any more: every connection is refused.
+    agent = openai_agent(f"http://127.0.0.1:{port}/v1", retry_attempts=2)
+    with anyio.fail_after(30):
+        state, directory = await run(tmp_path, spec([TASK], agent, max_attempts=1))
+
+    assert state.trajectories["t4@0"].outcome == "infra_error"
+    (failure,) = records(directory, "generation_failed")
+    assert "APIConnectionError" in failure["error"]["message"]
+
+
+async def test_without_a_key_or_a_base_url_the_error_says_which_variable_to_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(KEY_ENV)
+    agent = openai_agent("")
+    del agent["base_url"]  # so the agent would call OpenAI itself, which needs a key
+    with anyio.fail_after(30):
+        state, directory = await run(tmp_path, spec([TASK], agent))
+
+    assert state.trajectories["t4@0"].outcome == "error"
+    (failure,) = records(directory, "generation_failed")
+    assert f"${KEY_ENV}" in failure["error"]["message"]
+
+
+async def test_a_tool_the_task_does_not_offer_is_answered_with_the_tools_it_has(
+    tmp_path: Path,
+) -> None:
+    script = [call("exec", command="ls"), call("submit", answer="16")]
+    with serving(FakeOpenAI(script)) as fake, anyio.fail_after(30):
+        state, _ = await run(tmp_path, spec([TASK], openai_agent(fake.url)))
+
+    assert state.trajectories["t4@0"].outcome == "resolved"
+    told = fake.seen[1].body["messages"][-1]
+    assert told["role"] == "tool"
+    assert "no tool named 'exec'" in told["content"]
+    assert "submit" in told["content"]
+
+
+async def test_a_model_that_never_submits_hands_in_nothing_after_max_steps(
+    tmp_path: Path,
+) -> None:
+    with serving(FakeOpenAI([], then=Reply(content="hmm"))) as fake, anyio.fail_after(30):
+        state, directory = await run(tmp_path, spec([TASK], openai_agent(fake.url, max_steps=3)))
+
+    assert fake.requests == 3
+    assert state.trajectories["t4@0"].outcome == "failed"
+    (generated,) = records(directory, "generated")
+    assert generated["submission"]["empty"] is True
+    transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
+    assert transcript[-1]["event"] == "max_steps_reached"
+
+
+def test_retry_after_is_read_in_milliseconds_seconds_or_as_an_http_date() -> None:
+    assert retry_after_seconds({"retry-after-ms": "250"}) == 0.25
+    assert retry_after_seconds({"Retry-After": "7"}) == 7.0
+    in_a_minute = email.utils.formatdate(time.time() + 60, usegmt=True)
+    hinted = retry_after_seconds({"Retry-After": in_a_minute})
+    assert hinted is not None
+    assert 55 <= hinted <= 60
+    assert retry_after_seconds({"Retry-After": "soon"}) is None
+    assert retry_after_seconds({}) is None

@@ -1,0 +1,114 @@
+"""The openai agent in a real workspace (local backend): it execs, writes; its diff is graded."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from tests.agents.fake_openai import FakeOpenAI, Reply, call, serving
+from tests.agents.helpers import KEY, KEY_ENV, artifact_text, openai_agent, records, run, spec
+
+pytestmark = [pytest.mark.anyio, pytest.mark.root]
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+CHECK = "python3 -c 'import calc; assert calc.add(2, 2) == 4'"
+
+
+@pytest.fixture(autouse=True)
+def _needs_root_and_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("needs root for mount namespaces and overlayfs")
+        pytest.skip("needs root for mount namespaces and overlayfs")
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+def _repo_task(root: Path) -> dict[str, str]:
+    """A committed git repository with a bug: the task's instance."""
+    path = root / "repo"
+    path.mkdir()
+    (path / "calc.py").write_text(BUGGY)
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    for command in (["git", "init", "-q", "."], [*git, "add", "-A"], [*git, "commit", "-qm", "b"]):
+        subprocess.run(command, cwd=path, check=True)
+    return {"id": "calc", "path": str(path), "prompt": "calc.add subtracts; make it add."}
+
+
+class ApplyAndCheck(Scorer):
+    """Applies the submitted patch to a fresh workspace and runs the check."""
+
+    async def score(self, context: ScoringContext) -> ScoreResult:
+        workspace = await context.sandbox.workspace()
+        command = CHECK
+        if context.submission.patch:
+            await workspace.write_file("/tmp/submission.diff", context.submission.patch)
+            command = f"git apply /tmp/submission.diff && {CHECK}"
+        result = await workspace.exec(command)
+        return ScoreResult(
+            resolved=result.ok,
+            score=float(result.ok),
+            status="resolved" if result.ok else "failed",
+            explanation=result.stderr[-500:],
+        )
+
+
+async def test_a_model_that_fixes_the_bug_and_submits_hands_in_its_workspace_diff(
+    tmp_path: Path,
+) -> None:
+    task = _repo_task(tmp_path)
+    script = [
+        call("exec", command="cat calc.py"),
+        call("read_file", path="missing.py"),
+        call("write_file", path="calc.py", content=FIXED),
+        call("exec", command=CHECK + " && echo checked"),
+        call("submit", answer="fixed add"),
+    ]
+    with serving(FakeOpenAI(script)) as fake, anyio.fail_after(60):
+        state, directory = await run(
+            tmp_path / "state", spec([task], openai_agent(fake.url)), ApplyAndCheck()
+        )
+
+    assert state.trajectories["calc@0"].outcome == "resolved"
+    names = [tool["function"]["name"] for tool in fake.seen[0].body["tools"]]
+    assert names == ["exec", "read_file", "write_file", "submit"]
+    # What each tool call gave the model is in the next request.
+    told = [fake.seen[n].body["messages"][-1]["content"] for n in range(1, 5)]
+    assert told[0].startswith("exit code: 0")
+    assert "return a - b" in told[0]
+    assert told[1].startswith("error:")
+    assert "missing.py" in told[1]
+    assert told[2] == f"wrote {len(FIXED)} bytes to calc.py"
+    assert told[3].startswith("exit code: 0")
+    assert "checked" in told[3]
+
+    (generated,) = records(directory, "generated")
+    assert generated["submission"]["answer"] == "fixed add"
+    patch = artifact_text(directory, generated["submission"]["patch"])
+    assert "-    return a - b" in patch
+    assert "+    return a + b" in patch
+    assert Path(task["path"], "calc.py").read_text() == BUGGY
+
+
+async def test_a_model_out_of_steps_hands_in_what_its_workspace_holds_and_says_so(
+    tmp_path: Path,
+) -> None:
+    task = _repo_task(tmp_path)
+    script = [call("write_file", path="calc.py", content=FIXED)]
+    fake = FakeOpenAI(script, then=Reply(content="still thinking"))
+    with serving(fake), anyio.fail_after(60):
+        agent = openai_agent(fake.url, max_steps=2)
+        state, directory = await run(tmp_path / "state", spec([task], agent), ApplyAndCheck())
+
+    assert fake.requests == 2
+    assert state.trajectories["calc@0"].outcome == "resolved"
+    (generated,) = records(directory, "generated")
+    transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
+    assert transcript[-1]["event"] == "max_steps_reached"
+    assert "+    return a + b" in artifact_text(directory, generated["submission"]["patch"])
