@@ -23,7 +23,7 @@ import anyio
 import anyio.lowlevel
 
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
-from mcp_evalserver.agents.builtin import build_agent
+from mcp_evalserver.agents.factory import build_agent
 from mcp_evalserver.errors import InfrastructureError, InvalidInput, NotFound
 from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_artifact, read_ledger
 from mcp_evalserver.sandboxes import SandboxPool, TrajectorySandbox, workspace_name

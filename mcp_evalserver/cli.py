@@ -14,6 +14,7 @@ import anyio
 
 from mcp_evalserver import __version__
 from mcp_evalserver.campaigns import STATE_DIR_ENV, CampaignRunner, CampaignStore, default_state_dir
+from mcp_evalserver.cli_scoring import add_scoring_commands, dispatch_scoring
 from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
 from mcp_evalserver.progress import progress_line, show_progress
 from mcp_evalserver.report import build_report, render_markdown
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="print a campaign's report")
     report.add_argument("campaign_id", metavar="ID")
     report.add_argument("--format", choices=["markdown", "json"], default="markdown")
+    add_scoring_commands(commands)
 
     commands.add_parser("schema", help="print the JSON schema of a campaign spec")
     return parser
@@ -83,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
+    handled = dispatch_scoring(args, store, _run)
+    if handled is not None:
+        return handled
     if args.command == "schema":
         print(json.dumps(spec_json_schema(), indent=2))
         return EXIT_OK

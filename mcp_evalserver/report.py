@@ -104,7 +104,7 @@ def build_report(state: CampaignState) -> dict[str, Any]:
         "resolved": resolved,
         "graded": graded,
         "runs": state.runs,
-        "rescores": state.extra.get("rescores", 0),
+        "rescores": state.rescores,
         "summary": summary,
         "phases": {
             "generation": _percentiles(t.generation_s for t in state.trajectories.values()),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from mcp_evalserver.agents.config import AgentConfig, NoopAgentConfig
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.config import ExactScorerConfig, ScorerConfig
 
@@ -107,31 +108,6 @@ class Task(_Strict):
     def instance_key(self) -> str:
         """Tasks with the same environment share one instance (and its concurrency limit)."""
         return json.dumps([self.image, self.path, self.workdir, self.setup, self.base_commit])
-
-
-class NoopAgentConfig(_Strict):
-    """Submits nothing: the floor every other agent must beat."""
-
-    type: Literal["noop"] = "noop"
-
-
-class OracleAgentConfig(_Strict):
-    """Submits the task's gold answer or patch: proves the tasks and the scorer agree."""
-
-    type: Literal["oracle"] = "oracle"
-
-
-class PythonAgentConfig(_Strict):
-    """An agent written in Python, loaded from `module:factory`; `factory(options)` returns it."""
-
-    type: Literal["python"] = "python"
-    factory: str = Field(description="Import path `package.module:callable`.")
-    options: dict[str, Any] = Field(default_factory=dict)
-
-
-AgentConfig = Annotated[
-    NoopAgentConfig | OracleAgentConfig | PythonAgentConfig, Field(discriminator="type")
-]
 
 
 class Limits(_Strict):

@@ -12,6 +12,8 @@ Record kinds and what they do to a trajectory:
     scoring_started      generated -> scoring
     scored               scoring -> done                    (outcome from the score, score)
     scoring_failed       scoring -> generated, or -> done with outcome infra_error/timeout
+    rescore_requested    the named done trajectories that were generated -> generated again
+                         (their score and outcome cleared); optionally a new scorer
     campaign_cancelled   the campaign is cancelled until a `run_started` resumes it
     run_started          a process began (or resumed) running the campaign
     ledger_repaired      a torn tail was dropped when the ledger was reopened
@@ -23,8 +25,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import TypeAdapter, ValidationError
+
 from mcp_evalserver.errors import LedgerCorrupt
-from mcp_evalserver.spec import CampaignSpec, trajectory_id
+from mcp_evalserver.scoring.config import ScorerConfig
+from mcp_evalserver.spec import CampaignSpec, describe_validation_error, trajectory_id
 
 Phase = Literal["pending", "generating", "generated", "scoring", "done"]
 Outcome = Literal["resolved", "failed", "error", "timeout", "infra_error"]
@@ -32,6 +37,8 @@ CampaignStatus = Literal["running", "finished", "cancelled"]
 
 #: Outcomes caused by the infrastructure, kept apart from task failures in every figure.
 INFRA_OUTCOMES: frozenset[str] = frozenset({"infra_error"})
+RESCORE_REQUESTED = "rescore_requested"
+SCORER_ADAPTER = TypeAdapter[ScorerConfig](ScorerConfig)
 
 
 @dataclass
@@ -73,6 +80,7 @@ class CampaignState:
     cancelled: bool = False
     runs: int = 0
     repaired_bytes: int = 0
+    rescores: int = 0
     last_seq: int = -1
     last_ts: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -140,6 +148,9 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     if kind == "ledger_repaired":
         state.repaired_bytes += int(record.get("dropped_bytes", 0))
         return
+    if kind == RESCORE_REQUESTED:
+        _rescore_requested(state, record)
+        return
     handler = _TRAJECTORY_HANDLERS.get(kind)
     if handler is None:
         # Records from a newer version that this one does not know are kept, not fatal.
@@ -150,6 +161,38 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     if trajectory is None:
         raise LedgerCorrupt(f"record seq {record.get('seq')} names unknown trajectory {tid!r}")
     handler(trajectory, record)
+
+
+def rescorable(trajectory: TrajectoryState) -> bool:
+    """Finished and generated: there is a submission to grade again."""
+    return trajectory.done and trajectory.generated_seq is not None
+
+
+def _rescore_requested(state: CampaignState, record: dict[str, Any]) -> None:
+    if record.get("scorer") is not None:
+        try:
+            scorer = SCORER_ADAPTER.validate_python(record["scorer"])
+        except ValidationError as exc:
+            raise LedgerCorrupt(
+                f"record seq {record['seq']} ({RESCORE_REQUESTED}) has an invalid scorer: "
+                f"{describe_validation_error(exc)}"
+            ) from exc
+        state.spec = state.spec.model_copy(update={"scorer": scorer})
+    state.rescores += 1
+    for tid in record.get("trajectories", []):
+        trajectory = state.trajectories.get(tid)
+        if trajectory is None:
+            raise LedgerCorrupt(f"record seq {record['seq']} names unknown trajectory {tid!r}")
+        # Only finished generations go back; whatever else the run handles as it is.
+        if rescorable(trajectory):
+            trajectory.phase = "generated"
+            trajectory.outcome = None
+            trajectory.score = None
+            trajectory.error = None
+            trajectory.scoring_s = None
+            trajectory.scored_seq = None
+            trajectory.finished_ts = None
+            trajectory.scoring_failures = 0
 
 
 def _expect(trajectory: TrajectoryState, record: dict[str, Any], *phases: Phase) -> None:

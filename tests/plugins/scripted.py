@@ -8,7 +8,9 @@ which it answers wrongly: a campaign's results are then known in advance. With a
 - every completed generation appends `<trajectory>` to `generated.log`.
 
 `scorer(options)` grades like the exact scorer; `block-score-<trajectory>` makes it announce
-`scoring <trajectory>` and hang.
+`scoring <trajectory>` and hang. With `score_delay_s` each scoring takes that long, and with a
+`control_dir` each one appends `+` when it starts and `-` when it ends to `scoring.log` (the
+most `+` outstanding is how many scorings ran at once).
 """
 
 from __future__ import annotations
@@ -65,17 +67,35 @@ class ScriptedAgent(Agent):
         return Submission(answer=scripted_answer(context.task.id))
 
 
+def _append(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, text.encode())
+    os.close(fd)
+
+
 class ScriptedScorer(Scorer):
     def __init__(self, options: dict[str, Any]) -> None:
         control = options.get("control_dir")
         self.control_dir = Path(control) if control else None
+        self.delay_s = float(options.get("score_delay_s", 0.0))
 
     async def score(self, context: ScoringContext) -> ScoreResult:
+        if self.control_dir:
+            _append(self.control_dir / "scoring.log", "+")
+        try:
+            return await self._score(context)
+        finally:
+            if self.control_dir:
+                _append(self.control_dir / "scoring.log", "-")
+
+    async def _score(self, context: ScoringContext) -> ScoreResult:
         if (
             self.control_dir
             and (self.control_dir / f"block-score-{context.trajectory_id}").exists()
         ):
             await _announce_and_hang(self.control_dir, f"scoring {context.trajectory_id}")
+        if self.delay_s:
+            await anyio.sleep(self.delay_s)
         resolved = context.submission.answer == expected_answer(context.task.id)
         return ScoreResult(
             resolved=resolved, score=float(resolved), status="resolved" if resolved else "failed"

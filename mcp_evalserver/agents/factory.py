@@ -1,0 +1,25 @@
+"""Builds the agent a config describes."""
+
+from __future__ import annotations
+
+from mcp_evalserver.agents.base import Agent
+from mcp_evalserver.agents.builtin import NoopAgent, OracleAgent
+from mcp_evalserver.agents.config import AgentConfig, NoopAgentConfig, OracleAgentConfig
+from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.plugins import load_factory
+
+
+def build_agent(config: AgentConfig) -> Agent:
+    """Makes the agent a config describes.
+
+    Raises:
+        InvalidInput: a plugin factory cannot be loaded or returns something not an Agent.
+    """
+    if isinstance(config, NoopAgentConfig):
+        return NoopAgent()
+    if isinstance(config, OracleAgentConfig):
+        return OracleAgent()
+    agent = load_factory(config.factory)(config.options)
+    if not isinstance(agent, Agent):
+        raise InvalidInput(f"factory {config.factory!r} returned {type(agent).__name__}, not Agent")
+    return agent
