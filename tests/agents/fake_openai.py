@@ -55,13 +55,31 @@ class Seen:
 class FakeOpenAI:
     """The server's script and what it received; `url` is the `base_url` to configure."""
 
-    def __init__(self, script: Sequence[Response], then: Response | None = None) -> None:
+    def __init__(
+        self, script: Sequence[Response], then: Response | None = None, *, overlap: int = 1
+    ) -> None:
         self.script = list(script)
         self.then = then
         self.seen: list[Seen] = []
+        # With overlap=N, each request waits until N are in flight together: proof that the
+        # client side lets N through at once (and a count of how many it ever let through).
+        self._together = threading.Barrier(overlap, timeout=20) if overlap > 1 else None
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.url = ""
         self._lock = threading.Lock()
         self._calls = 0
+
+    def arrived(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        if self._together is not None:
+            self._together.wait()
+
+    def left(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
 
     def next_response(self, body: dict[str, Any], authorization: str | None) -> Response:
         with self._lock:
@@ -118,12 +136,16 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._send(404, {"error": {"message": f"no route {self.path}"}}, {})
             return
-        response = self.fake.next_response(body, self.headers.get("Authorization"))
-        if isinstance(response, Failure):
-            error = {"message": response.message, "type": "scripted", "code": response.status}
-            self._send(response.status, {"error": error}, response.headers)
-        else:
-            self._send(200, self.fake.completion(response, str(body.get("model"))), {})
+        self.fake.arrived()
+        try:
+            response = self.fake.next_response(body, self.headers.get("Authorization"))
+            if isinstance(response, Failure):
+                error = {"message": response.message, "type": "scripted", "code": response.status}
+                self._send(response.status, {"error": error}, response.headers)
+            else:
+                self._send(200, self.fake.completion(response, str(body.get("model"))), {})
+        finally:
+            self.fake.left()
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
         data = json.dumps(payload).encode()

@@ -13,9 +13,16 @@ import time
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
+from mcp_evalserver.agents.base import Submission, TrajectoryContext
+from mcp_evalserver.agents.config import OpenAIAgentConfig
+from mcp_evalserver.agents.factory import build_agent
 from mcp_evalserver.agents.openai_agent import retry_after_seconds
+from mcp_evalserver.sandboxes import TrajectorySandbox
+from mcp_evalserver.scheduler import Limiters
+from mcp_evalserver.spec import Limits, Task
 from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, artifact_text, openai_agent, records, run, spec
 
@@ -175,6 +182,52 @@ async def test_a_model_that_never_submits_hands_in_nothing_after_max_steps(
     assert transcript[-1]["event"] == "max_steps_reached"
 
 
+async def test_calls_to_one_endpoint_stay_within_the_campaigns_per_endpoint_limit(
+    tmp_path: Path,
+) -> None:
+    tasks = [{"id": f"t{n}", "prompt": "-", "answer": "16"} for n in range(6)]
+    fake = FakeOpenAI([], then=call("submit", answer="16"), overlap=2)
+    with serving(fake), anyio.fail_after(30):
+        campaign = spec(tasks, openai_agent(fake.url), concurrency=6, per_endpoint=2)
+        state, _ = await run(tmp_path, campaign)
+
+    assert {t.outcome for t in state.trajectories.values()} == {"resolved"}
+    # Every request waited for a second one to be in flight, and no third ever joined them.
+    assert fake.max_in_flight == 2
+
+
+async def test_the_agent_waits_for_its_endpoints_limiter_before_each_request(
+    tmp_path: Path,
+) -> None:
+    limiters = Limiters(Limits(per_endpoint=1))
+    task = Task.model_validate(TASK)
+    with serving(FakeOpenAI([call("submit", answer="16")])) as fake, anyio.fail_after(30):
+        context = TrajectoryContext(
+            campaign_id="c",
+            trajectory_id="t4@0",
+            task=task,
+            sample=0,
+            attempt=1,
+            campaign_dir=tmp_path,
+            limiters=limiters,
+            sandbox=TrajectorySandbox(None, task, "w", limiters.provisioning),
+        )
+        agent = build_agent(OpenAIAgentConfig.model_validate(openai_agent(fake.url)))
+        endpoint = limiters.endpoint(fake.url)
+        submissions: list[Submission] = []
+
+        async def generate() -> None:
+            submissions.append(await agent.generate(context))
+
+        async with anyio.create_task_group() as group, endpoint:
+            group.start_soon(generate)
+            while endpoint.statistics().tasks_waiting == 0:
+                await anyio.lowlevel.checkpoint()
+            assert fake.requests == 0
+        assert fake.requests == 1
+    assert submissions[0].answer == "16"
+
+
 def test_retry_after_is_read_in_milliseconds_seconds_or_as_an_http_date() -> None:
     assert retry_after_seconds({"retry-after-ms": "250"}) == 0.25
     assert retry_after_seconds({"Retry-After": "7"}) == 7.0
@@ -184,3 +237,13 @@ def test_retry_after_is_read_in_milliseconds_seconds_or_as_an_http_date() -> Non
     assert 55 <= hinted <= 60
     assert retry_after_seconds({"Retry-After": "soon"}) is None
     assert retry_after_seconds({}) is None
+
+
+def test_the_readmes_openai_agent_example_is_a_valid_agent_config() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## Model agents", 1)[1]
+    example = section.split("```json\n", 1)[1].split("```", 1)[0]
+    agent = json.loads("{" + example + "}")["agent"]
+    campaign = spec([TASK], agent)
+    assert campaign.agent.type == "openai"
+    assert agent["base_url"].startswith("http://127.0.0.1")

@@ -88,12 +88,12 @@ async def test_gold_predictions_are_each_tasks_own_patch_and_resolve(tmp_path: P
     agent = {"type": "predictions", "path": "gold"}
     with anyio.fail_after(120):
         state, directory = await run(
-            tmp_path / "state", spec(tasks, agent, samples=2, scorer={"type": "tests"})
+            tmp_path / "state", spec(tasks, agent, scorer={"type": "tests"})
         )
 
     assert {t.outcome for t in state.trajectories.values()} == {"resolved"}
     empty = {r["trajectory"]: r["submission"]["empty"] for r in records(directory, "generated")}
-    assert empty == dict.fromkeys(["calc-a@0", "calc-a@1", "calc-b@0", "calc-b@1"], False)
+    assert empty == {"calc-a@0": False, "calc-b@0": False}
 
 
 async def test_only_the_named_models_predictions_are_used(tmp_path: Path) -> None:
