@@ -133,11 +133,8 @@ class DockerBackend(Backend):
 
         stream = None
         try:
-            try:
-                python = await engine.exec(container, ["/bin/sh", "-c", _PYTHON_CHECK])
-            except errors.SandboxUnavailable:
-                await engine.check_running(container, image)  # the image's fault, or
-                raise  # the engine's
+            await engine.require_shell(container, image)
+            python = await engine.exec(container, ["/bin/sh", "-c", _PYTHON_CHECK])
             if python.exit_code != 0:
                 log.warning("instance %s (%s): %s", spec.key, image, FALLBACK_NOTE)
                 return await PerTrajectoryInstance.provision(engine, spec, container)

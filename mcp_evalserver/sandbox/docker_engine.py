@@ -277,24 +277,30 @@ class DockerEngine:
         )
         return "bridge" if "bridge" in names else "host"
 
-    async def check_running(self, container_id: str, image: str) -> None:
-        """Raises InvalidInput when the container already exited (its image cannot idle).
+    async def require_shell(self, container_id: str, image: str) -> None:
+        """Raises InvalidInput when the image has no `/bin/sh` (the container cannot idle).
+
+        Asked of the filesystem, not by running it: a container whose shell is missing may
+        still look alive for a moment after it started.
 
         Raises:
-            InvalidInput: the container is not running; the message holds its last output.
+            InvalidInput: there is no /bin/sh in the image.
         """
+        import docker.errors
 
-        def state_blocking() -> tuple[dict[str, Any], str]:
-            state = self.api.inspect_container(container_id)["State"]
-            logs = b"" if state.get("Running") else self.api.logs(container_id, tail=5)
-            return state, logs.decode("utf-8", "replace").strip()
+        def exists_blocking() -> bool:
+            try:
+                chunks, _ = self.api.get_archive(container_id, _KEEPALIVE[0])
+            except docker.errors.NotFound:
+                return False
+            for _ in chunks:  # a few KiB: read it so the connection goes back to the pool
+                pass
+            return True
 
-        state, logs = await self.call(f"inspect {container_id[:12]}", state_blocking)
-        if not state.get("Running"):
+        if not await self.call(f"look for {_KEEPALIVE[0]} in {image}", exists_blocking):
             raise InvalidInput(
-                f"a container of {image!r} exited at once (code {state.get('ExitCode')}: "
-                f"{logs or 'no output'}); the docker backend needs {_KEEPALIVE[0]} in the image "
-                "(and python3 >= 3.8 for fast workspaces)"
+                f"image {image!r} has no {_KEEPALIVE[0]}: the docker backend needs "
+                f"{_KEEPALIVE[0]} in the image (and python3 >= 3.8 for fast workspaces)"
             )
 
     async def exec(
