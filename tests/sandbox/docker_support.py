@@ -35,17 +35,21 @@ def _engine_answers() -> bool:
 @functools.cache
 def _prepare() -> tuple[str | None, str]:
     """Returns (base image tag, "") or (None, why not). Runs once per test session."""
+    said = ""
     if not _engine_answers() and os.geteuid() == 0:
         # As root we can start the engine ourselves (what `make system` does anyway).
-        subprocess.run(
+        ensure = subprocess.run(
             ["bash", str(REPO / "scripts/ensure-docker.sh")],
             capture_output=True,
+            text=True,
             timeout=900,
             check=False,
         )
+        said = f"; scripts/ensure-docker.sh said: {ensure.stderr.strip()[-1500:]}"
     if not _engine_answers():
         return None, (
             "no Docker engine answers `docker info`; run `sudo bash scripts/ensure-docker.sh`"
+            + said
         )
     build = subprocess.run(
         ["bash", str(REPO / "sandbox_images/build-base.sh")],
