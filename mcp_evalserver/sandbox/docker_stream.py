@@ -10,8 +10,10 @@ Docker SDK calls that open the session run in a worker thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
+import ssl
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -125,6 +127,10 @@ class DockerExecStream(anyio.abc.ByteStream):
         return None if info.get("Running") else (int(code) if code is not None else None)
 
 
+class _UnsupportedTransport(Exception):
+    pass
+
+
 def _start_exec(
     api: Any,
     container_id: str,
@@ -145,7 +151,12 @@ def _start_exec(
         environment=dict(environment) if environment else None,
     )["Id"]
     sdk_socket = api.exec_start(exec_id, socket=True)
-    raw: socket.socket = sdk_socket._sock
+    raw = getattr(sdk_socket, "_sock", sdk_socket)
+    if not isinstance(raw, socket.socket) or isinstance(raw, ssl.SSLSocket):
+        # TLS (tcp+tls) and ssh engines hand back wrappers anyio cannot own as a plain socket.
+        with contextlib.suppress(Exception):
+            sdk_socket.close()
+        raise _UnsupportedTransport(type(raw).__name__)
     # The SDK read the HTTP 101 headers through a buffered reader, which may already hold the
     # first frames. A non-blocking peek returns them (or b"") without waiting for more.
     pending = b""
@@ -190,6 +201,13 @@ async def open_exec_stream(
         exec_id, sdk_socket, sock, pending = await anyio.to_thread.run_sync(
             _start_exec, api, container_id, cmd, user, workdir, environment
         )
+    except _UnsupportedTransport as exc:
+        raise SandboxUnavailable(
+            f"the Docker engine's exec stream arrived as a {exc}, not a plain socket: the "
+            "docker backend supports unix:// and plain tcp:// engines (reach a TLS or ssh "
+            "engine through a local unix socket, e.g. "
+            "`ssh -L /tmp/docker.sock:/var/run/docker.sock host`)"
+        ) from exc
     except docker.errors.NotFound as exc:
         raise SandboxUnavailable(
             f"container {container_id[:12]} is gone ({exc.explanation}); "
