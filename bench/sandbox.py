@@ -208,7 +208,9 @@ def report(figures: dict[str, float], project: str, files: int) -> None:
         ("supervisor, 64 in flight", f["throughput_64_per_s"], "cmd/s"),
         ("docker exec, 64 in flight", f["docker_exec_throughput_64_per_s"], "cmd/s"),
     ]
-    print(f"\nsandbox benchmark: one instance holding {project} ({files} files)\n")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nsandbox benchmark: one instance holding {project} ({files} files)")
+    print(f"load average at the end: {load} on {os.cpu_count()} CPUs\n")
     for label, value, unit in rows:
         print(f"  {label:<42} {value:>10.2f} {unit}")
     create_x = f["fresh_container_p50_ms"] / f["workspace_create_p50_ms"]
