@@ -452,6 +452,7 @@ class Holder:
     def __init__(self, sup: Supervisor, ws: Workspace, ctl: socket.socket) -> None:
         self.sup, self.ws, self.ctl = sup, ws, ctl
         self.children: dict[int, int] = {}  # pid of C -> job (request id)
+        self.broken = ""  # why execs cannot run here, if they cannot
 
     def run(self) -> None:
         """Serves the control socket until it closes. Never returns."""
@@ -498,9 +499,13 @@ class Holder:
     def fork_exec(self, job: int, fds: list[int]) -> None:
         stdin, out, err, info, memfd = fds
         try:
+            if self.broken:
+                raise SupervisorError("InfrastructureError", self.broken)
             pid = os.fork()
-        except OSError as e:  # typically the workspace's pids limit
-            msg = {"error": f"cannot start a process: {e.strerror}", "kind": "LimitExceeded"}
+        except (OSError, SupervisorError) as e:
+            msg = {"error": str(e), "kind": getattr(e, "kind", "LimitExceeded")}
+            if isinstance(e, OSError):  # typically the workspace's pids limit
+                msg["error"] = f"cannot start a process: {e.strerror}"
             os.write(info, (json.dumps(msg) + "\n").encode())
             for fd in fds:
                 os.close(fd)
@@ -563,6 +568,7 @@ class Supervisor:
         self.inbuf = bytearray()
         self.running = True
         self.pid = os.getpid()
+        self.created = 0  # workspaces created so far
 
     # -- plumbing --
     def send(self, msg: dict[str, Any]) -> None:
@@ -912,9 +918,10 @@ class Supervisor:
             os.mkdir(os.path.join(ws.path, sub), 0o700)
         os.chmod(os.path.join(ws.path, "tmp"), 0o1777)
         if self.cgroups is not None:
-            ws.cgroups = self.cgroups.create(
-                ws.name, limits.get("pids"), limits.get("memory_bytes")
-            )
+            # A new directory each time: a reset's old one may still await its removal.
+            self.created += 1
+            unique = f"{ws.name}.{self.created}"
+            ws.cgroups = self.cgroups.create(unique, limits.get("pids"), limits.get("memory_bytes"))
         # A holder process keeps the namespaces alive and forks the workspace's execs, so they
         # start in its namespaces and cgroup: no setns, and no cgroup migration per exec (a
         # v1 migration takes a global lock, ~3 ms here). Binding its ns files would keep the
@@ -931,24 +938,30 @@ class Supervisor:
                 prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 if os.getppid() != self.pid:
                     os._exit(1)
-                for d in ws.cgroups:
-                    write_file(os.path.join(d, "cgroup.procs"), str(os.getpid()))
-                with contextlib.suppress(OSError):  # needs CAP_SYS_RESOURCE: best effort
-                    write_file("/proc/self/oom_score_adj", "-1000")  # the OOM killer takes execs
                 # Net, ipc and uts namespaces are per workspace, not per exec: a fresh net
                 # namespace costs ~3 ms and its execs may share a loopback.
-                private = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS
-                unshare(private if self.cfg.get("network") else private | CLONE_NEWNET)
+                unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS)
                 socket.sethostname("sandbox")
-                if not self.cfg.get("network"):
-                    loopback_up()
                 self.mount_view(ws)
                 os.write(ack_w, b"ok\n")
                 os.close(ack_w)
             except BaseException as e:
                 os.write(ack_w, (f"error: {e}\n").encode())
                 os._exit(1)
-            Holder(self, ws, holder_end).run()
+            holder = Holder(self, ws, holder_end)
+            try:
+                # After the reply, as file operations need only the view: execs wait for this
+                # (their requests queue on the socket), creating the workspace does not.
+                for d in ws.cgroups:
+                    write_file(os.path.join(d, "cgroup.procs"), str(os.getpid()))
+                with contextlib.suppress(OSError):  # needs CAP_SYS_RESOURCE: best effort
+                    write_file("/proc/self/oom_score_adj", "-1000")  # the OOM killer takes execs
+                if not self.cfg.get("network"):
+                    unshare(CLONE_NEWNET)
+                    loopback_up()
+            except BaseException as e:
+                holder.broken = f"workspace setup failed: {e}"
+            holder.run()
         os.close(ack_w)
         holder_end.close()
         ws.holder_pid, ws.ctl = pid, ctl
