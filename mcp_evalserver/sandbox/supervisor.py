@@ -63,7 +63,7 @@ NS_FLAGS |= CLONE_NEWNET | CLONE_NEWCGROUP | CLONE_NEWTIME
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP = 1, 24
+PR_SET_PDEATHSIG, PR_CAPBSET_READ, PR_CAPBSET_DROP, CAP_SYS_ADMIN = 1, 23, 24, 21
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 22, 38
 # What a trajectory keeps: root-like access to its own copy-on-write files, nothing else.
 # Never CAP_DAC_READ_SEARCH (open_by_handle_at escapes a chroot), SYS_ADMIN, SYS_CHROOT, KILL.
@@ -224,6 +224,15 @@ def _seccomp_program() -> bytes | None:
 SECCOMP_PROGRAM = _seccomp_program()
 
 
+def drop_bounding_set() -> None:
+    """What an exec may ever gain back; holders drop it once for all their execs."""
+    if _libc.prctl(PR_CAPBSET_READ, CAP_SYS_ADMIN, 0, 0, 0) == 0:
+        return  # already done
+    for cap in range(CAP_LAST_CAP + 1):
+        if cap not in KEPT_CAPS:
+            prctl(PR_CAPBSET_DROP, cap)
+
+
 def drop_privileges(filter_syscalls: bool) -> None:
     """Keep uid 0 but only KEPT_CAPS; no_new_privs; optionally the seccomp filter.
 
@@ -232,9 +241,7 @@ def drop_privileges(filter_syscalls: bool) -> None:
     Per-workspace process caps therefore come from the pids cgroup, not RLIMIT_NPROC.
     """
     keep_mask = sum(1 << c for c in KEPT_CAPS)
-    for cap in range(CAP_LAST_CAP + 1):
-        if cap not in KEPT_CAPS:
-            prctl(PR_CAPBSET_DROP, cap)
+    drop_bounding_set()
     header = _CapHeader(0x20080522, 0)
     data = (_CapData * 2)(_CapData(keep_mask, keep_mask, keep_mask), _CapData(0, 0, 0))
     _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
@@ -959,6 +966,7 @@ class Supervisor:
                 if not self.cfg.get("network"):
                     unshare(CLONE_NEWNET)
                     loopback_up()
+                drop_bounding_set()  # effective caps stay: execs' parents still mount /proc
             except BaseException as e:
                 holder.broken = f"workspace setup failed: {e}"
             holder.run()
