@@ -95,9 +95,12 @@ class LocalBackend(Backend):
                 f"the local backend needs root or user namespaces, and {why}; run as root or "
                 "use the docker backend"
             )
+        # The supervisor mounts a private tmpfs here (in its own mount namespace); on the host
+        # it stays an empty directory, removed on close or by the next start-up's sweep.
         store = f"{self._store_root}/{os.getpid()}-{spec.key}"
         if os.geteuid() != 0:
-            store = f"{os.environ.get('XDG_RUNTIME_DIR') or '/tmp'}/mcp-evalserver-{spec.key}"
+            runtime = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+            store = f"{runtime}/mcp-evalserver-{os.getpid()}-{spec.key}"
         try:
             process = await anyio.open_process(
                 [self._python, "-I", "-S", str(SUPERVISOR_SOURCE)],
