@@ -15,6 +15,9 @@ from mcp_evalserver.errors import EvalServerError, InfrastructureError
 from mcp_evalserver.sandbox.base import ExecResult, Workspace
 
 SUBMIT = "submit"
+# Files larger than this are refused by read_file (the model can still page through them with
+# exec); smaller ones are read whole and clipped to what one tool result may show.
+_READ_LIMIT = 8 << 20
 
 _SUBMIT_ANSWER_ONLY: dict[str, Any] = {
     "type": "function",
@@ -66,7 +69,10 @@ _WORKSPACE_TOOLS: list[dict[str, Any]] = [
         "type": "function",
         "function": {
             "name": "read_file",
-            "description": "Read a text file (absolute, or relative to the repository).",
+            "description": (
+                "Read a text file (absolute, or relative to the repository). Long files are "
+                "cut after their beginning; page through them with exec (sed -n, grep -n)."
+            ),
             "parameters": {
                 "type": "object",
                 "properties": {"path": {"type": "string"}},
@@ -145,8 +151,8 @@ class WorkspaceTools:
                 return ToolOutcome(_format_exec(result, self.command_timeout_s))
             path = _text_argument(arguments, "path")
             if name == "read_file":
-                data = await workspace.read_file(path, max_bytes=self.output_bytes)
-                return ToolOutcome(data.decode("utf-8", errors="replace"))
+                data = await workspace.read_file(path, max_bytes=_READ_LIMIT)
+                return ToolOutcome(self._clip(data, path))
             content = _text_argument(arguments, "content")
             await workspace.write_file(path, content)
             return ToolOutcome(f"wrote {len(content.encode())} bytes to {path}")
@@ -155,6 +161,17 @@ class WorkspaceTools:
         except (EvalServerError, ValueError) as exc:
             # NotFound, InvalidInput, LimitExceeded...: the model's mistake, not ours.
             return ToolOutcome(f"error: {exc}")
+
+    def _clip(self, data: bytes, path: str) -> str:
+        # Source files are often longer than what one tool result should show; their head
+        # and a pointer to `exec` serve the model better than an error.
+        if len(data) <= self.output_bytes:
+            return data.decode("utf-8", errors="replace")
+        head = data[: self.output_bytes].decode("utf-8", errors="ignore")
+        return (
+            f"{head}\n[truncated: showing the first {self.output_bytes} of {len(data)} bytes; "
+            f"read further with exec, e.g. `sed -n '400,600p' {path}`]"
+        )
 
 
 def _text_argument(arguments: dict[str, Any], key: str) -> str:

@@ -66,27 +66,34 @@ async def test_a_model_that_fixes_the_bug_and_submits_hands_in_its_workspace_dif
     script = [
         call("exec", command="cat calc.py"),
         call("read_file", path="missing.py"),
+        call("exec", command="seq 1 5000 > /tmp/big.txt"),
+        call("read_file", path="/tmp/big.txt"),
         call("write_file", path="calc.py", content=FIXED),
         call("exec", command=CHECK + " && echo checked"),
         call("submit", answer="fixed add"),
     ]
     with serving(FakeOpenAI(script)) as fake, anyio.fail_after(60):
         state, directory = await run(
-            tmp_path / "state", spec([task], openai_agent(fake.url)), ApplyAndCheck()
+            tmp_path / "state",
+            spec([task], openai_agent(fake.url, tool_output_bytes=1024)),
+            ApplyAndCheck(),
         )
 
     assert state.trajectories["calc@0"].outcome == "resolved"
     names = [tool["function"]["name"] for tool in fake.seen[0].body["tools"]]
     assert names == ["exec", "read_file", "write_file", "submit"]
     # What each tool call gave the model is in the next request.
-    told = [fake.seen[n].body["messages"][-1]["content"] for n in range(1, 5)]
+    told = [fake.seen[n].body["messages"][-1]["content"] for n in range(1, 7)]
     assert told[0].startswith("exit code: 0")
     assert "return a - b" in told[0]
     assert told[1].startswith("error:")
     assert "missing.py" in told[1]
-    assert told[2] == f"wrote {len(FIXED)} bytes to calc.py"
-    assert told[3].startswith("exit code: 0")
-    assert "checked" in told[3]
+    # A long file shows its head and how to read on.
+    assert told[3].startswith("1\n2\n3\n")
+    assert "[truncated: showing the first 1024 of 23893 bytes" in told[3]
+    assert told[4] == f"wrote {len(FIXED)} bytes to calc.py"
+    assert told[5].startswith("exit code: 0")
+    assert "checked" in told[5]
 
     (generated,) = records(directory, "generated")
     assert generated["submission"]["answer"] == "fixed add"
