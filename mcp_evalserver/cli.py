@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import signal
 import sys
@@ -18,6 +20,7 @@ from mcp_evalserver.cli_scoring import add_scoring_commands, dispatch_scoring
 from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
 from mcp_evalserver.progress import progress_line, show_progress
 from mcp_evalserver.report import build_report, render_markdown
+from mcp_evalserver.server.http import TOKEN_ENV
 from mcp_evalserver.spec import load_spec, spec_json_schema
 from mcp_evalserver.state import CampaignState
 
@@ -37,8 +40,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--state-dir", type=Path, help="where campaigns and ledgers live")
     server = parser.add_mutually_exclusive_group()
-    server.add_argument("--stdio", action="store_true", help="serve MCP over stdio (not yet)")
-    server.add_argument("--http", action="store_true", help="serve MCP over HTTP (not yet)")
+    server.add_argument("--stdio", action="store_true", help="serve MCP over stdin/stdout")
+    server.add_argument(
+        "--http", action="store_true", help="serve MCP over streamable HTTP at /mcp (+ /healthz)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="--http: address (default loopback)")
+    parser.add_argument("--port", type=int, default=8765, help="--http: port (0: any free one)")
+    parser.add_argument(
+        "--token",
+        help=f"--http: bearer token clients must send (default ${TOKEN_ENV}, else generated "
+        "and printed once; required beyond loopback)",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="--http: another Host header to accept (DNS-rebinding protection); repeatable",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = commands.add_parser("run", help="start a campaign from a spec file and run it")
@@ -65,14 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if (args.stdio or args.http) and args.command is not None:
+        parser.error(f"--stdio/--http serve MCP; they do not combine with {args.command!r}")
     if args.stdio or args.http:
-        transport = "--stdio" if args.stdio else "--http"
-        print(
-            f"mcp-evalserver: {transport}: the MCP server is not available in this version yet; "
-            "use the `run`, `status`, `resume` and `report` commands",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        try:
+            return _serve(args)
+        except EvalServerError as exc:
+            print(f"mcp-evalserver: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -82,6 +101,30 @@ def main(argv: list[str] | None = None) -> int:
     except EvalServerError as exc:
         print(f"mcp-evalserver: {exc}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, InvalidInput | NotFound) else EXIT_FAILED
+
+
+def _serve(args: argparse.Namespace) -> int:
+    # Imported here: the campaign commands need neither the MCP SDK nor uvicorn.
+    from mcp_evalserver.server.http import resolve_token, serve_http
+    from mcp_evalserver.server.mcp_app import serve_stdio
+
+    state_dir = args.state_dir or default_state_dir()
+    if args.stdio:
+        anyio.run(serve_stdio, state_dir)
+        return EXIT_OK
+    token = resolve_token(args.token, args.host)
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(
+            functools.partial(
+                serve_http,
+                state_dir,
+                host=args.host,
+                port=args.port,
+                token=token,
+                allowed_hosts=args.allow_host,
+            )
+        )
+    return EXIT_OK
 
 
 def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:

@@ -6,34 +6,33 @@ from mcp_evalserver.agents.base import Agent
 from mcp_evalserver.agents.builtin import NoopAgent, OracleAgent
 from mcp_evalserver.agents.config import (
     AgentConfig,
+    ExternalAgentConfig,
     NoopAgentConfig,
-    OpenAIAgentConfig,
     OracleAgentConfig,
-    PredictionsAgentConfig,
 )
-from mcp_evalserver.agents.predictions import PredictionsAgent
+from mcp_evalserver.agents.external import ClaimBoard, ExternalAgent
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.plugins import load_factory
 
 
-def build_agent(config: AgentConfig) -> Agent:
-    """Makes the agent a config describes.
+def build_agent(config: AgentConfig, *, claims: ClaimBoard | None = None) -> Agent:
+    """Makes the agent a config describes; external agents publish on `claims`.
 
     Raises:
-        InvalidInput: a plugin factory cannot be loaded or returns something not an Agent.
+        InvalidInput: a plugin factory cannot be loaded or returns something not an Agent, or
+            an external agent has no claim board (only the MCP server has one).
     """
+    if isinstance(config, ExternalAgentConfig):
+        if claims is None:
+            raise InvalidInput(
+                "agent type 'external' is driven by MCP clients: start this campaign through "
+                "the server (`mcp-evalserver --stdio` or `--http`, tool start_campaign or resume)"
+            )
+        return ExternalAgent(config, claims)
     if isinstance(config, NoopAgentConfig):
         return NoopAgent()
     if isinstance(config, OracleAgentConfig):
         return OracleAgent()
-    if isinstance(config, OpenAIAgentConfig):
-        # Imported here: importing the openai client takes seconds, which every CLI call
-        # and every campaign without this agent would pay.
-        from mcp_evalserver.agents.openai_agent import OpenAIAgent
-
-        return OpenAIAgent(config)
-    if isinstance(config, PredictionsAgentConfig):
-        return PredictionsAgent(config)
     agent = load_factory(config.factory)(config.options)
     if not isinstance(agent, Agent):
         raise InvalidInput(f"factory {config.factory!r} returned {type(agent).__name__}, not Agent")

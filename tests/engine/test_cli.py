@@ -82,11 +82,12 @@ def test_an_invalid_spec_is_a_clear_error_naming_the_field(
     assert "'noop', 'oracle', 'python'" in err
 
 
-def test_the_server_transports_say_they_are_not_there_yet(
-    capsys: pytest.CaptureFixture[str],
+def test_the_http_server_refuses_to_bind_beyond_loopback_without_a_token(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert main(["--stdio"]) == 2
-    assert "not available in this version yet" in capsys.readouterr().err
+    monkeypatch.delenv("MCP_EVALSERVER_TOKEN", raising=False)
+    assert main(["--http", "--host", "0.0.0.0", "--port", "0"]) == 2
+    assert "refusing to serve on 0.0.0.0 without a token" in capsys.readouterr().err
 
 
 def test_the_state_dir_comes_from_the_environment_when_no_flag_is_given(

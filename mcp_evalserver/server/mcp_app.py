@@ -1,0 +1,307 @@
+"""The MCP surface: every `mcp` import of the project lives in this module.
+
+Each tool is a thin function over `EvalService` (campaigns) or `ExternalTrajectories` (the
+sandbox tools of externally driven trajectories). One decorator turns errors into tool errors:
+an `EvalServerError` carries its message (which says what to do next); anything else is logged
+with a reference id that the error text repeats, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import ToolAnnotations
+from pydantic import Field
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from mcp_evalserver import __version__
+from mcp_evalserver.errors import EvalServerError
+from mcp_evalserver.server.models import (
+    CampaignList,
+    CampaignStatus,
+    ClaimedTrajectory,
+    Comparison,
+    Diff,
+    ExecOutput,
+    FileContent,
+    FileWritten,
+    ScoringStatus,
+    Submitted,
+)
+from mcp_evalserver.server.service import EvalService
+from mcp_evalserver.server.trajectories import ExternalTrajectories
+from mcp_evalserver.spec import CampaignSpec
+
+logger = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+INSTRUCTIONS = """\
+Runs evaluation campaigns for AI agents: tasks x samples x one agent x one scorer, in isolated \
+workspaces, recorded in a crash-safe ledger.
+To evaluate: start_campaign, then campaign_status with wait_s to follow progress, then read \
+campaign://<id>/report or call score.
+To act as the agent of a campaign whose agent is {"type": "external"}: claim_trajectory, work \
+with sandbox_exec / read_file / write_file / get_diff, then submit."""
+
+CampaignId = Annotated[str, Field(description="A campaign id, as list_campaigns shows them.")]
+ClaimId = Annotated[str, Field(description="The claim id that claim_trajectory returned.")]
+WaitSeconds = Annotated[float, Field(ge=0, le=600, description="Seconds to wait at most.")]
+
+_READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+_MUTATES = ToolAnnotations(read_only_hint=False, open_world_hint=False)
+
+
+def tool_errors(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+    """Turns every failure into a tool error whose text says what went wrong and what next."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return await fn(*args, **kwargs)
+        except EvalServerError as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+        except TimeoutError as exc:
+            raise ToolError("Timeout: the server gave up waiting; try again") from exc
+        except Exception as exc:
+            reference = secrets.token_hex(4)
+            logger.exception("tool %s failed unexpectedly (reference %s)", fn.__name__, reference)
+            raise ToolError(
+                f"internal error (reference {reference}): {type(exc).__name__}. The server logged "
+                "the details under that reference and keeps serving; retry, or report it."
+            ) from exc
+
+    return wrapper
+
+
+def _service(ctx: Context[EvalService, Any]) -> EvalService:
+    return ctx.request_context.lifespan_context
+
+
+def _trajectories(ctx: Context[EvalService, Any]) -> ExternalTrajectories:
+    return ExternalTrajectories(_service(ctx).claims)
+
+
+def create_server(state_dir: Path, *, base_dir: Path | None = None) -> MCPServer[EvalService]:
+    """The MCP server; its lifespan owns an `EvalService` over `state_dir`.
+
+    `base_dir` resolves relative task file paths in specs (default: the working directory).
+    """
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer[EvalService]) -> AsyncIterator[EvalService]:
+        async with EvalService(state_dir, base_dir=base_dir) as service:
+            yield service
+
+    app: MCPServer[EvalService] = MCPServer(
+        "mcp-evalserver", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan
+    )
+    _campaign_tools(app)
+    _trajectory_tools(app)
+
+    @app.resource(
+        "campaign://{campaign_id}/report",
+        name="campaign_report",
+        description="A campaign's report in Markdown: status, pass rate, one row per task.",
+        mime_type="text/markdown",
+    )
+    async def campaign_report(campaign_id: str, ctx: Context[EvalService, Any]) -> str:
+        try:
+            return _service(ctx).report(campaign_id)
+        except EvalServerError as exc:
+            raise ResourceError(str(exc)) from exc
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "version": __version__})
+
+    # Called, not decorated: the SDK's decorator is untyped.
+    app.custom_route("/healthz", methods=["GET"], include_in_schema=False)(healthz)
+
+    return app
+
+
+def _campaign_tools(app: MCPServer[EvalService]) -> None:
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def start_campaign(
+        spec: CampaignSpec,
+        ctx: Context[EvalService, Any],
+        campaign_id: Annotated[
+            str | None, Field(description="Optional id; default `<name>-<time>-<random>`.")
+        ] = None,
+    ) -> CampaignStatus:
+        """Start an evaluation campaign: every task x `samples` trajectories, run by the agent
+        and graded by the scorer the spec names. Returns at once with the campaign id while it
+        runs in the background; follow it with campaign_status (wait_s > 0 streams progress).
+        With agent {"type": "external"}, trajectories wait for clients to claim_trajectory."""
+        return await _service(ctx).start(spec, campaign_id)
+
+    @app.tool(annotations=_READ_ONLY)
+    @tool_errors
+    async def campaign_status(
+        campaign_id: CampaignId,
+        ctx: Context[EvalService, Any],
+        wait_s: WaitSeconds = 0.0,
+    ) -> CampaignStatus:
+        """Where a campaign stands: trajectories done, outcomes, pass rate, what to do next.
+        With wait_s > 0 the call waits until the campaign stops or wait_s passes, sending a
+        progress notification each time a trajectory finishes; call it again to keep following.
+        """
+        service = _service(ctx)
+        if wait_s <= 0:
+            return service.status(campaign_id)
+
+        async def progress(done: float, total: float, message: str) -> None:
+            await ctx.report_progress(done, total, message)
+
+        return await service.wait(campaign_id, wait_s, progress)
+
+    @app.tool(annotations=_READ_ONLY)
+    @tool_errors
+    async def list_campaigns(
+        ctx: Context[EvalService, Any],
+        limit: Annotated[int, Field(ge=1, le=1000, description="Newest N campaigns.")] = 50,
+    ) -> CampaignList:
+        """List the campaigns this server knows (oldest first, the newest `limit`), each with its
+        status. Use it to find a campaign id."""
+        return _service(ctx).list(limit)
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def cancel_campaign(
+        campaign_id: CampaignId, ctx: Context[EvalService, Any]
+    ) -> CampaignStatus:
+        """Stop a running campaign. Everything it recorded stays; resume continues it later."""
+        return await _service(ctx).cancel(campaign_id)
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def resume(campaign_id: CampaignId, ctx: Context[EvalService, Any]) -> CampaignStatus:
+        """Continue a cancelled or interrupted campaign where its ledger left off: finished
+        trajectories are kept, generated ones are only scored, the rest run again."""
+        return await _service(ctx).resume(campaign_id)
+
+    @app.tool(annotations=_READ_ONLY)
+    @tool_errors
+    async def score(campaign_id: CampaignId, ctx: Context[EvalService, Any]) -> ScoringStatus:
+        """Scoring progress and statistics of a campaign: pass rate with a confidence interval,
+        pass@k, error rates, tokens. Scoring itself runs automatically as trajectories finish."""
+        return _service(ctx).scoring(campaign_id)
+
+    @app.tool(annotations=_READ_ONLY)
+    @tool_errors
+    async def compare_campaigns(
+        campaign_a: CampaignId, campaign_b: CampaignId, ctx: Context[EvalService, Any]
+    ) -> Comparison:
+        """Compare campaign B against campaign A on the tasks both scored (paired by task):
+        mean difference with a bootstrap interval, wins/losses, permutation and sign tests."""
+        return _service(ctx).compare(campaign_a, campaign_b)
+
+
+def _trajectory_tools(app: MCPServer[EvalService]) -> None:
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def claim_trajectory(
+        ctx: Context[EvalService, Any],
+        campaign_id: Annotated[
+            str | None, Field(description="Only from this campaign; default any.")
+        ] = None,
+        wait_s: WaitSeconds = 0.0,
+    ) -> ClaimedTrajectory:
+        """Claim a trajectory of a campaign whose agent is external, to act as its agent.
+        Returns the task prompt and a claim_id for sandbox_exec, read_file, write_file, get_diff
+        and submit. Each call renews the claim; after lease_s without one, another client may
+        take the trajectory over. Waits up to wait_s for one to become available."""
+        return await _trajectories(ctx).claim(campaign_id, wait_s)
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def sandbox_exec(
+        claim_id: ClaimId,
+        command: Annotated[str, Field(description="Shell command, run by /bin/sh -c.")],
+        ctx: Context[EvalService, Any],
+        timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0,
+        stdin: Annotated[str | None, Field(description="Text fed to the command.")] = None,
+    ) -> ExecOutput:
+        """Run a shell command in the claimed trajectory's private workspace, starting in the
+        task's workdir, without network. Returns exit code, stdout and stderr (long output keeps
+        its head and tail). A non-zero exit code is a normal result."""
+        return await _trajectories(ctx).exec(claim_id, command, timeout_s, stdin)
+
+    @app.tool(annotations=_READ_ONLY)
+    @tool_errors
+    async def read_file(
+        claim_id: ClaimId,
+        path: Annotated[str, Field(description="Absolute, or relative to the workdir.")],
+        ctx: Context[EvalService, Any],
+        max_bytes: Annotated[int, Field(gt=0, le=16 << 20)] = 1 << 20,
+    ) -> FileContent:
+        """Read a file from the claimed trajectory's workspace."""
+        return await _trajectories(ctx).read(claim_id, path, max_bytes)
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def write_file(
+        claim_id: ClaimId,
+        path: Annotated[str, Field(description="Absolute, or relative to the workdir.")],
+        content: Annotated[str, Field(description="The whole new content (UTF-8).")],
+        ctx: Context[EvalService, Any],
+    ) -> FileWritten:
+        """Write (create or replace) a file in the claimed trajectory's workspace; parent
+        directories are created. Only the workspace is writable."""
+        return await _trajectories(ctx).write(claim_id, path, content)
+
+    @app.tool(annotations=_READ_ONLY)
+    @tool_errors
+    async def get_diff(claim_id: ClaimId, ctx: Context[EvalService, Any]) -> Diff:
+        """The changes made in the claimed trajectory's workspace so far, as a git patch
+        against the task's base commit (what submit will hand in)."""
+        return await _trajectories(ctx).diff(claim_id)
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def submit(
+        claim_id: ClaimId,
+        ctx: Context[EvalService, Any],
+        answer: Annotated[
+            str | None, Field(description="A final answer, for tasks graded on answers.")
+        ] = None,
+    ) -> Submitted:
+        """Finish the claimed trajectory: hands in the workspace's diff (and the answer, if
+        given) to be scored. The claim then ends; further calls with it are refused."""
+        return await _trajectories(ctx).submit(claim_id, answer)
+
+
+async def serve_stdio(state_dir: Path) -> None:
+    """Serves MCP over this process's stdin/stdout until the client closes it."""
+    await create_server(state_dir).run_stdio_async()
+
+
+def http_app(state_dir: Path, host: str, allowed_hosts: Sequence[str] = ()) -> Starlette:
+    """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on.
+
+    Requests must name a loopback host, the bound host, or one of `allowed_hosts` (`name` or
+    `name:port`) in their Host header, and a matching Origin if they send one: a web page the
+    user visits cannot reach the server through a rebound DNS name.
+    """
+    names = ["127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host]
+    names += list(allowed_hosts)
+    hosts = [entry for name in names for entry in (name, f"{name}:*")]
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=sorted(set(hosts)),
+        allowed_origins=sorted({f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")}),
+    )
+    return create_server(state_dir).streamable_http_app(host=host, transport_security=security)

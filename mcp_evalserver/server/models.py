@@ -1,0 +1,123 @@
+"""What the MCP tools return: pydantic models, so every result is also structured output."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from mcp_evalserver.scoring.comparison import PairedComparison
+from mcp_evalserver.scoring.stats import CampaignSummary
+
+
+class CampaignStatus(BaseModel):
+    """Where a campaign stands."""
+
+    campaign_id: str
+    name: str
+    status: Literal["running", "finished", "cancelled"] = Field(
+        description="From the ledger: `running` means unfinished and not cancelled."
+    )
+    active: bool = Field(description="Whether this server is running it right now.")
+    trajectories: int
+    done: int
+    phases: dict[str, int] = Field(description="Trajectories per phase (pending ... done).")
+    outcomes: dict[str, int] = Field(description="Finished trajectories per outcome.")
+    resolved: int
+    pass_rate: float | None = Field(
+        description="resolved / graded, infrastructure errors excluded; null before any grade."
+    )
+    awaiting_client: int = Field(
+        0, description="External trajectories waiting for claim_trajectory right now."
+    )
+    claimed: int = Field(0, description="External trajectories held by a client right now.")
+    error: str | None = Field(None, description="Why the last run stopped early, if it did.")
+    next_step: str = Field(description="What to do next with this campaign.")
+
+
+class CampaignList(BaseModel):
+    """The campaigns under the server's state directory, newest last."""
+
+    campaigns: list[CampaignStatus]
+    total: int = Field(description="How many campaigns exist (the list may be shortened).")
+
+
+class ClaimedTrajectory(BaseModel):
+    """A trajectory this client now holds: name `claim_id` in every sandbox tool and `submit`."""
+
+    claim_id: str
+    campaign_id: str
+    trajectory_id: str
+    task_id: str
+    prompt: str = Field(description="What to do.")
+    workdir: str | None = Field(description="Where commands start; null for answer-only tasks.")
+    has_workspace: bool = Field(description="Whether the sandbox tools can be used.")
+    lease_s: float = Field(description="The claim lapses after this long without a call.")
+    reclaimed: bool = Field(
+        description="True when an earlier client held it: the workspace keeps its changes."
+    )
+
+
+class ExecOutput(BaseModel):
+    """What a command did. A non-zero exit code is a result, not an error."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    timed_out: bool
+    duration_s: float
+
+
+class FileContent(BaseModel):
+    """A file read from the workspace."""
+
+    path: str
+    content: str = Field(description="UTF-8 text; undecodable bytes shown as U+FFFD.")
+    size: int = Field(description="Size in bytes.")
+    binary: bool = Field(description="Whether the bytes were not valid UTF-8.")
+
+
+class FileWritten(BaseModel):
+    """A file written in the workspace."""
+
+    path: str
+    size: int
+
+
+class Diff(BaseModel):
+    """Every change in the workspace against the task's base commit, as a git patch."""
+
+    patch: str
+    files: list[str] = Field(description="Paths the patch touches.")
+
+
+class Submitted(BaseModel):
+    """What was handed in; the trajectory is scored next and the claim is closed."""
+
+    campaign_id: str
+    trajectory_id: str
+    answer: str | None
+    patch_bytes: int
+    files: list[str]
+
+
+class ScoringStatus(BaseModel):
+    """Scoring progress and the campaign's statistics over what is scored so far."""
+
+    campaign_id: str
+    awaiting_scoring: int = Field(description="Generated, waiting for an evaluation slot.")
+    scoring: int = Field(description="Being evaluated now.")
+    scored: int = Field(description="Finished with a verdict (any outcome).")
+    summary: CampaignSummary | None = Field(description="Figures over finished trajectories.")
+    note: str
+
+
+class Comparison(BaseModel):
+    """Campaign B against campaign A, paired by task; differences are B minus A."""
+
+    campaign_a: str
+    campaign_b: str
+    comparison: PairedComparison
+    markdown: str = Field(description="The comparison as a person reads it.")

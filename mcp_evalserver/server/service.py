@@ -1,0 +1,371 @@
+"""The services behind the MCP tools: campaigns in the background, and external trajectories.
+
+One `EvalService` lives as long as the server (its lifespan): it owns the campaign store, the
+sandbox pool every campaign shares, the task group the campaigns run in, and the claim board of
+external trajectories. Tools call it and get models or `EvalServerError`s back; nothing here
+knows about MCP.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import anyio.abc
+
+from mcp_evalserver.agents.external import ClaimBoard
+from mcp_evalserver.agents.factory import build_agent
+from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.errors import Conflict, EvalServerError
+from mcp_evalserver.report import (
+    CONFIDENCE,
+    RESAMPLES,
+    SEED,
+    build_comparison,
+    build_report,
+    render_comparison_markdown,
+    render_markdown,
+    verdicts,
+)
+from mcp_evalserver.sandboxes import SandboxPool
+from mcp_evalserver.scoring.comparison import PairedComparison
+from mcp_evalserver.scoring.factory import build_scorer
+from mcp_evalserver.scoring.stats import summarise_campaign
+from mcp_evalserver.server.models import (
+    CampaignList,
+    CampaignStatus,
+    Comparison,
+    ScoringStatus,
+)
+from mcp_evalserver.spec import CampaignSpec
+from mcp_evalserver.state import CampaignState
+
+logger = logging.getLogger(__name__)
+
+ProgressFn = Callable[[float, float, str], Awaitable[None]]
+
+#: How long `resume`/`start_campaign` wait for a run to open its ledger (to report a Conflict).
+_START_TIMEOUT_S = 30.0
+
+
+@dataclass(eq=False)
+class _Run:
+    """One campaign running in this server."""
+
+    runner: CampaignRunner = field(init=False)
+    started: anyio.Event = field(default_factory=anyio.Event)
+    finished: anyio.Event = field(default_factory=anyio.Event)
+    changed: anyio.Event = field(default_factory=anyio.Event)
+    error: str | None = None
+
+    def on_record(self, state: CampaignState, record: dict[str, Any]) -> None:
+        if record["kind"] == "run_started":
+            self.started.set()
+        # Waiters hold the current event; a fresh one is armed for the next change.
+        self.changed.set()
+        self.changed = anyio.Event()
+
+
+class EvalService:
+    """Campaigns and external trajectories for one server. Use as `async with`."""
+
+    def __init__(self, state_dir: Path, *, base_dir: Path | None = None) -> None:
+        self.store = CampaignStore(state_dir)
+        self.claims = ClaimBoard()
+        self.base_dir = base_dir or Path.cwd()
+        self._runs: dict[str, _Run] = {}
+        self._stack: AsyncExitStack | None = None
+        self._group: anyio.abc.TaskGroup | None = None
+        self._pool: SandboxPool | None = None
+
+    async def __aenter__(self) -> Self:
+        async with AsyncExitStack() as stack:
+            # The pool outlives the campaigns that use it: entered first, left last.
+            self._pool = await stack.enter_async_context(SandboxPool())
+            self._group = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(self._cancel_all)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, tb)
+        self._group = None
+
+    def _cancel_all(self) -> None:
+        # Cancelled runs record `campaign_cancelled`; `resume` picks them up after a restart.
+        for run in self._runs.values():
+            run.runner.cancel()
+
+    @property
+    def sandboxes(self) -> SandboxPool | None:
+        return self._pool
+
+    # Campaigns.
+
+    async def start(self, spec: CampaignSpec, campaign_id: str | None = None) -> CampaignStatus:
+        """Records a campaign and starts running it in the background.
+
+        Raises:
+            InvalidInput: the spec's task file, agent or scorer is invalid, or the id is taken.
+        """
+        resolved = spec.resolved(self.base_dir)
+        # Built now so a bad plugin path fails this call, not the background run.
+        build_agent(resolved.agent, claims=self.claims)
+        build_scorer(resolved.scorer)
+        new_id = await self.store.create(resolved, campaign_id)
+        await self._launch(new_id)
+        return self.status(new_id)
+
+    async def resume(self, campaign_id: str) -> CampaignStatus:
+        """Continues a campaign that is not finished and not running here.
+
+        Raises:
+            NotFound: no such campaign.
+            Conflict: it is running already (here or in another process), or it is finished.
+        """
+        if self._active(campaign_id):
+            raise Conflict(
+                f"campaign {campaign_id} is already running; follow it with campaign_status"
+            )
+        state = self.store.load(campaign_id)
+        if state.status == "finished":
+            raise Conflict(
+                f"campaign {campaign_id} is finished: nothing to resume. Read its report "
+                f"(resource campaign://{campaign_id}/report) or start a new campaign"
+            )
+        await self._launch(campaign_id)
+        return self.status(campaign_id)
+
+    async def cancel(self, campaign_id: str) -> CampaignStatus:
+        """Stops a campaign running here; what it recorded stays, `resume` continues it.
+
+        Raises:
+            NotFound: no such campaign.
+            Conflict: it is finished, or not running in this server.
+        """
+        run = self._runs.get(campaign_id)
+        if run is None or run.finished.is_set():
+            state = self.store.load(campaign_id)
+            if state.status == "finished":
+                raise Conflict(f"campaign {campaign_id} is finished: there is nothing to cancel")
+            raise Conflict(
+                f"campaign {campaign_id} is not running in this server (status {state.status}); "
+                "nothing to cancel. Continue it with resume"
+            )
+        run.runner.cancel()
+        with anyio.fail_after(_START_TIMEOUT_S):
+            await run.finished.wait()
+        return self.status(campaign_id)
+
+    def status(self, campaign_id: str) -> CampaignStatus:
+        """The campaign's live state (or its ledger's, when it is not running here).
+
+        Raises:
+            NotFound: no such campaign; the message lists known ids.
+            LedgerCorrupt: its ledger is corrupt before the end.
+        """
+        run = self._runs.get(campaign_id)
+        state = run.runner.state if run is not None else None
+        if state is None:
+            state = self.store.load(campaign_id)
+        active = run is not None and not run.finished.is_set()
+        awaiting, claimed = self.claims.waiting(campaign_id)
+        report = build_report(state)
+        phases: dict[str, int] = {}
+        for trajectory in state.trajectories.values():
+            phases[trajectory.phase] = phases.get(trajectory.phase, 0) + 1
+        error = run.error if run is not None else None
+        return CampaignStatus(
+            campaign_id=state.id,
+            name=state.spec.name,
+            status=state.status,
+            active=active,
+            trajectories=report["trajectories"],
+            done=report["done"],
+            phases=phases,
+            outcomes={k: v for k, v in report["outcomes"].items() if k in _OUTCOMES},
+            resolved=report["resolved"],
+            pass_rate=report["pass_rate"],
+            awaiting_client=awaiting,
+            claimed=claimed,
+            error=error,
+            next_step=_next_step(state, active=active, awaiting=awaiting, error=error),
+        )
+
+    def list(self, limit: int = 50) -> CampaignList:
+        """The newest `limit` campaigns (unreadable ledgers are listed with their error)."""
+        ids = self.store.list_ids()
+        listed: list[CampaignStatus] = []
+        for campaign_id in ids[-limit:] if limit > 0 else []:
+            try:
+                listed.append(self.status(campaign_id))
+            except EvalServerError as exc:
+                logger.warning("campaign %s is unreadable: %s", campaign_id, exc)
+        return CampaignList(campaigns=listed, total=len(ids))
+
+    async def wait(self, campaign_id: str, wait_s: float, progress: ProgressFn) -> CampaignStatus:
+        """Waits up to `wait_s` for the campaign to stop, reporting progress on every change.
+
+        Raises:
+            NotFound: no such campaign.
+        """
+        status = self.status(campaign_id)
+        run = self._runs.get(campaign_id)
+        deadline = time.monotonic() + wait_s
+        last = -1
+        while True:
+            if status.done != last:
+                last = status.done
+                await progress(status.done, status.trajectories, _progress_line(status))
+            if run is None or run.finished.is_set() or time.monotonic() >= deadline:
+                return status
+            with anyio.move_on_after(deadline - time.monotonic()):
+                await run.changed.wait()
+            status = self.status(campaign_id)
+
+    def report(self, campaign_id: str) -> str:
+        """The campaign's report as Markdown.
+
+        Raises:
+            NotFound: no such campaign.
+        """
+        return render_markdown(build_report(self._state(campaign_id)))
+
+    def scoring(self, campaign_id: str) -> ScoringStatus:
+        """How far scoring has come, and the statistics over what is scored.
+
+        Raises:
+            NotFound: no such campaign.
+        """
+        state = self._state(campaign_id)
+        phases = [t.phase for t in state.trajectories.values()]
+        finished = verdicts(state)
+        summary = summarise_campaign(
+            finished, confidence=CONFIDENCE, resamples=RESAMPLES, seed=SEED
+        )
+        return ScoringStatus(
+            campaign_id=campaign_id,
+            awaiting_scoring=phases.count("generated"),
+            scoring=phases.count("scoring"),
+            scored=phases.count("done"),
+            summary=summary if finished else None,
+            note=(
+                "Scoring runs as each trajectory is generated; a verdict is never recomputed, "
+                "so scores are stable. To grade again (e.g. with another scorer), start a new "
+                "campaign with the oracle or predictions agent."
+            ),
+        )
+
+    def compare(self, campaign_a: str, campaign_b: str) -> Comparison:
+        """Paired comparison of B against A on the tasks both scored.
+
+        Raises:
+            NotFound: either campaign does not exist.
+            InvalidInput: the verdicts cannot be compared.
+        """
+        figures = build_comparison(self._state(campaign_a), self._state(campaign_b))
+        return Comparison(
+            campaign_a=campaign_a,
+            campaign_b=campaign_b,
+            comparison=PairedComparison.model_validate(
+                {k: v for k, v in figures.items() if k not in ("a", "b")}
+            ),
+            markdown=render_comparison_markdown(figures),
+        )
+
+    # Internals.
+
+    def _active(self, campaign_id: str) -> bool:
+        run = self._runs.get(campaign_id)
+        return run is not None and not run.finished.is_set()
+
+    def _state(self, campaign_id: str) -> CampaignState:
+        run = self._runs.get(campaign_id)
+        if run is not None and run.runner.state is not None:
+            return run.runner.state
+        return self.store.load(campaign_id)
+
+    async def _launch(self, campaign_id: str) -> None:
+        """Starts a run in the server's task group and waits until it has opened its ledger.
+
+        Raises:
+            Conflict: the server is shutting down, or another process runs the campaign.
+            InvalidInput: the campaign's agent or scorer cannot be built.
+        """
+        if self._group is None or self._pool is None:
+            raise Conflict("the server is not running campaigns (it is starting or stopping)")
+        state = self.store.load(campaign_id)
+        agent = build_agent(state.spec.agent, claims=self.claims)
+        run = _Run()
+        run.runner = CampaignRunner(
+            self.store, campaign_id, agent=agent, sandboxes=self._pool, on_record=run.on_record
+        )
+        self._runs[campaign_id] = run
+        self._group.start_soon(self._drive, run)
+        with anyio.fail_after(_START_TIMEOUT_S):
+            async with anyio.create_task_group() as group:
+
+                async def stop_on(event: anyio.Event) -> None:
+                    await event.wait()
+                    group.cancel_scope.cancel()
+
+                group.start_soon(stop_on, run.started)
+                group.start_soon(stop_on, run.finished)
+        if run.error is not None and not run.started.is_set():
+            self._runs.pop(campaign_id, None)
+            raise Conflict(f"campaign {campaign_id} could not start: {run.error}")
+
+    async def _drive(self, run: _Run) -> None:
+        campaign_id = run.runner.campaign_id
+        try:
+            await run.runner.run()
+        except EvalServerError as exc:
+            run.error = str(exc)
+            logger.warning("campaign %s stopped: %s", campaign_id, exc)
+        except Exception as exc:
+            reference = secrets.token_hex(4)
+            run.error = f"internal error (reference {reference}): {type(exc).__name__}"
+            logger.exception("campaign %s failed (reference %s)", campaign_id, reference)
+        finally:
+            run.finished.set()
+            run.changed.set()
+
+
+_OUTCOMES = frozenset({"resolved", "failed", "error", "timeout", "infra_error"})
+
+
+def _progress_line(status: CampaignStatus) -> str:
+    rate = "-" if status.pass_rate is None else f"{100 * status.pass_rate:.1f}%"
+    waiting = f", {status.awaiting_client} awaiting a client" if status.awaiting_client else ""
+    return (
+        f"{status.campaign_id}: {status.done}/{status.trajectories} done, "
+        f"{status.resolved} resolved (pass rate {rate}){waiting}"
+    )
+
+
+def _next_step(state: CampaignState, *, active: bool, awaiting: int, error: str | None) -> str:
+    cid = state.id
+    if state.status == "finished":
+        return f"finished: read the report (resource campaign://{cid}/report) or call score"
+    if active and awaiting:
+        return "external trajectories are waiting: call claim_trajectory, work, then submit"
+    if active:
+        return "running: call campaign_status with wait_s > 0 to follow its progress"
+    if error:
+        return f"stopped by an error; fix the cause, then call resume with {cid!r}"
+    return f"not running in this server: call resume with {cid!r} to continue it"

@@ -1,0 +1,79 @@
+"""External trajectories in real workspaces: claim, work, submit, leases (in memory)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from mcp_evalserver.server.mcp_app import create_server
+from tests.server.helpers import FIXED, MODES, call, call_error, repo_spec, require_root
+
+pytestmark = [pytest.mark.anyio, pytest.mark.root]
+
+
+@pytest.fixture(autouse=True)
+def _needs_root() -> None:
+    require_root()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_client_fixes_a_repository_through_the_sandbox_tools_and_is_scored(
+    tmp_path: Path, mode: str
+) -> None:
+    spec = repo_spec(tmp_path / "repos", 1)
+    async with Client(create_server(tmp_path / "state"), mode=mode) as client:
+        started = await call(client, "start_campaign", spec=spec)
+        with anyio.fail_after(60):
+            claim = await call(client, "claim_trajectory", wait_s=30)
+            claim_id = claim["claim_id"]
+            assert claim["has_workspace"] is True
+            assert claim["workdir"] == spec["tasks"][0]["path"]
+            listing = await call(client, "sandbox_exec", claim_id=claim_id, command="ls; exit 3")
+            assert listing["exit_code"] == 3
+            assert "calc.py" in listing["stdout"]
+            await call(client, "write_file", claim_id=claim_id, path="calc.py", content=FIXED)
+            read = await call(client, "read_file", claim_id=claim_id, path="calc.py")
+            assert read["content"] == FIXED
+            outside = await call_error(
+                client, "write_file", claim_id=claim_id, path="/etc/evil", content="x"
+            )
+            assert "InvalidInput" in outside
+            diff = await call(client, "get_diff", claim_id=claim_id)
+            assert diff["files"] == ["calc.py"]
+            assert "+    return a + b" in diff["patch"]
+            submitted = await call(client, "submit", claim_id=claim_id)
+            assert submitted["files"] == ["calc.py"]
+            after = await call_error(client, "sandbox_exec", claim_id=claim_id, command="true")
+            assert "was submitted" in after
+            status = await call(
+                client, "campaign_status", campaign_id=started["campaign_id"], wait_s=30
+            )
+        assert status["status"] == "finished"
+        assert status["resolved"] == 1
+    # The host's repository was never touched: the work happened in the workspace.
+    assert "a - b" in (Path(spec["tasks"][0]["path"]) / "calc.py").read_text()
+
+
+async def test_a_lapsed_lease_lets_another_client_take_over_the_workspace_as_it_was(
+    tmp_path: Path,
+) -> None:
+    spec = repo_spec(tmp_path / "repos", 1, lease_s=0.5)
+    async with Client(create_server(tmp_path / "state")) as client:
+        await call(client, "start_campaign", spec=spec)
+        with anyio.fail_after(60):
+            first = await call(client, "claim_trajectory", wait_s=30)
+            await call(
+                client, "write_file", claim_id=first["claim_id"], path="note.txt", content="hi"
+            )
+            # The first client goes quiet; the claim waits for its lease to lapse, no sleeping.
+            second = await call(client, "claim_trajectory", wait_s=30)
+        assert second["trajectory_id"] == first["trajectory_id"]
+        assert second["reclaimed"] is True
+        read = await call(client, "read_file", claim_id=second["claim_id"], path="note.txt")
+        assert read["content"] == "hi"
+        stale = await call_error(client, "get_diff", claim_id=first["claim_id"])
+        assert "lapsed" in stale
+        assert "another client claimed it" in stale

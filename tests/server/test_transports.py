@@ -1,0 +1,81 @@
+"""Real transports: a stdio subprocess and a streamable-HTTP server behind a bearer token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.server.helpers import (
+    MODES,
+    TOKEN,
+    answer_spec,
+    call,
+    http_client,
+    http_server,
+    stdio_client,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_campaign_runs_to_the_end_over_a_real_stdio_subprocess(
+    tmp_path: Path, mode: str
+) -> None:
+    with anyio.fail_after(60):
+        async with stdio_client(tmp_path, mode) as client:
+            assert client.protocol_version == ("2025-11-25" if mode == "legacy" else mode)
+            started = await call(client, "start_campaign", spec=answer_spec(3))
+            status = await call(
+                client, "campaign_status", campaign_id=started["campaign_id"], wait_s=30
+            )
+    assert status["status"] == "finished"
+    assert status["pass_rate"] == 1.0
+
+
+async def test_http_needs_the_bearer_token_and_keeps_dns_rebinding_protection(
+    tmp_path: Path,
+) -> None:
+    probe = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    async with http_server(tmp_path) as url, httpx2.AsyncClient() as raw:
+        health = await raw.get(url.replace("/mcp", "/healthz"))
+        assert health.status_code == 200
+        missing = await raw.post(url, json=probe)
+        assert missing.status_code == 401
+        assert "missing bearer token" in missing.text
+        wrong = await raw.post(url, json=probe, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        assert "invalid bearer token" in wrong.text
+        rebound = await raw.post(
+            url, json=probe, headers={"Authorization": f"Bearer {TOKEN}", "Host": "evil.example"}
+        )
+        assert rebound.status_code in (400, 403, 421)
+        for mode in MODES:
+            with anyio.fail_after(60):
+                async with http_client(url, mode=mode) as client:
+                    started = await call(client, "start_campaign", spec=answer_spec(2))
+                    status = await call(
+                        client, "campaign_status", campaign_id=started["campaign_id"], wait_s=30
+                    )
+            assert status["status"] == "finished"
+            assert status["resolved"] == 2
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
+async def test_an_mcp_client_without_the_right_token_cannot_connect(tmp_path: Path) -> None:
+    async with http_server(tmp_path) as url:
+        for token in (None, "wrong-token-0123456789"):
+            for mode in MODES:
+                with anyio.fail_after(30), pytest.raises(BaseException) as refused:  # noqa: PT011
+                    async with http_client(url, token=token, mode=mode) as client:
+                        await client.list_tools()
+                assert any(isinstance(leaf, MCPError) for leaf in _leaves(refused.value))
