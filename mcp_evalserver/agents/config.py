@@ -49,7 +49,56 @@ class ExternalAgentConfig(_Strict):
     )
 
 
+class OpenAIAgentConfig(_Strict):
+    """A tool-calling loop (exec, read_file, write_file, submit) against an OpenAI-compatible
+    chat completions endpoint."""
+
+    type: Literal["openai"] = "openai"
+    model: str = Field(description="Model name as the endpoint knows it.")
+    base_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1; OpenAI's."
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        description="Environment variable holding the API key (never the key itself). May be "
+        "unset when `base_url` points at a server that needs no key.",
+    )
+    max_steps: int = Field(30, ge=1, description="Model calls per trajectory; then it submits.")
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    seed: int | None = None
+    max_output_tokens: int | None = Field(None, ge=1, description="Per model call.")
+    system_prompt: str | None = None
+    request_timeout_s: float = Field(600.0, gt=0, description="Per HTTP request to the model.")
+    command_timeout_s: float = Field(120.0, gt=0, description="Per `exec` tool call.")
+    tool_output_bytes: int = Field(
+        16_384, ge=256, description="Cap on what one tool call shows the model (head and tail)."
+    )
+    retry_attempts: int = Field(
+        6, ge=1, description="Requests per model call on 429/5xx before an infrastructure error."
+    )
+    retry_base_delay_s: float = Field(1.0, ge=0.0, description="Backoff: base·2^(n-1), ±50%.")
+    retry_max_delay_s: float = Field(60.0, ge=0.0, description="Cap on one wait (Retry-After too).")
+
+
+class PredictionsAgentConfig(_Strict):
+    """Submits the patches of a SWE-bench predictions file: evaluation only, no generation."""
+
+    type: Literal["predictions"] = "predictions"
+    path: str = Field(
+        description="A .json/.jsonl file of {instance_id, model_name_or_path, model_patch}, or "
+        "`gold` for each task's own patch."
+    )
+    model_name: str | None = Field(
+        None, description="Use only this `model_name_or_path` when the file holds several."
+    )
+
+
 AgentConfig = Annotated[
-    NoopAgentConfig | OracleAgentConfig | PythonAgentConfig | ExternalAgentConfig,
+    NoopAgentConfig
+    | OracleAgentConfig
+    | PythonAgentConfig
+    | ExternalAgentConfig
+    | OpenAIAgentConfig
+    | PredictionsAgentConfig,
     Field(discriminator="type"),
 ]

@@ -8,9 +8,12 @@ from mcp_evalserver.agents.config import (
     AgentConfig,
     ExternalAgentConfig,
     NoopAgentConfig,
+    OpenAIAgentConfig,
     OracleAgentConfig,
+    PredictionsAgentConfig,
 )
 from mcp_evalserver.agents.external import ClaimBoard, ExternalAgent
+from mcp_evalserver.agents.predictions import PredictionsAgent
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.plugins import load_factory
 
@@ -33,6 +36,14 @@ def build_agent(config: AgentConfig, *, claims: ClaimBoard | None = None) -> Age
         return NoopAgent()
     if isinstance(config, OracleAgentConfig):
         return OracleAgent()
+    if isinstance(config, OpenAIAgentConfig):
+        # Imported here: importing the openai client takes seconds, which every CLI call
+        # and every campaign without this agent would pay.
+        from mcp_evalserver.agents.openai_agent import OpenAIAgent
+
+        return OpenAIAgent(config)
+    if isinstance(config, PredictionsAgentConfig):
+        return PredictionsAgent(config)
     agent = load_factory(config.factory)(config.options)
     if not isinstance(agent, Agent):
         raise InvalidInput(f"factory {config.factory!r} returned {type(agent).__name__}, not Agent")
