@@ -53,6 +53,11 @@ _GIT_ENV = {
 #: What running the tests leaves behind; kept out of every diff an agent or scorer takes.
 _EXCLUDES = ".venv/\n__pycache__/\n*.pyc\n.pytest_cache/\n"
 
+#: Where an instance's interpreter may live. Local workspaces hide /root, /home and /run (the
+#: sandbox masks them), so a pyenv or home-directory Python would vanish inside them.
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+_MASKED_IN_WORKSPACES = ("/root/", "/home/", "/run/")
+
 Log = Callable[[str], None]
 
 
@@ -208,6 +213,23 @@ def ensure_testenv(build: Path, log: Log) -> Path:
     return testenv
 
 
+def instance_python() -> str:
+    """The system's python3, which workspaces can see (`MCP_EVALSERVER_DEMO_PYTHON` overrides).
+
+    Raises:
+        BuildError: there is none outside the directories workspaces hide.
+    """
+    python = os.environ.get("MCP_EVALSERVER_DEMO_PYTHON") or shutil.which(
+        "python3", path=SYSTEM_PATH
+    )
+    if python is None or os.path.realpath(python).startswith(_MASKED_IN_WORKSPACES):
+        raise BuildError(
+            f"no python3 on {SYSTEM_PATH} outside /root, /home and /run (found {python}); "
+            "install one: apt-get install python3 python3-venv"
+        )
+    return python
+
+
 def _site_packages(venv: Path) -> Path:
     (path,) = (venv / "lib").glob("python3*/site-packages")
     return path
@@ -220,7 +242,7 @@ def _make_instance_venv(tree: Path, project: Project, testenv: Path) -> None:
     (like an editable install) and the shared pytest on its path.
     """
     venv = tree / ".venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tree)
+    _run([instance_python(), "-m", "venv", "--without-pip", str(venv)], cwd=tree)
     lines = [str(tree / p) for p in project.import_paths] + [str(testenv)]
     (_site_packages(venv) / "_demo_paths.pth").write_text("\n".join(lines) + "\n")
 
@@ -284,7 +306,7 @@ def ensure_pristine(
     """The unpacked sdist and the tests that pass in it (both cached)."""
     tree = build / "sources" / project.dirname
     record = build / "sources" / f"{project.dirname}.json"
-    key = _key(project, PYTEST_REQUIREMENT, sys.version)
+    key = _key(project, PYTEST_REQUIREMENT, instance_python())
     if tree.is_dir() and record.is_file():
         cached = json.loads(record.read_text())
         if cached["key"] == key:
@@ -354,7 +376,9 @@ def ensure_task(
 ) -> tuple[dict[str, Any], bool]:
     """The task row, rebuilt only when the bug, project or builder changed (True if rebuilt)."""
     record = build / "instances" / f"{bug.task_id}.json"
-    key = _key(project, bug, sorted(clean_passing), PYTEST_REQUIREMENT, str(build.resolve()))
+    key = _key(
+        project, bug, sorted(clean_passing), PYTEST_REQUIREMENT, instance_python(), str(build)
+    )
     if record.is_file() and (build / "instances" / bug.task_id).is_dir():
         cached = json.loads(record.read_text())
         if cached["key"] == key:
