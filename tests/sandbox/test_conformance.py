@@ -180,6 +180,13 @@ async def test_a_diff_applies_cleanly_to_a_fresh_checkout_of_the_base(instance: 
     assert "GIT binary patch" in patch
     assert applied.exit_code == 0, applied.stderr
     assert got == expected
+    if instance.spec.path is not None:  # and to a plain clone on the host, outside any sandbox
+        with tempfile.TemporaryDirectory() as clone:
+            await anyio.run_process(["git", "clone", "-q", instance.spec.path, clone])
+            await anyio.run_process(["git", "checkout", "-q", str(instance.base_commit)], cwd=clone)
+            check = await anyio.run_process(["git", "apply", "--check", "-"], cwd=clone,
+                input=patch.encode("utf-8", "surrogateescape"), check=False)  # fmt: skip
+            assert check.returncode == 0, check.stderr
 
 
 async def test_fifty_concurrent_workspaces_writing_the_same_file_stay_independent(
