@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import anyio
 import pytest
@@ -13,6 +13,7 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.sandboxes import TrajectorySandbox
 from mcp_evalserver.scheduler import Limiters
 from mcp_evalserver.scoring.base import ScoreResult, ScoringContext
+from mcp_evalserver.scoring.config import PythonScorerConfig, ScorerConfig
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.spec import CampaignSpec, Limits, Task
 
@@ -90,3 +91,17 @@ def test_a_score_result_cannot_contradict_its_outcome() -> None:
     with pytest.raises(ValueError, match="contradicts"):
         ScoreResult(resolved=False, score=0, status="x", outcome="resolved")
     assert ScoreResult(resolved=True, score=1, status="resolved").outcome == "resolved"
+
+
+def test_the_readme_documents_every_scorer_kind() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## Scorers", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
+    assert rows[0] == "type", "the table's header"
+    documented = set(rows[1:])
+    kinds = {
+        member.model_fields["type"].default
+        for member in get_args(get_args(ScorerConfig)[0])
+        if member is not PythonScorerConfig
+    }
+    assert documented == kinds
