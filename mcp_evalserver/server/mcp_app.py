@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 
 from mcp_evalserver import __version__
 from mcp_evalserver.errors import EvalServerError
+from mcp_evalserver.scoring.config import ScorerConfig
 from mcp_evalserver.server.models import (
     CampaignList,
     CampaignStatus,
@@ -42,6 +43,7 @@ from mcp_evalserver.server.models import (
 from mcp_evalserver.server.service import EvalService
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.spec import CampaignSpec
+from mcp_evalserver.state import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -193,12 +195,30 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         trajectories are kept, generated ones are only scored, the rest run again."""
         return await _service(ctx).resume(campaign_id)
 
-    @app.tool(annotations=_READ_ONLY)
+    @app.tool(annotations=_MUTATES)
     @tool_errors
-    async def score(campaign_id: CampaignId, ctx: Context[EvalService, Any]) -> ScoringStatus:
+    async def score(
+        campaign_id: CampaignId,
+        ctx: Context[EvalService, Any],
+        rescore: Annotated[
+            bool, Field(description="Grade finished submissions again (not re-generated).")
+        ] = False,
+        scorer: Annotated[
+            ScorerConfig | None,
+            Field(description="With rescore: grade with this scorer from now on."),
+        ] = None,
+        outcomes: Annotated[
+            list[Outcome] | None,
+            Field(description="With rescore: only trajectories with these outcomes."),
+        ] = None,
+    ) -> ScoringStatus:
         """Scoring progress and statistics of a campaign: pass rate with a confidence interval,
-        pass@k, error rates, tokens. Scoring itself runs automatically as trajectories finish."""
-        return _service(ctx).scoring(campaign_id)
+        pass@k, error rates, tokens. Scoring runs by itself as trajectories finish; with
+        rescore=true the finished submissions are graded again in the background (e.g. after
+        fixing a grader, or with another `scorer`), without generating them again."""
+        return await _service(ctx).score(
+            campaign_id, rescore=rescore, scorer=scorer, outcomes=outcomes
+        )
 
     @app.tool(annotations=_READ_ONLY)
     @tool_errors

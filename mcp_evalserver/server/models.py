@@ -110,6 +110,7 @@ class ScoringStatus(BaseModel):
     awaiting_scoring: int = Field(description="Generated, waiting for an evaluation slot.")
     scoring: int = Field(description="Being evaluated now.")
     scored: int = Field(description="Finished with a verdict (any outcome).")
+    rescoring: int = Field(0, description="Trajectories this call sent back to be scored again.")
     summary: CampaignSummary | None = Field(description="Figures over finished trajectories.")
     note: str
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +35,10 @@ from mcp_evalserver.report import (
     render_markdown,
     verdicts,
 )
+from mcp_evalserver.rescoring import request_rescore
 from mcp_evalserver.sandboxes import SandboxPool
 from mcp_evalserver.scoring.comparison import PairedComparison
+from mcp_evalserver.scoring.config import ScorerConfig
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.scoring.stats import summarise_campaign
 from mcp_evalserver.server.models import (
@@ -246,29 +248,63 @@ class EvalService:
         """
         return render_markdown(build_report(self._state(campaign_id)))
 
-    def scoring(self, campaign_id: str) -> ScoringStatus:
-        """How far scoring has come, and the statistics over what is scored.
+    async def score(
+        self,
+        campaign_id: str,
+        *,
+        rescore: bool = False,
+        scorer: ScorerConfig | None = None,
+        outcomes: Collection[str] | None = None,
+    ) -> ScoringStatus:
+        """Scoring progress and statistics; with `rescore`, grades submissions again first.
+
+        Re-scoring records the request in the ledger and runs the campaign in the background
+        (only the chosen trajectories are scored again, with `scorer` if given).
 
         Raises:
             NotFound: no such campaign.
+            Conflict: re-scoring while the campaign runs (here or elsewhere).
+            InvalidInput: the scorer cannot be built.
         """
+        chosen: list[str] = []
+        if rescore:
+            if self._active(campaign_id):
+                raise Conflict(
+                    f"campaign {campaign_id} is running: re-score it once it stops (follow it "
+                    "with campaign_status), or cancel_campaign it first"
+                )
+            config = scorer.model_dump(mode="json") if scorer is not None else None
+            chosen = await request_rescore(
+                self.store, campaign_id, scorer=config, outcomes=outcomes
+            )
+            if chosen:
+                await self._launch(campaign_id)
         state = self._state(campaign_id)
         phases = [t.phase for t in state.trajectories.values()]
         finished = verdicts(state)
         summary = summarise_campaign(
             finished, confidence=CONFIDENCE, resamples=RESAMPLES, seed=SEED
         )
+        if rescore:
+            note = (
+                f"re-scoring {len(chosen)} trajectories in the background; follow with "
+                "campaign_status (wait_s > 0), then call score again for the new figures"
+                if chosen
+                else "no finished trajectory matched: nothing to re-score"
+            )
+        else:
+            note = (
+                "Scoring runs as each trajectory is generated. To grade submissions again "
+                "(a fixed grader, another scorer), call score with rescore=true."
+            )
         return ScoringStatus(
             campaign_id=campaign_id,
             awaiting_scoring=phases.count("generated"),
             scoring=phases.count("scoring"),
             scored=phases.count("done"),
+            rescoring=len(chosen),
             summary=summary if finished else None,
-            note=(
-                "Scoring runs as each trajectory is generated; a verdict is never recomputed, "
-                "so scores are stable. To grade again (e.g. with another scorer), start a new "
-                "campaign with the oracle or predictions agent."
-            ),
+            note=note,
         )
 
     def compare(self, campaign_a: str, campaign_b: str) -> Comparison:

@@ -183,3 +183,25 @@ async def test_an_unexpected_exception_becomes_an_error_with_a_logged_reference(
     assert "secret detail" not in message
     reference = message.split("reference ")[1].split(")")[0]
     assert any(reference in record.getMessage() for record in caplog.records)
+
+
+async def test_a_finished_campaign_is_scored_again_with_another_scorer(
+    tmp_path: Path, mode: str
+) -> None:
+    wrong_scorer = {"type": "python", "factory": "tests.server.helpers:diff_scorer"}
+    async with Client(create_server(tmp_path), mode=mode) as client:
+        await call(
+            client, "start_campaign", spec=answer_spec(3, scorer=wrong_scorer), campaign_id="c"
+        )
+        with anyio.fail_after(30):
+            first = await call(client, "campaign_status", campaign_id="c", wait_s=20)
+            assert first["resolved"] == 0
+            again = await call(
+                client, "score", campaign_id="c", rescore=True, scorer={"type": "exact"}
+            )
+            assert again["rescoring"] == 3
+            second = await call(client, "campaign_status", campaign_id="c", wait_s=20)
+        assert second["status"] == "finished"
+        assert second["resolved"] == 3
+        figures = await call(client, "score", campaign_id="c")
+        assert figures["summary"]["mean_pass_rate"] == 1.0
