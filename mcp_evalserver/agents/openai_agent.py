@@ -14,12 +14,14 @@ import email.utils
 import os
 import time
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 import openai
 from openai.types.chat import (
     ChatCompletion,
+    ChatCompletionMessage,
+    ChatCompletionMessageFunctionToolCall,
     ChatCompletionMessageParam,
     ChatCompletionToolUnionParam,
 )
@@ -29,6 +31,8 @@ from mcp_evalserver.agents.config import OpenAIAgentConfig
 from mcp_evalserver.agents.workspace_tools import WorkspaceTools, tool_schemas
 from mcp_evalserver.errors import InfrastructureError, InvalidInput
 from mcp_evalserver.scheduler import RetryPolicy
+
+_T = TypeVar("_T")
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -107,21 +111,7 @@ class OpenAIAgent(Agent):
                 completion = await session.complete(client, limiter, messages, step)
                 if not completion.choices:
                     raise InfrastructureError("the endpoint returned a completion with no choices")
-                reply = completion.choices[0].message
-                assistant: dict[str, Any] = {"role": "assistant", "content": reply.content}
-                calls = [c for c in reply.tool_calls or [] if c.type == "function"]
-                if calls:
-                    assistant["tool_calls"] = [
-                        {
-                            "id": c.id,
-                            "type": "function",
-                            "function": {
-                                "name": c.function.name,
-                                "arguments": c.function.arguments,
-                            },
-                        }
-                        for c in calls
-                    ]
+                assistant, calls = _assistant_message(completion.choices[0].message)
                 messages.append(assistant)
                 transcript.append({**assistant, "step": step})
                 if not calls:
@@ -134,9 +124,11 @@ class OpenAIAgent(Agent):
                         transcript.append({"event": "submitted", "step": step})
                         patch = await workspace.diff() if workspace is not None else None
                         return Submission(
-                            answer=outcome.answer, patch=patch or None, transcript=transcript,
+                            answer=outcome.answer,
+                            patch=patch or None,
+                            transcript=transcript,
                             usage=usage,
-                        )  # fmt: skip
+                        )
                     result = {"role": "tool", "tool_call_id": call.id, "content": outcome.text}
                     messages.append(result)
                     transcript.append({**result, "name": call.function.name, "step": step})
@@ -183,7 +175,8 @@ class _Session:
             InfrastructureError: still failing after `retry_attempts` requests.
         """
         config = self.config
-        for failures in range(config.retry_attempts):
+        failures = 0
+        while True:
             started = time.monotonic()
             try:
                 # The limiter is held for the request only: a call waiting out its backoff
@@ -193,13 +186,9 @@ class _Session:
                         model=config.model,
                         messages=cast("list[ChatCompletionMessageParam]", messages),
                         tools=self.tools,
-                        temperature=config.temperature
-                        if config.temperature is not None
-                        else openai.omit,
-                        seed=config.seed if config.seed is not None else openai.omit,
-                        max_completion_tokens=config.max_output_tokens
-                        if config.max_output_tokens is not None
-                        else openai.omit,
+                        temperature=_or_omit(config.temperature),
+                        seed=_or_omit(config.seed),
+                        max_completion_tokens=_or_omit(config.max_output_tokens),
                     )
             except openai.APIStatusError as exc:
                 status = exc.status_code
@@ -215,17 +204,17 @@ class _Session:
             else:
                 self._count(completion, step, time.monotonic() - started)
                 return completion
-            if failures + 1 >= config.retry_attempts:
+            failures += 1
+            if failures >= config.retry_attempts:
                 raise InfrastructureError(
                     f"the model endpoint failed {config.retry_attempts} times in a row "
                     f"(last: {reason})"
                 )
-            delay = self._delay(failures + 1, hinted)
+            delay = self._delay(failures, hinted)
             self.transcript.append(
                 {"event": "retry", "step": step, "reason": reason, "delay_s": round(delay, 3)}
             )
             await anyio.sleep(delay)
-        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
     def _delay(self, failures: int, hinted: float | None) -> float:
         if hinted is not None:
@@ -244,6 +233,25 @@ class _Session:
             }
         entry["latency_s"] = round(latency_s, 6)
         self.transcript.append(entry)
+
+
+def _assistant_message(
+    reply: ChatCompletionMessage,
+) -> tuple[dict[str, Any], list[ChatCompletionMessageFunctionToolCall]]:
+    """The reply as a message to send back, and its function tool calls (others are dropped:
+    only function tools are offered)."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    calls = [c for c in reply.tool_calls or [] if c.type == "function"]
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": c.function.arguments},
+            }
+            for c in calls
+        ]
+    return message, calls
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -269,6 +277,11 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def _or_omit(value: _T | None) -> _T | openai.Omit:
+    """An unset option is left out of the request (the endpoint's default applies)."""
+    return openai.omit if value is None else value
 
 
 def _short(text: str, limit: int = 500) -> str:

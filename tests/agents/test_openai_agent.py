@@ -162,6 +162,8 @@ async def test_a_tool_the_task_does_not_offer_is_answered_with_the_tools_it_has(
         state, _ = await run(tmp_path, spec([TASK], openai_agent(fake.url)))
 
     assert state.trajectories["t4@0"].outcome == "resolved"
+    # Options the config leaves unset are not sent: the endpoint's defaults apply.
+    assert not {"seed", "temperature", "max_completion_tokens"} & fake.seen[0].body.keys()
     told = fake.seen[1].body["messages"][-1]
     assert told["role"] == "tool"
     assert "no tool named 'exec'" in told["content"]
