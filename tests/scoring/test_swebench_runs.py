@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,17 @@ from tests.scoring.test_tests_scorer import (
     OLD_TESTS,
     PYTEST,
 )
+
+try:
+    from swebench.harness import grading as swe_grading
+    from swebench.types import TestSpec as SwebenchTestSpec
+except ImportError as error:  # pragma: no cover - depends on the environment
+    if os.environ.get("CI") == "true":
+        raise
+    pytest.skip(
+        f"swebench is not importable ({error}); install the test extra: pip install -e '.[test]'",
+        allow_module_level=True,
+    )
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -102,6 +114,24 @@ def test_predictions_are_evaluated_and_reported_in_swebench_shape(
     assert "FAILED test_calc.py::test_mul" in (instance_dir / "test_output.txt").read_text()
     assert (instance_dir / "patch.diff").read_text() == patches["half"]
     assert not (out / "logs/run_evaluation/p/model-x/owner__calc-3").exists(), "empty: not run"
+    # SWE-bench's own grader reads the logs we wrote and reports exactly what we reported.
+    for row in rows[:2]:
+        directory = out / "logs/run_evaluation/p/model-x" / row["instance_id"]
+        spec = SwebenchTestSpec(
+            instance_id=row["instance_id"],
+            image="none",
+            eval_script_list=[],
+            repo="owner/calc",
+            version="1",
+            FAIL_TO_PASS=["test_calc.py::test_add", "test_calc.py::test_mul"],
+            PASS_TO_PASS=["test_calc.py::test_zero"],
+            log_parser="parse_log_pytest",
+            eval_type="pass_and_fail",
+        )
+        theirs = swe_grading.get_eval_report(
+            spec, row, str(directory / "test_output.txt"), include_tests_status=True
+        )
+        assert json.loads((directory / "report.json").read_text()) == theirs
 
     exported = tmp_path / "exported.jsonl"
     assert _cli(state, "export-predictions", "p", str(exported), "--model", MODEL) == 0
