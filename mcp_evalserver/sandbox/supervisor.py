@@ -994,7 +994,13 @@ class Supervisor:
             mount("tmpfs", root + "/proc", "tmpfs", nodev | MS_RDONLY, "size=4k,mode=0555")
             # Host secrets and host IPC (unix sockets in /run, /tmp) stay out of the view.
             for masked in HOST_MASKED:
-                if os.path.isdir(root + masked) and not os.path.islink(root + masked):
+                if not os.path.isdir(root + masked) or os.path.islink(root + masked):
+                    continue
+                if masked in ("/root", "/home"):  # homes (HOME=/root) count in the disk cap
+                    private = os.path.join(ws.path, "home" + masked.replace("/", "-"))
+                    os.mkdir(private, 0o755)
+                    mount(private, root + masked, None, MS_BIND)
+                else:
                     mount("tmpfs", root + masked, "tmpfs", nodev, "size=16m,mode=0755")
             for secret in ("/etc/shadow", "/etc/gshadow"):
                 if os.path.isfile(root + secret):
