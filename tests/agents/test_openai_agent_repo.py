@@ -107,13 +107,17 @@ async def test_a_model_out_of_steps_hands_in_what_its_workspace_holds_and_says_s
     tmp_path: Path,
 ) -> None:
     task = _repo_task(tmp_path)
-    script = [call("write_file", path="calc.py", content=FIXED)]
+    script = [call("write_file", path="calc.py", content=FIXED), call("exec", command="sleep 60")]
     fake = FakeOpenAI(script, then=Reply(content="still thinking"))
     with serving(fake), anyio.fail_after(60):
-        agent = openai_agent(fake.url, max_steps=2)
+        agent = openai_agent(fake.url, max_steps=3, command_timeout_s=0.5)
         state, directory = await run(tmp_path / "state", spec([task], agent), ApplyAndCheck())
 
-    assert fake.requests == 2
+    assert fake.requests == 3
+    # A command past its time limit is killed and the model is told so.
+    timed_out = fake.seen[2].body["messages"][-1]["content"]
+    assert timed_out.startswith("exit code: ")
+    assert "(killed: the command ran longer than 0.5s)" in timed_out
     assert state.trajectories["calc@0"].outcome == "resolved"
     (generated,) = records(directory, "generated")
     transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
