@@ -8,6 +8,7 @@ which sees every sandboxed process of a local or docker backend on this machine.
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import socket
 import subprocess
@@ -127,6 +128,28 @@ async def test_stdin_env_and_cwd_reach_the_command(instance: Instance) -> None:
                 await ws.exec("true", cwd="no/such/dir")
     assert result.stdout == f"{instance.spec.workdir}/pkg\nhi\npiped\n"
     assert missing.exit_code == 127
+
+
+async def test_commands_of_one_workspace_run_concurrently_and_large_stdin_arrives_whole(
+    instance: Instance,
+) -> None:
+    big = os.urandom(8 << 20)
+    with anyio.fail_after(30):
+        async with await instance.workspace("fifo") as ws:
+            await ws.exec("mkfifo /tmp/pipe")
+            results: dict[str, ExecResult] = {}
+
+            async def run(name: str, cmd: str, stdin: bytes | None = None) -> None:
+                results[name] = await ws.exec(cmd, stdin=stdin)
+
+            # Each side of a FIFO blocks until the other opens it: served one at a time, they
+            # would deadlock (and fail_after would say so).
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, "reader", "cat /tmp/pipe")
+                tg.start_soon(run, "writer", "echo through > /tmp/pipe")
+                tg.start_soon(run, "digest", "sha256sum", big)
+    assert results["reader"].stdout == "through\n"
+    assert results["digest"].stdout.split()[0] == hashlib.sha256(big).hexdigest()
 
 
 async def test_files_are_read_written_and_listed_as_the_trajectory_sees_them(
