@@ -205,3 +205,11 @@ async def test_a_finished_campaign_is_scored_again_with_another_scorer(
         assert second["resolved"] == 3
         figures = await call(client, "score", campaign_id="c")
         assert figures["summary"]["mean_pass_rate"] == 1.0
+
+
+def test_the_readme_documents_every_tool() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## The MCP server", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    documented = {name for row in rows for name in row.split("`")[1::2]}
+    assert documented == TOOLS
