@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import email.utils
 import os
+import re
 import time
 from collections.abc import Mapping
 from typing import Any, TypeVar, cast
@@ -47,6 +48,15 @@ _SYSTEM_REPO = (
 )
 _SYSTEM_ANSWER = "Answer the task. Call `submit` with your final answer; nothing else is graded."
 _NUDGE = "Use the tools to continue; call `submit` when you are done."
+
+
+# How OpenAI ("context_length_exceeded"), vLLM ("maximum context length") and llama.cpp
+# ("exceeds the available context size") say that the conversation no longer fits.
+_CONTEXT_FULL = re.compile(r"context[ _](length|size|window)", re.IGNORECASE)
+
+
+class ContextExhausted(InvalidInput):
+    """The conversation no longer fits the model's context window."""
 
 
 class OpenAIAgent(Agent):
@@ -108,7 +118,15 @@ class OpenAIAgent(Agent):
             timeout=config.request_timeout_s,
         ) as client:
             for step in range(1, config.max_steps + 1):
-                completion = await session.complete(client, limiter, messages, step)
+                try:
+                    completion = await session.complete(client, limiter, messages, step)
+                except ContextExhausted as exc:
+                    if step == 1:
+                        raise  # the task's own prompt does not fit: nothing to hand in
+                    # Like running out of steps: the work so far is still graded.
+                    stop = {"event": "context_exhausted", "step": step, "error": str(exc)}
+                    transcript.append(stop)
+                    break
                 if not completion.choices:
                     raise InfrastructureError("the endpoint returned a completion with no choices")
                 assistant, calls = _assistant_message(completion.choices[0].message)
@@ -132,11 +150,13 @@ class OpenAIAgent(Agent):
                     result = {"role": "tool", "tool_call_id": call.id, "content": outcome.text}
                     messages.append(result)
                     transcript.append({**result, "name": call.function.name, "step": step})
-        # Out of steps: hand in what the workspace holds, so partial work is still graded.
+            else:
+                transcript.append({"event": "max_steps_reached", "max_steps": config.max_steps})
+        # Out of steps or of context: hand in what the workspace holds, so partial work is
+        # still graded.
         transcript.append(
             {
-                "event": "max_steps_reached",
-                "max_steps": config.max_steps,
+                "event": "handed_in_unsubmitted",
                 "note": "the model did not call submit; the workspace's changes were submitted",
             }
         )
@@ -193,6 +213,11 @@ class _Session:
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 if status != 429 and status < 500:
+                    if _CONTEXT_FULL.search(f"{exc.code} {exc.message}"):
+                        raise ContextExhausted(
+                            f"the conversation exceeds the model's context (HTTP {status}): "
+                            f"{_short(exc.message)}"
+                        ) from exc
                     raise InvalidInput(
                         f"the model endpoint rejected the request (HTTP {status}): "
                         f"{_short(exc.message)}; check `model`, `base_url` and the API key"

@@ -181,7 +181,40 @@ async def test_a_model_that_never_submits_hands_in_nothing_after_max_steps(
     (generated,) = records(directory, "generated")
     assert generated["submission"]["empty"] is True
     transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
-    assert transcript[-1]["event"] == "max_steps_reached"
+    events = [entry["event"] for entry in transcript if "event" in entry]
+    assert events[-2:] == ["max_steps_reached", "handed_in_unsubmitted"]
+
+
+CONTEXT_FULL = Failure(
+    400,
+    message="This model's maximum context length is 32768 tokens. However, you requested 40000.",
+)
+
+
+async def test_a_conversation_that_outgrows_the_context_hands_in_what_it_has(
+    tmp_path: Path,
+) -> None:
+    script: list[Reply | Failure] = [Reply(content="thinking"), CONTEXT_FULL]
+    with serving(FakeOpenAI(script)) as fake, anyio.fail_after(30):
+        state, directory = await run(tmp_path, spec([TASK], openai_agent(fake.url)))
+
+    # Graded like a model out of steps (failed here: no answer), not an error.
+    assert state.trajectories["t4@0"].outcome == "failed"
+    assert fake.requests == 2
+    (generated,) = records(directory, "generated")
+    transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
+    events = [entry["event"] for entry in transcript if "event" in entry]
+    assert events[-2:] == ["context_exhausted", "handed_in_unsubmitted"]
+
+
+async def test_a_prompt_that_does_not_fit_the_context_is_an_error(tmp_path: Path) -> None:
+    with serving(FakeOpenAI([CONTEXT_FULL])) as fake, anyio.fail_after(30):
+        state, directory = await run(tmp_path, spec([TASK], openai_agent(fake.url)))
+
+    assert state.trajectories["t4@0"].outcome == "error"
+    (failure,) = records(directory, "generation_failed")
+    assert failure["error"]["type"] == "ContextExhausted"
+    assert "maximum context length" in failure["error"]["message"]
 
 
 async def test_calls_to_one_endpoint_stay_within_the_campaigns_per_endpoint_limit(

@@ -121,5 +121,6 @@ async def test_a_model_out_of_steps_hands_in_what_its_workspace_holds_and_says_s
     assert state.trajectories["calc@0"].outcome == "resolved"
     (generated,) = records(directory, "generated")
     transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
-    assert transcript[-1]["event"] == "max_steps_reached"
+    events = [entry["event"] for entry in transcript if "event" in entry]
+    assert events[-2:] == ["max_steps_reached", "handed_in_unsubmitted"]
     assert "+    return a + b" in artifact_text(directory, generated["submission"]["patch"])
