@@ -522,7 +522,7 @@ class Holder:
                 reset_signals()
                 for target, fd in enumerate((stdin, out, err, info)):
                     os.dup2(fd, target)
-                request = json.loads(os.pread(memfd, 1 << 30, 0))
+                request = json.loads(os.pread(memfd, os.fstat(memfd).st_size, 0))
                 close_fds_from(4)
                 prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 self.exec_parent(request)
@@ -581,8 +581,11 @@ class Supervisor:
     def send(self, msg: dict[str, Any]) -> None:
         data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
         view = memoryview(data)
-        while view:  # blocking fd: a slow client slows us down rather than losing replies
-            view = view[os.write(self.proto_out, view) :]
+        try:
+            while view:  # blocking fd: a slow client slows us down rather than losing replies
+                view = view[os.write(self.proto_out, view) :]
+        except OSError:  # the client is gone: nobody to answer, so clean up and leave
+            self.running = False
 
     def reply(self, req_id: int, result: dict[str, Any]) -> None:
         self.send({"id": req_id, "ok": True, "result": result})
@@ -598,6 +601,12 @@ class Supervisor:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.sel.register(rfd, selectors.EVENT_READ, "sigchld")
         self.sel.register(self.proto_in, selectors.EVENT_READ, "requests")
+        try:
+            self.loop(rfd)
+        finally:
+            self.shutdown()  # whatever ended the loop, workspaces and cgroups go with us
+
+    def loop(self, rfd: int) -> None:
         while self.running:
             deadlines = [j.deadline for j in self.active if j.deadline and not j.timed_out]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
@@ -622,7 +631,6 @@ class Supervisor:
                         sys.stderr.write(f"supervisor: job {job.req_id}: {e!r}\n")
             self.expire()
             self.remove_stale_cgroups()
-        self.shutdown()
 
     def read_requests(self) -> None:
         try:
@@ -969,7 +977,10 @@ class Supervisor:
                 drop_bounding_set()  # effective caps stay: execs' parents still mount /proc
             except BaseException as e:
                 holder.broken = f"workspace setup failed: {e}"
-            holder.run()
+            try:
+                holder.run()
+            finally:
+                os._exit(1)  # never fall back into the supervisor's loop
         os.close(ack_w)
         holder_end.close()
         ws.holder_pid, ws.ctl = pid, ctl
