@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -37,41 +38,40 @@ async def _run(
         )
 
 
-async def test_the_ci_client_passes_a_good_campaign_and_fails_a_bad_one(tmp_path: Path) -> None:
+async def test_the_ci_client_exits_zero_above_the_threshold_and_non_zero_below_or_refused(
+    tmp_path: Path,
+) -> None:
     good = REPO / "examples" / "answers-oracle.json"  # its task file is a relative path
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(answer_spec(3, agent="noop")))
+    refused = tmp_path / "refused.json"
+    refused.write_text(json.dumps({"tasks": [{"id": "a"}], "samples": 0}))
     results: dict[str, subprocess.CompletedProcess[bytes]] = {}
 
-    async def over_stdio() -> None:
-        results["stdio"] = await _run(
-            "clients/ci_client.py", str(good), "--min-pass-rate", "0.5",
-            "--state-dir", str(tmp_path / "stdio-state"),
-        )  # fmt: skip
+    async def ci(name: str, *arguments: str, env: dict[str, str] | None = None) -> None:
+        results[name] = await _run("clients/ci_client.py", *arguments, env=env)
 
-    async def over_http(url: str) -> None:
-        results["http"] = await _run(
-            "clients/ci_client.py", str(bad), "--min-pass-rate", "0.5", "--http", url,
-            env={"MCP_EVALSERVER_TOKEN": TOKEN},
-        )  # fmt: skip
-
+    # The three runs overlap: each is a client process (and, over stdio, a server process).
     async with http_server(tmp_path / "http-state") as url, anyio.create_task_group() as group:
-        group.start_soon(over_stdio)
-        group.start_soon(over_http, url)
-    passed, failed = results["stdio"], results["http"]
-    assert passed.returncode == 0, passed.stderr.decode()
-    assert "# Campaign answers-" in passed.stdout.decode()
-    assert "passed" in passed.stderr.decode()
-    assert failed.returncode == 1, failed.stderr.decode()
-    assert "FAILED" in failed.stderr.decode()
-
-
-async def test_the_ci_client_says_why_when_the_spec_is_refused(tmp_path: Path) -> None:
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"tasks": [{"id": "a"}], "samples": 0}))
-    result = await _run("clients/ci_client.py", str(spec), "--state-dir", str(tmp_path / "state"))
-    assert result.returncode == 2
-    assert "samples" in result.stderr.decode()
+        stdio_state = ("--state-dir", str(tmp_path / "stdio-state"))
+        group.start_soon(ci, "good", str(good), "--min-pass-rate", "0.5", *stdio_state)
+        group.start_soon(ci, "refused", str(refused), *stdio_state)
+        token = {"MCP_EVALSERVER_TOKEN": TOKEN}
+        group.start_soon(
+            functools.partial(
+                ci, "bad", str(bad), "--min-pass-rate", "0.5", "--http", url, env=token
+            )
+        )
+    good_run, bad_run, refused_run = results["good"], results["bad"], results["refused"]
+    assert good_run.returncode == 0, good_run.stderr.decode()
+    assert "# Campaign answers-oracle-" in good_run.stdout.decode()
+    assert "pass rate 1.000 (threshold 0.5): passed" in good_run.stderr.decode()
+    assert "18/18 done" in good_run.stderr.decode(), "progress notifications were streamed"
+    assert bad_run.returncode == 1, bad_run.stderr.decode()
+    assert "pass rate 0.000 (threshold 0.5): FAILED" in bad_run.stderr.decode()
+    assert "3/3 done" in bad_run.stderr.decode(), "progress notifications were streamed"
+    assert refused_run.returncode == 2
+    assert "samples" in refused_run.stderr.decode()
 
 
 @pytest.mark.root
