@@ -322,6 +322,11 @@ def ensure_pristine(
     return tree, passing
 
 
+def _how_to_test(project: Project) -> str:
+    # Agents see only the prompt: tell them where the interpreter with pytest is.
+    return f"The tests run from the repository's root with `.venv/bin/{project.test_command}`."
+
+
 def build_task(
     project: Project, bug: Bug, pristine: Path, clean_passing: set[str], build: Path, testenv: Path
 ) -> dict[str, Any]:
@@ -351,7 +356,7 @@ def build_task(
         raise BuildError(f"{bug.task_id}: rejected, no test that passes clean fails with the bug")
     return {
         "id": bug.task_id,
-        "prompt": bug.statement,
+        "prompt": f"{bug.statement}\n\n{_how_to_test(project)}",
         "path": str(tree),
         "repo": project.repo,
         "version": project.version,
@@ -361,7 +366,6 @@ def build_task(
         "FAIL_TO_PASS": fail_to_pass,
         "PASS_TO_PASS": pass_to_pass,
         "eval_script": eval_script(tree, project),
-        "hints_text": f"Run the tests with `{project.test_command}` (the repository's .venv).",
         "metadata": {
             "project": project.name,
             "bug": bug.id,

@@ -123,7 +123,7 @@ def test_a_changed_bug_rebuilds_only_that_task(built: Built) -> None:
     built.rebuild()
     rebuilt = [line for line in built.log if "FAIL_TO_PASS" in line]
     assert [line.split(":")[0] for line in rebuilt] == [f"inflection__{BUGS[1]}"]
-    assert load_tasks(built.tasks_file)[1].prompt == statements[BUGS[1]]
+    assert load_tasks(built.tasks_file)[1].prompt.startswith(statements[BUGS[1]])
 
 
 def test_a_bug_that_no_test_catches_is_rejected_with_a_message(built: Built) -> None:
