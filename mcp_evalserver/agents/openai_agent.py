@@ -13,11 +13,13 @@ from __future__ import annotations
 import email.utils
 import os
 import re
+import ssl
 import time
 from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
 import anyio
+import anyio.to_thread
 import openai
 from openai.types.chat import (
     ChatCompletion,
@@ -69,6 +71,16 @@ class OpenAIAgent(Agent):
             base_delay_s=config.retry_base_delay_s,
             max_delay_s=config.retry_max_delay_s,
         )
+        self._tls: ssl.SSLContext | None = None
+        self._tls_lock = anyio.Lock()
+
+    async def _tls_context(self) -> ssl.SSLContext:
+        # Loading the CA store takes ~0.1 s of CPU; a fresh client per trajectory would pay it
+        # each time, blocking the event loop. One context serves every trajectory's client.
+        async with self._tls_lock:
+            if self._tls is None:
+                self._tls = await anyio.to_thread.run_sync(ssl.create_default_context)
+            return self._tls
 
     def _api_key(self) -> str:
         key = os.environ.get(self.config.api_key_env)
@@ -111,11 +123,13 @@ class OpenAIAgent(Agent):
             config, self.policy, tool_schemas(workspace is not None), transcript, usage
         )
         limiter = context.limiters.endpoint(base_url)
+        # A client per trajectory, closed with it: no connection outlives the campaign run.
         async with openai.AsyncOpenAI(
             api_key=api_key,
             base_url=base_url,
             max_retries=0,
             timeout=config.request_timeout_s,
+            http_client=openai.DefaultAsyncHttpxClient(verify=await self._tls_context()),
         ) as client:
             for step in range(1, config.max_steps + 1):
                 try:
