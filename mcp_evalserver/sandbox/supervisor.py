@@ -408,7 +408,6 @@ class Workspace:
         self.ctl: socket.socket | None = None  # to the holder; closing it ends the workspace
         self.root = os.path.join(path, "root")
         self.cgroups: list[str] = []
-        self.tmpfs = False
         self.jobs: set[int] = set()  # request ids running in this workspace
         self.limits: dict[str, Any] = {}
 
@@ -928,7 +927,6 @@ class Supervisor:
         disk = limits.get("disk_bytes")
         if disk:  # a tmpfs per workspace is its disk cap
             mount("tmpfs", ws.path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(disk)},mode=0700")
-            ws.tmpfs = True
         for sub in ("upper", "work", "root", "tmp"):
             os.mkdir(os.path.join(ws.path, sub), 0o700)
         os.chmod(os.path.join(ws.path, "tmp"), 0o1777)
@@ -1065,10 +1063,9 @@ class Supervisor:
         if ws.ctl is not None:
             ws.ctl.close()
             ws.ctl = None
-        if ws.holder_pid:
+        if ws.holder_pid:  # reaped by the loop: its namespaces' teardown need not block us
             with contextlib.suppress(OSError):
                 os.kill(ws.holder_pid, signal.SIGKILL)
-                os.waitpid(ws.holder_pid, 0)
             ws.holder_pid = 0
         with contextlib.suppress(OSError):
             umount(ws.path)
