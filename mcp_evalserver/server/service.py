@@ -24,7 +24,7 @@ import anyio.abc
 from mcp_evalserver.agents.external import ClaimBoard
 from mcp_evalserver.agents.factory import build_agent
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.errors import Conflict, EvalServerError
+from mcp_evalserver.errors import Conflict, EvalServerError, NotFound
 from mcp_evalserver.report import (
     CONFIDENCE,
     RESAMPLES,
@@ -144,7 +144,7 @@ class EvalService:
             raise Conflict(
                 f"campaign {campaign_id} is already running; follow it with campaign_status"
             )
-        state = self.store.load(campaign_id)
+        state = self._load(campaign_id)
         if state.status == "finished":
             raise Conflict(
                 f"campaign {campaign_id} is finished: nothing to resume. Read its report "
@@ -162,7 +162,7 @@ class EvalService:
         """
         run = self._runs.get(campaign_id)
         if run is None or run.finished.is_set():
-            state = self.store.load(campaign_id)
+            state = self._load(campaign_id)
             if state.status == "finished":
                 raise Conflict(f"campaign {campaign_id} is finished: there is nothing to cancel")
             raise Conflict(
@@ -184,7 +184,7 @@ class EvalService:
         run = self._runs.get(campaign_id)
         state = run.runner.state if run is not None else None
         if state is None:
-            state = self.store.load(campaign_id)
+            state = self._load(campaign_id)
         active = run is not None and not run.finished.is_set()
         awaiting, claimed = self.claims.waiting(campaign_id)
         report = build_report(state)
@@ -330,11 +330,28 @@ class EvalService:
         run = self._runs.get(campaign_id)
         return run is not None and not run.finished.is_set()
 
+    def _load(self, campaign_id: str) -> CampaignState:
+        """The campaign's state from its ledger, with a not-found message for MCP clients.
+
+        Raises:
+            NotFound: no such campaign; the message names recent ids and how to list them.
+            LedgerCorrupt: its ledger is corrupt before the end.
+        """
+        try:
+            return self.store.load(campaign_id)
+        except NotFound:
+            known = self.store.list_ids()
+            hint = f"recent: {', '.join(known[-5:])}; " if known else ""
+            raise NotFound(
+                f"no campaign {campaign_id!r} on this server ({hint}call list_campaigns for "
+                "every id, or start_campaign to make one)"
+            ) from None
+
     def _state(self, campaign_id: str) -> CampaignState:
         run = self._runs.get(campaign_id)
         if run is not None and run.runner.state is not None:
             return run.runner.state
-        return self.store.load(campaign_id)
+        return self._load(campaign_id)
 
     async def _launch(self, campaign_id: str) -> None:
         """Starts a run in the server's task group and waits until it has opened its ledger.
@@ -345,7 +362,7 @@ class EvalService:
         """
         if self._group is None or self._pool is None:
             raise Conflict("the server is not running campaigns (it is starting or stopping)")
-        state = self.store.load(campaign_id)
+        state = self._load(campaign_id)
         agent = build_agent(state.spec.agent, claims=self.claims)
         run = _Run()
         run.runner = CampaignRunner(

@@ -11,7 +11,7 @@ import re
 
 from mcp_evalserver.agents.base import Submission
 from mcp_evalserver.agents.external import ClaimBoard, ExternalTrajectory
-from mcp_evalserver.errors import Conflict, InvalidInput
+from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
 from mcp_evalserver.sandbox.base import DEFAULT_WORKDIR, Workspace
 from mcp_evalserver.server.models import (
     ClaimedTrajectory,
@@ -40,14 +40,13 @@ class ExternalTrajectories:
         trajectory, claim_id = await self.board.claim(campaign_id, wait_s)
         context = trajectory.context
         task = context.task
-        workdir = task.workdir or task.path or (DEFAULT_WORKDIR if task.image else None)
         return ClaimedTrajectory(
             claim_id=claim_id,
             campaign_id=context.campaign_id,
             trajectory_id=context.trajectory_id,
             task_id=task.id,
             prompt=task.prompt,
-            workdir=workdir,
+            workdir=_workdir(trajectory),
             has_workspace=context.sandbox.available,
             lease_s=trajectory.lease_s,
             reclaimed=trajectory.claims > 1,
@@ -89,7 +88,13 @@ class ExternalTrajectories:
             LimitExceeded: the file is larger than `max_bytes`.
         """
         async with self.board.use(claim_id) as trajectory:
-            data = await (await _workspace(trajectory)).read_file(path, max_bytes=max_bytes)
+            try:
+                data = await (await _workspace(trajectory)).read_file(path, max_bytes=max_bytes)
+            except NotFound as exc:
+                raise NotFound(
+                    f"{exc} (relative paths start at {_workdir(trajectory)}; list files with "
+                    "sandbox_exec, e.g. `ls -la` or `git ls-files`)"
+                ) from exc
         try:
             text, binary = data.decode("utf-8"), False
         except UnicodeDecodeError:
@@ -106,7 +111,13 @@ class ExternalTrajectories:
         """
         data = content.encode()
         async with self.board.use(claim_id) as trajectory:
-            await (await _workspace(trajectory)).write_file(path, data)
+            try:
+                await (await _workspace(trajectory)).write_file(path, data)
+            except InvalidInput as exc:
+                raise InvalidInput(
+                    f"{exc}: only the workspace is writable; write under "
+                    f"{_workdir(trajectory)} (or use a relative path)"
+                ) from exc
         return FileWritten(path=path, size=len(data))
 
     async def diff(self, claim_id: str) -> Diff:
@@ -148,6 +159,11 @@ class ExternalTrajectories:
             patch_bytes=len(patch.encode()) if patch else 0,
             files=_DIFF_FILE.findall(patch or ""),
         )
+
+
+def _workdir(trajectory: ExternalTrajectory) -> str | None:
+    task = trajectory.context.task
+    return task.workdir or task.path or (DEFAULT_WORKDIR if task.image else None)
 
 
 async def _workspace(trajectory: ExternalTrajectory) -> Workspace:

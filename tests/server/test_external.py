@@ -41,6 +41,12 @@ async def test_a_client_fixes_a_repository_through_the_sandbox_tools_and_is_scor
                 client, "write_file", claim_id=claim_id, path="/etc/evil", content="x"
             )
             assert "InvalidInput" in outside
+            assert (
+                f"only the workspace is writable; write under {spec['tasks'][0]['path']}" in outside
+            )
+            missing = await call_error(client, "read_file", claim_id=claim_id, path="nope.txt")
+            assert "NotFound" in missing
+            assert "list files with sandbox_exec" in missing
             diff = await call(client, "get_diff", claim_id=claim_id)
             assert diff["files"] == ["calc.py"]
             assert "+    return a + b" in diff["patch"]

@@ -90,7 +90,7 @@ async def test_errors_say_what_went_wrong_and_what_to_do_next(tmp_path: Path, mo
         assert "external" in unknown_agent
         missing = await call_error(client, "campaign_status", campaign_id="nope")
         assert "NotFound" in missing
-        assert "known" in missing
+        assert "call list_campaigns" in missing
         no_claim = await call_error(client, "sandbox_exec", claim_id="x", command="true")
         assert "claim_trajectory" in no_claim
         nothing = await call_error(client, "claim_trajectory")
