@@ -22,7 +22,7 @@ class Reply:
     """An assistant message: text and/or tool calls (name, arguments), with its token usage."""
 
     content: str | None = None
-    tool_calls: tuple[tuple[str, dict[str, Any]], ...] = ()
+    tool_calls: tuple[tuple[str, dict[str, Any] | str], ...] = ()  # str: raw arguments
     prompt_tokens: int = 100
     completion_tokens: int = 20
 
@@ -98,7 +98,12 @@ class FakeOpenAI:
                 {
                     "id": f"call_{number}_{index}",
                     "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                    "function": {
+                        "name": name,
+                        "arguments": arguments
+                        if isinstance(arguments, str)
+                        else json.dumps(arguments),
+                    },
                 }
                 for index, (name, arguments) in enumerate(reply.tool_calls)
             ]

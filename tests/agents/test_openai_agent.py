@@ -170,6 +170,19 @@ async def test_a_tool_the_task_does_not_offer_is_answered_with_the_tools_it_has(
     assert "submit" in told["content"]
 
 
+async def test_arguments_that_are_not_json_are_sent_back_to_the_model_to_fix(
+    tmp_path: Path,
+) -> None:
+    script = [Reply(tool_calls=(("submit", '{"answer": 16'),)), call("submit", answer=16)]
+    with serving(FakeOpenAI(script)) as fake, anyio.fail_after(30):
+        state, _ = await run(tmp_path, spec([TASK], openai_agent(fake.url)))
+
+    told = fake.seen[1].body["messages"][-1]["content"]
+    assert told.startswith("error: arguments are not valid JSON")
+    # A non-string answer is handed in as its JSON text.
+    assert state.trajectories["t4@0"].outcome == "resolved"
+
+
 async def test_a_model_that_never_submits_hands_in_nothing_after_max_steps(
     tmp_path: Path,
 ) -> None:
