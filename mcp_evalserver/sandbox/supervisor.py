@@ -173,10 +173,14 @@ def close_fds_from(lowest: int) -> None:
 
 def close_fds_except(keep: set[int]) -> None:
     """Closes every fd >= 3 not in `keep` (a forked child must not hold others' pipes)."""
+    close_range = getattr(_libc, "close_range", None)  # glibc >= 2.34; not in older musl
     low = 3
     for fd in [*sorted(k for k in keep if k >= 3), 1 << 32]:
-        if fd > low and _libc.close_range(ctypes.c_uint(low), ctypes.c_uint(fd - 1), 0) != 0:
-            for name in os.listdir("/proc/self/fd"):  # kernels before 5.9
+        if fd <= low:
+            low = max(low, fd + 1)
+            continue
+        if close_range is None or close_range(ctypes.c_uint(low), ctypes.c_uint(fd - 1), 0):
+            for name in os.listdir("/proc/self/fd"):  # kernels before 5.9, older libcs
                 if low <= int(name) < fd:
                     with contextlib.suppress(OSError):
                         os.close(int(name))
