@@ -19,6 +19,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mcp_evalserver.agents.base import Submission
+from mcp_evalserver.ledger import store_artifact
 from mcp_evalserver.sandboxes import TrajectorySandbox
 from mcp_evalserver.scheduler import Limiters
 from mcp_evalserver.spec import Task
@@ -78,6 +79,15 @@ class ScoringContext:
     campaign_dir: Path
     limiters: Limiters
     sandbox: TrajectorySandbox
+
+    async def store_artifact(self, data: bytes, suffix: str = "") -> dict[str, Any]:
+        """Keeps bytes (a test log, say) as an artifact of the campaign; returns the reference
+        to put in the result's `details`, which the ledger's `scored` record then names.
+
+        Raises:
+            OSError: the disk refused the write.
+        """
+        return (await store_artifact(self.campaign_dir, data, suffix)).as_json()
 
 
 class Scorer(ABC):

@@ -15,7 +15,6 @@ import math
 from typing import Any
 
 from mcp_evalserver.errors import InvalidInput, LimitExceeded, NotFound
-from mcp_evalserver.ledger import store_artifact
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.patching import EVAL_DIR, apply_patch
 
@@ -126,8 +125,7 @@ async def _read_reward(context: ScoringContext, path: str) -> float:
 
 
 async def _store(context: ScoringContext, log: list[str]) -> dict[str, Any]:
-    data = "".join(log).encode(errors="replace")
-    return (await store_artifact(context.campaign_dir, data, ".log")).as_json()
+    return await context.store_artifact("".join(log).encode(errors="replace"), ".log")
 
 
 def _tail(text: str, limit: int = 300) -> str:

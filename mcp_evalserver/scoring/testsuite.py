@@ -19,7 +19,6 @@ from __future__ import annotations
 import shlex
 from typing import Any, Literal
 
-from mcp_evalserver.ledger import store_artifact
 from mcp_evalserver.sandbox.base import Workspace
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.grading import (
@@ -160,8 +159,7 @@ class TestsScorer(Scorer):
         )
 
     async def _store_log(self, context: ScoringContext, log: list[str]) -> dict[str, Any]:
-        data = "".join(log).encode(errors="replace")
-        return (await store_artifact(context.campaign_dir, data, ".log")).as_json()
+        return await context.store_artifact("".join(log).encode(errors="replace"), ".log")
 
     async def _result(
         self, context: ScoringContext, grade: Grade, log: list[str], details: dict[str, Any]

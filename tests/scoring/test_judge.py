@@ -18,13 +18,15 @@ import anyio
 import pytest
 
 from mcp_evalserver.agents.base import Submission
+from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.errors import InfrastructureError
+from mcp_evalserver.rescoring import request_rescore
 from mcp_evalserver.sandboxes import TrajectorySandbox
 from mcp_evalserver.scheduler import Limiters
 from mcp_evalserver.scoring.base import ScoreResult, ScoringContext
 from mcp_evalserver.scoring.config import LlmJudgeScorerConfig
 from mcp_evalserver.scoring.factory import build_scorer
-from mcp_evalserver.spec import Limits, Task
+from mcp_evalserver.spec import CampaignSpec, Limits, Task
 
 pytestmark = pytest.mark.anyio
 
@@ -97,7 +99,8 @@ def judge_server() -> Iterator[tuple[str, ScriptedJudge]]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll interval: shutdown() waits for the loop to notice it.
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1", judge
@@ -214,3 +217,42 @@ async def test_the_task_metadata_rubric_joins_the_configured_one_and_threshold_a
     ]  # fmt: skip
     empty = await _score(url, [], tmp_path)
     assert (empty.status, empty.outcome) == ("no_rubric", "error")
+
+
+async def test_a_rescored_campaign_asks_the_judge_nothing_again(
+    judge_server: tuple[str, ScriptedJudge], tmp_path: Path
+) -> None:
+    url, judge = judge_server
+    store = CampaignStore(tmp_path)
+    spec = CampaignSpec.model_validate(
+        {
+            "name": "judged",
+            "tasks": [
+                {"id": f"t{n}", "prompt": f"{n} squared?", "answer": str(n * n)} for n in (1, 2, 3)
+            ],
+            "samples": 2,
+            "agent": {"type": "oracle"},
+            "scorer": {
+                "type": "llm_judge",
+                "model": "judge-1",
+                "base_url": url,
+                "api_key_env": "MCP_EVALSERVER_TEST_NO_SUCH_KEY",
+                "rubric": ["is correct [yes]", "shows the steps [no]"],
+                "threshold": 0.5,
+            },
+            "limits": {"retry_base_delay_s": 0},
+        }
+    )
+    campaign_id = await store.create(spec)
+    with anyio.fail_after(60):
+        await CampaignRunner(store, campaign_id).run()
+        asked = len(judge.calls)
+        assert await request_rescore(store, campaign_id)
+        state = await CampaignRunner(store, campaign_id).run()
+    assert len(judge.calls) == asked, "every verdict came from the cache"
+    assert {t.outcome for t in state.trajectories.values()} == {"resolved"}
+    assert all(
+        r["cached"]
+        for t in state.trajectories.values()
+        for r in (t.score or {})["details"]["requirements"]
+    )
