@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext, Usage
+from mcp_evalserver.agents.config import OracleAgentConfig
 from mcp_evalserver.errors import InfrastructureError
 from mcp_evalserver.report import (
     build_comparison,
@@ -119,3 +120,27 @@ async def test_two_campaigns_are_compared_on_their_shared_tasks(tmp_path: Path) 
     text = render_comparison_markdown(comparison)
     assert "difference B − A: **+25.0 points**" in text
     assert "sign test p = 0.5" in text
+
+
+class FlakyGrader(Scorer):
+    """Grades like the exact scorer, except that sample 1 of t2 fails whatever it gets."""
+
+    async def score(self, context: ScoringContext) -> ScoreResult:
+        if context.trajectory_id == "t2@1":
+            return ScoreResult.unresolved("failed", "the grader flaked")
+        return await ScriptedScorer({}).score(context)
+
+
+async def test_an_oracle_campaign_names_the_graders_its_gold_does_not_always_pass(
+    tmp_path: Path,
+) -> None:
+    spec = spec_of(numbered_tasks(3), samples=3).model_copy(update={"agent": OracleAgentConfig()})
+    with anyio.fail_after(30):
+        _, state = await run_campaign(tmp_path, spec, scorer=FlakyGrader())
+    report = build_report(state)
+    assert report["flaky_graders"] == [
+        {"task_id": "t2", "runs": 3, "passes": 2, "infra_errors": 0, "kind": "flaky"}
+    ]
+    assert "**flaky graders** (gold did not always pass): t2 (flaky, 2/3)" in render_markdown(
+        report
+    )
