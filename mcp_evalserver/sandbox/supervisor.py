@@ -1197,7 +1197,8 @@ class Supervisor:
         except OSError as e:
             for fd in [pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]]:
                 os.close(fd)
-            raise SupervisorError("InfrastructureError", f"workspace holder gone: {e}") from e
+            msg = f"workspace {ws.name!r} lost its holder ({e}); reset it or make another"
+            raise SupervisorError("InfrastructureError", msg) from e
         finally:
             for fd in theirs:
                 os.close(fd)
