@@ -128,12 +128,17 @@ class SupervisedWorkspace(Workspace):
             raise errors.InvalidInput("the command is empty")
         if timeout <= 0 or output_cap <= 0:
             raise errors.InvalidInput("timeout and output_cap must be positive")
+        env = dict(env or {})
+        if any("\0" in a for a in argv) or any(
+            not k or "=" in k or "\0" in k or "\0" in v for k, v in env.items()
+        ):
+            raise errors.InvalidInput("argv and env may not contain NUL; env names no '='")
         data = stdin.encode() if isinstance(stdin, str) else stdin
         result = await self._call(
             "exec",
             timeout + REPLY_GRACE_S,
             argv=argv,
-            env=dict(env or {}),
+            env=env,
             cwd=cwd,
             stdin_b64=base64.b64encode(data).decode() if data else None,
             timeout=timeout,

@@ -126,6 +126,8 @@ async def test_stdin_env_and_cwd_reach_the_command(instance: Instance) -> None:
             missing = await ws.exec(["definitely-not-a-command"])
             with pytest.raises(errors.InvalidInput):
                 await ws.exec("true", cwd="no/such/dir")
+            with pytest.raises(errors.InvalidInput):
+                await ws.exec("true", env={"A=B": "x"})
     assert result.stdout == f"{instance.spec.workdir}/pkg\nhi\npiped\n"
     assert missing.exit_code == 127
 
