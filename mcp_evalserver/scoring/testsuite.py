@@ -12,6 +12,10 @@ outcome infra_error, kept out of pass rates).
 
 Score: the share of FAIL_TO_PASS and PASS_TO_PASS tests that pass (1.0 when both are empty and
 the run is resolved); only a full resolution counts as resolved.
+
+SWE-bench 5 instances carry their own `eval_script` (with the markers), `image` and
+`log_parser`: the script runs as it is, its test exit code recorded as SWE-bench records it,
+and parser `auto` takes the instance's `log_parser` (kept in the task's metadata).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from typing import Any, Literal
 from mcp_evalserver.sandbox.base import Workspace
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.grading import (
+    END_TEST_OUTPUT,
     START_TEST_OUTPUT,
+    TEST_EXIT_CODE,
     TESTS_TIMEOUT,
     EvalStatus,
     Grade,
@@ -40,7 +46,8 @@ from mcp_evalserver.spec import Task
 
 
 def pytest_command(task: Task) -> str | None:
-    """`python -m pytest -rA` over the files FAIL_TO_PASS and PASS_TO_PASS name (pytest ids).
+    """`python -m pytest -rA` (python3 where there is no `python`) over the files that
+    FAIL_TO_PASS and PASS_TO_PASS name (pytest ids).
 
     None when no id names a file (`path::test`), e.g. Django-style ids.
     """
@@ -51,7 +58,30 @@ def pytest_command(task: Task) -> str | None:
             files.setdefault(path)
     if not files:
         return None
-    return "python -m pytest -rA -p no:cacheprovider " + " ".join(shlex.quote(f) for f in files)
+    return (
+        'PY="$(command -v python || command -v python3)"; "$PY" -m pytest -rA -p no:cacheprovider '
+        + " ".join(shlex.quote(f) for f in files)
+    )
+
+
+def record_test_exit_code(script: str) -> str:
+    """SWE-bench's `record_test_exit_code`: keep the test command's exit status (`$?` right
+    before the end marker) and print it after the marker, unless the script already does."""
+    if TEST_EXIT_CODE in script:
+        return script
+    lines = script.split("\n")
+    for number, line in enumerate(lines):
+        if END_TEST_OUTPUT in line:
+            return "\n".join(
+                [
+                    *lines[:number],
+                    "MCP_EVALSERVER_TEST_EXIT_CODE=$?",
+                    line,
+                    f'echo "{TEST_EXIT_CODE}: $MCP_EVALSERVER_TEST_EXIT_CODE"',
+                    *lines[number + 1 :],
+                ]
+            )
+    return script
 
 
 class TestsScorer(Scorer):
@@ -80,16 +110,25 @@ class TestsScorer(Scorer):
         self.output_cap = output_cap
 
     def parser_for(self, task: Task) -> LogParser:
-        """The configured parser; for `auto`, SWE-bench's for the task's repo, else `pytest`."""
+        """The configured parser; for `auto`, the task's `metadata.log_parser` (SWE-bench 5
+        instances name theirs), else SWE-bench's for the task's repo, else `pytest`.
+
+        Raises:
+            InvalidInput: the parser the task names is not one this project has.
+        """
         if self.parser != "auto":
             return get_parser(self.parser)
+        named = task.metadata.get("log_parser")
+        if isinstance(named, str) and named:
+            return get_parser(named)
         return get_parser(SWEBENCH_REPO_PARSERS.get(task.repo or "", "pytest"))
 
     def eval_script(self, task: Task) -> str | None:
         """The shell script that runs the tests between the markers (None: nothing to run)."""
         if task.eval_script:
             if START_TEST_OUTPUT in task.eval_script:
-                return task.eval_script  # a SWE-bench eval script prints its own markers
+                # A SWE-bench eval script prints its own markers.
+                return record_test_exit_code(task.eval_script)
             return eval_test_section(task.eval_script)
         command = self.test_command or pytest_command(task)
         return eval_test_section(command) if command else None
@@ -99,6 +138,7 @@ class TestsScorer(Scorer):
         patch = context.submission.patch
         if not patch or not patch.strip():
             return ScoreResult.unresolved("empty", "the submission has no patch; nothing was run")
+        parser = self.parser_for(task)  # before running anything: a task may name no parser
         script = self.eval_script(task)
         if script is None:
             return ScoreResult.unresolved(
@@ -113,7 +153,7 @@ class TestsScorer(Scorer):
         log.append(applied.log)
         details: dict[str, Any] = {"patch_applied": applied.applied, "apply_command": None}
         if not applied.applied:
-            grade = self._grade("".join(log), task, patch_applied=False)
+            grade = _grade("".join(log), task, parser, patch_applied=False)
             return await self._result(context, grade, log, details)
         details["apply_command"] = applied.command
         if task.test_patch:
@@ -129,7 +169,7 @@ class TestsScorer(Scorer):
                     details={**details, "log": ref},
                 )
         timed_out = await self._run_tests(workspace, script, log)
-        grade = self._grade("".join(log), task, patch_applied=True, timed_out=timed_out)
+        grade = _grade("".join(log), task, parser, patch_applied=True, timed_out=timed_out)
         return await self._result(context, grade, log, details)
 
     async def _run_tests(self, workspace: Workspace, script: str, log: list[str]) -> bool:
@@ -145,18 +185,6 @@ class TestsScorer(Scorer):
         if result.timed_out:
             log.append(f"\n{TESTS_TIMEOUT} after {self.timeout_s:g}s\n")
         return result.timed_out
-
-    def _grade(
-        self, log: str, task: Task, *, patch_applied: bool, timed_out: bool = False
-    ) -> Grade:
-        return grade_log(
-            log,
-            parser=self.parser_for(task),
-            fail_to_pass=task.FAIL_TO_PASS,
-            pass_to_pass=task.PASS_TO_PASS,
-            patch_applied=patch_applied,
-            timed_out=timed_out,
-        )
 
     async def _store_log(self, context: ScoringContext, log: list[str]) -> dict[str, Any]:
         return await context.store_artifact("".join(log).encode(errors="replace"), ".log")
@@ -196,6 +224,19 @@ _UNRESOLVED_OUTCOMES: dict[str, Literal["failed", "error", "infra_error"]] = {
     "infra_error": "infra_error",
     "timeout": "infra_error",
 }
+
+
+def _grade(
+    log: str, task: Task, parser: LogParser, *, patch_applied: bool, timed_out: bool = False
+) -> Grade:
+    return grade_log(
+        log,
+        parser=parser,
+        fail_to_pass=task.FAIL_TO_PASS,
+        pass_to_pass=task.PASS_TO_PASS,
+        patch_applied=patch_applied,
+        timed_out=timed_out,
+    )
 
 
 def _share(grade: Grade) -> float:

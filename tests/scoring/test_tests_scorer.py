@@ -5,14 +5,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
 import pytest
 
 from mcp_evalserver.agents.base import Submission
+from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.sandboxes import TrajectorySandbox
+from mcp_evalserver.scheduler import Limiters
+from mcp_evalserver.scoring.base import ScoringContext
 from mcp_evalserver.scoring.config import TestsScorerConfig
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.scoring.testsuite import TestsScorer, pytest_command
-from mcp_evalserver.spec import Task
-from tests.scoring.sandboxed import diff_of, git_repo, require_root, scoring_in_workspaces
+from mcp_evalserver.spec import Limits, Task
+from tests.scoring.sandboxed import (
+    PYTHON_PYTEST,
+    diff_of,
+    git_repo,
+    require_root,
+    scoring_in_workspaces,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
 
@@ -24,16 +35,25 @@ NEW_TESTS = (
     "from calc import add, mul\n\n\ndef test_zero():\n    assert add(0, 0) == 0\n\n\n"
     "def test_add():\n    assert add(2, 2) == 4\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n"
 )
-# Workspaces hide /root (where the venv's interpreter lives): run the system Python on the
-# venv's site-packages, which sit under the (visible, read-only) project directory.
 PYTHON = "/usr/bin/python3"
-SITE_PACKAGES = Path(pytest.__file__).parents[1]
-PYTEST = f"PYTHONPATH={SITE_PACKAGES} {PYTHON} -m pytest -rA -p no:cacheprovider test_calc.py"
+PYTEST = f"{PYTHON_PYTEST} -rA -p no:cacheprovider test_calc.py"
 
 
 @pytest.fixture(autouse=True)
 def _needs_root() -> None:
     require_root()
+
+
+def _no_sandbox(task: Task) -> ScoringContext:
+    return ScoringContext(
+        campaign_id="c",
+        trajectory_id=f"{task.id}@0",
+        task=task,
+        submission=Submission(patch=task.patch),
+        campaign_dir=Path("/nonexistent"),
+        limiters=Limiters(Limits()),
+        sandbox=TrajectorySandbox(None, task, "s", anyio.CapacityLimiter(1)),
+    )
 
 
 def _task(tmp_path: Path, **fields: object) -> Task:
@@ -151,7 +171,48 @@ async def test_without_an_eval_script_pytest_runs_the_files_the_test_ids_name(
     async with scoring_in_workspaces(tmp_path / "campaign") as scoring:
         result = await scoring.score(scorer, task, Submission(patch=task.patch))
     assert result.resolved, result.explanation
-    assert pytest_command(task) == "python -m pytest -rA -p no:cacheprovider test_calc.py"
+    assert pytest_command(task) == (
+        'PY="$(command -v python || command -v python3)"; '
+        '"$PY" -m pytest -rA -p no:cacheprovider test_calc.py'
+    )
+
+
+async def test_a_swebench_5_eval_script_runs_as_shipped_with_its_exit_code_recorded(
+    tmp_path: Path,
+) -> None:
+    task = _task(tmp_path)
+    # The shape SWE-bench 5 instances ship: xtrace on, markers as `:` commands (seen through
+    # the trace), the test patch applied by the script itself, test files reset at the end.
+    script = "\n".join(
+        [
+            "#!/bin/bash",
+            "set -uxo pipefail",
+            "git checkout -q HEAD -- test_calc.py",
+            "git apply -v - <<'EOF_114329324912'",
+            (task.test_patch or "").rstrip("\n"),
+            "EOF_114329324912",
+            ": '>>>>> Start Test Output'",
+            PYTEST,
+            ": '>>>>> End Test Output'",
+            "git checkout -q HEAD -- test_calc.py",
+        ]
+    )
+    task = task.model_copy(
+        update={"eval_script": script, "metadata": {"log_parser": "parse_log_pytest"}}
+    )
+    patch = diff_of(Path(task.path or ""), {"calc.py": HALF_FIXED})
+    async with scoring_in_workspaces(tmp_path / "campaign") as scoring:
+        result = await scoring.score(TestsScorer(), task, Submission(patch=patch))
+    assert result.details["resolution"] == "RESOLVED_PARTIAL"
+    assert result.details["exit_code"] == 1, "the tests' status, not the final checkout's"
+
+
+async def test_a_task_naming_a_parser_this_project_lacks_is_an_error_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    task = _task(tmp_path).model_copy(update={"metadata": {"log_parser": "parse_log_jest"}})
+    with pytest.raises(InvalidInput, match="unknown log parser 'parse_log_jest'"):
+        await TestsScorer().score(_no_sandbox(task))
 
 
 def test_a_task_whose_ids_name_no_files_has_no_default_pytest_command() -> None:
@@ -161,5 +222,5 @@ def test_a_task_whose_ids_name_no_files_has_no_default_pytest_command() -> None:
 
 
 def test_an_unknown_parser_name_is_rejected_when_the_scorer_is_built() -> None:
-    with pytest.raises(Exception, match="unknown log parser 'pyttest'"):
+    with pytest.raises(InvalidInput, match="unknown log parser 'pyttest'"):
         build_scorer(TestsScorerConfig(parser="pyttest"))
