@@ -242,8 +242,10 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
     ) -> ClaimedTrajectory:
         """Claim a trajectory of a campaign whose agent is external, to act as its agent.
         Returns the task prompt and a claim_id for sandbox_exec, read_file, write_file, get_diff
-        and submit. Each call renews the claim; after lease_s without one, another client may
-        take the trajectory over. Waits up to wait_s for one to become available."""
+        and submit. Each call renews the claim; after lease_s without one (a single command
+        running longer does not renew it), another client may take the trajectory over, with
+        its workspace as it was. Waits up to wait_s for one to become available. The
+        campaign's trajectory_timeout_s bounds the whole trajectory, waiting included."""
         return await _trajectories(ctx).claim(campaign_id, wait_s)
 
     @app.tool(annotations=_MUTATES)

@@ -7,9 +7,9 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client
-from mcp.server.mcpserver.exceptions import ToolError
 
-from mcp_evalserver.server.mcp_app import create_server, tool_errors
+from mcp_evalserver.server.mcp_app import create_server
+from mcp_evalserver.server.service import EvalService
 from tests.server.helpers import MODES, answer_spec, call, call_error
 
 pytestmark = pytest.mark.anyio
@@ -170,19 +170,23 @@ async def test_two_campaigns_are_compared_task_by_task(tmp_path: Path, mode: str
 
 
 async def test_an_unexpected_exception_becomes_an_error_with_a_logged_reference(
-    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    @tool_errors
-    async def broken() -> None:
+    def broken(self: EvalService, limit: int = 50) -> None:
         raise RuntimeError("secret detail")
 
-    with pytest.raises(ToolError) as raised:
-        await broken()
-    message = str(raised.value)
+    monkeypatch.setattr(EvalService, "list", broken)
+    async with Client(create_server(tmp_path), mode=mode) as client:
+        message = await call_error(client, "list_campaigns")
+        # The server keeps serving after the crash of one call.
+        started = await call(client, "start_campaign", spec=answer_spec(1))
+        assert started["trajectories"] == 1
     assert "internal error (reference " in message
     assert "secret detail" not in message
     reference = message.split("reference ")[1].split(")")[0]
-    assert any(reference in record.getMessage() for record in caplog.records)
+    logged = [r for r in caplog.records if reference in r.getMessage()]
+    assert logged
+    assert logged[0].exc_info is not None
 
 
 async def test_a_finished_campaign_is_scored_again_with_another_scorer(
