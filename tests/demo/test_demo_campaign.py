@@ -6,16 +6,20 @@ instance under pytest's tmp_path would be invisible to its own trajectories.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import anyio
 import pytest
+from mcp import Client
 
 from demo.build_suite import DEMO_DIR, build_suite
+from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.spec import CampaignSpec, load_spec, load_tasks
 from mcp_evalserver.state import CampaignState
 from tests.engine.helpers import run_campaign
+from tests.server.helpers import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
 
@@ -70,3 +74,18 @@ async def test_noop_resolves_no_task_of_the_demo(subset_file: Path, tmp_path: Pa
     results = _by_task(state)
     assert len(results) == 3
     assert all(r == [("failed", "empty")] * 2 for r in results.values()), results
+
+
+async def test_the_mcp_tools_accept_the_demo_task_file(subset_file: Path, tmp_path: Path) -> None:
+    spec = json.loads((DEMO_DIR / "campaign-oracle.json").read_text())
+    spec.update(tasks=str(subset_file), samples=1)
+    async with Client(create_server(tmp_path)) as client:
+        started = await call(client, "start_campaign", spec=spec)
+        with anyio.fail_after(120):
+            status = started
+            while status["status"] != "finished":
+                status = await call(
+                    client, "campaign_status", campaign_id=started["campaign_id"], wait_s=10
+                )
+    assert status["done"] == 3
+    assert status["pass_rate"] == 1.0
