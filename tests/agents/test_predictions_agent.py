@@ -10,18 +10,14 @@ import anyio
 import pytest
 
 from tests.agents.helpers import records, run, spec
-from tests.scoring.sandboxed import diff_of, git_repo, require_root
+from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo, require_root
 
 pytestmark = pytest.mark.anyio
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
 TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"
-# Workspaces hide /root (where the venv's interpreter lives): run the system Python on the
-# venv's site-packages, which sit under the (visible, read-only) project directory.
-PYTEST = (
-    f"PYTHONPATH={Path(pytest.__file__).parents[1]} /usr/bin/python3 -m pytest -rA test_calc.py"
-)
+PYTEST = f"{PYTHON_PYTEST} -rA test_calc.py"
 
 
 def _write_predictions(path: Path, rows: list[dict[str, Any]]) -> str:

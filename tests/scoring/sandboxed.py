@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,13 +30,42 @@ def require_root() -> None:
         pytest.skip("needs root for mount namespaces and overlayfs")
 
 
+# pytest and the pure-Python packages it imports, copied into each test repository (excluded
+# from git): a workspace sees the instance directory but not the test run's venv, which may
+# sit under /tmp (private in every workspace) or /root (masked).
+PYTEST_DEPS_DIR = ".pytest-deps"
+PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py.py")
+#: Runs pytest inside a workspace of a `git_repo` with the system Python.
+PYTHON_PYTEST = f"PYTHONPATH={PYTEST_DEPS_DIR} /usr/bin/python3 -m pytest"
+
+
+def _vendored(dist_info: str) -> bool:
+    """Whether a `<name>-<version>.dist-info` belongs to a vendored package (pluggy reads it)."""
+    return dist_info.split("-")[0].lower() in PYTEST_PACKAGES
+
+
 def git_repo(path: Path, files: dict[str, str]) -> Path:
-    """A directory holding `files`, committed as the base of a git repository."""
+    """A directory holding `files`, committed as the base of a git repository.
+
+    pytest is vendored into `PYTEST_DEPS_DIR` (git-excluded), so `PYTHON_PYTEST` works there.
+    """
     path.mkdir(parents=True)
     for name, text in files.items():
         (path / name).parent.mkdir(parents=True, exist_ok=True)
         (path / name).write_text(text)
+    site_packages = Path(pytest.__file__).parents[1]
+    metadata = [p.name for p in site_packages.glob("*.dist-info") if _vendored(p.name)]
+    for name in (*PYTEST_PACKAGES, *metadata):
+        source = site_packages / name
+        target = path / PYTEST_DEPS_DIR / name
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        elif source.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
     subprocess.run(["git", "init", "-q", "."], cwd=path, check=True)
+    with open(path / ".git" / "info" / "exclude", "a") as exclude:
+        exclude.write(f"/{PYTEST_DEPS_DIR}/\n")
     subprocess.run([*GIT, "add", "-A"], cwd=path, check=True)
     subprocess.run([*GIT, "commit", "-qm", "base"], cwd=path, check=True)
     return path
