@@ -71,8 +71,9 @@ class TestsScorerConfig(_Strict):
     type: Literal["tests"] = "tests"
     parser: str = Field(
         "auto",
-        description="Log parser name (see scoring/logparsers.py); `auto`: SWE-bench's parser "
-        "for the task's `repo`, else `pytest`.",
+        description="Log parser name (see scoring/logparsers.py); `auto`: the task's "
+        "`metadata.log_parser` (SWE-bench 5 instances), else SWE-bench's parser for its `repo`, "
+        "else `pytest`.",
     )
     test_command: str | None = Field(None, description="Used when a task has no eval_script.")
     timeout_s: float = Field(1800.0, gt=0, description="Past it: harness timeout (infra_error).")
