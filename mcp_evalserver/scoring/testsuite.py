@@ -23,6 +23,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Literal
 
+from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.sandbox.base import Workspace
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.grading import (
@@ -134,11 +135,24 @@ class TestsScorer(Scorer):
         return eval_test_section(command) if command else None
 
     async def score(self, context: ScoringContext) -> ScoreResult:
+        """Grades the submission's patch (see the module docstring).
+
+        Raises:
+            InvalidInput: the task names a log parser this project lacks, or an eval_type
+                other than pass_and_fail (the runner records the trajectory's `error`).
+            SandboxUnavailable: the instance is gone (the runner retries).
+        """
         task = context.task
         patch = context.submission.patch
         if not patch or not patch.strip():
             return ScoreResult.unresolved("empty", "the submission has no patch; nothing was run")
-        parser = self.parser_for(task)  # before running anything: a task may name no parser
+        # Before anything runs: a task may ask for grading this scorer does not do.
+        parser = self.parser_for(task)
+        eval_type = task.metadata.get("eval_type") or "pass_and_fail"
+        if eval_type != "pass_and_fail":
+            raise InvalidInput(
+                f"task {task.id}: eval_type {eval_type!r} is not supported (only pass_and_fail)"
+            )
         script = self.eval_script(task)
         if script is None:
             return ScoreResult.unresolved(

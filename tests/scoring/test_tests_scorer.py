@@ -213,6 +213,9 @@ async def test_a_task_naming_a_parser_this_project_lacks_is_an_error_before_anyt
     task = _task(tmp_path).model_copy(update={"metadata": {"log_parser": "parse_log_jest"}})
     with pytest.raises(InvalidInput, match="unknown log parser 'parse_log_jest'"):
         await TestsScorer().score(_no_sandbox(task))
+    fail_only = task.model_copy(update={"metadata": {"eval_type": "fail_only"}})
+    with pytest.raises(InvalidInput, match="eval_type 'fail_only' is not supported"):
+        await TestsScorer().score(_no_sandbox(fail_only))
 
 
 def test_a_task_whose_ids_name_no_files_has_no_default_pytest_command() -> None:
