@@ -115,6 +115,8 @@ async def run(args: argparse.Namespace) -> int:
             return EXIT_UNFINISHED
         report = await client.read_resource(f"campaign://{campaign_id}/report")
         print("".join(getattr(content, "text", "") for content in report.contents))
+        scoring = await call(client, "score", campaign_id=campaign_id)
+    print(f"ci_client: {_summary_line(scoring.get('summary'))}", file=sys.stderr)
     rate = status["pass_rate"]
     verdict = "-" if rate is None else f"{rate:.3f}"
     passed = rate is not None and rate >= args.min_pass_rate
@@ -124,6 +126,21 @@ async def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return EXIT_PASSED if passed else EXIT_BELOW
+
+
+def _summary_line(summary: dict[str, Any] | None) -> str:
+    """`mean pass rate 0.833 (95% CI 0.667-1.000), pass@1 0.833, 18 attempts, 0 infra errors`."""
+    if not summary or summary.get("mean_pass_rate") is None:
+        return "nothing graded"
+    parts = [f"mean pass rate {summary['mean_pass_rate']:.3f}"]
+    interval = summary.get("mean_pass_rate_ci")
+    if interval:
+        level = round(100 * interval["confidence"])
+        parts[0] += f" ({level}% CI {interval['low']:.3f}-{interval['high']:.3f})"
+    for k, value in sorted((summary.get("pass_at_k") or {}).items(), key=lambda kv: int(kv[0])):
+        parts.append(f"pass@{k} {value:.3f}")
+    parts.append(f"{summary['attempts']} attempts, {summary['infra_errors']} infra errors")
+    return ", ".join(parts)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ import anyio
 import pytest
 from mcp import Client
 
+from mcp_evalserver.ledger import LedgerWriter
 from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.server.service import EvalService
 from tests.server.helpers import MODES, answer_spec, call, call_error
@@ -209,6 +210,22 @@ async def test_a_finished_campaign_is_scored_again_with_another_scorer(
         assert second["resolved"] == 3
         figures = await call(client, "score", campaign_id="c")
         assert figures["summary"]["mean_pass_rate"] == 1.0
+
+
+async def test_resuming_a_campaign_another_process_runs_is_refused_with_the_reason(
+    tmp_path: Path, mode: str
+) -> None:
+    async with Client(create_server(tmp_path), mode=mode) as client:
+        spec = answer_spec(1, agent="external")
+        await call(client, "start_campaign", spec=spec, campaign_id="held")
+        await call(client, "cancel_campaign", campaign_id="held")
+        # Another writer (as a CLI `resume` would be) holds the ledger's lock.
+        async with await LedgerWriter.open(tmp_path / "campaigns" / "held", "held"):
+            refused = await call_error(client, "resume", campaign_id="held")
+        assert "being run by another process" in refused
+        status = await call(client, "campaign_status", campaign_id="held")
+        assert status["active"] is False
+        assert (await call(client, "resume", campaign_id="held"))["active"] is True
 
 
 def test_the_readme_documents_every_tool() -> None:
