@@ -15,14 +15,19 @@ import pytest
 from mcp import Client
 
 from demo.build_suite import DEMO_DIR, build_suite
+from mcp_evalserver.agents.config import OpenAIAgentConfig
 from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.spec import CampaignSpec, load_spec, load_tasks
 from mcp_evalserver.state import CampaignState
+from tests.agents.fake_openai import FakeOpenAI, serving
+from tests.agents.fake_openai import call as call_tool
 from tests.engine.helpers import run_campaign
 from tests.server.helpers import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
 
+BUILD = DEMO_DIR / "build" / "tests"
+SOURCES = BUILD / "sources"
 SUBSET = {"inflection": ("ordinal-thirteen", "camelize-lower-first"), "toolz": ("unique-key",)}
 
 
@@ -37,7 +42,7 @@ def _needs_root() -> None:
 @pytest.fixture(scope="module")
 def subset_file() -> Path:
     return build_suite(
-        DEMO_DIR / "build" / "tests",
+        BUILD,
         projects=list(SUBSET),
         bugs=[bug for bugs in SUBSET.values() for bug in bugs],
         log=lambda _: None,
@@ -89,3 +94,36 @@ async def test_the_mcp_tools_accept_the_demo_task_file(subset_file: Path, tmp_pa
                 )
     assert status["done"] == 3
     assert status["pass_rate"] == 1.0
+
+
+async def test_a_model_that_tests_and_fixes_a_demo_task_resolves_it(
+    subset_file: Path, tmp_path: Path
+) -> None:
+    # The openai agent against a scripted model: it runs the tests in its workspace the way the
+    # prompt says (bytecode and all), writes the fixed file and submits. Only the fix may
+    # reach the patch, and the tests scorer must resolve it.
+    (task,) = [t for t in load_tasks(subset_file) if t.id == "inflection__camelize-lower-first"]
+    fixed = (SOURCES / "inflection-0.5.1" / "inflection" / "__init__.py").read_text()
+    test_command = task.prompt.rsplit("`", 2)[1]
+    script = [
+        call_tool("exec", command=test_command),
+        call_tool("write_file", path="inflection/__init__.py", content=fixed),
+        call_tool("submit", answer="fixed camelize"),
+    ]
+    with serving(FakeOpenAI(script)) as fake, anyio.fail_after(120):
+        spec = _demo_spec("noop", subset_file).model_copy(
+            update={
+                "tasks": [task],
+                "samples": 1,
+                "agent": OpenAIAgentConfig(model="scripted", base_url=fake.url),
+            }
+        )
+        _, state = await run_campaign(tmp_path, spec)
+    (trajectory,) = state.trajectories.values()
+    assert trajectory.outcome == "resolved", trajectory.score
+    # What the model saw of its test run: the bug, caught by the suite.
+    assert "1 failed" in str(fake.seen[1].body["messages"][-1]["content"])
+    assert trajectory.submission is not None
+    (patch,) = tmp_path.glob(f"campaigns/*/{trajectory.submission['patch']['path']}")
+    touched = [line for line in patch.read_text().splitlines() if line.startswith("diff --git")]
+    assert touched == ["diff --git a/inflection/__init__.py b/inflection/__init__.py"]
