@@ -22,6 +22,7 @@ import pytest
 
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import ExecResult, Instance, Workspace
+from mcp_evalserver.sandbox.client import SupervisorClient
 
 from .conftest import BackendUnderTest
 
@@ -466,6 +467,23 @@ async def test_cancelling_an_exec_kills_its_processes(instance: Instance) -> Non
             await wait_until_gone(arg)
 
 
+async def test_a_reply_that_takes_too_long_is_a_timeout_and_its_command_is_cancelled(
+    instance: Instance,
+) -> None:
+    client = getattr(instance, "client", None)
+    if not isinstance(client, SupervisorClient):
+        pytest.skip("this backend does not speak through a SupervisorClient")
+    arg = marker()
+    with anyio.fail_after(20):
+        async with await instance.workspace("impatient") as ws:
+            with pytest.raises(errors.Timeout):
+                await client.request(
+                    "exec", reply_timeout=0.5, ws=ws.name, argv=["sleep", arg], timeout=300
+                )
+            await wait_until_gone(arg)
+            assert (await ws.exec("echo still usable")).stdout == "still usable\n"
+
+
 async def test_a_dead_supervisor_fails_pending_and_later_calls_as_unavailable(
     backend: BackendUnderTest,
 ) -> None:
@@ -529,7 +547,7 @@ async def test_an_unprivileged_supervisor_isolates_through_a_user_namespace() ->
     from anyio.streams.stapled import StapledByteStream
 
     from mcp_evalserver.sandbox.base import InstanceSpec
-    from mcp_evalserver.sandbox.client import SUPERVISOR_SOURCE, SupervisorClient
+    from mcp_evalserver.sandbox.client import SUPERVISOR_SOURCE
     from mcp_evalserver.sandbox.supervised import SupervisedInstance
 
     from .conftest import REPO_SETUP
