@@ -297,9 +297,10 @@ def write_file(path: str, text: str) -> None:
 class Cgroups:
     """Per-workspace cgroups under the supervisor's own (v1 controllers or the v2 tree)."""
 
-    def __init__(self) -> None:
+    def __init__(self, in_container: bool) -> None:
         self.version = ""
         self.bases: dict[str, str] = {}  # controller ("pids", "memory", "" for v2) -> dir
+        self.in_container = in_container
         try:
             self._setup()
         except OSError:
@@ -338,11 +339,40 @@ class Cgroups:
             # v2: processes may only sit in leaves, so we move into a leaf of our own subtree
             # and enable the controllers for its siblings (works where the parent delegates).
             self.version = "v2"
-            base = os.path.join("/sys/fs/cgroup" + own[""], name)
+            root = "/sys/fs/cgroup"
+            if not os.access(root, os.W_OK):  # as for v1 in docker
+                with contextlib.suppress(OSError):
+                    flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | MS_NOEXEC
+                    mount("none", root, None, flags)
+            parent = root + own[""] if os.path.isdir(root + own[""]) else root
+            self._delegate(parent.rstrip("/"))
+            base = os.path.join(parent, name)
             os.makedirs(os.path.join(base, "supervisor"), exist_ok=True)
             write_file(os.path.join(base, "supervisor", "cgroup.procs"), str(os.getpid()))
             write_file(os.path.join(base, "cgroup.subtree_control"), "+pids +memory")
             self.bases[""] = base
+
+    def _delegate(self, parent: str) -> None:
+        """Enables pids and memory for `parent`'s children (v2), if it has not already."""
+        with open(os.path.join(parent, "cgroup.subtree_control")) as f:
+            if {"pids", "memory"} <= set(f.read().split()):
+                return
+        try:
+            write_file(os.path.join(parent, "cgroup.subtree_control"), "+pids +memory")
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY or not self.in_container:
+                raise
+        # A container's own (namespaced) root cgroup holds its processes, and v2 enables
+        # controllers only below a cgroup without any: move them into a leaf, as nested
+        # container runtimes do. Only ever inside a container: never a host's processes.
+        leaf = os.path.join(parent, "init")
+        os.makedirs(leaf, exist_ok=True)
+        with open(os.path.join(parent, "cgroup.procs")) as f:
+            for pid in f.read().split():
+                with contextlib.suppress(OSError):  # gone meanwhile
+                    write_file(os.path.join(leaf, "cgroup.procs"), pid)
+        write_file(os.path.join(parent, "cgroup.subtree_control"), "+pids +memory")
 
     def create(self, ws: str, pids: int | None, memory: int | None) -> list[str]:
         dirs = []
@@ -359,7 +389,8 @@ class Cgroups:
                     write_file(swap, str(memory))
             if memory and ctrl == "":
                 write_file(os.path.join(d, "memory.max"), str(memory))
-                write_file(os.path.join(d, "memory.swap.max"), "0")
+                if os.path.exists(os.path.join(d, "memory.swap.max")):
+                    write_file(os.path.join(d, "memory.swap.max"), "0")
         return dirs
 
     def limits(self) -> dict[str, bool]:
@@ -851,7 +882,7 @@ class Supervisor:
         if cfg.get("store_tmpfs"):
             mount("tmpfs", store, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
         self.cfg = cfg
-        self.cgroups = Cgroups()
+        self.cgroups = Cgroups(in_container=mode == "container")
         return {
             "version": PROTOCOL_VERSION,
             "pid": os.getpid(),
