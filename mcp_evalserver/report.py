@@ -142,7 +142,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"# Campaign {report['campaign']}",
         "",
         f"- status: **{report['status']}** ({report['done']}/{report['trajectories']} done,"
-        f" {report['runs']} run(s); agent `{report['agent']}`, scorer `{report['scorer']}`)",
+        f" {report['runs']} run(s)"
+        + (f", rescored {report['rescores']} time(s)" if report["rescores"] else "")
+        + f"; agent `{report['agent']}`, scorer `{report['scorer']}`)",
         f"- pass rate: **{_percent(report['pass_rate'])}** ({report['resolved']}/"
         f"{report['graded']} graded trajectories; infrastructure errors excluded)"
         + (

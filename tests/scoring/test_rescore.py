@@ -15,6 +15,7 @@ import pytest
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
 from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_ledger
+from mcp_evalserver.report import build_report, render_markdown
 from mcp_evalserver.rescoring import request_rescore
 from mcp_evalserver.spec import CampaignSpec, Limits
 from tests.engine.helpers import numbered_tasks
@@ -69,6 +70,9 @@ async def test_rescoring_with_a_new_scorer_grades_again_and_generates_nothing(
     after = store.load(campaign_id)
     assert {t.outcome for t in after.trajectories.values()} == {"resolved"}
     assert after.rescores == 1
+    assert "2 run(s), rescored 1 time(s); agent `python`, scorer `regex`" in render_markdown(
+        build_report(after)
+    )
     records = read_ledger(store.directory(campaign_id) / LEDGER_FILE).records
     assert Counter(r["kind"] for r in records)["generated"] == 12, "nothing generated again"
     assert Counter(r["kind"] for r in records)["scored"] == 24
