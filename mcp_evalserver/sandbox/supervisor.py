@@ -25,8 +25,10 @@ a forked child (so no fork races another thread's locks), and each workspace has
 process that keeps its namespaces and cgroup and forks its execs.
 
 Modes. "container": the overlay's lower is `/` and uppers live on a non-overlay store (e.g. a
-tmpfs at /trajs). "host" (the local backend): the host's `/` is bind-mounted read-only and the
-overlay (lower = the instance directory) sits at that directory's own path.
+tmpfs at /trajs); the container needs CAP_SYS_ADMIN and CAP_NET_ADMIN (and no AppArmor
+profile). "host" (the local backend): the host's `/` is bind-mounted read-only and the overlay
+(lower = the instance directory) sits at that directory's own path; run it as root, or as a
+user who may create user namespaces (then without cgroup limits).
 """
 
 from __future__ import annotations
