@@ -29,6 +29,7 @@ import tarfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,8 @@ DEFAULT_BUILD_DIR = DEMO_DIR / "build"
 DEFAULT_SDIST_CACHE = Path.home() / ".cache" / "mcp-evalserver" / "sdists"
 #: The test runner every instance uses; pinned so that test ids and outcomes are reproducible.
 PYTEST_REQUIREMENT = "pytest==9.2.0"
+#: A bug that makes a test loop forever must not hang the build.
+TEST_TIMEOUT_S = 600
 #: Fixed identity and dates make base commits identical from one build to the next.
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "demo",
@@ -266,13 +269,17 @@ def run_tests(tree: Path, project: Project) -> dict[str, TestStatus]:
     Raises:
         BuildError: the log has no test section or no results.
     """
-    result = subprocess.run(
-        ["bash", "-c", eval_script(tree, project)],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    try:
+        result = subprocess.run(
+            ["bash", "-c", eval_script(tree, project)],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            timeout=TEST_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise BuildError(f"the tests of {tree} ran past {TEST_TIMEOUT_S} s") from exc
     section = extract_test_output(result.stdout)
     statuses = parse_pytest(section or "")
     if not statuses:
@@ -287,7 +294,10 @@ def run_tests(tree: Path, project: Project) -> dict[str, TestStatus]:
 
 
 def _git(tree: Path, *args: str, stdin: str = "") -> str:
-    return _run(["git", *args], cwd=tree, env=_GIT_ENV, stdin=stdin).stdout
+    # A user's global config must not change the commits (signing would also need a key).
+    return _run(
+        ["git", "-c", "commit.gpgsign=false", *args], cwd=tree, env=_GIT_ENV, stdin=stdin
+    ).stdout
 
 
 def _passing(statuses: dict[str, TestStatus]) -> set[str]:
@@ -312,6 +322,8 @@ def ensure_pristine(
         if cached["key"] == key:
             return tree, set(cached["passing"])
     log(f"{project.dirname}: fetching the sdist and running its tests")
+    # The record goes first: a build interrupted half-way must never look cached.
+    record.unlink(missing_ok=True)
     shutil.rmtree(tree, ignore_errors=True)
     _unpack(fetch_sdist(project, cache), tree)
     _make_instance_venv(tree, project, testenv)
@@ -387,9 +399,20 @@ def ensure_task(
         cached = json.loads(record.read_text())
         if cached["key"] == key:
             return cached["task"], False
+    record.unlink(missing_ok=True)
     task = build_task(project, bug, pristine, clean_passing, build, testenv)
     record.write_text(json.dumps({"key": key, "task": task}))
     return task, True
+
+
+def _remove_stale(instances: Path, keep: set[str]) -> None:
+    """Drops the instances of bugs that are no longer listed (a full build only)."""
+    for entry in instances.iterdir():
+        if entry.name.removesuffix(".json") not in keep:
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
 
 
 def build_suite(
@@ -413,29 +436,40 @@ def build_suite(
     (build / "instances").mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     testenv = ensure_testenv(build, log)
-    tasks: list[dict[str, Any]] = []
-    rejected: list[str] = []
+    jobs: list[tuple[Project, Bug, Path, set[str]]] = []
     for project in load_projects(demo_dir):
         if projects and project.name not in projects:
             continue
         pristine, clean_passing = ensure_pristine(project, build, cache, testenv, log)
-        for bug in load_bugs(project, demo_dir):
-            if bugs and bug.id not in bugs:
-                continue
-            try:
-                task, rebuilt = ensure_task(project, bug, pristine, clean_passing, build, testenv)
-            except BuildError as exc:
-                rejected.append(str(exc))
-                log(f"REJECTED {exc}")
-                continue
-            if rebuilt:
-                log(
-                    f"{task['id']}: {len(task['FAIL_TO_PASS'])} FAIL_TO_PASS, "
-                    f"{len(task['PASS_TO_PASS'])} PASS_TO_PASS"
-                )
-            tasks.append(task)
+        jobs += [
+            (project, bug, pristine, clean_passing)
+            for bug in load_bugs(project, demo_dir)
+            if not bugs or bug.id in bugs
+        ]
+    if not projects and not bugs:
+        _remove_stale(build / "instances", {bug.task_id for _, bug, _, _ in jobs})
+
+    def attempt(job: tuple[Project, Bug, Path, set[str]]) -> dict[str, Any] | None:
+        project, bug, pristine, clean_passing = job
+        try:
+            task, rebuilt = ensure_task(project, bug, pristine, clean_passing, build, testenv)
+        except BuildError as exc:
+            shutil.rmtree(build / "instances" / bug.task_id, ignore_errors=True)
+            log(f"REJECTED {exc}")
+            return None
+        if rebuilt:
+            log(
+                f"{task['id']}: {len(task['FAIL_TO_PASS'])} FAIL_TO_PASS, "
+                f"{len(task['PASS_TO_PASS'])} PASS_TO_PASS"
+            )
+        return task
+
+    # Each task's tests run in a process of their own; while one task waits on git or on
+    # creating its venv, another can use the CPU.
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
+        tasks = [task for task in pool.map(attempt, jobs) if task is not None]
     if not tasks:
-        raise BuildError("no task was built" + "".join(f"\n  {r}" for r in rejected))
+        raise BuildError("no task was built; see the REJECTED lines above")
     out = build / "tasks.jsonl"
     scratch = out.with_suffix(".jsonl.tmp")
     scratch.write_text("".join(json.dumps(task) + "\n" for task in tasks))
