@@ -144,9 +144,9 @@ async def http_client(
 
 
 @asynccontextmanager
-async def http_server(state_dir: Path, token: str = TOKEN) -> AsyncIterator[str]:
-    """Runs `mcp-evalserver --http --port 0` as a subprocess; yields its MCP URL."""
-    command = server_command(state_dir, "--http", "--port", "0", "--token", token)
+async def http_server(state_dir: Path, *options: str, token: str = TOKEN) -> AsyncIterator[str]:
+    """Runs `mcp-evalserver --http --port 0 [options]` as a subprocess; yields its MCP URL."""
+    command = server_command(state_dir, "--http", "--port", "0", "--token", token, *options)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = await anyio.open_process(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
     found = anyio.Event()

@@ -41,7 +41,10 @@ async def test_http_needs_the_bearer_token_and_keeps_dns_rebinding_protection(
     tmp_path: Path,
 ) -> None:
     probe = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-    async with http_server(tmp_path) as url, httpx2.AsyncClient() as raw:
+    async with (
+        http_server(tmp_path, "--allow-host", "evals.internal") as url,
+        httpx2.AsyncClient() as raw,
+    ):
         health = await raw.get(url.replace("/mcp", "/healthz"))
         assert health.status_code == 200
         missing = await raw.post(url, json=probe)
@@ -50,10 +53,18 @@ async def test_http_needs_the_bearer_token_and_keeps_dns_rebinding_protection(
         wrong = await raw.post(url, json=probe, headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401
         assert "invalid bearer token" in wrong.text
-        rebound = await raw.post(
-            url, json=probe, headers={"Authorization": f"Bearer {TOKEN}", "Host": "evil.example"}
+        authorized = {"Authorization": f"Bearer {TOKEN}"}
+        rebound = await raw.post(url, json=probe, headers={**authorized, "Host": "evil.example"})
+        assert rebound.status_code == 421
+        foreign = await raw.post(
+            url, json=probe, headers={**authorized, "Origin": "http://evil.example"}
         )
-        assert rebound.status_code in (400, 403, 421)
+        assert foreign.status_code == 403
+        port = url.split(":")[2].split("/")[0]
+        allowed = await raw.post(
+            url, json=probe, headers={**authorized, "Host": f"evals.internal:{port}"}
+        )
+        assert allowed.status_code not in (401, 403, 421)
         for mode in MODES:
             with anyio.fail_after(60):
                 async with http_client(url, mode=mode) as client:
