@@ -1428,6 +1428,10 @@ def main() -> None:
     os.dup2(2, 1)
     os.set_blocking(proto_in, False)
     os.set_blocking(proto_out, True)
+    # Each exec in flight holds four pipes here: 1024 descriptors would cap us near 250.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 1 << 20)), hard))
     Supervisor(proto_in, proto_out).run()
 
 
