@@ -106,16 +106,12 @@ class EvalService:
         stack, self._stack = self._stack, None
         if stack is not None:
             await stack.__aexit__(exc_type, exc, tb)
-        self._group = None
+        self._group = self._pool = None
 
     def _cancel_all(self) -> None:
         # Cancelled runs record `campaign_cancelled`; `resume` picks them up after a restart.
         for run in self._runs.values():
             run.runner.cancel()
-
-    @property
-    def sandboxes(self) -> SandboxPool | None:
-        return self._pool
 
     # Campaigns.
 
