@@ -60,7 +60,8 @@ with sandbox_exec / read_file / write_file / get_diff, then submit."""
 
 CampaignId = Annotated[str, Field(description="A campaign id, as list_campaigns shows them.")]
 ClaimId = Annotated[str, Field(description="The claim id that claim_trajectory returned.")]
-WaitSeconds = Annotated[float, Field(ge=0, le=600, description="Seconds to wait at most.")]
+# At most 300 s: HTTP clients (the SDK's default) stop reading a silent response after that.
+WaitSeconds = Annotated[float, Field(ge=0, le=300, description="Seconds to wait at most.")]
 
 _READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 _MUTATES = ToolAnnotations(read_only_hint=False, open_world_hint=False)

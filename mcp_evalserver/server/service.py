@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ from mcp_evalserver.server.models import (
     ScoringStatus,
 )
 from mcp_evalserver.spec import CampaignSpec
-from mcp_evalserver.state import CampaignState
+from mcp_evalserver.state import INFRA_OUTCOMES, CampaignState
 
 logger = logging.getLogger(__name__)
 
@@ -183,22 +184,24 @@ class EvalService:
             state = self._load(campaign_id)
         active = run is not None and not run.finished.is_set()
         awaiting, claimed = self.claims.waiting(campaign_id)
-        report = build_report(state)
-        phases: dict[str, int] = {}
-        for trajectory in state.trajectories.values():
-            phases[trajectory.phase] = phases.get(trajectory.phase, 0) + 1
+        # Counted here rather than by build_report: status is polled on every ledger record
+        # while a client follows a campaign, and the report's bootstrap is not cheap.
+        phases = Counter(t.phase for t in state.trajectories.values())
+        outcomes = Counter(t.outcome for t in state.trajectories.values() if t.outcome)
+        graded = sum(n for outcome, n in outcomes.items() if outcome not in INFRA_OUTCOMES)
+        resolved = outcomes["resolved"]
         error = run.error if run is not None else None
         return CampaignStatus(
             campaign_id=state.id,
             name=state.spec.name,
             status=state.status,
             active=active,
-            trajectories=report["trajectories"],
-            done=report["done"],
-            phases=phases,
-            outcomes={k: v for k, v in report["outcomes"].items() if k in _OUTCOMES},
-            resolved=report["resolved"],
-            pass_rate=report["pass_rate"],
+            trajectories=len(state.trajectories),
+            done=phases["done"],
+            phases=dict(sorted(phases.items())),
+            outcomes=dict(sorted(outcomes.items())),
+            resolved=resolved,
+            pass_rate=resolved / graded if graded else None,
             awaiting_client=awaiting,
             claimed=claimed,
             error=error,
@@ -227,7 +230,8 @@ class EvalService:
         deadline = time.monotonic() + wait_s
         last = -1
         while True:
-            if status.done != last:
+            # Progress must only grow within one request; re-scoring can lower `done`.
+            if status.done > last:
                 last = status.done
                 await progress(status.done, status.trajectories, _progress_line(status))
             if run is None or run.finished.is_set() or time.monotonic() >= deadline:
@@ -393,9 +397,6 @@ class EvalService:
         finally:
             run.finished.set()
             run.changed.set()
-
-
-_OUTCOMES = frozenset({"resolved", "failed", "error", "timeout", "infra_error"})
 
 
 def _progress_line(status: CampaignStatus) -> str:
