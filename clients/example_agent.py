@@ -21,20 +21,13 @@ from typing import Any
 
 import anyio
 import httpx2
-from mcp import Client, StdioServerParameters
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 
 @asynccontextmanager
-async def connect(url: str | None, token: str | None) -> AsyncIterator[Client]:
-    """Over HTTP when given a URL, else a `mcp-evalserver --stdio` subprocess."""
-    if url is None:
-        params = StdioServerParameters(
-            command=sys.executable, args=["-m", "mcp_evalserver.cli", "--stdio"]
-        )
-        async with Client(params) as client:
-            yield client
-        return
+async def connect(url: str, token: str | None) -> AsyncIterator[Client]:
+    """Over streamable HTTP: the campaign runs in a server that other clients share."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     timeout = httpx2.Timeout(30, read=300)
     async with (
@@ -84,7 +77,12 @@ async def drive(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--http", metavar="URL", help="server URL (default: start one on stdio)")
+    parser.add_argument(
+        "--http",
+        metavar="URL",
+        required=True,
+        help="the server's URL, e.g. http://127.0.0.1:8765/mcp",
+    )
     parser.add_argument("--token", help="bearer token (default $MCP_EVALSERVER_TOKEN)")
     parser.add_argument("--campaign", help="claim only from this campaign")
     parser.add_argument("--wait-s", type=float, default=60.0, help="wait for a trajectory")
