@@ -200,7 +200,7 @@ def _unpack(sdist: Path, dest: Path) -> None:
 
 
 def ensure_testenv(build: Path, log: Log) -> Path:
-    """A folder holding only the pinned pytest; instances see it through a .pth file.
+    """A folder holding only the pinned pytest, linked into every instance's venv.
 
     `pip install --target` (no venv of its own) saves the many seconds `ensurepip` takes.
     """
@@ -238,16 +238,33 @@ def _site_packages(venv: Path) -> Path:
     return path
 
 
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another filesystem
+        shutil.copy2(source, target)
+
+
 def _make_instance_venv(tree: Path, project: Project, testenv: Path) -> None:
     """`.venv` inside the tree, so agents and scorers run `.venv/bin/python -m pytest` there.
 
-    A venv without pip takes a fraction of a second; a .pth file puts the project's own code
-    (like an editable install) and the shared pytest on its path.
+    Everything the tests need lives inside the tree: workspaces see an instance at its own
+    path even where the rest of the host is hidden (/tmp, /root). A venv without pip takes a
+    fraction of a second; pytest is hard-linked in from the shared test environment, and a
+    .pth file puts the project's own code on the path (like an editable install).
     """
     venv = tree / ".venv"
     _run([instance_python(), "-m", "venv", "--without-pip", str(venv)], cwd=tree)
-    lines = [str(tree / p) for p in project.import_paths] + [str(testenv)]
-    (_site_packages(venv) / "_demo_paths.pth").write_text("\n".join(lines) + "\n")
+    site = _site_packages(venv)
+    shutil.copytree(
+        testenv,
+        site,
+        dirs_exist_ok=True,
+        copy_function=_link_or_copy,
+        ignore=shutil.ignore_patterns("bin", "__pycache__"),
+    )
+    lines = [str(tree / p) for p in project.import_paths]
+    (site / "_demo_paths.pth").write_text("\n".join(lines) + "\n")
 
 
 def eval_script(tree: Path, project: Project) -> str:

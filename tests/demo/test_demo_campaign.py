@@ -1,7 +1,7 @@
 """The demo campaigns end to end, on a subset of the suite: real workspaces, the `tests` scorer.
 
-The subset is built under demo/build/tests (cached there): local workspaces hide /tmp, so an
-instance under pytest's tmp_path would be invisible to its own trajectories.
+The subset is built under pytest's tmp_path on purpose: workspaces hide the host's /tmp, so
+this also proves an instance holds everything its tests need.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from tests.server.helpers import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
 
-BUILD = DEMO_DIR / "build" / "tests"
-SOURCES = BUILD / "sources"
 SUBSET = {"inflection": ("ordinal-thirteen", "camelize-lower-first"), "toolz": ("unique-key",)}
 
 
@@ -40,9 +38,9 @@ def _needs_root() -> None:
 
 
 @pytest.fixture(scope="module")
-def subset_file() -> Path:
+def subset_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_suite(
-        BUILD,
+        tmp_path_factory.mktemp("demo") / "build",
         projects=list(SUBSET),
         bugs=[bug for bugs in SUBSET.values() for bug in bugs],
         log=lambda _: None,
@@ -103,7 +101,8 @@ async def test_a_model_that_tests_and_fixes_a_demo_task_resolves_it(
     # prompt says (bytecode and all), writes the fixed file and submits. Only the fix may
     # reach the patch, and the tests scorer must resolve it.
     (task,) = [t for t in load_tasks(subset_file) if t.id == "inflection__camelize-lower-first"]
-    fixed = (SOURCES / "inflection-0.5.1" / "inflection" / "__init__.py").read_text()
+    sources = subset_file.parent / "sources"
+    fixed = (sources / "inflection-0.5.1" / "inflection" / "__init__.py").read_text()
     test_command = task.prompt.rsplit("`", 2)[1]
     script = [
         call_tool("exec", command=test_command),
