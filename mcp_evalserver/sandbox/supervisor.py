@@ -88,6 +88,7 @@ HOST_MASKED = ("/run", "/root", "/home", "/etc/ssh", "/etc/ssl/private", "/var/l
 PROC_MASKED = ("kcore", "keys", "timer_list", "sched_debug", "latency_stats", "acpi", "scsi")
 PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+SPARE_HOLDERS = 2  # prepared ahead: see Supervisor.spawn_spare
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -376,12 +377,18 @@ class Cgroups:
                     write_file(os.path.join(leaf, "cgroup.procs"), pid)
         write_file(os.path.join(parent, "cgroup.subtree_control"), "+pids +memory")
 
-    def create(self, ws: str, pids: int | None, memory: int | None) -> list[str]:
+    def create(self, name: str) -> list[str]:
         dirs = []
-        for ctrl, base in self.bases.items():
-            d = os.path.join(base, "ws-" + ws)
+        for base in self.bases.values():
+            d = os.path.join(base, name)
             os.makedirs(d, exist_ok=True)
             dirs.append(d)
+        return dirs
+
+    def limit(self, dirs: list[str], pids: int | None, memory: int | None) -> None:
+        ctrls = list(self.bases)  # create() made one directory per controller, in this order
+        for i, d in enumerate(dirs):
+            ctrl = ctrls[i]
             if pids and ctrl in ("pids", ""):
                 write_file(os.path.join(d, "pids.max"), str(pids))
             if memory and ctrl == "memory":
@@ -393,7 +400,6 @@ class Cgroups:
                 write_file(os.path.join(d, "memory.max"), str(memory))
                 if os.path.exists(os.path.join(d, "memory.swap.max")):
                     write_file(os.path.join(d, "memory.swap.max"), "0")
-        return dirs
 
     def limits(self) -> dict[str, bool]:
         v2 = "" in self.bases
@@ -611,7 +617,8 @@ class Supervisor:
         self.inbuf = bytearray()
         self.running = True
         self.pid = os.getpid()
-        self.created = 0  # workspaces created so far
+        self.created = 0  # holders forked so far
+        self.spares: list[tuple[int, socket.socket, list[str]]] = []  # see spawn_spare
 
     # -- plumbing --
     def send(self, msg: dict[str, Any]) -> None:
@@ -667,6 +674,7 @@ class Supervisor:
                         sys.stderr.write(f"supervisor: job {job.req_id}: {e!r}\n")
             self.expire()
             self.remove_stale_cgroups()
+            self.refill_spares()  # after the replies of this round went out
 
     def read_requests(self) -> None:
         try:
@@ -967,64 +975,86 @@ class Supervisor:
         for sub in ("upper", "work", "root", "tmp"):
             os.mkdir(os.path.join(ws.path, sub), 0o700)
         os.chmod(os.path.join(ws.path, "tmp"), 0o1777)
+        spare = self.spares.pop(0) if self.spares else self.spawn_spare()
+        ws.holder_pid, ws.ctl, ws.cgroups = spare
         if self.cgroups is not None:
-            # A new directory each time: a reset's old one may still await its removal.
-            self.created += 1
-            unique = f"{ws.name}.{self.created}"
-            ws.cgroups = self.cgroups.create(unique, limits.get("pids"), limits.get("memory_bytes"))
-        # A holder process keeps the namespaces alive and forks the workspace's execs, so they
-        # start in its namespaces and cgroup: no setns, and no cgroup migration per exec (a
-        # v1 migration takes a global lock, ~3 ms here). Binding its ns files would keep the
-        # namespaces without a process, but the kernel refuses that bind (EINVAL, "ns loop")
-        # when namespace ids are not monotonic across CPUs, as on 6.18: 23 of 120 here.
-        ack_r, ack_w = os.pipe()
+            self.cgroups.limit(ws.cgroups, limits.get("pids"), limits.get("memory_bytes"))
+        try:
+            ws.ctl.settimeout(60)
+            ws.ctl.send(json.dumps({"ws": ws.name, "path": ws.path}).encode())
+            ack = ws.ctl.recv(4096).decode(errors="replace")
+            ws.ctl.settimeout(None)
+        except OSError as e:
+            ack = f"error: holder did not answer ({e})"
+        if not ack.startswith("ok"):
+            raise SupervisorError("InfrastructureError", "workspace mount failed: " + ack.strip())
+
+    def spawn_spare(self) -> tuple[int, socket.socket, list[str]]:
+        """Forks a holder, ready but for its view: (pid, control socket, cgroup dirs).
+
+        A holder keeps a workspace's namespaces alive and forks its execs, so they start in
+        its namespaces and cgroup: no setns, no cgroup migration per exec. Joining the cgroup
+        (a v1 migration waits for an RCU grace period: 0.4-20 ms here) and making the net
+        namespace (1-10 ms) happen ahead of time in spares, off the path of ws_create and of
+        the first exec. Binding ns files would keep namespaces without a process, but the
+        kernel refuses that bind (EINVAL, "ns loop") when namespace ids are not monotonic
+        across CPUs, as on 6.18: 23 of 120 here.
+        """
+        self.created += 1  # a new cgroup each time: a reset's old one may await removal
+        cgroups = self.cgroups.create(f"holder.{self.created}") if self.cgroups else []
         ctl, holder_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
             try:
-                reset_signals()
-                ctl.close()
-                close_fds_except({ack_w, holder_end.fileno()})  # not others' pipes
-                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-                if os.getppid() != self.pid:
-                    os._exit(1)
-                # Net, ipc and uts namespaces are per workspace, not per exec: a fresh net
-                # namespace costs ~3 ms and its execs may share a loopback.
-                unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS)
-                socket.sethostname("sandbox")
-                self.mount_view(ws)
-                os.write(ack_w, b"ok\n")
-                os.close(ack_w)
-            except BaseException as e:
-                os.write(ack_w, (f"error: {e}\n").encode())
-                os._exit(1)
-            holder = Holder(self, ws, holder_end)
-            try:
-                # After the reply, as file operations need only the view: execs wait for this
-                # (their requests queue on the socket), creating the workspace does not.
-                for d in ws.cgroups:
-                    write_file(os.path.join(d, "cgroup.procs"), str(os.getpid()))
-                with contextlib.suppress(OSError):  # needs CAP_SYS_RESOURCE: best effort
-                    write_file("/proc/self/oom_score_adj", "-1000")  # the OOM killer takes execs
-                if not self.cfg.get("network"):
-                    unshare(CLONE_NEWNET)
-                    loopback_up()
-                drop_bounding_set()  # effective caps stay: execs' parents still mount /proc
-            except BaseException as e:
-                holder.broken = f"workspace setup failed: {e}"
-            try:
-                holder.run()
+                self.holder_main(holder_end, cgroups, ctl)
             finally:
                 os._exit(1)  # never fall back into the supervisor's loop
-        os.close(ack_w)
         holder_end.close()
-        ws.holder_pid, ws.ctl = pid, ctl
+        return pid, ctl, cgroups
+
+    def holder_main(self, ctl: socket.socket, cgroups: list[str], other: socket.socket) -> None:
+        """A spare holder: prepares, waits for its workspace, builds its view, serves it."""
+        reset_signals()
+        other.close()
+        close_fds_except({ctl.fileno()})  # not others' pipes
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != self.pid:
+            return
+        broken = ""
         try:
-            ack = os.read(ack_r, 4096).decode(errors="replace")
-        finally:
-            os.close(ack_r)
-        if not ack.startswith("ok"):
-            raise SupervisorError("InfrastructureError", "workspace mount failed: " + ack.strip())
+            for d in cgroups:
+                write_file(os.path.join(d, "cgroup.procs"), str(os.getpid()))
+            with contextlib.suppress(OSError):  # needs CAP_SYS_RESOURCE: best effort
+                write_file("/proc/self/oom_score_adj", "-1000")  # the OOM killer takes execs
+            # Net, ipc and uts namespaces are per workspace, not per exec: a fresh net
+            # namespace costs ~3 ms and a workspace's execs may share a loopback.
+            private = CLONE_NEWIPC | CLONE_NEWUTS
+            unshare(private if self.cfg.get("network") else private | CLONE_NEWNET)
+            socket.sethostname("sandbox")
+            if not self.cfg.get("network"):
+                loopback_up()
+            drop_bounding_set()  # effective caps stay: execs' parents still mount /proc
+        except BaseException as e:
+            broken = f"workspace setup failed: {e}"
+        assignment = ctl.recv(65536)
+        if not assignment:
+            return  # never used: the supervisor is shutting down
+        request = json.loads(assignment)
+        ws = Workspace(str(request["ws"]), str(request["path"]))
+        try:
+            unshare(CLONE_NEWNS)
+            self.mount_view(ws)
+            ctl.send(b"ok")
+        except BaseException as e:
+            ctl.send(f"error: {e}".encode())
+            return
+        holder = Holder(self, ws, ctl)
+        holder.broken = broken
+        holder.run()
+
+    def refill_spares(self) -> None:
+        while self.frozen and self.running and len(self.spares) < SPARE_HOLDERS:
+            self.spares.append(self.spawn_spare())
 
     def mount_view(self, ws: Workspace) -> None:
         """In the workspace's fresh mount namespace: build the trajectory's view at ws.root."""
@@ -1145,6 +1175,12 @@ class Supervisor:
         return {}
 
     def shutdown(self) -> None:
+        for pid, ctl, cgroups in self.spares:
+            ctl.close()
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            self.stale_cgroups.extend(cgroups)
+        self.spares.clear()
         for ws in list(self.workspaces.values()):
             self.teardown(ws)
         self.workspaces.clear()
