@@ -9,6 +9,9 @@ Prints the figures and writes bench/results/mcp.json:
 - http_exec_p50_ms / _p95_ms: the same over streamable HTTP (bearer token, SSE responses).
 - http_calls_per_s_32: `sandbox_exec` calls per second with 32 clients, each on its own claim.
 - direct_exec_p50_ms: `true` straight through a workspace (no MCP), the floor the others add to.
+
+The three latencies are taken in turn (direct, stdio, HTTP, direct, ...) so that they share
+whatever load the machine is under; `load_average_1m_at_end` says how much that was.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ import os  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Awaitable, Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
 import anyio  # noqa: E402
 from mcp import Client  # noqa: E402
 
-from mcp_evalserver.sandbox.base import InstanceSpec  # noqa: E402
+from mcp_evalserver.sandbox.base import InstanceSpec, Workspace  # noqa: E402
 from mcp_evalserver.sandbox.local import LocalBackend  # noqa: E402
 from tests.server.helpers import call, git_repo, http_client, http_server, stdio_client  # noqa: E402
 
@@ -58,17 +62,40 @@ def spec(repo: Path, samples: int) -> dict[str, Any]:
     }
 
 
-async def exec_latencies(client: Client, repo: Path) -> list[float]:
-    """Milliseconds per `sandbox_exec true`, after a warm-up."""
+async def claimed(client: Client, repo: Path) -> tuple[str, str]:
+    """Starts a one-trajectory external campaign and claims it: (campaign id, claim id)."""
     started = await call(client, "start_campaign", spec=spec(repo, 1))
     claim = await call(client, "claim_trajectory", campaign_id=started["campaign_id"], wait_s=60)
-    samples = []
+    return started["campaign_id"], claim["claim_id"]
+
+
+async def timed(action: Callable[[], Awaitable[object]]) -> float:
+    begin = time.perf_counter()
+    await action()
+    return (time.perf_counter() - begin) * 1000
+
+
+async def interleaved_latencies(
+    workspace: Workspace, stdio: Client, http: Client, repo: Path
+) -> dict[str, list[float]]:
+    """Milliseconds per `true`: direct, over stdio and over HTTP, taken in turn.
+
+    Taking the three in turn puts them under the same machine load, which on a shared machine
+    moves more than the differences being measured.
+    """
+    stdio_claim = (await claimed(stdio, repo))[1]
+    http_claim = (await claimed(http, repo))[1]
+    actions: dict[str, Callable[[], Awaitable[object]]] = {
+        "direct": lambda: workspace.exec("true"),
+        "stdio": lambda: call(stdio, "sandbox_exec", claim_id=stdio_claim, command="true"),
+        "http": lambda: call(http, "sandbox_exec", claim_id=http_claim, command="true"),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in actions}
     for number in range(WARMUP + CALLS):
-        begin = time.perf_counter()
-        await call(client, "sandbox_exec", claim_id=claim["claim_id"], command="true")
-        if number >= WARMUP:
-            samples.append((time.perf_counter() - begin) * 1000)
-    await call(client, "cancel_campaign", campaign_id=started["campaign_id"])
+        for name, action in actions.items():
+            elapsed = await timed(action)
+            if number >= WARMUP:
+                samples[name].append(elapsed)
     return samples
 
 
@@ -103,34 +130,25 @@ async def http_throughput(url: str, repo: Path) -> float:
     return CLIENTS * CALLS_PER_CLIENT / elapsed
 
 
-async def direct_latencies(repo: Path) -> list[float]:
-    async with LocalBackend() as backend:
-        instance = await backend.instance(InstanceSpec(path=str(repo)))
-        async with await instance.workspace("direct") as workspace:
-            samples = []
-            for number in range(WARMUP + CALLS):
-                begin = time.perf_counter()
-                await workspace.exec("true")
-                if number >= WARMUP:
-                    samples.append((time.perf_counter() - begin) * 1000)
-    return samples
-
-
 async def main() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="evs-bench-mcp-") as tmp:
         root = Path(tmp)
         repo = git_repo(root / "repo")
-        direct = await direct_latencies(repo)
-        print(f"direct  p50 {p50(direct):.2f} ms  p95 {p95(direct):.2f} ms", file=sys.stderr)
-        async with stdio_client(root / "stdio-state") as client:
-            stdio = await exec_latencies(client, repo)
-        print(f"stdio   p50 {p50(stdio):.2f} ms  p95 {p95(stdio):.2f} ms", file=sys.stderr)
-        async with http_server(root / "http-state") as url:
-            async with http_client(url) as client:
-                http = await exec_latencies(client, repo)
-            print(f"http    p50 {p50(http):.2f} ms  p95 {p95(http):.2f} ms", file=sys.stderr)
+        async with (
+            LocalBackend() as backend,
+            await (await backend.instance(InstanceSpec(path=str(repo)))).workspace(
+                "direct"
+            ) as workspace,
+            stdio_client(root / "stdio-state") as stdio_session,
+            http_server(root / "http-state") as url,
+            http_client(url) as http_session,
+        ):
+            samples = await interleaved_latencies(workspace, stdio_session, http_session, repo)
             throughput = await http_throughput(url, repo)
-        print(f"http    {throughput:.0f} calls/s with {CLIENTS} clients", file=sys.stderr)
+    direct, stdio, http = samples["direct"], samples["stdio"], samples["http"]
+    for name, values in samples.items():
+        print(f"{name:7} p50 {p50(values):.2f} ms  p95 {p95(values):.2f} ms", file=sys.stderr)
+    print(f"http    {throughput:.0f} calls/s with {CLIENTS} clients", file=sys.stderr)
     load = os.getloadavg()[0]
     return {
         "stdio_exec_p50_ms": round(p50(stdio), 2),
