@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import anyio
@@ -90,3 +91,21 @@ async def test_an_mcp_client_without_the_right_token_cannot_connect(tmp_path: Pa
                     async with http_client(url, token=token, mode=mode) as client:
                         await client.list_tools()
                 assert any(isinstance(leaf, MCPError) for leaf in _leaves(refused.value))
+
+
+async def test_a_stdio_server_whose_client_leaves_cancels_its_campaigns_cleanly(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        async with stdio_client(tmp_path) as client:
+            spec = answer_spec(2, agent="external")
+            await call(client, "start_campaign", spec=spec, campaign_id="left")
+        # The server's lifespan ended with the session: the run recorded its cancellation.
+        ledger = tmp_path / "campaigns" / "left" / "ledger.jsonl"
+        kinds = [json.loads(line)["kind"] for line in ledger.read_text().splitlines()]
+        assert kinds[-1] == "campaign_cancelled"
+        async with stdio_client(tmp_path) as client:
+            resumed = await call(client, "resume", campaign_id="left")
+            assert resumed["active"] is True
+            claim = await call(client, "claim_trajectory", campaign_id="left", wait_s=30)
+            assert claim["trajectory_id"] in ("t1@0", "t2@0")
