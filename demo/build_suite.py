@@ -12,12 +12,13 @@ Every step is cached under the build directory, keyed by what it depends on, so 
 checks keys; editing one bug patch rebuilds that one task. No third-party source is committed:
 the repository holds only the bug patches and their one-line problem statements.
 
-Usage: python -m demo.build_suite [--build DIR] [--project NAME] [--bug ID ...]
+Usage: python -m demo.build_suite [--build DIR] [--cache DIR] [--project NAME] [--bug ID ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -39,7 +41,8 @@ from mcp_evalserver.scoring.logparsers import TestStatus, parse_pytest
 
 DEMO_DIR = Path(__file__).resolve().parent
 DEFAULT_BUILD_DIR = DEMO_DIR / "build"
-DEFAULT_SDIST_CACHE = Path.home() / ".cache" / "mcp-evalserver" / "sdists"
+#: Downloads and the test environment, shared by every build directory.
+DEFAULT_CACHE = Path.home() / ".cache" / "mcp-evalserver"
 #: The test runner every instance uses; pinned so that test ids and outcomes are reproducible.
 PYTEST_REQUIREMENT = "pytest==9.2.0"
 #: A bug that makes a test loop forever must not hang the build.
@@ -55,6 +58,7 @@ _GIT_ENV = {
 }
 #: What running the tests leaves behind; kept out of every diff an agent or scorer takes.
 _EXCLUDES = ".venv/\n__pycache__/\n*.pyc\n.pytest_cache/\n"
+_COMPLETE = ".complete"
 
 #: Where an instance's interpreter may live. Local workspaces hide /root, /home and /run (the
 #: sandbox masks them), so a pyenv or home-directory Python would vanish inside them.
@@ -199,20 +203,27 @@ def _unpack(sdist: Path, dest: Path) -> None:
     scratch.rmdir()
 
 
-def ensure_testenv(build: Path, log: Log) -> Path:
+def ensure_testenv(cache: Path, log: Log) -> Path:
     """A folder holding only the pinned pytest, linked into every instance's venv.
 
-    `pip install --target` (no venv of its own) saves the many seconds `ensurepip` takes.
+    It lives in the cache, shared by every build (tests build suites of their own), and is
+    installed once with `pip install --target` into a scratch folder renamed into place, so
+    two builds at once never see half an install.
     """
-    testenv = build / "testenv"
-    stamp = build / "testenv.requirement"
-    if testenv.is_dir() and stamp.is_file() and stamp.read_text() == PYTEST_REQUIREMENT:
+    testenv = cache / f"testenv-{PYTEST_REQUIREMENT.replace('==', '-')}"
+    if (testenv / _COMPLETE).is_file():
         return testenv
     log(f"installing {PYTEST_REQUIREMENT} into {testenv}")
-    shutil.rmtree(testenv, ignore_errors=True)
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    _run([*pip, "--target", str(testenv), PYTEST_REQUIREMENT], cwd=build)
-    stamp.write_text(PYTEST_REQUIREMENT)
+    cache.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".testenv-", dir=cache))
+    try:
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        _run([*pip, "--target", str(scratch), PYTEST_REQUIREMENT], cwd=cache)
+        (scratch / _COMPLETE).write_text(PYTEST_REQUIREMENT)
+        with contextlib.suppress(OSError):  # another build got there first: same contents
+            scratch.rename(testenv)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return testenv
 
 
@@ -261,7 +272,7 @@ def _make_instance_venv(tree: Path, project: Project, testenv: Path) -> None:
         site,
         dirs_exist_ok=True,
         copy_function=_link_or_copy,
-        ignore=shutil.ignore_patterns("bin", "__pycache__"),
+        ignore=shutil.ignore_patterns("bin", "__pycache__", _COMPLETE),
     )
     lines = [str(tree / p) for p in project.import_paths]
     (site / "_demo_paths.pth").write_text("\n".join(lines) + "\n")
@@ -342,7 +353,7 @@ def ensure_pristine(
     # The record goes first: a build interrupted half-way must never look cached.
     record.unlink(missing_ok=True)
     shutil.rmtree(tree, ignore_errors=True)
-    _unpack(fetch_sdist(project, cache), tree)
+    _unpack(fetch_sdist(project, cache / "sdists"), tree)
     _make_instance_venv(tree, project, testenv)
     passing = _passing(run_tests(tree, project))
     if not passing:
@@ -436,7 +447,7 @@ def build_suite(
     build: Path = DEFAULT_BUILD_DIR,
     *,
     demo_dir: Path = DEMO_DIR,
-    cache: Path = DEFAULT_SDIST_CACHE,
+    cache: Path = DEFAULT_CACHE,
     projects: Sequence[str] = (),
     bugs: Sequence[str] = (),
     log: Log = print,
@@ -452,7 +463,7 @@ def build_suite(
     build = build.resolve()
     (build / "instances").mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    testenv = ensure_testenv(build, log)
+    testenv = ensure_testenv(cache, log)
     jobs: list[tuple[Project, Bug, Path, set[str]]] = []
     for project in load_projects(demo_dir):
         if projects and project.name not in projects:
@@ -498,7 +509,7 @@ def build_suite(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--build", type=Path, default=DEFAULT_BUILD_DIR)
-    parser.add_argument("--cache", type=Path, default=DEFAULT_SDIST_CACHE)
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--project", action="append", default=[])
     parser.add_argument("--bug", action="append", default=[])
     args = parser.parse_args(argv)
