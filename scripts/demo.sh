@@ -13,6 +13,18 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
+# Instances run Debian's python3 (workspaces hide /root, where pyenv lives) and git: install
+# them on a fresh machine, as the README promises.
+missing=()
+[ -x /usr/bin/python3 ] || missing+=(python3)
+/usr/bin/python3 -c 'import venv' 2>/dev/null || missing+=(python3-venv)
+command -v git >/dev/null || missing+=(git)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing ${missing[*]} from Debian" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
 echo "== building the demo suite (pinned PyPI sdists + the bugs in demo/bugs; cached in demo/build)" >&2
 "$py" -m demo.build_suite
 
