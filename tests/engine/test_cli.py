@@ -103,7 +103,7 @@ def test_schema_prints_the_spec_json_schema(capsys: pytest.CaptureFixture[str]) 
     assert json.loads(capsys.readouterr().out)["title"] == "CampaignSpec"
 
 
-def test_the_demo_specs_give_what_the_readme_promises(
+def test_the_answer_task_examples_resolve_with_the_oracle_and_not_with_noop(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     examples = Path(__file__).resolve().parents[2] / "examples"
