@@ -35,8 +35,10 @@ typecheck: venv
 pytest: venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-bench: venv
+bench: venv system
 	$(PY) bench/scheduler.py
+	$(PY) bench/sandbox.py
+	$(PY) bench/mcp.py
 
 clean:
 	rm -rf $(VENV) .state .mypy_cache .ruff_cache
