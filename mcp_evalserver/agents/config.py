@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class _Strict(BaseModel):
@@ -93,12 +93,38 @@ class PredictionsAgentConfig(_Strict):
     )
 
 
+class CommandAgentConfig(_Strict):
+    """A program of the user's, run once per trajectory: it gets the task through environment
+    variables and acts through an MCP endpoint that reaches its own trajectory only."""
+
+    type: Literal["command"] = "command"
+    command: list[str] | str = Field(
+        description="The program and its arguments; a string is run by /bin/sh -c. It gets "
+        "MCP_EVALSERVER_URL, MCP_EVALSERVER_TOKEN (bearer), MCP_EVALSERVER_TRAJECTORY, "
+        "MCP_EVALSERVER_TASK_ID, MCP_EVALSERVER_PROMPT and MCP_EVALSERVER_PROMPT_FILE."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for the program."
+    )
+    cwd: str | None = Field(None, description="Where it starts; default the server's own.")
+
+    @field_validator("command")
+    @classmethod
+    def _not_empty(cls, command: list[str] | str) -> list[str] | str:
+        if not command or (isinstance(command, str) and not command.strip()):
+            raise ValueError(
+                "`command` is empty: give the program to run, e.g. ['python3', 'agent.py']"
+            )
+        return command
+
+
 AgentConfig = Annotated[
     NoopAgentConfig
     | OracleAgentConfig
     | PythonAgentConfig
     | ExternalAgentConfig
     | OpenAIAgentConfig
-    | PredictionsAgentConfig,
+    | PredictionsAgentConfig
+    | CommandAgentConfig,
     Field(discriminator="type"),
 ]

@@ -6,6 +6,7 @@ from mcp_evalserver.agents.base import Agent
 from mcp_evalserver.agents.builtin import NoopAgent, OracleAgent
 from mcp_evalserver.agents.config import (
     AgentConfig,
+    CommandAgentConfig,
     ExternalAgentConfig,
     NoopAgentConfig,
     OpenAIAgentConfig,
@@ -44,6 +45,11 @@ def build_agent(config: AgentConfig, *, claims: ClaimBoard | None = None) -> Age
         return OpenAIAgent(config)
     if isinstance(config, PredictionsAgentConfig):
         return PredictionsAgent(config)
+    if isinstance(config, CommandAgentConfig):
+        # Imported here: it pulls in the MCP SDK and uvicorn, which most campaigns never need.
+        from mcp_evalserver.agents.command import CommandAgent
+
+        return CommandAgent(config)
     agent = load_factory(config.factory)(config.options)
     if not isinstance(agent, Agent):
         raise InvalidInput(f"factory {config.factory!r} returned {type(agent).__name__}, not Agent")

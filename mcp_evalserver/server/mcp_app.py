@@ -1,9 +1,11 @@
 """The MCP surface: every `mcp` import of the project lives in this module.
 
 Each tool is a thin function over `EvalService` (campaigns) or `ExternalTrajectories` (the
-sandbox tools of externally driven trajectories). One decorator turns errors into tool errors:
-an `EvalServerError` carries its message (which says what to do next); anything else is logged
-with a reference id that the error text repeats, and the server keeps serving.
+sandbox tools of externally driven trajectories); `create_trajectory_server` serves one
+trajectory's tools (`ScopedTrajectory`) to a `command` agent's program. One decorator turns
+errors into tool errors: an `EvalServerError` carries its message (which says what to do
+next); anything else is logged with a reference id that the error text repeats, and the server
+keeps serving.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from mcp_evalserver.server.models import (
     ScoringStatus,
     Submitted,
 )
+from mcp_evalserver.server.scoped import ScopedTrajectory
 from mcp_evalserver.server.service import EvalService
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.spec import CampaignSpec
@@ -328,3 +331,83 @@ def http_app(state_dir: Path, host: str, allowed_hosts: Sequence[str] = ()) -> S
         allowed_origins=sorted({f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")}),
     )
     return create_server(state_dir).streamable_http_app(host=host, transport_security=security)
+
+
+TRAJECTORY_INSTRUCTIONS = """\
+You are the agent of one evaluation trajectory. Work in its private workspace with \
+sandbox_exec / read_file / write_file / get_diff, then submit (the workspace's diff is handed \
+in, with an answer if you give one). These tools reach this trajectory only."""
+
+
+def create_trajectory_server(trajectory: ScopedTrajectory) -> MCPServer[Any]:
+    """An MCP server whose tools act on one trajectory only: no tool takes a trajectory id."""
+    app: MCPServer[Any] = MCPServer(
+        "mcp-evalserver-trajectory", version=__version__, instructions=TRAJECTORY_INSTRUCTIONS
+    )
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def sandbox_exec(
+        command: Annotated[str, Field(description="Shell command, run by /bin/sh -c.")],
+        timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0,
+        stdin: Annotated[str | None, Field(description="Text fed to the command.")] = None,
+    ) -> ExecOutput:
+        """Run a shell command in this trajectory's private workspace, starting in the task's
+        workdir, without network. Returns exit code, stdout and stderr (long output keeps its
+        head and tail). A non-zero exit code is a normal result."""
+        return await trajectory.exec(command, timeout_s, stdin)
+
+    @app.tool(annotations=_READ_ONLY)
+    @tool_errors
+    async def read_file(
+        path: Annotated[str, Field(description="Absolute, or relative to the workdir.")],
+        max_bytes: Annotated[int, Field(gt=0, le=16 << 20)] = 1 << 20,
+    ) -> FileContent:
+        """Read a file from this trajectory's workspace."""
+        return await trajectory.read(path, max_bytes)
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def write_file(
+        path: Annotated[str, Field(description="Absolute, or relative to the workdir.")],
+        content: Annotated[str, Field(description="The whole new content (UTF-8).")],
+    ) -> FileWritten:
+        """Write (create or replace) a file in this trajectory's workspace; parent directories
+        are created. Only the workspace is writable."""
+        return await trajectory.write(path, content)
+
+    @app.tool(annotations=_READ_ONLY)
+    @tool_errors
+    async def get_diff() -> Diff:
+        """The changes made in this trajectory's workspace so far, as a git patch against the
+        task's base commit (what submit will hand in)."""
+        return await trajectory.diff()
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def submit(
+        answer: Annotated[
+            str | None, Field(description="A final answer, for tasks graded on answers.")
+        ] = None,
+    ) -> Submitted:
+        """Finish this trajectory: hands in the workspace's diff (and the answer, if given) to
+        be scored. Further tool calls are refused; exit the program."""
+        return await trajectory.submit(answer)
+
+    return app
+
+
+def trajectory_http_app(trajectory: ScopedTrajectory) -> Starlette:
+    """The streamable-HTTP app (MCP at `/mcp`) of one trajectory, for a loopback listener.
+
+    DNS-rebinding protection is on: only loopback Host (and Origin) headers are accepted.
+    """
+    hosts = [entry for name in ("127.0.0.1", "localhost") for entry in (name, f"{name}:*")]
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts],
+    )
+    return create_trajectory_server(trajectory).streamable_http_app(
+        host="127.0.0.1", transport_security=security
+    )

@@ -1,0 +1,219 @@
+"""The `command` agent: a user's program, run once per trajectory, acting through MCP.
+
+For each trajectory it serves an MCP endpoint (streamable HTTP on 127.0.0.1, a random port and a
+fresh bearer token) whose tools reach that trajectory's workspace only, then runs the program
+with the endpoint and the task in its environment. What the program submits is the submission;
+a program that exits 0 without submitting hands in its workspace's diff, and one that exits
+otherwise without submitting is the trajectory's error. The program runs in a process group of
+its own, killed when the program exits (no leftover children) or the trajectory times out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import uvicorn
+
+from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
+from mcp_evalserver.agents.config import CommandAgentConfig
+from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput
+from mcp_evalserver.server.http import BearerAuth, listening_socket
+from mcp_evalserver.server.mcp_app import trajectory_http_app
+from mcp_evalserver.server.scoped import ScopedTrajectory
+
+#: What the transcript keeps of each of the program's output streams (head and tail).
+OUTPUT_CAP = 64 << 10
+# After the program exits, how long its output pipes may stay open (a child that left its
+# process group can hold them) before the output is taken as it is.
+_DRAIN_GRACE_S = 5.0
+
+
+class ProgramFailed(EvalServerError):
+    """The agent program exited with a non-zero status without submitting."""
+
+
+class _Output:
+    """A stream's bytes, capped: the head and the tail are kept, the middle counted."""
+
+    def __init__(self, cap: int = OUTPUT_CAP) -> None:
+        self.half = cap // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.half - len(self.head)
+        self.head += chunk[:room]
+        self.tail += chunk[room:]
+        if len(self.tail) > self.half:
+            del self.tail[: len(self.tail) - self.half]
+
+    def text(self) -> str:
+        skipped = self.total - len(self.head) - len(self.tail)
+        middle = f"\n[... {skipped} bytes left out ...]\n" if skipped else ""
+        return self.head.decode(errors="replace") + middle + self.tail.decode(errors="replace")
+
+
+class _QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves signals alone: it lives inside another process's run."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn would take over SIGINT/SIGTERM while it serves; a trajectory's endpoint must
+        # not swallow the Ctrl-C meant for the CLI or the main server.
+        yield
+
+
+class CommandAgent(Agent):
+    """Runs the configured program once per trajectory."""
+
+    def __init__(self, config: CommandAgentConfig) -> None:
+        self.config = config
+
+    async def generate(self, context: TrajectoryContext) -> Submission:
+        """Serves the trajectory's endpoint, runs the program, returns what it handed in.
+
+        Raises:
+            ProgramFailed: the program exited non-zero without submitting.
+            InvalidInput: the program cannot be started (not found, not executable).
+            InfrastructureError: the sandbox is gone (when handing in the workspace's diff).
+        """
+        trajectory = ScopedTrajectory(context)
+        token = secrets.token_urlsafe(32)
+        sock = listening_socket("127.0.0.1", 0)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+        server = _QuietServer(
+            uvicorn.Config(
+                BearerAuth(trajectory_http_app(trajectory), token),
+                log_level="warning",
+                lifespan="on",
+                timeout_graceful_shutdown=2,
+            )
+        )
+
+        async def serve() -> None:
+            # Shielded: the endpoint always stops through `should_exit`, which closes its
+            # socket and sessions, even when the trajectory is cancelled (its timeout).
+            with anyio.CancelScope(shield=True):
+                await server.serve(sockets=[sock])
+
+        transcript: list[dict[str, Any]] = [
+            {"event": "started", "command": self.config.command, "url": url}
+        ]
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(serve)
+                try:
+                    exit_code, stdout, stderr = await self._run(context, url, token)
+                finally:
+                    server.should_exit = True
+        finally:
+            sock.close()
+        transcript += trajectory.calls
+        transcript.append(
+            {"event": "exited", "exit_code": exit_code, "stdout": stdout, "stderr": stderr}
+        )
+        if trajectory.submission is not None:
+            return trajectory.submission.model_copy(update={"transcript": transcript})
+        if exit_code != 0:
+            raise ProgramFailed(
+                f"the agent program exited with status {exit_code} without submitting; "
+                f"its stderr ends with: {stderr[-2000:]}"
+            )
+        transcript.append({"event": "handed_in_unsubmitted"})
+        return Submission(patch=await _workspace_diff(context), transcript=transcript)
+
+    async def _run(self, context: TrajectoryContext, url: str, token: str) -> tuple[int, str, str]:
+        """Runs the program to its end; returns its exit status and its (capped) output."""
+        with tempfile.TemporaryDirectory(prefix="mcp-evalserver-command-") as scratch:
+            prompt_file = Path(scratch, "prompt.txt")
+            await anyio.Path(prompt_file).write_text(context.task.prompt)
+            env = _environment(context, url, token, prompt_file, self.config.env)
+            stdout, stderr = _Output(), _Output()
+            try:
+                process = await anyio.open_process(
+                    self.config.command,
+                    env=env,
+                    cwd=self.config.cwd,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise _not_started(self.config.command, exc) from exc
+            drained = (anyio.Event(), anyio.Event())
+            try:
+                async with anyio.create_task_group() as group:
+                    assert process.stdout is not None
+                    assert process.stderr is not None
+                    group.start_soon(_drain, process.stdout, stdout, drained[0])
+                    group.start_soon(_drain, process.stderr, stderr, drained[1])
+                    exit_code = await process.wait()
+                    _kill_group(process.pid)
+                    with anyio.move_on_after(_DRAIN_GRACE_S):
+                        for event in drained:
+                            await event.wait()
+                    group.cancel_scope.cancel()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    _kill_group(process.pid)
+                    await process.aclose()
+        return exit_code, stdout.text(), stderr.text()
+
+
+def _environment(
+    context: TrajectoryContext,
+    url: str,
+    token: str,
+    prompt_file: Path,
+    extra: Mapping[str, str],
+) -> dict[str, str]:
+    # The server's own token variable is overwritten: the program must never see the main
+    # server's token, only its trajectory's.
+    return {
+        **os.environ,
+        **extra,
+        "MCP_EVALSERVER_URL": url,
+        "MCP_EVALSERVER_TOKEN": token,
+        "MCP_EVALSERVER_CAMPAIGN": context.campaign_id,
+        "MCP_EVALSERVER_TRAJECTORY": context.trajectory_id,
+        "MCP_EVALSERVER_TASK_ID": context.task.id,
+        "MCP_EVALSERVER_PROMPT": context.task.prompt,
+        "MCP_EVALSERVER_PROMPT_FILE": str(prompt_file),
+    }
+
+
+async def _drain(stream: anyio.abc.ByteReceiveStream, output: _Output, done: anyio.Event) -> None:
+    try:
+        async for chunk in stream:
+            output.add(chunk)
+    finally:
+        done.set()
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _not_started(command: list[str] | str, exc: OSError) -> InvalidInput:
+    return InvalidInput(f"cannot start the agent program {command!r}: {exc.strerror or exc}")
+
+
+async def _workspace_diff(context: TrajectoryContext) -> str | None:
+    if not context.sandbox.available:
+        return None
+    try:
+        return await (await context.sandbox.workspace()).diff() or None
+    except Conflict:
+        return None  # not a git repository: there is no patch to hand in

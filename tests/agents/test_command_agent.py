@@ -1,0 +1,174 @@
+"""The `command` agent: a real program per trajectory, acting through its own MCP endpoint."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from tests.agents.helpers import artifact_text, records, run, spec
+from tests.server.helpers import BUGGY, git_repo, require_root
+
+pytestmark = pytest.mark.anyio
+
+PROGRAM = Path(__file__).with_name("command_program.py")
+CHECK = "python3 -c 'import calc; assert calc.add(2, 2) == 4'"
+ANSWER_TASK = {"id": "q", "prompt": "2 + 2?", "answer": "4"}
+
+
+def program(mode: str, *arguments: str | Path, **fields: Any) -> dict[str, Any]:
+    """A `command` agent config running the test program in `mode`."""
+    command = [sys.executable, str(PROGRAM), mode, *map(str, arguments)]
+    return {"type": "command", "command": command} | fields
+
+
+def repo_task(root: Path) -> dict[str, str]:
+    return {"id": "calc", "path": str(git_repo(root / "repo")), "prompt": "make add() add"}
+
+
+class ApplyAndCheck(Scorer):
+    """Applies the submitted patch to a fresh workspace and runs the check."""
+
+    async def score(self, context: ScoringContext) -> ScoreResult:
+        workspace = await context.sandbox.workspace()
+        command = CHECK
+        if context.submission.patch:
+            await workspace.write_file("/tmp/submission.diff", context.submission.patch)
+            command = f"git apply /tmp/submission.diff && {CHECK}"
+        result = await workspace.exec(command)
+        return ScoreResult(
+            resolved=result.ok,
+            score=float(result.ok),
+            status="resolved" if result.ok else "failed",
+            explanation=result.stderr[-500:],
+        )
+
+
+async def test_a_program_fixes_the_bug_through_its_endpoint_and_its_submission_resolves(
+    tmp_path: Path,
+) -> None:
+    require_root()
+    task = repo_task(tmp_path)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    agent = program("fix", notes, env={"AGENT_EXTRA": "from the config"})
+    with anyio.fail_after(120):
+        state, directory = await run(tmp_path / "state", spec([task], agent), ApplyAndCheck())
+
+    assert state.trajectories["calc@0"].outcome == "resolved"
+    seen = json.loads((notes / "calc@0.json").read_text())
+    assert seen["task_id"] == "calc"
+    assert seen["prompt"] == seen["prompt_file"] == "make add() add"
+    assert seen["extra"] == "from the config"
+    # Only this trajectory's tools, and none takes a trajectory or claim to name another one.
+    assert seen["tools"] == {
+        "sandbox_exec": ["command", "stdin", "timeout_s"],
+        "read_file": ["max_bytes", "path"],
+        "write_file": ["content", "path"],
+        "get_diff": [],
+        "submit": ["answer"],
+    }
+    assert seen["before"] == BUGGY
+    assert seen["check"] == 0
+    assert seen["diff_files"] == ["calc.py"]
+    assert seen["submitted"]["trajectory_id"] == "calc@0"
+    assert seen["after_submit_refused"]
+
+    (generated,) = records(directory, "generated")
+    assert generated["submission"]["answer"] == "fixed by calc@0"
+    assert "+    return a + b" in artifact_text(directory, generated["submission"]["patch"])
+    transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
+    assert [entry.get("tool") for entry in transcript[1:6]] == [
+        "read_file",
+        "write_file",
+        "sandbox_exec",
+        "get_diff",
+        "submit",
+    ]
+    assert transcript[3]["exit_code"] == 0
+    assert transcript[-1]["event"] == "exited"
+    assert transcript[-1]["exit_code"] == 0
+    assert Path(task["path"], "calc.py").read_text() == BUGGY
+
+
+async def test_two_trajectories_at_once_cannot_reach_each_others_endpoint(
+    tmp_path: Path,
+) -> None:
+    require_root()
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    campaign = spec(
+        [repo_task(tmp_path)], program("probe", notes), samples=2, concurrency=2, per_instance=2
+    )
+    with anyio.fail_after(120):
+        state, _ = await run(tmp_path / "state", campaign, ApplyAndCheck())
+
+    # Each program waited for the other to publish its URL: both ran at the same time.
+    for trajectory in ("calc@0", "calc@1"):
+        assert state.trajectories[trajectory].outcome == "resolved"
+        seen = json.loads((notes / f"{trajectory}.json").read_text())
+        assert seen["other_url_differs"]
+        assert seen["other_with_my_token"] == 401
+        assert seen["mine_with_a_wrong_token"] == 401
+        assert seen["submitted"]["trajectory_id"] == trajectory
+
+
+async def test_a_program_that_exits_cleanly_without_submitting_hands_in_its_workspace_diff(
+    tmp_path: Path,
+) -> None:
+    require_root()
+    campaign = spec([repo_task(tmp_path)], program("edit-and-exit"))
+    with anyio.fail_after(120):
+        state, directory = await run(tmp_path / "state", campaign, ApplyAndCheck())
+
+    assert state.trajectories["calc@0"].outcome == "resolved"
+    (generated,) = records(directory, "generated")
+    assert generated["submission"]["answer"] is None
+    assert "+    return a + b" in artifact_text(directory, generated["submission"]["patch"])
+    transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
+    assert transcript[-1] == {"event": "handed_in_unsubmitted"}
+
+
+async def test_a_program_that_fails_without_submitting_is_an_error_showing_its_stderr(
+    tmp_path: Path,
+) -> None:
+    # A string is run by the shell.
+    agent = {"type": "command", "command": shlex.join([sys.executable, str(PROGRAM), "fail"])}
+    with anyio.fail_after(60):
+        state, directory = await run(tmp_path / "state", spec([ANSWER_TASK], agent))
+
+    assert state.trajectories["q@0"].outcome == "error"
+    (failed,) = records(directory, "generation_failed")
+    assert failed["error"]["type"] == "ProgramFailed"
+    assert "exited with status 3 without submitting" in failed["error"]["message"]
+    assert "no idea how to fix calc.py" in failed["error"]["message"]
+
+
+def _gone(pid: int) -> bool:
+    """Whether a process is dead: no longer there, or a zombie nobody reaped yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+async def test_a_program_that_hangs_is_killed_with_its_children_at_the_trajectory_timeout(
+    tmp_path: Path,
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    campaign = spec([ANSWER_TASK], program("hang", notes), trajectory_timeout_s=8)
+    with anyio.fail_after(60):
+        state, _ = await run(tmp_path / "state", campaign)
+
+    assert state.trajectories["q@0"].outcome == "timeout"
+    pids = json.loads((notes / "pids.json").read_text())
+    assert _gone(pids["program"])
+    assert _gone(pids["child"])
