@@ -15,6 +15,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,7 +184,7 @@ class CampaignRunner:
                     for number, trajectory in enumerate(unfinished, start=1):
                         group.start_soon(drive.trajectory, trajectory)
                         # Let the first trajectories start while the rest are being spawned.
-                        if number % 64 == 0:
+                        if number % 16 == 0:
                             await anyio.lowlevel.checkpoint()
             if self._cancel_requested and state.status != "finished":
                 with anyio.CancelScope(shield=True):
@@ -218,16 +219,20 @@ class _Drive:
 
     async def trajectory(self, trajectory: TrajectoryState) -> None:
         task = self.tasks[trajectory.task_id]
-        instance = self.limiters.instance(task.instance_key)
-        # The instance limiter first: a trajectory waiting for its instance then holds no
+        # Tasks without an environment share no instance, so no instance limit applies to them.
+        # The instance limiter comes first: a trajectory waiting for its instance then holds no
         # global slot that trajectories of other instances could use.
+        has_instance = task.image is not None or task.path is not None
+        instance = self.limiters.instance(task.instance_key) if has_instance else nullcontext()
         while trajectory.phase in ("pending", "generating"):
             async with instance, self.limiters.trajectories:
                 delay = await self._generate_once(trajectory, task)
             if delay:
                 await anyio.sleep(delay)
+        # Evaluations have a limit of their own: queued behind the instance's pending
+        # generations (FIFO), they would wait until every generation had started.
         while trajectory.phase in ("generated", "scoring"):
-            async with instance, self.limiters.scoring:
+            async with self.limiters.scoring:
                 delay = await self._score_once(trajectory, task)
             if delay:
                 await anyio.sleep(delay)

@@ -114,7 +114,9 @@ class Limits(_Strict):
     """How much runs at once and how long anything may take."""
 
     concurrency: int = Field(8, ge=1, le=10_000, description="Trajectories in flight at once.")
-    per_instance: int = Field(4, ge=1, description="Trajectories in flight per instance.")
+    per_instance: int = Field(
+        4, ge=1, description="Generations in flight per instance (tasks with an environment)."
+    )
     per_endpoint: int = Field(16, ge=1, description="Concurrent calls per model endpoint.")
     provisioning: int = Field(2, ge=1, description="Instances being provisioned at once.")
     scoring: int = Field(4, ge=1, description="Evaluations in flight at once.")

@@ -245,3 +245,48 @@ async def test_the_live_state_equals_the_replay_of_the_ledger(tmp_path: Path) ->
     again = replay(records)
     assert replayed.trajectories == state.trajectories == again.trajectories
     assert len(state.trajectories) == 15
+
+
+async def test_answer_tasks_are_not_held_to_a_per_instance_limit(tmp_path: Path) -> None:
+    # Tasks without an environment share no instance: only the global limit applies.
+    agent = GatedAgent(full_at=6, key="id")
+    store = CampaignStore(tmp_path)
+    campaign_id = await store.create(spec_of(numbered_tasks(6), concurrency=6, per_instance=2))
+    runner = CampaignRunner(store, campaign_id, agent=agent, scorer=ScriptedScorer({}))
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(runner.run)
+            await agent.full.wait()
+            agent.release.set()
+    assert agent.max_in_flight == 6
+
+
+async def test_scoring_is_not_queued_behind_pending_generations_of_its_instance(
+    tmp_path: Path,
+) -> None:
+    # One generation slot on the instance; t2's generation waits for t1's score. If scoring
+    # queued for the instance behind t2 (and t3), this would never finish.
+    first_scored = anyio.Event()
+
+    class WaitsForFirstScore(Agent):
+        async def generate(self, context: TrajectoryContext) -> Submission:
+            if context.task.id != "t1":
+                await first_scored.wait()
+            return Submission(answer=expected_answer(context.task.id))
+
+    class SignalsScore(ScriptedScorer):
+        async def score(self, context: ScoringContext) -> ScoreResult:
+            result = await super().score(context)
+            if context.task.id == "t1":
+                first_scored.set()
+            return result
+
+    tasks = numbered_tasks(3, path="/srv/shared-instance")
+    with anyio.fail_after(10):
+        _, state = await run_campaign(
+            tmp_path,
+            spec_of(tasks, concurrency=4, per_instance=1),
+            WaitsForFirstScore(),
+            SignalsScore({}),
+        )
+    assert set(outcomes(state).values()) == {"resolved"}
