@@ -3,6 +3,7 @@
     python command_program.py fix <notes-dir>   fixes calc.py through its MCP endpoint, submits
     python command_program.py probe <notes-dir> first tries the other trajectory's endpoint
     python command_program.py edit-and-exit     writes the fix, exits 0 without submitting
+    python command_program.py answer            submits an answer (a task with no workspace)
     python command_program.py fail              writes to stderr and exits 3 without submitting
     python command_program.py hang <notes-dir>  starts a child in its group, then hangs
 
@@ -93,6 +94,11 @@ async def work(mode: str, notes: Path | None) -> int:
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60.0) as http,
         Client(streamable_http_client(url, http_client=http)) as client,
     ):
+        if mode == "answer":
+            refused = await client.call_tool("sandbox_exec", {"command": "ls"})
+            print(" ".join(getattr(block, "text", "") for block in refused.content))
+            await call(client, "submit", answer=str(2 + 2))
+            return 0
         tools = (await client.list_tools()).tools
         seen["tools"] = {
             tool.name: sorted(tool.input_schema.get("properties", {})) for tool in tools

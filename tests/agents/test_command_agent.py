@@ -11,6 +11,9 @@ from typing import Any
 import anyio
 import pytest
 
+from mcp_evalserver.agents.command import CommandAgent
+from mcp_evalserver.agents.config import CommandAgentConfig
+from mcp_evalserver.agents.factory import build_agent
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from tests.agents.helpers import artifact_text, records, run, spec
 from tests.server.helpers import BUGGY, git_repo, require_root
@@ -148,6 +151,29 @@ async def test_a_program_that_fails_without_submitting_is_an_error_showing_its_s
     assert failed["error"]["type"] == "ProgramFailed"
     assert "exited with status 3 without submitting" in failed["error"]["message"]
     assert "no idea how to fix calc.py" in failed["error"]["message"]
+
+
+async def test_a_program_answers_a_task_without_a_workspace_and_is_told_it_has_none(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        state, directory = await run(tmp_path / "state", spec([ANSWER_TASK], program("answer")))
+
+    assert state.trajectories["q@0"].outcome == "resolved"
+    (generated,) = records(directory, "generated")
+    assert generated["submission"]["answer"] == "4"
+    transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
+    assert "has no workspace" in transcript[-1]["stdout"]
+    assert "submit an `answer` instead" in transcript[-1]["stdout"]
+
+
+def test_the_readmes_command_agent_example_builds_a_command_agent() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## Your own agent program: `command`", 1)[1]
+    example = section.split("```json\n", 1)[1].split("```", 1)[0]
+    campaign = spec([ANSWER_TASK], json.loads("{" + example + "}")["agent"])
+    assert isinstance(campaign.agent, CommandAgentConfig)
+    assert isinstance(build_agent(campaign.agent), CommandAgent)
 
 
 def _gone(pid: int) -> bool:
