@@ -122,7 +122,8 @@ def _read_line_by_line(path: Path, data: bytes) -> LedgerContents:
 @dataclass
 class _Batch:
     lines: list[bytes] = field(default_factory=list)
-    flushed: bool = False
+    # Made by the first durable append that waits on the batch (an anyio Event needs a loop).
+    written: anyio.Event | None = None
     error: Exception | None = None
 
 
@@ -141,7 +142,8 @@ class LedgerWriter:
         self._fd = file_fd
         self._next_seq = next_seq
         self._batch = _Batch()
-        self._flush_lock = anyio.Lock()
+        self._flushing = False
+        self._broken: Exception | None = None
         self._closed = False
         #: The records found when the ledger was opened (the runner replays them once).
         self.recovered: list[Record] = []
@@ -210,11 +212,10 @@ class LedgerWriter:
             return
         self._closed = True
         with anyio.CancelScope(shield=True):
-            async with self._flush_lock:
-                if self._batch.lines:
-                    await self._flush()
-                os.close(self._fd)
-                os.close(self._lock_fd)
+            if self._batch.lines and self._broken is None:
+                await self._wait_written(self._batch)
+            os.close(self._fd)
+            os.close(self._lock_fd)
 
     def _encode(self, kind: str, trajectory: str | None, payload: dict[str, Any]) -> Record:
         record: Record = {
@@ -257,31 +258,54 @@ class LedgerWriter:
         """
         if self._closed:
             raise Conflict(f"the ledger of campaign {self.campaign_id} is closed")
+        if self._broken is not None:
+            raise self._broken
         batch = self._batch
         record = self._encode(kind, trajectory, payload)
         batch.lines.append(self._line(record))
-        if not durable:
-            return record
-        # Whoever takes the lock first writes every line queued so far; the others find their
-        # batch already flushed. The write is shielded: a cancelled campaign never leaves half a
-        # line behind, and the other waiters of the batch must not see a cancellation as an error.
-        async with self._flush_lock:
-            if not batch.flushed:
-                await self._flush()
-        if batch.error is not None:
-            raise batch.error
+        if durable:
+            await self._wait_written(batch)
         return record
 
-    async def _flush(self) -> None:
+    async def _wait_written(self, batch: _Batch) -> None:
+        """Returns once `batch` is on disk (fsync'd); raises the write's error if it failed.
+
+        Group commit: one task at a time is the flusher and writes batch after batch (each
+        holding every line queued while the previous one was written) until none is left; the
+        others wait on their batch's event, all woken at once by one `set()`.
+        """
+        if batch.written is None:
+            batch.written = anyio.Event()
+        if self._flushing:
+            await batch.written.wait()
+        else:
+            self._flushing = True
+            try:
+                while self._batch.lines:
+                    await self._write_batch()
+            finally:
+                self._flushing = False
+        if batch.error is not None:
+            raise batch.error
+
+    async def _write_batch(self) -> None:
         batch, self._batch = self._batch, _Batch()
         try:
+            # Shielded: a cancelled campaign never leaves half a line behind, and the batch's
+            # other waiters must not see a cancellation as a failed write.
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self._write_sync, batch.lines)
         except Exception as exc:
-            batch.error = exc
+            # What reached the file is unknown: refuse every later append rather than write
+            # after a possibly partial line (the next open cuts a torn tail).
+            batch.error = self._broken = exc
+            self._batch.error = exc
+            if self._batch.written is not None:
+                self._batch.written.set()
             raise
         finally:
-            batch.flushed = True
+            if batch.written is not None:
+                batch.written.set()
 
     async def put_artifact(self, data: bytes, suffix: str = "") -> ArtifactRef:
         """Stores bytes under their content hash (atomic rename, fsync'd) and names them."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import anyio
@@ -160,3 +161,18 @@ async def test_many_tasks_storing_the_same_artifact_at_once_all_succeed(tmp_path
     assert len(set(refs)) == 1
     assert read_artifact(tmp_path, refs[0].as_json()) == b"the same patch\n"
     assert [p.name for p in (tmp_path / "artifacts").iterdir()] == [Path(refs[0].path).name]
+
+
+async def test_after_a_failed_write_every_later_append_is_refused(tmp_path: Path) -> None:
+    ledger = await LedgerWriter.open(tmp_path, "c1")
+    await ledger.append("note", None)
+    # The disk refuses the next write (here: the descriptor is gone underneath the writer).
+    os.close(ledger._fd)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        await ledger.append("note", None)
+    # Nothing may be written after a possibly partial line: the writer stays refused.
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        await ledger.append("note", None, durable=False)
+    ledger._fd = os.open(os.devnull, os.O_WRONLY)
+    await ledger.aclose()
+    assert [r["seq"] for r in read_ledger(tmp_path / LEDGER_FILE).records] == [0]
