@@ -36,6 +36,9 @@ OUTPUT_CAP = 64 << 10
 # After the program exits, how long its output pipes may stay open (a child that left its
 # process group can hold them) before the output is taken as it is.
 _DRAIN_GRACE_S = 5.0
+#: How long a program may keep running after it submitted; then its process group is killed
+#: and the submission stands (a program that lingers must not turn its work into a timeout).
+EXIT_GRACE_S = 10.0
 
 
 class ProgramFailed(EvalServerError):
@@ -97,6 +100,8 @@ class CommandAgent(Agent):
             uvicorn.Config(
                 BearerAuth(trajectory_http_app(trajectory), token),
                 log_level="warning",
+                # None: uvicorn leaves the process's logging configuration as it is.
+                log_config=None,
                 lifespan="on",
                 timeout_graceful_shutdown=2,
             )
@@ -115,7 +120,7 @@ class CommandAgent(Agent):
             async with anyio.create_task_group() as group:
                 group.start_soon(serve)
                 try:
-                    exit_code, stdout, stderr = await self._run(context, url, token)
+                    exit_code, stdout, stderr = await self._run(trajectory, url, token)
                 finally:
                     server.should_exit = True
         finally:
@@ -134,8 +139,15 @@ class CommandAgent(Agent):
         transcript.append({"event": "handed_in_unsubmitted"})
         return Submission(patch=await _workspace_diff(context), transcript=transcript)
 
-    async def _run(self, context: TrajectoryContext, url: str, token: str) -> tuple[int, str, str]:
-        """Runs the program to its end; returns its exit status and its (capped) output."""
+    async def _run(
+        self, trajectory: ScopedTrajectory, url: str, token: str
+    ) -> tuple[int, str, str]:
+        """Runs the program to its end; returns its exit status and its (capped) output.
+
+        Raises:
+            InvalidInput: the program cannot be started.
+        """
+        context = trajectory.context
         with tempfile.TemporaryDirectory(prefix="mcp-evalserver-command-") as scratch:
             prompt_file = Path(scratch, "prompt.txt")
             await anyio.Path(prompt_file).write_text(context.task.prompt)
@@ -158,6 +170,7 @@ class CommandAgent(Agent):
                     assert process.stderr is not None
                     group.start_soon(_drain, process.stdout, stdout, drained[0])
                     group.start_soon(_drain, process.stderr, stderr, drained[1])
+                    group.start_soon(_stop_after_submit, trajectory, process.pid)
                     exit_code = await process.wait()
                     _kill_group(process.pid)
                     with anyio.move_on_after(_DRAIN_GRACE_S):
@@ -191,6 +204,12 @@ def _environment(
         "MCP_EVALSERVER_PROMPT": context.task.prompt,
         "MCP_EVALSERVER_PROMPT_FILE": str(prompt_file),
     }
+
+
+async def _stop_after_submit(trajectory: ScopedTrajectory, pid: int) -> None:
+    await trajectory.submitted.wait()
+    await anyio.sleep(EXIT_GRACE_S)
+    _kill_group(pid)
 
 
 async def _drain(stream: anyio.abc.ByteReceiveStream, output: _Output, done: anyio.Event) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import anyio
+
 from mcp_evalserver.agents.base import Submission, TrajectoryContext
 from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
 from mcp_evalserver.sandbox.base import DEFAULT_WORKDIR, Workspace
@@ -26,6 +28,8 @@ class ScopedTrajectory:
     def __init__(self, context: TrajectoryContext) -> None:
         self.context = context
         self.submission: Submission | None = None
+        #: Set once the program has submitted.
+        self.submitted = anyio.Event()
         self.calls: list[dict[str, Any]] = []
 
     @property
@@ -129,6 +133,7 @@ class ScopedTrajectory:
         elif answer is None:
             raise InvalidInput(f"task {self.context.task.id} has no workspace: submit an `answer`")
         self.submission = Submission(answer=answer, patch=patch)
+        self.submitted.set()
         return Submitted(
             campaign_id=self.context.campaign_id,
             trajectory_id=self.context.trajectory_id,

@@ -3,7 +3,8 @@
     python command_program.py fix <notes-dir>   fixes calc.py through its MCP endpoint, submits
     python command_program.py probe <notes-dir> first tries the other trajectory's endpoint
     python command_program.py edit-and-exit     writes the fix, exits 0 without submitting
-    python command_program.py answer            submits an answer (a task with no workspace)
+    python command_program.py answer [notes]    submits an answer (a task with no workspace);
+                                                with a notes dir, then lingers
     python command_program.py fail              writes to stderr and exits 3 without submitting
     python command_program.py hang <notes-dir>  starts a child in its group, then hangs
 
@@ -98,6 +99,9 @@ async def work(mode: str, notes: Path | None) -> int:
             refused = await client.call_tool("sandbox_exec", {"command": "ls"})
             print(" ".join(getattr(block, "text", "") for block in refused.content))
             await call(client, "submit", answer=str(2 + 2))
+            if notes is not None:  # then lingers, holding its connection
+                (notes / "submitted").write_text("")
+                await anyio.sleep(600)
             return 0
         tools = (await client.list_tools()).tools
         seen["tools"] = {

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
+from mcp_evalserver.agents import command
 from mcp_evalserver.agents.command import CommandAgent
 from mcp_evalserver.agents.config import CommandAgentConfig
 from mcp_evalserver.agents.factory import build_agent
@@ -165,6 +166,23 @@ async def test_a_program_answers_a_task_without_a_workspace_and_is_told_it_has_n
     transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
     assert "has no workspace" in transcript[-1]["stdout"]
     assert "submit an `answer` instead" in transcript[-1]["stdout"]
+
+
+async def test_a_program_that_lingers_after_submitting_is_stopped_and_its_submission_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(command, "EXIT_GRACE_S", 0.5)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    campaign = spec([ANSWER_TASK], program("answer", notes), trajectory_timeout_s=60)
+    with anyio.fail_after(30):
+        state, directory = await run(tmp_path / "state", campaign)
+
+    assert (notes / "submitted").exists()
+    assert state.trajectories["q@0"].outcome == "resolved"
+    (generated,) = records(directory, "generated")
+    transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
+    assert transcript[-1]["exit_code"] == -9
 
 
 def test_the_readmes_command_agent_example_builds_a_command_agent() -> None:
