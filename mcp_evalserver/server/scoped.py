@@ -7,26 +7,28 @@ alone. It also keeps what the program did (`calls`) for the transcript.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import anyio
 
 from mcp_evalserver.agents.base import Submission, TrajectoryContext
-from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
-from mcp_evalserver.sandbox.base import DEFAULT_WORKDIR, Workspace
+from mcp_evalserver.errors import Conflict
 from mcp_evalserver.server.models import Diff, ExecOutput, FileContent, FileWritten, Submitted
+from mcp_evalserver.server.trajectory_tools import TrajectoryTools
 
-_DIFF_FILE = re.compile(r"^diff --git a/(.*) b/", re.MULTILINE)
 # What one transcript entry keeps of a long argument (a file's content, a command).
 _ARGUMENT_CHARS = 2_000
 
 
 class ScopedTrajectory:
-    """Exec, read, write, diff and submit on the workspace of one trajectory."""
+    """Exec, read, write, diff and submit on the workspace of one trajectory.
+
+    Every method raises what `TrajectoryTools` raises, and `Conflict` once submitted.
+    """
 
     def __init__(self, context: TrajectoryContext) -> None:
         self.context = context
+        self.tools = TrajectoryTools(context)
         self.submission: Submission | None = None
         #: Set once the program has submitted.
         self.submitted = anyio.Event()
@@ -35,112 +37,36 @@ class ScopedTrajectory:
     @property
     def workdir(self) -> str | None:
         """Where commands start and relative paths resolve; None for answer-only tasks."""
-        task = self.context.task
-        return task.workdir or task.path or (DEFAULT_WORKDIR if task.image else None)
+        return self.tools.workdir
 
     async def exec(self, command: str, timeout_s: float, stdin: str | None = None) -> ExecOutput:
-        """Runs a shell command in the workspace.
-
-        Raises:
-            InvalidInput: empty command, or the task has no workspace.
-            Conflict: the trajectory was already submitted.
-            SandboxUnavailable: the instance is gone.
-        """
+        """Runs a shell command in the workspace."""
         self._log("sandbox_exec", command=command)
-        if not command.strip():
-            raise InvalidInput("`command` is empty: give a shell command such as `ls -la`")
-        result = await (await self._workspace()).exec(command, timeout=timeout_s, stdin=stdin)
+        result = await self.tools.exec(command, timeout_s, stdin)
         self.calls[-1]["exit_code"] = result.exit_code
-        return ExecOutput(
-            exit_code=result.exit_code,
-            stdout=result.stdout,
-            stderr=result.stderr,
-            stdout_truncated=result.stdout_truncated,
-            stderr_truncated=result.stderr_truncated,
-            timed_out=result.timed_out,
-            duration_s=result.duration_s,
-        )
+        return result
 
     async def read(self, path: str, max_bytes: int) -> FileContent:
-        """Reads a file from the workspace.
-
-        Raises:
-            NotFound: no such file.
-            InvalidInput: not a regular file, or the task has no workspace.
-            LimitExceeded: the file is larger than `max_bytes`.
-            Conflict: the trajectory was already submitted.
-        """
+        """Reads a file from the workspace."""
         self._log("read_file", path=path)
-        try:
-            data = await (await self._workspace()).read_file(path, max_bytes=max_bytes)
-        except NotFound as exc:
-            raise NotFound(
-                f"{exc} (relative paths start at {self.workdir}; list files with sandbox_exec, "
-                "e.g. `ls -la` or `git ls-files`)"
-            ) from exc
-        try:
-            text, binary = data.decode("utf-8"), False
-        except UnicodeDecodeError:
-            text, binary = data.decode("utf-8", errors="replace"), True
-        return FileContent(path=path, content=text, size=len(data), binary=binary)
+        return await self.tools.read(path, max_bytes)
 
     async def write(self, path: str, content: str) -> FileWritten:
-        """Writes a file in the workspace (parents created).
-
-        Raises:
-            InvalidInput: the path is outside the workspace or a directory, or the task has
-                no workspace.
-            Conflict: the trajectory was already submitted.
-        """
+        """Writes a file in the workspace (parents created)."""
         self._log("write_file", path=path, content=content)
-        data = content.encode()
-        try:
-            await (await self._workspace()).write_file(path, data)
-        except InvalidInput as exc:
-            raise InvalidInput(
-                f"{exc}: only the workspace is writable; write under {self.workdir} (or use a "
-                "relative path)"
-            ) from exc
-        return FileWritten(path=path, size=len(data))
+        return await self.tools.write(path, content)
 
     async def diff(self) -> Diff:
-        """The workspace's changes against the base commit.
-
-        Raises:
-            InvalidInput: the task has no workspace.
-            Conflict: already submitted, or the workdir is not a git repository.
-        """
+        """The workspace's changes against the base commit."""
         self._log("get_diff")
-        patch = await (await self._workspace()).diff()
-        return Diff(patch=patch, files=_DIFF_FILE.findall(patch))
+        return await self.tools.diff()
 
     async def submit(self, answer: str | None) -> Submitted:
-        """Hands in the workspace's diff (when there is one) and the answer, if any.
-
-        Raises:
-            Conflict: already submitted, or the workdir is not a git repository and no answer
-                was given.
-            InvalidInput: nothing to submit (no workspace and no answer).
-        """
+        """Hands in the workspace's diff (when there is one) and the answer, if any."""
         self._log("submit", answer=answer)
-        patch: str | None = None
-        if self.context.sandbox.available:
-            try:
-                patch = await (await self._workspace()).diff() or None
-            except Conflict:
-                if answer is None:
-                    raise  # not a git repository: only an answer can be handed in
-        elif answer is None:
-            raise InvalidInput(f"task {self.context.task.id} has no workspace: submit an `answer`")
-        self.submission = Submission(answer=answer, patch=patch)
+        self.submission, submitted = await self.tools.submission(answer)
         self.submitted.set()
-        return Submitted(
-            campaign_id=self.context.campaign_id,
-            trajectory_id=self.context.trajectory_id,
-            answer=answer,
-            patch_bytes=len(patch.encode()) if patch else 0,
-            files=_DIFF_FILE.findall(patch or ""),
-        )
+        return submitted
 
     def _log(self, tool: str, **arguments: str | None) -> None:
         if self.submission is not None:
@@ -149,12 +75,3 @@ class ScopedTrajectory:
             )
         shown = {k: v if v is None else v[:_ARGUMENT_CHARS] for k, v in arguments.items()}
         self.calls.append({"tool": tool, **shown})
-
-    async def _workspace(self) -> Workspace:
-        sandbox = self.context.sandbox
-        if not sandbox.available:
-            raise InvalidInput(
-                f"task {self.context.task.id} has no workspace (it names no `image` or `path`): "
-                "there is nothing to run or edit; submit an `answer` instead"
-            )
-        return await sandbox.workspace()

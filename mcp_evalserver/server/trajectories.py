@@ -7,12 +7,7 @@ destroyed by the runner once the submission is recorded.
 
 from __future__ import annotations
 
-import re
-
-from mcp_evalserver.agents.base import Submission
-from mcp_evalserver.agents.external import ClaimBoard, ExternalTrajectory
-from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
-from mcp_evalserver.sandbox.base import DEFAULT_WORKDIR, Workspace
+from mcp_evalserver.agents.external import ClaimBoard
 from mcp_evalserver.server.models import (
     ClaimedTrajectory,
     Diff,
@@ -21,8 +16,7 @@ from mcp_evalserver.server.models import (
     FileWritten,
     Submitted,
 )
-
-_DIFF_FILE = re.compile(r"^diff --git a/(.*) b/", re.MULTILINE)
+from mcp_evalserver.server.trajectory_tools import TrajectoryTools
 
 
 class ExternalTrajectories:
@@ -46,7 +40,7 @@ class ExternalTrajectories:
             trajectory_id=context.trajectory_id,
             task_id=task.id,
             prompt=task.prompt,
-            workdir=_workdir(trajectory),
+            workdir=TrajectoryTools(context).workdir,
             has_workspace=context.sandbox.available,
             lease_s=trajectory.lease_s,
             reclaimed=trajectory.claims > 1,
@@ -63,20 +57,8 @@ class ExternalTrajectories:
             InvalidInput: empty command, bad cwd, or the task has no workspace.
             SandboxUnavailable: the instance is gone.
         """
-        if not command.strip():
-            raise InvalidInput("`command` is empty: give a shell command such as `ls -la`")
         async with self.board.use(claim_id) as trajectory:
-            workspace = await _workspace(trajectory)
-            result = await workspace.exec(command, timeout=timeout_s, stdin=stdin)
-        return ExecOutput(
-            exit_code=result.exit_code,
-            stdout=result.stdout,
-            stderr=result.stderr,
-            stdout_truncated=result.stdout_truncated,
-            stderr_truncated=result.stderr_truncated,
-            timed_out=result.timed_out,
-            duration_s=result.duration_s,
-        )
+            return await TrajectoryTools(trajectory.context).exec(command, timeout_s, stdin)
 
     async def read(self, claim_id: str, path: str, max_bytes: int) -> FileContent:
         """Reads a file from the workspace.
@@ -88,18 +70,7 @@ class ExternalTrajectories:
             LimitExceeded: the file is larger than `max_bytes`.
         """
         async with self.board.use(claim_id) as trajectory:
-            try:
-                data = await (await _workspace(trajectory)).read_file(path, max_bytes=max_bytes)
-            except NotFound as exc:
-                raise NotFound(
-                    f"{exc} (relative paths start at {_workdir(trajectory)}; list files with "
-                    "sandbox_exec, e.g. `ls -la` or `git ls-files`)"
-                ) from exc
-        try:
-            text, binary = data.decode("utf-8"), False
-        except UnicodeDecodeError:
-            text, binary = data.decode("utf-8", errors="replace"), True
-        return FileContent(path=path, content=text, size=len(data), binary=binary)
+            return await TrajectoryTools(trajectory.context).read(path, max_bytes)
 
     async def write(self, claim_id: str, path: str, content: str) -> FileWritten:
         """Writes a file in the workspace (parents created).
@@ -109,16 +80,8 @@ class ExternalTrajectories:
             Conflict: the claim is no longer live.
             InvalidInput: the path is read-only (outside the workspace) or a directory.
         """
-        data = content.encode()
         async with self.board.use(claim_id) as trajectory:
-            try:
-                await (await _workspace(trajectory)).write_file(path, data)
-            except InvalidInput as exc:
-                raise InvalidInput(
-                    f"{exc}: only the workspace is writable; write under "
-                    f"{_workdir(trajectory)} (or use a relative path)"
-                ) from exc
-        return FileWritten(path=path, size=len(data))
+            return await TrajectoryTools(trajectory.context).write(path, content)
 
     async def diff(self, claim_id: str) -> Diff:
         """The workspace's changes against the base commit.
@@ -128,8 +91,7 @@ class ExternalTrajectories:
             Conflict: the claim is no longer live, or the workdir is not a git repository.
         """
         async with self.board.use(claim_id) as trajectory:
-            patch = await (await _workspace(trajectory)).diff()
-        return Diff(patch=patch, files=_DIFF_FILE.findall(patch))
+            return await TrajectoryTools(trajectory.context).diff()
 
     async def submit(self, claim_id: str, answer: str | None) -> Submitted:
         """Hands in the workspace's diff (when it has one) and the answer, if any.
@@ -140,37 +102,6 @@ class ExternalTrajectories:
             InvalidInput: nothing to submit (no workspace and no answer).
         """
         async with self.board.use(claim_id) as trajectory:
-            patch: str | None = None
-            if trajectory.context.sandbox.available:
-                try:
-                    patch = await (await _workspace(trajectory)).diff() or None
-                except Conflict:
-                    if answer is None:
-                        raise  # not a git repository: only an answer can be handed in
-            elif answer is None:
-                raise InvalidInput(
-                    f"task {trajectory.context.task.id} has no workspace: submit an `answer`"
-                )
-            self.board.submit(claim_id, Submission(answer=answer, patch=patch))
-        return Submitted(
-            campaign_id=trajectory.campaign_id,
-            trajectory_id=trajectory.trajectory_id,
-            answer=answer,
-            patch_bytes=len(patch.encode()) if patch else 0,
-            files=_DIFF_FILE.findall(patch or ""),
-        )
-
-
-def _workdir(trajectory: ExternalTrajectory) -> str | None:
-    task = trajectory.context.task
-    return task.workdir or task.path or (DEFAULT_WORKDIR if task.image else None)
-
-
-async def _workspace(trajectory: ExternalTrajectory) -> Workspace:
-    sandbox = trajectory.context.sandbox
-    if not sandbox.available:
-        raise InvalidInput(
-            f"task {trajectory.context.task.id} has no workspace (it names no `image` or "
-            "`path`): there is nothing to run or edit; submit an `answer` instead"
-        )
-    return await sandbox.workspace()
+            submission, submitted = await TrajectoryTools(trajectory.context).submission(answer)
+            self.board.submit(claim_id, submission)
+        return submitted
