@@ -15,7 +15,8 @@ from mcp_evalserver.agents import command
 from mcp_evalserver.agents.command import CommandAgent
 from mcp_evalserver.agents.config import CommandAgentConfig
 from mcp_evalserver.agents.factory import build_agent
-from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.scoring.config import CommandScorerConfig
+from mcp_evalserver.scoring.factory import build_scorer
 from tests.agents.helpers import artifact_text, records, run, spec
 from tests.server.helpers import BUGGY, git_repo, require_root
 
@@ -23,6 +24,8 @@ pytestmark = pytest.mark.anyio
 
 PROGRAM = Path(__file__).with_name("command_program.py")
 CHECK = "python3 -c 'import calc; assert calc.add(2, 2) == 4'"
+# The product\'s `command` scorer: the patch applied in a fresh workspace, then CHECK.
+CHECK_SCORER = build_scorer(CommandScorerConfig(command=CHECK))
 ANSWER_TASK = {"id": "q", "prompt": "2 + 2?", "answer": "4"}
 
 
@@ -36,24 +39,6 @@ def repo_task(root: Path) -> dict[str, str]:
     return {"id": "calc", "path": str(git_repo(root / "repo")), "prompt": "make add() add"}
 
 
-class ApplyAndCheck(Scorer):
-    """Applies the submitted patch to a fresh workspace and runs the check."""
-
-    async def score(self, context: ScoringContext) -> ScoreResult:
-        workspace = await context.sandbox.workspace()
-        command = CHECK
-        if context.submission.patch:
-            await workspace.write_file("/tmp/submission.diff", context.submission.patch)
-            command = f"git apply /tmp/submission.diff && {CHECK}"
-        result = await workspace.exec(command)
-        return ScoreResult(
-            resolved=result.ok,
-            score=float(result.ok),
-            status="resolved" if result.ok else "failed",
-            explanation=result.stderr[-500:],
-        )
-
-
 async def test_a_program_fixes_the_bug_through_its_endpoint_and_its_submission_resolves(
     tmp_path: Path,
 ) -> None:
@@ -63,7 +48,7 @@ async def test_a_program_fixes_the_bug_through_its_endpoint_and_its_submission_r
     notes.mkdir()
     agent = program("fix", notes, env={"AGENT_EXTRA": "from the config"})
     with anyio.fail_after(120):
-        state, directory = await run(tmp_path / "state", spec([task], agent), ApplyAndCheck())
+        state, directory = await run(tmp_path / "state", spec([task], agent), CHECK_SCORER)
 
     assert state.trajectories["calc@0"].outcome == "resolved"
     seen = json.loads((notes / "calc@0.json").read_text())
@@ -111,7 +96,7 @@ async def test_two_trajectories_at_once_cannot_reach_each_others_endpoint(
         [repo_task(tmp_path)], program("probe", notes), samples=2, concurrency=2, per_instance=2
     )
     with anyio.fail_after(120):
-        state, _ = await run(tmp_path / "state", campaign, ApplyAndCheck())
+        state, _ = await run(tmp_path / "state", campaign, CHECK_SCORER)
 
     # Each program waited for the other to publish its URL: both ran at the same time.
     for trajectory in ("calc@0", "calc@1"):
@@ -129,7 +114,7 @@ async def test_a_program_that_exits_cleanly_without_submitting_hands_in_its_work
     require_root()
     campaign = spec([repo_task(tmp_path)], program("edit-and-exit"))
     with anyio.fail_after(120):
-        state, directory = await run(tmp_path / "state", campaign, ApplyAndCheck())
+        state, directory = await run(tmp_path / "state", campaign, CHECK_SCORER)
 
     assert state.trajectories["calc@0"].outcome == "resolved"
     (generated,) = records(directory, "generated")

@@ -10,7 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.scoring.config import CommandScorerConfig
+from mcp_evalserver.scoring.factory import build_scorer
 from tests.agents.fake_openai import FakeOpenAI, Reply, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, artifact_text, openai_agent, records, run, spec
 
@@ -19,6 +20,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.root]
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
 CHECK = "python3 -c 'import calc; assert calc.add(2, 2) == 4'"
+# The product\'s `command` scorer: the patch applied in a fresh workspace, then CHECK.
+CHECK_SCORER = build_scorer(CommandScorerConfig(command=CHECK))
 
 
 @pytest.fixture(autouse=True)
@@ -41,24 +44,6 @@ def _repo_task(root: Path) -> dict[str, str]:
     return {"id": "calc", "path": str(path), "prompt": "calc.add subtracts; make it add."}
 
 
-class ApplyAndCheck(Scorer):
-    """Applies the submitted patch to a fresh workspace and runs the check."""
-
-    async def score(self, context: ScoringContext) -> ScoreResult:
-        workspace = await context.sandbox.workspace()
-        command = CHECK
-        if context.submission.patch:
-            await workspace.write_file("/tmp/submission.diff", context.submission.patch)
-            command = f"git apply /tmp/submission.diff && {CHECK}"
-        result = await workspace.exec(command)
-        return ScoreResult(
-            resolved=result.ok,
-            score=float(result.ok),
-            status="resolved" if result.ok else "failed",
-            explanation=result.stderr[-500:],
-        )
-
-
 async def test_a_model_that_fixes_the_bug_and_submits_hands_in_its_workspace_diff(
     tmp_path: Path,
 ) -> None:
@@ -76,7 +61,7 @@ async def test_a_model_that_fixes_the_bug_and_submits_hands_in_its_workspace_dif
         state, directory = await run(
             tmp_path / "state",
             spec([task], openai_agent(fake.url, tool_output_bytes=1024)),
-            ApplyAndCheck(),
+            CHECK_SCORER,
         )
 
     assert state.trajectories["calc@0"].outcome == "resolved"
@@ -111,7 +96,7 @@ async def test_a_model_out_of_steps_hands_in_what_its_workspace_holds_and_says_s
     fake = FakeOpenAI(script, then=Reply(content="still thinking"))
     with serving(fake), anyio.fail_after(60):
         agent = openai_agent(fake.url, max_steps=3, command_timeout_s=0.5)
-        state, directory = await run(tmp_path / "state", spec([task], agent), ApplyAndCheck())
+        state, directory = await run(tmp_path / "state", spec([task], agent), CHECK_SCORER)
 
     assert fake.requests == 3
     # A command past its time limit is killed and the model is told so.
