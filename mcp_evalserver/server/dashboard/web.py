@@ -20,7 +20,6 @@ from starlette.routing import BaseRoute, Route
 
 from mcp_evalserver.campaigns import CampaignStore
 from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
-from mcp_evalserver.report import build_report
 from mcp_evalserver.server.dashboard import views
 from mcp_evalserver.server.dashboard.ledgers import LedgerCache
 from mcp_evalserver.server.dashboard.render import render
@@ -101,7 +100,7 @@ def dashboard_routes(state_dir: Path, token: str) -> list[BaseRoute]:
     def campaign_live(request: Request) -> Response:
         try:
             ledger = cache.get(request.path_params["campaign_id"])
-            report = ledger.cached("report", build_report)
+            report = views.report_of(ledger)
             row = ledger.cached("row", views.campaign_row)
         except EvalServerError as exc:
             return _error(exc)
@@ -132,7 +131,7 @@ def dashboard_routes(state_dir: Path, token: str) -> list[BaseRoute]:
     def api_campaign(request: Request) -> Response:
         try:
             ledger = cache.get(request.path_params["campaign_id"])
-            report = ledger.cached("report", build_report)
+            report = views.report_of(ledger)
         except EvalServerError as exc:
             return JSONResponse({"error": str(exc)}, status_code=404)
         return JSONResponse(report)
