@@ -68,7 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="show one campaign, or list them all")
     status.add_argument("campaign_id", nargs="?", metavar="ID")
 
-    resume = commands.add_parser("resume", help="continue an interrupted campaign")
+    resume = commands.add_parser(
+        "resume",
+        help="continue an interrupted campaign, and run again what ended in an infrastructure "
+        "failure",
+    )
     resume.add_argument("campaign_id", metavar="ID")
     resume.add_argument("--no-progress", action="store_true", help="no live progress line")
 
@@ -140,6 +144,12 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
         print(f"campaign {campaign_id} ({store.directory(campaign_id)})", file=sys.stderr)
         return _run(store, campaign_id, progress=not args.no_progress)
     if args.command == "resume":
+        if failed := len(store.load(args.campaign_id).infra_failed):
+            print(
+                f"running {failed} trajectory(ies) again: their last outcome was an "
+                "infrastructure failure",
+                file=sys.stderr,
+            )
         return _run(store, args.campaign_id, progress=not args.no_progress)
     if args.command == "status":
         if args.campaign_id is None:
@@ -223,8 +233,8 @@ def _print_campaign_list(store: CampaignStore) -> None:
             print(f"{campaign_id}  unreadable: {exc}")
             continue
         print(
-            f"{campaign_id}  {state.status}  {state.done_count}/{len(state.trajectories)}  "
-            f"resolved {state.count('resolved')}"
+            f"{campaign_id}  {state.describe_status()}  "
+            f"{state.done_count}/{len(state.trajectories)}  resolved {state.count('resolved')}"
         )
 
 

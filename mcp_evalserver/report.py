@@ -95,6 +95,7 @@ def build_report(state: CampaignState) -> dict[str, Any]:
         "campaign": state.id,
         "name": state.spec.name,
         "status": state.status,
+        "status_text": state.describe_status(),
         "agent": getattr(state.spec.agent, "type", None),
         "scorer": getattr(state.spec.scorer, "type", None),
         "trajectories": len(state.trajectories),
@@ -105,6 +106,7 @@ def build_report(state: CampaignState) -> dict[str, Any]:
         "graded": graded,
         "runs": state.runs,
         "rescores": state.rescores,
+        "infrastructure": infrastructure_health(state),
         "summary": summary,
         "phases": {
             "generation": _percentiles(t.generation_s for t in state.trajectories.values()),
@@ -120,6 +122,23 @@ def build_report(state: CampaignState) -> dict[str, Any]:
         ),
         "confidence": {"level": CONFIDENCE, "bootstrap_seed": SEED, "resamples": RESAMPLES},
         "tasks": per_task,
+    }
+
+
+def infrastructure_health(state: CampaignState) -> dict[str, Any]:
+    """What the infrastructure did to a campaign: failed attempts by cause (retried or not),
+    trajectories sent back by a resume, instances re-provisioned and why.
+    """
+    history = [event for t in state.trajectories.values() for event in t.infra_history]
+    causes = Counter(f"{event['phase']}: {event['type']}" for event in history)
+    return {
+        "failed_attempts": len(history),
+        "failed_attempts_by_cause": dict(sorted(causes.items())),
+        "trajectories_hit": sum(1 for t in state.trajectories.values() if t.infra_history),
+        "unresolved_failures": len(state.infra_failed),
+        "retried_by_resume": state.retried,
+        "instances_reprovisioned": len(state.reprovisioned),
+        "reprovisioned": state.reprovisioned[-20:],
     }
 
 
@@ -141,7 +160,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Campaign {report['campaign']}",
         "",
-        f"- status: **{report['status']}** ({report['done']}/{report['trajectories']} done,"
+        f"- status: **{report['status_text']}** ({report['done']}/{report['trajectories']} done,"
         f" {report['runs']} run(s)"
         + (f", rescored {report['rescores']} time(s)" if report["rescores"] else "")
         + f"; agent `{report['agent']}`, scorer `{report['scorer']}`)",
@@ -165,6 +184,20 @@ def render_markdown(report: dict[str, Any]) -> str:
         " of attempts",
         "- outcomes: " + ", ".join(f"{k} {v}" for k, v in report["outcomes"].items()),
     ]
+    health = report["infrastructure"]
+    if health["failed_attempts"] or health["instances_reprovisioned"]:
+        causes = ", ".join(f"{k} {v}" for k, v in health["failed_attempts_by_cause"].items())
+        lines.append(
+            f"- infrastructure faults survived: {health['failed_attempts']} failed attempt(s)"
+            f" in {health['trajectories_hit']} trajectory(ies)"
+            + (f" ({causes})" if causes else "")
+            + f"; {health['instances_reprovisioned']} instance(s) re-provisioned"
+            + (
+                f"; {health['retried_by_resume']} retried by resume"
+                if health["retried_by_resume"]
+                else ""
+            )
+        )
     if report["score_statuses"]:
         statuses = ", ".join(f"{k} {v}" for k, v in report["score_statuses"].items())
         partial = report["partially_resolved"]

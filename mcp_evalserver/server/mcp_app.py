@@ -196,7 +196,9 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
     @tool_errors
     async def resume(campaign_id: CampaignId, ctx: Context[EvalService, Any]) -> CampaignStatus:
         """Continue a cancelled or interrupted campaign where its ledger left off: finished
-        trajectories are kept, generated ones are only scored, the rest run again."""
+        trajectories are kept, generated ones are only scored, the rest run again. Trajectories
+        whose last outcome is an infrastructure failure run again from the phase that failed;
+        `retrying` says how many."""
         return await _service(ctx).resume(campaign_id)
 
     @app.tool(annotations=_MUTATES)

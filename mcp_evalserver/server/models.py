@@ -10,6 +10,16 @@ from mcp_evalserver.scoring.comparison import PairedComparison
 from mcp_evalserver.scoring.stats import CampaignSummary
 
 
+class InstanceReprovisioned(BaseModel):
+    """An instance found dead (supervisor, container or engine gone) and provisioned again."""
+
+    task: str | None
+    instance: str | None
+    backend: str | None
+    reason: str | None
+    ts: float | None
+
+
 class CampaignStatus(BaseModel):
     """Where a campaign stands."""
 
@@ -32,6 +42,23 @@ class CampaignStatus(BaseModel):
     )
     claimed: int = Field(0, description="External trajectories held by a client right now.")
     error: str | None = Field(None, description="Why the last run stopped early, if it did.")
+    status_text: str = Field(
+        "",
+        description="The status as a person reads it, e.g. 'finished with 2 infrastructure "
+        "failures — resume to retry them'.",
+    )
+    infra_failures: int = Field(
+        0, description="Trajectories whose last outcome is an infrastructure failure."
+    )
+    retrying: int = Field(
+        0,
+        description="Trajectories the last resume sent back because their last outcome was an "
+        "infrastructure failure.",
+    )
+    reprovisioned: list[InstanceReprovisioned] = Field(
+        default_factory=list,
+        description="Instances found dead and provisioned again while it ran (last 20).",
+    )
     next_step: str = Field(description="What to do next with this campaign.")
 
 
