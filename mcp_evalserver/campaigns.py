@@ -406,4 +406,9 @@ class _Drive:
         stored = trajectory.submission or {}
         patch_ref = stored.get("patch")
         patch = read_artifact(self.directory, patch_ref).decode() if patch_ref else None
-        return Submission(answer=stored.get("answer"), patch=patch)
+        # Scorers that judge the trajectory itself need its transcript on resume too.
+        transcript_ref = stored.get("transcript")
+        transcript = (
+            json.loads(read_artifact(self.directory, transcript_ref)) if transcript_ref else None
+        )
+        return Submission(answer=stored.get("answer"), patch=patch, transcript=transcript)

@@ -78,7 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="print a campaign's report")
     report.add_argument("campaign_id", metavar="ID")
-    report.add_argument("--format", choices=["markdown", "json"], default="markdown")
+    report.add_argument(
+        "--format",
+        choices=["markdown", "json", "html"],
+        default="markdown",
+        help="html: the dashboard's campaign page as one self-contained file",
+    )
+    report.add_argument("--out", type=Path, metavar="FILE", help="write to FILE, not stdout")
     add_scoring_commands(commands)
 
     commands.add_parser("schema", help="print the JSON schema of a campaign spec")
@@ -159,13 +165,30 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
             print(json.dumps(_status(state), indent=2))
         return EXIT_OK
     if args.command == "report":
-        report = build_report(store.load(args.campaign_id))
-        if args.format == "json":
-            print(json.dumps(report, indent=2))
-        else:
-            print(render_markdown(report), end="")
+        _write(_report_text(store, args.campaign_id, args.format), args.out)
         return EXIT_OK
     raise AssertionError(f"unhandled command {args.command}")
+
+
+def _report_text(store: CampaignStore, campaign_id: str, output: str) -> str:
+    if output == "html":
+        # Imported here: the other commands need no template engine.
+        from mcp_evalserver.server.dashboard.render import static_report
+
+        return static_report(store, campaign_id)
+    report = build_report(store.load(campaign_id))
+    return json.dumps(report, indent=2) + "\n" if output == "json" else render_markdown(report)
+
+
+def _write(text: str, out: Path | None) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {out}: {exc.strerror}; choose another --out") from exc
+    print(f"wrote {out}", file=sys.stderr)
 
 
 def _run(store: CampaignStore, campaign_id: str, *, progress: bool) -> int:

@@ -210,6 +210,12 @@ class TrajectorySandbox:
         self._workspace: Workspace | None = None
         self._lock = anyio.Lock()
 
+    def part(self, number: int) -> TrajectorySandbox:
+        """A sandbox of its own for part `number` of this step (a combined scorer's parts must
+        not share a workspace: each applies the patch afresh). The caller closes it."""
+        return TrajectorySandbox(self._pool, self._task, f"{self._name}-p{number}",
+                                 self._provisioning)  # fmt: skip
+
     @property
     def available(self) -> bool:
         """Whether this step can have a workspace (the task names an environment)."""

@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from mcp_evalserver import __version__
 from mcp_evalserver.errors import EvalServerError
 from mcp_evalserver.scoring.config import ScorerConfig
+from mcp_evalserver.server.http import allowed_host_names
 from mcp_evalserver.server.models import (
     CampaignList,
     CampaignStatus,
@@ -324,12 +325,10 @@ def http_app(state_dir: Path, host: str, allowed_hosts: Sequence[str] = ()) -> S
     `name:port`) in their Host header, and a matching Origin if they send one: a web page the
     user visits cannot reach the server through a rebound DNS name.
     """
-    names = ["127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host]
-    names += list(allowed_hosts)
-    hosts = [entry for name in names for entry in (name, f"{name}:*")]
+    hosts = allowed_host_names(host, allowed_hosts)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=sorted(set(hosts)),
+        allowed_hosts=hosts,
         allowed_origins=sorted({f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")}),
     )
     return create_server(state_dir).streamable_http_app(host=host, transport_security=security)
