@@ -99,7 +99,9 @@ ReprovisionObserver = Callable[[Reprovisioned], Awaitable[None]]
 class SandboxPool:
     """The backends and instances of one process. Use as `async with SandboxPool() as pool:`."""
 
-    def __init__(self) -> None:
+    def __init__(self, backends: Callable[[BackendName], Backend] = make_backend) -> None:
+        """`backends` makes a backend of a kind (another backend, or one wrapped by a test)."""
+        self._make_backend = backends
         self._backends: dict[BackendName, Backend] = {}
         self._instances: dict[tuple[BackendName, str], Instance] = {}
         self._lock = anyio.Lock()
@@ -147,7 +149,7 @@ class SandboxPool:
         # campaign fails or is cancelled, its backends must still stop their supervisors and
         # remove their mounts. It ends when the pool closes (`_closing` is set first).
         with anyio.CancelScope(shield=True):
-            async with make_backend(name) as backend:
+            async with self._make_backend(name) as backend:
                 task_status.started(backend)
                 await self._closing.wait()
 

@@ -20,8 +20,11 @@ import pytest
 
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.errors import SandboxUnavailable
 from mcp_evalserver.ledger import LEDGER_FILE, read_ledger
-from mcp_evalserver.sandbox.supervised import SupervisedWorkspace
+from mcp_evalserver.sandbox.base import InstanceSpec
+from mcp_evalserver.sandbox.local import LocalBackend
+from mcp_evalserver.sandbox.supervised import SupervisedInstance, SupervisedWorkspace
 from mcp_evalserver.sandboxes import SandboxPool
 from mcp_evalserver.scoring.config import TestsScorerConfig
 from mcp_evalserver.spec import CampaignSpec, Limits, Task
@@ -43,6 +46,10 @@ SETUP = (
 FIXED = "def add(a, b):\n    return a + b\n"
 WRONG = "def add(a, b):\n    return a * b\n"  # the tests run, and test_add fails
 VICTIM = "calc0@0"
+
+UNDISTURBED = {
+    task: [("resolved", "resolved"), ("failed", "failed")] for task in ("calc0", "calc1")
+}
 
 WorkspaceFault = Callable[[SupervisedWorkspace], Awaitable[None]]
 
@@ -115,7 +122,7 @@ class ChaosAgent(Agent):
         return Submission(patch=await workspace.diff())
 
 
-def _spec(tasks: list[Task]) -> CampaignSpec:
+def _spec(tasks: list[Task], max_attempts: int = 3) -> CampaignSpec:
     return CampaignSpec(
         name="chaos",
         tasks=tasks,
@@ -124,7 +131,11 @@ def _spec(tasks: list[Task]) -> CampaignSpec:
             parser="unittest", test_command="python3 -m unittest -v test_calc", timeout_s=120
         ),
         limits=Limits(
-            concurrency=4, per_instance=2, scoring=2, max_attempts=3, retry_base_delay_s=0.05
+            concurrency=4,
+            per_instance=2,
+            scoring=2,
+            max_attempts=max_attempts,
+            retry_base_delay_s=0.05,
         ),
     )
 
@@ -138,11 +149,16 @@ def _results(state: CampaignState) -> dict[str, list[tuple[str | None, str | Non
 
 
 async def _run(
-    state_dir: Path, spec: CampaignSpec, agent: ChaosAgent, fault: WorkspaceFault | None
+    state_dir: Path,
+    spec: CampaignSpec | str,
+    agent: ChaosAgent,
+    fault: WorkspaceFault | None,
+    pool: SandboxPool | None = None,
 ) -> tuple[CampaignRunner, CampaignState]:
+    """Runs a new campaign of `spec`, or resumes the campaign named `spec`."""
     store = CampaignStore(state_dir)
-    campaign_id = await store.create(spec)
-    async with SandboxPool() as pool:
+    campaign_id = spec if isinstance(spec, str) else await store.create(spec)
+    async with pool or SandboxPool() as pool:
         runner = CampaignRunner(store, campaign_id, agent=agent, sandboxes=pool)
         result: list[CampaignState] = []
 
@@ -173,9 +189,7 @@ async def _chaos(kind: str, fault: WorkspaceFault, tmp_path: Path, *, heals_inst
     spec = _spec(_tasks(kind, tmp_path / "reference-tasks"))
     _, reference = await _run(tmp_path / "reference", spec, ChaosAgent(None), None)
     expected = _results(reference)
-    assert expected == {
-        task: [("resolved", "resolved"), ("failed", "failed")] for task in ("calc0", "calc1")
-    }, expected
+    assert expected == UNDISTURBED, expected
 
     agent = ChaosAgent(VICTIM)
     spec = _spec(_tasks(kind, tmp_path / "chaos-tasks"))
@@ -227,3 +241,57 @@ async def test_a_campaign_survives_docker_rm_f_of_an_instance_container(tmp_path
 @pytest.mark.docker
 async def test_a_campaign_survives_a_killed_holder_in_a_container(tmp_path: Path) -> None:
     await _chaos("docker", kill_holder, tmp_path, heals_instance=False)
+
+
+class RefusingLocalBackend(LocalBackend):
+    """The local backend, refusing to provision the `refused` directories while `refusing`."""
+
+    def __init__(self, refused: set[str]) -> None:
+        super().__init__()
+        self.refused = refused
+        self.refusing = True
+
+    async def instance(self, spec: InstanceSpec) -> SupervisedInstance:
+        if self.refusing and spec.path in self.refused:
+            raise SandboxUnavailable(f"the backend refuses to provision {spec.path} for now")
+        return await super().instance(spec)
+
+
+@pytest.mark.root
+@pytest.mark.usefixtures("root_only")
+async def test_a_campaign_left_with_infrastructure_failures_is_completed_by_resume_alone(
+    tmp_path: Path,
+) -> None:
+    tasks = _tasks("local", tmp_path / "tasks")
+    refused = {str(tasks[1].path)}
+    agent = ChaosAgent(None)
+    refusing = RefusingLocalBackend(refused)
+    runner, state = await _run(
+        tmp_path / "state",
+        _spec(tasks, max_attempts=2),
+        agent,
+        None,
+        SandboxPool(lambda _: refusing),
+    )
+    assert _results(state) == {
+        "calc0": UNDISTURBED["calc0"],
+        "calc1": [("infra_error", None), ("infra_error", None)],
+    }
+    assert state.describe_status() == (
+        "finished with 2 infrastructure failures — resume to retry them"
+    )
+    assert len(state.trajectories["calc1@0"].infra_history) == 2
+
+    # The backend is back (a new process would make a new one): resume runs those two alone.
+    agent.attempts.clear()
+    healed = RefusingLocalBackend(refused)
+    healed.refusing = False
+    resumed, state = await _run(
+        tmp_path / "state", runner.campaign_id, agent, None, SandboxPool(lambda _: healed)
+    )
+    assert resumed.retrying == 2
+    assert agent.attempts == {"calc1@0": 1, "calc1@1": 1}, "nothing else ran again"
+    assert _results(state) == UNDISTURBED
+    assert state.describe_status() == "finished"
+    _each_finished_once(resumed, 4)
+    assert len(state.trajectories["calc1@0"].infra_history) == 2, "the history stays"
