@@ -10,6 +10,7 @@ no sleeps); the agent then goes on, meets the fault, and the runner takes over.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,7 @@ from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.errors import SandboxUnavailable
 from mcp_evalserver.ledger import LEDGER_FILE, read_ledger
 from mcp_evalserver.sandbox.base import InstanceSpec
+from mcp_evalserver.sandbox.docker import DockerBackend
 from mcp_evalserver.sandbox.local import LocalBackend
 from mcp_evalserver.sandbox.supervised import SupervisedInstance, SupervisedWorkspace
 from mcp_evalserver.sandboxes import SandboxPool
@@ -31,7 +33,13 @@ from mcp_evalserver.spec import CampaignSpec, Limits, Task
 from mcp_evalserver.state import CampaignState
 from tests.sandbox.conftest import require_root
 from tests.sandbox.docker_support import require_docker
-from tests.sandbox.faults import docker_kill, docker_rm_f, kill_holder, sigkill_supervisor
+from tests.sandbox.faults import (
+    PrivateEngine,
+    docker_kill,
+    docker_rm_f,
+    kill_holder,
+    sigkill_supervisor,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -122,7 +130,7 @@ class ChaosAgent(Agent):
         return Submission(patch=await workspace.diff())
 
 
-def _spec(tasks: list[Task], max_attempts: int = 3) -> CampaignSpec:
+def _spec(tasks: list[Task], max_attempts: int = 3, retry_s: float = 0.05) -> CampaignSpec:
     return CampaignSpec(
         name="chaos",
         tasks=tasks,
@@ -135,7 +143,7 @@ def _spec(tasks: list[Task], max_attempts: int = 3) -> CampaignSpec:
             per_instance=2,
             scoring=2,
             max_attempts=max_attempts,
-            retry_base_delay_s=0.05,
+            retry_base_delay_s=retry_s,
         ),
     )
 
@@ -241,6 +249,40 @@ async def test_a_campaign_survives_docker_rm_f_of_an_instance_container(tmp_path
 @pytest.mark.docker
 async def test_a_campaign_survives_a_killed_holder_in_a_container(tmp_path: Path) -> None:
     await _chaos("docker", kill_holder, tmp_path, heals_instance=False)
+
+
+@pytest.mark.docker
+@pytest.mark.root
+@pytest.mark.usefixtures("root_only")
+# docker-py's unix transport leaves the socket of a connect that failed (the engine is down)
+# unclosed; the engine releases it at once (see DockerEngine.call) and Python warns of it.
+@pytest.mark.filterwarnings(
+    "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning"
+)
+async def test_a_campaign_survives_a_restart_of_its_docker_engine(tmp_path: Path) -> None:
+    image = require_docker()
+    # An engine of its own: restarting the shared one would kill other tests' containers.
+    engine = PrivateEngine(Path(f"/var/lib/mcp-evalserver/chaos-engine-{os.getpid()}"))
+    try:
+        await engine.start()
+        await engine.load_image(image)
+        # Backoff of 1 s doubling over 6 tries per cause: a restart has ~30 s to complete.
+        spec = _spec(_tasks("docker", tmp_path / "tasks"), max_attempts=6, retry_s=1.0)
+        agent = ChaosAgent(VICTIM)
+
+        async def restart_engine(_: SupervisedWorkspace) -> None:
+            await engine.restart()
+
+        pool = SandboxPool(lambda _: DockerBackend(base_url=engine.url))
+        runner, state = await _run(tmp_path / "state", spec, agent, restart_engine, pool)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await engine.aclose()
+    assert state.count("infra_error") == 0
+    assert _results(state) == UNDISTURBED
+    _each_finished_once(runner, 4)
+    assert agent.attempts[VICTIM] >= 2
+    assert state.reprovisioned, "the instances lost with the engine were provisioned again"
 
 
 class RefusingLocalBackend(LocalBackend):
