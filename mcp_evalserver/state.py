@@ -63,6 +63,8 @@ class TrajectoryState:
     scored_seq: int | None = None
     #: When the record that finished it was written (epoch seconds).
     finished_ts: float | None = None
+    #: (step kind, node) for each step that ran on a backend of many nodes (Ray), in order.
+    nodes: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -161,6 +163,8 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     if trajectory is None:
         raise LedgerCorrupt(f"record seq {record.get('seq')} names unknown trajectory {tid!r}")
     handler(trajectory, record)
+    if isinstance(node := record.get("node"), str):
+        trajectory.nodes.append((kind, node))
 
 
 def rescorable(trajectory: TrajectoryState) -> bool:

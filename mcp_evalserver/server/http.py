@@ -126,6 +126,7 @@ async def serve_http(
     port: int = 8765,
     token: str,
     allowed_hosts: Sequence[str] = (),
+    ray_address: str | None = None,
     stderr: TextIO = sys.stderr,
 ) -> None:
     """Serves until cancelled or signalled; prints the URL once listening (port 0 = any free).
@@ -139,7 +140,7 @@ async def serve_http(
 
     sock = listening_socket(host, port)
     bound_port = sock.getsockname()[1]
-    app = BearerAuth(http_app(state_dir, host, allowed_hosts), token)
+    app = BearerAuth(http_app(state_dir, host, allowed_hosts, ray_address), token)
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
     display = f"[{host}]" if ":" in host else host
     print(f"mcp-evalserver: serving MCP at http://{display}:{bound_port}/mcp", file=stderr)
