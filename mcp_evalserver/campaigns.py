@@ -5,7 +5,8 @@ generation (bounded per instance and globally, timed out, retried with backoff o
 infrastructure errors only), then scoring as its own phase (bounded separately), each step
 recorded in the ledger before it counts. Running a campaign again is resuming it: scored
 trajectories are done, generated ones are only scored, interrupted generations start a new
-attempt. Nothing completed runs twice.
+attempt, and trajectories that ended in an infrastructure failure run again from the phase it
+struck (a harness's fault is never a result). Nothing completed runs twice.
 """
 
 from __future__ import annotations
@@ -27,12 +28,24 @@ from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.agents.factory import build_agent
 from mcp_evalserver.errors import InfrastructureError, InvalidInput, NotFound
 from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_artifact, read_ledger
-from mcp_evalserver.sandboxes import SandboxPool, TrajectorySandbox, workspace_name
+from mcp_evalserver.sandboxes import (
+    Reprovisioned,
+    SandboxPool,
+    TrajectorySandbox,
+    workspace_name,
+)
 from mcp_evalserver.scheduler import Limiters, RetryPolicy
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.spec import CampaignSpec, Task
-from mcp_evalserver.state import CampaignState, TrajectoryState, apply_record, replay
+from mcp_evalserver.state import (
+    INSTANCE_REPROVISIONED,
+    RETRY_REQUESTED,
+    CampaignState,
+    TrajectoryState,
+    apply_record,
+    replay,
+)
 
 STATE_DIR_ENV = "MCP_EVALSERVER_STATE_DIR"
 
@@ -138,6 +151,9 @@ class CampaignRunner:
         self._cancel_requested = False
         self.state: CampaignState | None = None
         self.progress: RunProgress | None = None
+        #: Trajectories this run sent back because their last outcome was an infrastructure
+        #: failure (set once the run has started).
+        self.retrying = 0
 
     def cancel(self) -> None:
         """Stops the run: in-flight trajectories are cancelled, the ledger stays consistent."""
@@ -190,7 +206,7 @@ class CampaignRunner:
                 agent=agent,
                 scorer=scorer,
                 limiters=Limiters(spec.limits),
-                policy=RetryPolicy(spec.limits.max_attempts, spec.limits.retry_base_delay_s),
+                policy=RetryPolicy.of(spec.limits),
                 tasks={task.id: task for task in spec.task_list()},
                 directory=self.directory,
                 on_record=self._on_record,
@@ -198,6 +214,9 @@ class CampaignRunner:
             )
             self.progress = RunProgress(time.monotonic(), state.done_count, len(state.trajectories))
             await drive.record("run_started", None, pid=os.getpid(), resumed=state.runs > 0)
+            if infra_failed := state.infra_failed:
+                await drive.record(RETRY_REQUESTED, None, trajectories=infra_failed)
+                self.retrying = len(infra_failed)
             with anyio.CancelScope() as self._cancel_scope:
                 if self._cancel_requested:
                     self._cancel_scope.cancel()
@@ -307,7 +326,7 @@ class _Drive:
                 finally:
                     await sandbox.aclose()
         except InfrastructureError as exc:
-            failures = trajectory.generation_failures + 1
+            failures = trajectory.failure_causes.get(type(exc).__name__, 0) + 1
             final = self.policy.gives_up_after(failures)
             await self._failed(
                 "generation_failed", trajectory, exc, started, final=final, node=sandbox.node
@@ -369,7 +388,7 @@ class _Drive:
                 finally:
                     await sandbox.aclose()
         except InfrastructureError as exc:
-            failures = trajectory.scoring_failures + 1
+            failures = trajectory.failure_causes.get(type(exc).__name__, 0) + 1
             final = self.policy.gives_up_after(failures)
             await self._failed(
                 "scoring_failed", trajectory, exc, started, final=final, node=sandbox.node
@@ -394,8 +413,20 @@ class _Drive:
 
     def _sandbox(self, task: Task, trajectory_id: str, step: str) -> TrajectorySandbox:
         name = workspace_name(self.state.id, trajectory_id, step)
+        provisioning = self.limiters.provisioning
         return TrajectorySandbox(
-            self.sandboxes, task, name, self.limiters.provisioning, self.state.spec.sandbox
+            self.sandboxes, task, name, provisioning, self._reprovisioned, self.state.spec.sandbox
+        )
+
+    async def _reprovisioned(self, event: Reprovisioned) -> None:
+        await self.record(
+            INSTANCE_REPROVISIONED,
+            None,
+            durable=False,
+            backend=event.backend,
+            instance=event.instance_key,
+            task=event.task_id,
+            reason=event.reason[:4000],
         )
 
     async def _failed(
@@ -435,4 +466,9 @@ class _Drive:
         stored = trajectory.submission or {}
         patch_ref = stored.get("patch")
         patch = read_artifact(self.directory, patch_ref).decode() if patch_ref else None
-        return Submission(answer=stored.get("answer"), patch=patch)
+        # Scorers that judge the trajectory itself need its transcript on resume too.
+        transcript_ref = stored.get("transcript")
+        transcript = (
+            json.loads(read_artifact(self.directory, transcript_ref)) if transcript_ref else None
+        )
+        return Submission(answer=stored.get("answer"), patch=patch, transcript=transcript)

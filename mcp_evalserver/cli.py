@@ -80,13 +80,23 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="show one campaign, or list them all")
     status.add_argument("campaign_id", nargs="?", metavar="ID")
 
-    resume = commands.add_parser("resume", help="continue an interrupted campaign")
+    resume = commands.add_parser(
+        "resume",
+        help="continue an interrupted campaign, and run again what ended in an infrastructure "
+        "failure",
+    )
     resume.add_argument("campaign_id", metavar="ID")
     resume.add_argument("--no-progress", action="store_true", help="no live progress line")
 
     report = commands.add_parser("report", help="print a campaign's report")
     report.add_argument("campaign_id", metavar="ID")
-    report.add_argument("--format", choices=["markdown", "json"], default="markdown")
+    report.add_argument(
+        "--format",
+        choices=["markdown", "json", "html"],
+        default="markdown",
+        help="html: the dashboard's campaign page as one self-contained file",
+    )
+    report.add_argument("--out", type=Path, metavar="FILE", help="write to FILE, not stdout")
     add_scoring_commands(commands)
 
     commands.add_parser("schema", help="print the JSON schema of a campaign spec")
@@ -153,6 +163,12 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
         print(f"campaign {campaign_id} ({store.directory(campaign_id)})", file=sys.stderr)
         return _run(store, campaign_id, progress=not args.no_progress, ray_address=args.ray)
     if args.command == "resume":
+        if failed := len(store.load(args.campaign_id).infra_failed):
+            print(
+                f"running {failed} trajectory(ies) again: their last outcome was an "
+                "infrastructure failure",
+                file=sys.stderr,
+            )
         return _run(store, args.campaign_id, progress=not args.no_progress, ray_address=args.ray)
     if args.command == "status":
         if args.campaign_id is None:
@@ -165,13 +181,30 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
             print(json.dumps(status, indent=2))
         return EXIT_OK
     if args.command == "report":
-        report = build_report(store.load(args.campaign_id))
-        if args.format == "json":
-            print(json.dumps(report, indent=2))
-        else:
-            print(render_markdown(report), end="")
+        _write(_report_text(store, args.campaign_id, args.format), args.out)
         return EXIT_OK
     raise AssertionError(f"unhandled command {args.command}")
+
+
+def _report_text(store: CampaignStore, campaign_id: str, output: str) -> str:
+    if output == "html":
+        # Imported here: the other commands need no template engine.
+        from mcp_evalserver.server.dashboard.render import static_report
+
+        return static_report(store, campaign_id)
+    report = build_report(store.load(campaign_id))
+    return json.dumps(report, indent=2) + "\n" if output == "json" else render_markdown(report)
+
+
+def _write(text: str, out: Path | None) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {out}: {exc.strerror}; choose another --out") from exc
+    print(f"wrote {out}", file=sys.stderr)
 
 
 def _run(
@@ -241,8 +274,8 @@ def _print_campaign_list(store: CampaignStore) -> None:
             print(f"{campaign_id}  unreadable: {exc}")
             continue
         print(
-            f"{campaign_id}  {state.status}  {state.done_count}/{len(state.trajectories)}  "
-            f"resolved {state.count('resolved')}"
+            f"{campaign_id}  {state.describe_status()}  "
+            f"{state.done_count}/{len(state.trajectories)}  resolved {state.count('resolved')}"
         )
 
 

@@ -95,6 +95,7 @@ def build_report(state: CampaignState) -> dict[str, Any]:
         "campaign": state.id,
         "name": state.spec.name,
         "status": state.status,
+        "status_text": state.describe_status(),
         "agent": getattr(state.spec.agent, "type", None),
         "scorer": getattr(state.spec.scorer, "type", None),
         "trajectories": len(state.trajectories),
@@ -105,6 +106,7 @@ def build_report(state: CampaignState) -> dict[str, Any]:
         "graded": graded,
         "runs": state.runs,
         "rescores": state.rescores,
+        "infrastructure": infrastructure_health(state),
         "summary": summary,
         "phases": {
             "generation": _percentiles(t.generation_s for t in state.trajectories.values()),
@@ -119,10 +121,6 @@ def build_report(state: CampaignState) -> dict[str, Any]:
             [f.model_dump(mode="json") for f in flaky_graders(finished)] if oracle else None
         ),
         "confidence": {"level": CONFIDENCE, "bootstrap_seed": SEED, "resamples": RESAMPLES},
-        # Infrastructure failures that were retried (their trajectories finished after them).
-        "infra_retries": sum(
-            t.generation_failures + t.scoring_failures for t in state.trajectories.values()
-        ),
         "nodes": where_it_ran(state),
         "tasks": per_task,
     }
@@ -145,6 +143,23 @@ def where_it_ran(state: CampaignState) -> dict[str, dict[str, int]] | None:
 _STEP_COLUMNS = {"generated": "generated", "scored": "scored"}
 
 
+def infrastructure_health(state: CampaignState) -> dict[str, Any]:
+    """What the infrastructure did to a campaign: failed attempts by cause (retried or not),
+    trajectories sent back by a resume, instances re-provisioned and why.
+    """
+    history = [event for t in state.trajectories.values() for event in t.infra_history]
+    causes = Counter(f"{event['phase']}: {event['type']}" for event in history)
+    return {
+        "failed_attempts": len(history),
+        "failed_attempts_by_cause": dict(sorted(causes.items())),
+        "trajectories_hit": sum(1 for t in state.trajectories.values() if t.infra_history),
+        "unresolved_failures": len(state.infra_failed),
+        "retried_by_resume": state.retried,
+        "instances_reprovisioned": len(state.reprovisioned),
+        "reprovisioned": state.reprovisioned[-20:],
+    }
+
+
 def _percentiles(values: Iterable[float | None]) -> dict[str, float | None]:
     known = sorted(v for v in values if v is not None)
     if not known:
@@ -163,7 +178,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Campaign {report['campaign']}",
         "",
-        f"- status: **{report['status']}** ({report['done']}/{report['trajectories']} done,"
+        f"- status: **{report['status_text']}** ({report['done']}/{report['trajectories']} done,"
         f" {report['runs']} run(s)"
         + (f", rescored {report['rescores']} time(s)" if report["rescores"] else "")
         + f"; agent `{report['agent']}`, scorer `{report['scorer']}`)",
@@ -187,6 +202,20 @@ def render_markdown(report: dict[str, Any]) -> str:
         " of attempts",
         "- outcomes: " + ", ".join(f"{k} {v}" for k, v in report["outcomes"].items()),
     ]
+    health = report["infrastructure"]
+    if health["failed_attempts"] or health["instances_reprovisioned"]:
+        causes = ", ".join(f"{k} {v}" for k, v in health["failed_attempts_by_cause"].items())
+        lines.append(
+            f"- infrastructure faults survived: {health['failed_attempts']} failed attempt(s)"
+            f" in {health['trajectories_hit']} trajectory(ies)"
+            + (f" ({causes})" if causes else "")
+            + f"; {health['instances_reprovisioned']} instance(s) re-provisioned"
+            + (
+                f"; {health['retried_by_resume']} retried by resume"
+                if health["retried_by_resume"]
+                else ""
+            )
+        )
     if report["score_statuses"]:
         statuses = ", ".join(f"{k} {v}" for k, v in report["score_statuses"].items())
         partial = report["partially_resolved"]
@@ -206,11 +235,6 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"- tokens: {summary['input_tokens'] or 0} in, {summary['output_tokens'] or 0} out"
             + (f"; cost ${cost:.4f}" if cost is not None else "")
-        )
-    if report.get("infra_retries"):
-        lines.append(
-            f"- infrastructure failures retried: {report['infra_retries']} (a lost sandbox or "
-            "node; the trajectories ran again and are counted once)"
         )
     if report.get("nodes"):
         lines.append(

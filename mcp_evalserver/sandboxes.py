@@ -5,6 +5,12 @@ backend the first time a task needs it, in a host task of its own (a backend's `
 be entered and left by the same task), and provisions instances under the campaign's
 provisioning limit. A `TrajectorySandbox` hands an agent or a scorer its private workspace,
 created on first use and destroyed when that step ends.
+
+Self-healing lives here, for every backend alike: an instance that reports itself dead
+(`Instance.dead`: its supervisor's stream ended, its container or engine went away, its node
+died) fails the operations in flight on it as `SandboxUnavailable`, and the next use provisions
+it again. Users of a dead instance queue on one lock per instance, so they all wait for the one
+re-provisioning instead of each making their own.
 """
 
 from __future__ import annotations
@@ -12,6 +18,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
 
@@ -76,6 +85,21 @@ def make_backend(name: BackendName, ray_address: str = "auto") -> Backend:
     return DockerBackend()
 
 
+@dataclass(frozen=True)
+class Reprovisioned:
+    """An instance found dead and provisioned again (a health event)."""
+
+    backend: BackendName
+    instance_key: str
+    task_id: str
+    reason: str
+    ts: float
+
+
+#: Told when a call re-provisioned a dead instance (the runner records it in its ledger).
+ReprovisionObserver = Callable[[Reprovisioned], Awaitable[None]]
+
+
 class SandboxPool:
     """The backends and instances of one process. Use as `async with SandboxPool() as pool:`.
 
@@ -89,6 +113,10 @@ class SandboxPool:
         self._instances: dict[tuple[BackendName, str], Instance] = {}
         self._lock = anyio.Lock()
         self._instance_locks: dict[tuple[BackendName, str], anyio.Lock] = {}
+        # Why an instance died, kept until it is provisioned again (which may take retries).
+        self._lost: dict[tuple[BackendName, str], str] = {}
+        #: Every re-provisioning this pool did, oldest first.
+        self.reprovisioned: list[Reprovisioned] = []
         self._closing = anyio.Event()
         self._group: anyio.abc.TaskGroup | None = None
 
@@ -144,9 +172,11 @@ class SandboxPool:
         self,
         task: Task,
         provisioning: anyio.CapacityLimiter,
+        on_reprovisioned: ReprovisionObserver | None = None,
         placement: SandboxConfig | None = None,
     ) -> Instance:
-        """The task's instance, provisioned (bounded by `provisioning`) the first time.
+        """The task's instance, provisioned (bounded by `provisioning`) the first time and
+        again whenever it is found dead; `on_reprovisioned` hears of the latter.
 
         `placement` is the campaign's choice; without one the pool's own (`ray_address`).
 
@@ -166,11 +196,23 @@ class SandboxPool:
         lock = self._instance_locks.setdefault(key, anyio.Lock())
         async with lock:
             instance = self._instances.get(key)
-            if instance is None:
-                backend = await self.backend(name, address or "auto")
-                async with provisioning:
-                    instance = await backend.instance(spec)
-                self._instances[key] = instance
+            if instance is not None:
+                if (reason := instance.dead) is None:
+                    return instance
+                logger.warning("instance %s of task %s died: %s", spec.key, task.id, reason)
+                self._lost[key] = reason
+                del self._instances[key]
+            backend = await self.backend(name, address or "auto")
+            async with provisioning:
+                # The backend reaps its dead instance (supervisor, container) before the new.
+                instance = await backend.instance(spec)
+            self._instances[key] = instance
+            reason = self._lost.pop(key, None)
+            if reason is not None:
+                event = Reprovisioned(name, spec.key, task.id, reason, time.time())
+                self.reprovisioned.append(event)
+                if on_reprovisioned is not None:
+                    await on_reprovisioned(event)
             return instance
 
 
@@ -183,6 +225,7 @@ class TrajectorySandbox:
         task: Task,
         name: str,
         provisioning: anyio.CapacityLimiter,
+        on_reprovisioned: ReprovisionObserver | None = None,
         placement: SandboxConfig | None = None,
     ) -> None:
         self._pool = pool
@@ -191,8 +234,18 @@ class TrajectorySandbox:
         self._task = task
         self._name = name
         self._provisioning = provisioning
+        self._on_reprovisioned = on_reprovisioned
         self._workspace: Workspace | None = None
         self._lock = anyio.Lock()
+
+    def part(self, number: int) -> TrajectorySandbox:
+        """A sandbox of its own for part `number` of this step (a combined scorer's parts must
+        not share a workspace: each applies the patch afresh). The caller closes it."""
+        name = f"{self._name}-p{number}"
+        return TrajectorySandbox(
+            self._pool, self._task, name, self._provisioning, self._on_reprovisioned,
+            self._placement,
+        )  # fmt: skip
 
     @property
     def available(self) -> bool:
@@ -213,7 +266,7 @@ class TrajectorySandbox:
                 if self._pool is None:
                     raise InvalidInput("this run has no sandbox pool; tasks cannot use workspaces")
                 instance = await self._pool.instance(
-                    self._task, self._provisioning, self._placement
+                    self._task, self._provisioning, self._on_reprovisioned, self._placement
                 )
                 self._workspace = await instance.workspace(self._name)
                 self.node = self._workspace.node

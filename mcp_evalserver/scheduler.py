@@ -19,11 +19,20 @@ from mcp_evalserver.spec import Limits
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Exponential backoff with jitter, for infrastructure errors only."""
+    """Exponential backoff with jitter, for infrastructure errors only.
 
-    max_attempts: int = 3
-    base_delay_s: float = 1.0
+    The budget is per cause: `failures` counts one kind of error (a dead supervisor, a refusing
+    engine), so a restarting engine does not use up the tries another fault needs, and the
+    delays (seconds, doubling, bounded) give the engine time to come back.
+    """
+
+    max_attempts: int = 5
+    base_delay_s: float = 2.0
     max_delay_s: float = 60.0
+
+    @classmethod
+    def of(cls, limits: Limits) -> RetryPolicy:
+        return cls(limits.max_attempts, limits.retry_base_delay_s, limits.retry_max_delay_s)
 
     def delay(self, failures: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after the `failures`-th failure (1-based): base·2^(n-1), ±50%."""

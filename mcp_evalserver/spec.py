@@ -122,8 +122,18 @@ class Limits(_Strict):
     scoring: int = Field(4, ge=1, description="Evaluations in flight at once.")
     trajectory_timeout_s: float = Field(1800.0, gt=0, description="Wall clock per generation.")
     scoring_timeout_s: float = Field(1800.0, gt=0, description="Wall clock per evaluation.")
-    max_attempts: int = Field(3, ge=1, description="Tries per phase on infrastructure errors.")
-    retry_base_delay_s: float = Field(1.0, ge=0, description="First backoff delay; doubles.")
+    max_attempts: int = Field(
+        5,
+        ge=1,
+        description="Tries per phase and per cause of infrastructure error (the error's type); "
+        "a resume gives every cause its tries again.",
+    )
+    retry_base_delay_s: float = Field(
+        2.0, ge=0, description="First backoff delay after an infrastructure error; doubles, ±50%."
+    )
+    retry_max_delay_s: float = Field(
+        60.0, ge=0, description="Longest backoff delay (before jitter)."
+    )
 
 
 class HostSandboxConfig(_Strict):

@@ -14,6 +14,10 @@ Record kinds and what they do to a trajectory:
     scoring_failed       scoring -> generated, or -> done with outcome infra_error/timeout
     rescore_requested    the named done trajectories that were generated -> generated again
                          (their score and outcome cleared); optionally a new scorer
+    retry_requested      the named trajectories that ended in an infrastructure failure go back
+                         to where it struck: pending (generation) or generated (scoring); their
+                         budget of retries is whole again, their history of failures stays
+    instance_reprovisioned  an instance was found dead and provisioned again (health)
     campaign_cancelled   the campaign is cancelled until a `run_started` resumes it
     run_started          a process began (or resumed) running the campaign
     ledger_repaired      a torn tail was dropped when the ledger was reopened
@@ -38,6 +42,10 @@ CampaignStatus = Literal["running", "finished", "cancelled"]
 #: Outcomes caused by the infrastructure, kept apart from task failures in every figure.
 INFRA_OUTCOMES: frozenset[str] = frozenset({"infra_error"})
 RESCORE_REQUESTED = "rescore_requested"
+RETRY_REQUESTED = "retry_requested"
+INSTANCE_REPROVISIONED = "instance_reprovisioned"
+#: How much of an error message the history of a trajectory's failures keeps.
+HISTORY_MESSAGE_CHARS = 300
 SCORER_ADAPTER = TypeAdapter[ScorerConfig](ScorerConfig)
 
 
@@ -65,6 +73,11 @@ class TrajectoryState:
     finished_ts: float | None = None
     #: (step kind, node) for each step that ran on a backend of many nodes (Ray), in order.
     nodes: list[tuple[str, str]] = field(default_factory=list)
+    #: Infrastructure failures of the current phase by cause (the error's type): each cause
+    #: has its own budget of retries. Cleared when the phase completes or a retry is asked.
+    failure_causes: dict[str, int] = field(default_factory=dict)
+    #: Every infrastructure failure it went through, oldest first: phase, type, message.
+    infra_history: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -83,6 +96,10 @@ class CampaignState:
     runs: int = 0
     repaired_bytes: int = 0
     rescores: int = 0
+    #: Trajectories sent back by `retry_requested` records (infrastructure failures retried).
+    retried: int = 0
+    #: Instances found dead and provisioned again while this campaign ran (health).
+    reprovisioned: list[dict[str, Any]] = field(default_factory=list)
     last_seq: int = -1
     last_ts: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -99,6 +116,19 @@ class CampaignState:
     @property
     def done_count(self) -> int:
         return sum(1 for t in self.trajectories.values() if t.done)
+
+    @property
+    def infra_failed(self) -> list[str]:
+        """Trajectories whose last outcome is an infrastructure failure: a resume runs them."""
+        return [t.id for t in self.trajectories.values() if t.outcome in INFRA_OUTCOMES]
+
+    def describe_status(self) -> str:
+        """The status as a person reads it: a finish with infrastructure failures says so."""
+        failed = len(self.infra_failed)
+        if self.status == "finished" and failed:
+            plural = "s" if failed != 1 else ""
+            return f"finished with {failed} infrastructure failure{plural} — resume to retry them"
+        return self.status
 
 
 def replay(records: Iterable[dict[str, Any]]) -> CampaignState:
@@ -153,6 +183,13 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     if kind == RESCORE_REQUESTED:
         _rescore_requested(state, record)
         return
+    if kind == RETRY_REQUESTED:
+        _retry_requested(state, record)
+        return
+    if kind == INSTANCE_REPROVISIONED:
+        event = {k: record.get(k) for k in ("backend", "instance", "task", "reason", "ts")}
+        state.reprovisioned.append(event)
+        return
     handler = _TRAJECTORY_HANDLERS.get(kind)
     if handler is None:
         # Records from a newer version that this one does not know are kept, not fatal.
@@ -197,6 +234,34 @@ def _rescore_requested(state: CampaignState, record: dict[str, Any]) -> None:
             trajectory.scored_seq = None
             trajectory.finished_ts = None
             trajectory.scoring_failures = 0
+            trajectory.failure_causes = {}
+
+
+def _retry_requested(state: CampaignState, record: dict[str, Any]) -> None:
+    for tid in record.get("trajectories", []):
+        trajectory = state.trajectories.get(tid)
+        if trajectory is None:
+            raise LedgerCorrupt(f"record seq {record['seq']} names unknown trajectory {tid!r}")
+        if trajectory.outcome not in INFRA_OUTCOMES:
+            continue  # only infrastructure failures go back; a result stands
+        state.retried += 1
+        # A generated trajectory can only have failed in scoring: its submission stands.
+        trajectory.phase = "generated" if trajectory.generated_seq is not None else "pending"
+        trajectory.outcome = None
+        trajectory.error = None
+        trajectory.finished_ts = None
+        trajectory.failure_causes = {}
+
+
+def _infra_failure(t: TrajectoryState, r: dict[str, Any], phase: str) -> None:
+    if r.get("outcome") not in INFRA_OUTCOMES:
+        return
+    error = r.get("error") or {}
+    cause = str(error.get("type") or "InfrastructureError")
+    message = str(error.get("message") or "")[:HISTORY_MESSAGE_CHARS]
+    t.infra_history.append({"phase": phase, "type": cause, "message": message, "seq": r["seq"]})
+    if not r.get("final"):
+        t.failure_causes[cause] = t.failure_causes.get(cause, 0) + 1
 
 
 def _expect(trajectory: TrajectoryState, record: dict[str, Any], *phases: Phase) -> None:
@@ -222,10 +287,12 @@ def _generated(t: TrajectoryState, r: dict[str, Any]) -> None:
     t.generation_s = r.get("duration_s")
     t.generated_seq = r["seq"]
     t.error = None
+    t.failure_causes = {}
 
 
 def _generation_failed(t: TrajectoryState, r: dict[str, Any]) -> None:
     _expect(t, r, "generating")
+    _infra_failure(t, r, "generation")
     t.error = r.get("error")
     t.generation_s = r.get("duration_s")
     if r.get("final"):
@@ -255,10 +322,12 @@ def _scored(t: TrajectoryState, r: dict[str, Any]) -> None:
     t.scored_seq = r["seq"]
     t.finished_ts = r["ts"]
     t.error = None
+    t.failure_causes = {}
 
 
 def _scoring_failed(t: TrajectoryState, r: dict[str, Any]) -> None:
     _expect(t, r, "scoring")
+    _infra_failure(t, r, "scoring")
     t.error = r.get("error")
     if r.get("final"):
         t.phase = "done"

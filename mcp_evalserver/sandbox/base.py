@@ -208,6 +208,13 @@ class Instance(ABC):
     def base_commit(self) -> str | None:
         """The commit diffs are taken against (None if the workdir is not a git repo)."""
 
+    @property
+    def dead(self) -> str | None:
+        """Why the instance can no longer serve (its supervisor, container or engine died), or
+        None while it can. A dead instance stays dead: its users ask for a new one.
+        """
+        return None
+
     @abstractmethod
     async def workspace(self, name: str) -> Workspace:
         """Creates an empty copy-on-write workspace named `name` (e.g. a trajectory id).

@@ -288,6 +288,14 @@ class RayInstance(Instance):
     def base_commit(self) -> str | None:
         return self.placed.base_commit if self.placed else None
 
+    @property
+    def dead(self) -> str | None:
+        """Why its actor is gone (its node died), or None; the backend places it again."""
+        placed = self.placed
+        if placed is None or placed.alive:
+            return None  # released on purpose (idle) or alive: the next workspace places it
+        return f"its actor on node {placed.node_id[:12] or '?'} is gone"
+
     async def placement(self) -> _Placement:
         """The live actor of this instance, placed (again) if it has none."""
         async with self._lock:

@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from mcp_evalserver import __version__
 from mcp_evalserver.errors import EvalServerError
 from mcp_evalserver.scoring.config import ScorerConfig
+from mcp_evalserver.server.http import allowed_host_names
 from mcp_evalserver.server.models import (
     CampaignList,
     CampaignStatus,
@@ -199,7 +200,9 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
     @tool_errors
     async def resume(campaign_id: CampaignId, ctx: Context[EvalService, Any]) -> CampaignStatus:
         """Continue a cancelled or interrupted campaign where its ledger left off: finished
-        trajectories are kept, generated ones are only scored, the rest run again."""
+        trajectories are kept, generated ones are only scored, the rest run again. Trajectories
+        whose last outcome is an infrastructure failure run again from the phase that failed;
+        `retrying` says how many."""
         return await _service(ctx).resume(campaign_id)
 
     @app.tool(annotations=_MUTATES)
@@ -330,12 +333,10 @@ def http_app(
     `name:port`) in their Host header, and a matching Origin if they send one: a web page the
     user visits cannot reach the server through a rebound DNS name.
     """
-    names = ["127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host]
-    names += list(allowed_hosts)
-    hosts = [entry for name in names for entry in (name, f"{name}:*")]
+    hosts = allowed_host_names(host, allowed_hosts)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=sorted(set(hosts)),
+        allowed_hosts=hosts,
         allowed_origins=sorted({f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")}),
     )
     server = create_server(state_dir, ray_address=ray_address)

@@ -10,6 +10,16 @@ from mcp_evalserver.scoring.comparison import PairedComparison
 from mcp_evalserver.scoring.stats import CampaignSummary
 
 
+class InstanceReprovisioned(BaseModel):
+    """An instance found dead (supervisor, container or engine gone) and provisioned again."""
+
+    task: str | None
+    instance: str | None
+    backend: str | None
+    reason: str | None
+    ts: float | None
+
+
 class CampaignStatus(BaseModel):
     """Where a campaign stands."""
 
@@ -36,6 +46,23 @@ class CampaignStatus(BaseModel):
         None,
         description="While instances run on a Ray cluster: per node, its slots and the "
         "instances, workspaces and commands in flight on it (this server's, every campaign).",
+    )
+    status_text: str = Field(
+        "",
+        description="The status as a person reads it, e.g. 'finished with 2 infrastructure "
+        "failures — resume to retry them'.",
+    )
+    infra_failures: int = Field(
+        0, description="Trajectories whose last outcome is an infrastructure failure."
+    )
+    retrying: int = Field(
+        0,
+        description="Trajectories the last resume sent back because their last outcome was an "
+        "infrastructure failure.",
+    )
+    reprovisioned: list[InstanceReprovisioned] = Field(
+        default_factory=list,
+        description="Instances found dead and provisioned again while it ran (last 20).",
     )
     next_step: str = Field(description="What to do next with this campaign.")
 

@@ -46,6 +46,7 @@ from mcp_evalserver.server.models import (
     CampaignList,
     CampaignStatus,
     Comparison,
+    InstanceReprovisioned,
     ScoringStatus,
 )
 from mcp_evalserver.spec import CampaignSpec
@@ -134,24 +135,27 @@ class EvalService:
         return self.status(new_id)
 
     async def resume(self, campaign_id: str) -> CampaignStatus:
-        """Continues a campaign that is not finished and not running here.
+        """Continues a campaign that is not finished and not running here; trajectories whose
+        last outcome is an infrastructure failure run again (`retrying` says how many).
 
         Raises:
             NotFound: no such campaign.
-            Conflict: it is running already (here or in another process), or it is finished.
+            Conflict: it is running already (here or in another process), or it is finished
+                with nothing left to retry.
         """
         if self._active(campaign_id):
             raise Conflict(
                 f"campaign {campaign_id} is already running; follow it with campaign_status"
             )
         state = self._load(campaign_id)
-        if state.status == "finished":
+        if state.status == "finished" and not state.infra_failed:
             raise Conflict(
                 f"campaign {campaign_id} is finished: nothing to resume. Read its report "
                 f"(resource campaign://{campaign_id}/report) or start a new campaign"
             )
         await self._launch(campaign_id)
-        return self.status(campaign_id)
+        # From the ledger as it was: the run may not have recorded its retries yet.
+        return self.status(campaign_id).model_copy(update={"retrying": len(state.infra_failed)})
 
     async def cancel(self, campaign_id: str) -> CampaignStatus:
         """Stops a campaign running here; what it recorded stays, `resume` continues it.
@@ -209,6 +213,10 @@ class EvalService:
             claimed=claimed,
             error=error,
             nodes=self._pool.nodes() if active and self._pool is not None else None,
+            status_text=state.describe_status(),
+            infra_failures=len(state.infra_failed),
+            retrying=run.runner.retrying if run is not None else 0,
+            reprovisioned=[InstanceReprovisioned(**event) for event in state.reprovisioned[-20:]],
             next_step=_next_step(state, active=active, awaiting=awaiting, error=error),
         )
 
@@ -414,6 +422,11 @@ def _progress_line(status: CampaignStatus) -> str:
 
 def _next_step(state: CampaignState, *, active: bool, awaiting: int, error: str | None) -> str:
     cid = state.id
+    if state.status == "finished" and state.infra_failed and not active:
+        return (
+            f"{state.describe_status()}: call resume with {cid!r} to run them again, or read "
+            f"the report (resource campaign://{cid}/report)"
+        )
     if state.status == "finished":
         return f"finished: read the report (resource campaign://{cid}/report) or call score"
     if active and awaiting:

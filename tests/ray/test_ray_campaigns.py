@@ -128,6 +128,8 @@ async def test_a_node_killed_mid_campaign_costs_a_retry_not_a_result(
     assert all(r["outcome"] == "infra_error" and not r["final"] for r in lost)
     assert all(r["error"]["type"] == "SandboxUnavailable" for r in lost)
     report = build_report(state)
-    assert report["infra_retries"] == len(lost)
+    assert report["infrastructure"]["failed_attempts"] == len(lost)
+    assert report["infrastructure"]["unresolved_failures"] == 0
+    assert report["infrastructure"]["instances_reprovisioned"] >= 1
     assert "infra_error" not in report["outcomes"]
     assert agent.node in (report["nodes"] or {})
