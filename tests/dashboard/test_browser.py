@@ -202,3 +202,44 @@ async def test_the_static_report_opens_from_disk_with_the_network_off(tmp_path: 
     assert json.dumps(campaign_id)[1:-1] in html
     assert "<link" not in html
     assert " src=" not in html
+
+
+class AnswersFrom(Agent):
+    """Answers from a table: the tasks it gets right are the test's choice."""
+
+    def __init__(self, right: set[str]) -> None:
+        self.right = right
+
+    async def generate(self, context: TrajectoryContext) -> Submission:
+        task = context.task
+        return Submission(answer=task.answer if task.id in self.right else "no")
+
+
+async def test_two_campaigns_are_compared_side_by_side_with_per_task_wins_and_losses(
+    tmp_path: Path,
+) -> None:
+    store = CampaignStore(tmp_path / "state")
+    spec = _answers_spec(4).model_copy(update={"samples": 2})
+    with anyio.fail_after(60):
+        for campaign_id, right in (("before", {"t0", "t1"}), ("after", {"t0", "t2", "t3"})):
+            await store.create(spec, campaign_id)
+            await CampaignRunner(store, campaign_id, agent=AnswersFrom(right)).run()
+        async with dashboard_server(tmp_path / "state") as base, chromium() as browser:
+            page = await browser.new_page()
+            await log_in(page, base)
+            await page.click("text=compare")
+            await page.select_option("select[name=a]", "before")
+            await page.select_option("select[name=b]", "after")
+            await page.click("button:has-text('compare')")
+            await expect(page.locator("#difference")).to_have_text("+25.0 points")
+            await expect(page.locator("#difference + .sub")).to_contain_text("CI -50.0 to +100.0")
+            rows = page.locator("table tbody tr")
+            await expect(rows).to_have_count(4)
+            verdicts = {
+                await row.locator("td").nth(0).inner_text(): await row.locator("td")
+                .nth(3)
+                .inner_text()
+                for row in await rows.all()
+            }
+            assert verdicts == {"t0": "tie", "t1": "loss", "t2": "win", "t3": "win"}
+            await screenshot(page, "compare")
