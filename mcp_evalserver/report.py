@@ -122,8 +122,26 @@ def build_report(state: CampaignState) -> dict[str, Any]:
             [f.model_dump(mode="json") for f in flaky_graders(finished)] if oracle else None
         ),
         "confidence": {"level": CONFIDENCE, "bootstrap_seed": SEED, "resamples": RESAMPLES},
+        "nodes": where_it_ran(state),
         "tasks": per_task,
     }
+
+
+def where_it_ran(state: CampaignState) -> dict[str, dict[str, int]] | None:
+    """Per cluster node, the steps that ran there (None: every step ran on one machine)."""
+    nodes: dict[str, dict[str, int]] = {}
+    for trajectory in state.trajectories.values():
+        for node in {node for _, node in trajectory.nodes}:
+            nodes.setdefault(node, Counter())["trajectories"] += 1
+        for kind, node in trajectory.nodes:
+            nodes[node][_STEP_COLUMNS.get(kind, "failed_steps")] += 1
+    if not nodes:
+        return None
+    columns = ("trajectories", "generated", "scored", "failed_steps")
+    return {node: {c: counts.get(c, 0) for c in columns} for node, counts in sorted(nodes.items())}
+
+
+_STEP_COLUMNS = {"generated": "generated", "scored": "scored"}
 
 
 def infrastructure_health(state: CampaignState) -> dict[str, Any]:
@@ -246,6 +264,15 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"- tokens: {summary['input_tokens'] or 0} in, {summary['output_tokens'] or 0} out"
             + (f"; cost ${cost:.4f}" if cost is not None else "")
+        )
+    if report.get("nodes"):
+        lines.append(
+            "- where it ran: "
+            + "; ".join(
+                f"node {node[:12]} {row['trajectories']} trajectories ({row['generated']} "
+                f"generated, {row['scored']} scored, {row['failed_steps']} failed steps)"
+                for node, row in report["nodes"].items()
+            )
         )
     if report["flaky_graders"]:
         flaky = ", ".join(

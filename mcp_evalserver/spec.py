@@ -164,6 +164,30 @@ class Limits(_Strict):
     )
 
 
+class HostSandboxConfig(_Strict):
+    """Instances on the machine that runs the campaign: `path` on local, `image` on docker."""
+
+    type: Literal["host"] = "host"
+
+
+class RaySandboxConfig(_Strict):
+    """Instances on the worker nodes of a Ray cluster (needs `pip install 'mcp-evalserver[ray]'`).
+
+    Each node hosts its instances with its own backend, chosen per task as on one machine (a
+    `path` on local, an `image` on docker); nodes offer `sandbox_slots`, one per instance.
+    """
+
+    type: Literal["ray"] = "ray"
+    address: str = Field(
+        "auto",
+        min_length=1,
+        description="The cluster: `auto` (the local node's cluster), `HOST:PORT` or `ray://...`.",
+    )
+
+
+SandboxConfig = Annotated[HostSandboxConfig | RaySandboxConfig, Field(discriminator="type")]
+
+
 class CampaignSpec(_Strict):
     """What to run. Tasks may be inline or the path of a JSONL/JSON file."""
 
@@ -173,6 +197,9 @@ class CampaignSpec(_Strict):
     agent: AgentConfig = Field(default_factory=NoopAgentConfig)
     scorer: ScorerConfig = Field(default_factory=ExactScorerConfig)
     limits: Limits = Field(default_factory=Limits)
+    sandbox: SandboxConfig | None = Field(
+        None, description="Where instances run; default: the server's choice (`--ray`) or here."
+    )
 
     @field_validator("name")
     @classmethod

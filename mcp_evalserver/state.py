@@ -73,6 +73,8 @@ class TrajectoryState:
     scored_seq: int | None = None
     #: When the record that finished it was written (epoch seconds).
     finished_ts: float | None = None
+    #: (step kind, node) for each step that ran on a backend of many nodes (Ray), in order.
+    nodes: list[tuple[str, str]] = field(default_factory=list)
     #: Infrastructure failures of the current phase by cause (the error's type): each cause
     #: has its own budget of retries. Cleared when the phase completes or a retry is asked.
     failure_causes: dict[str, int] = field(default_factory=dict)
@@ -215,6 +217,8 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     if trajectory is None:
         raise LedgerCorrupt(f"record seq {record.get('seq')} names unknown trajectory {tid!r}")
     handler(trajectory, record)
+    if isinstance(node := record.get("node"), str):
+        trajectory.nodes.append((kind, node))
 
 
 def _endpoint_limit(state: CampaignState, record: dict[str, Any]) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,28 +21,9 @@ from mcp_evalserver.sandboxes import Reprovisioned, SandboxPool
 from mcp_evalserver.spec import Task
 from tests.sandbox.conftest import REPO_SETUP, require_root
 from tests.sandbox.docker_support import require_docker
+from tests.sandbox.faults import Fault, docker_kill, docker_rm_f, holder_of, sigkill_supervisor
 
 pytestmark = pytest.mark.anyio
-
-Fault = Callable[[SupervisedInstance], Awaitable[None]]
-
-
-async def sigkill_supervisor(instance: SupervisedInstance) -> None:
-    """What an OOM kill or a crash does to a local instance's supervisor."""
-    os.kill(int(instance.info["pid"]), signal.SIGKILL)
-
-
-def _docker(*args: str) -> None:
-    subprocess.run(["docker", *args], check=True, capture_output=True, timeout=60)
-
-
-async def docker_kill(instance: SupervisedInstance) -> None:
-    await anyio.to_thread.run_sync(_docker, "kill", str(instance.info["container"]))
-
-
-async def docker_rm_f(instance: SupervisedInstance) -> None:
-    await anyio.to_thread.run_sync(_docker, "rm", "-f", str(instance.info["container"]))
-
 
 FAULTS = [
     pytest.param(
@@ -134,27 +114,6 @@ def _collect(into: list[Reprovisioned]) -> Callable[[Reprovisioned], Awaitable[N
         into.append(event)
 
     return collect
-
-
-def holder_of(workspace: str) -> int:
-    """The pid of a workspace's holder: the topmost process whose mounts show the workspace."""
-    showing: set[int] = set()
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            mounts = (entry / "mountinfo").read_text()
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if f"/{workspace}/" in mounts:
-            pid = int(entry.name)
-            showing.add(pid)
-            parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
-    tops = [pid for pid in showing if parents[pid] not in showing]
-    assert len(tops) == 1, f"expected one holder of {workspace}, found {tops}"
-    return tops[0]
 
 
 @pytest.mark.parametrize(

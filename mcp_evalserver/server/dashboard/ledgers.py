@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,11 @@ from mcp_evalserver.errors import LedgerCorrupt, NotFound
 from mcp_evalserver.ledger import LEDGER_FILE
 from mcp_evalserver.state import CampaignState, apply_record, replay
 
-#: Record kinds of the adaptive concurrency limit (issue 13), plotted when a ledger has them.
-CONCURRENCY_KINDS = frozenset({"concurrency_changed", "concurrency_adjusted", "limit_adjusted"})
+#: Record kinds of an adaptive concurrency limit, plotted when a ledger has them: each names
+#: its `endpoint` and the new `limit` (or `concurrency`).
+CONCURRENCY_KINDS = frozenset(
+    {"limit_changed", "concurrency_changed", "concurrency_adjusted", "limit_adjusted"}
+)
 
 #: What `CampaignStore.create` accepts, minus names made of dots only (`..`).
 _CAMPAIGN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
@@ -45,8 +49,8 @@ class CampaignLedger:
     spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     #: Records of the adaptive concurrency limit, in order.
     concurrency: list[dict[str, Any]] = field(default_factory=list)
-    #: Figures derived from the state, cached until the next record (`last_seq` changes).
-    derived: dict[str, tuple[int, Any]] = field(default_factory=dict)
+    #: Figures derived from the state: name -> (last_seq, value, computed at, seconds taken).
+    derived: dict[str, tuple[int, Any, float, float]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def refresh(self) -> CampaignState:
@@ -70,16 +74,25 @@ class CampaignLedger:
                 raise LedgerCorrupt(f"the ledger of campaign {self.id} holds no complete record")
             return self.state
 
-    def cached(self, name: str, compute: Any) -> Any:
-        """`compute(state)`, reused until the campaign records something new."""
+    def cached(self, name: str, compute: Any, *, stale_factor: float = 0.0) -> Any:
+        """`compute(state)`, reused until the campaign records something new.
+
+        With `stale_factor`, a value that took t seconds to compute is reused for up to
+        `stale_factor * t` seconds after the campaign moved on: while a large campaign runs,
+        a page polled every second must not recompute a bootstrap on every record.
+        """
         state = self.refresh()
         with self.lock:
             hit = self.derived.get(name)
-            if hit is not None and hit[0] == state.last_seq:
-                return hit[1]
+        if hit is not None:
+            seq, value, computed_at, cost = hit
+            if seq == state.last_seq or time.monotonic() - computed_at < stale_factor * cost:
+                return value
+        started = time.monotonic()
         value = compute(state)
+        finished = time.monotonic()
         with self.lock:
-            self.derived[name] = (state.last_seq, value)
+            self.derived[name] = (state.last_seq, value, finished, finished - started)
         return value
 
     def records_of(self, trajectory_id: str) -> list[dict[str, Any]]:

@@ -36,6 +36,9 @@ FOLD_CHARS = 2000
 #: The test log shown on a trajectory page is cut to its head and tail beyond this.
 LOG_CHARS = 400_000
 
+#: A report that took t seconds is reused up to this many t after its campaign moved on.
+REPORT_STALENESS = 10.0
+
 TASK_SORTS = ("task", "samples", "resolved", "pass_rate", "pass_at_1", "infra_errors")
 
 
@@ -70,6 +73,12 @@ def _positive(text: str | None) -> int:
         return max(1, int(text or 1))
     except ValueError:
         return 1
+
+
+def report_of(ledger: CampaignLedger) -> dict[str, Any]:
+    """The campaign's report (`report.build_report`), recomputed at most every 10x its cost."""
+    report: dict[str, Any] = ledger.cached("report", build_report, stale_factor=REPORT_STALENESS)
+    return report
 
 
 # The campaigns list.
@@ -121,7 +130,7 @@ def campaign_page(
 ) -> dict[str, Any]:
     """The campaign page's context; `everything` puts every row on one page (static report)."""
     state = ledger.refresh()
-    report: dict[str, Any] = ledger.cached("report", build_report)
+    report: dict[str, Any] = report_of(ledger)
     tasks = _task_rows(report)
     shown = [row for row in tasks if _matches(row, query)]
     key = "task" if query.sort == "task" else query.sort
@@ -139,7 +148,9 @@ def campaign_page(
         "flaky_count": sum(1 for row in tasks if row["flaky"]),
         "trajectories": _page(trajectories, query.trajectory_page, everything, _trajectory_row),
         "outcome_labels": sorted({_label(t) for t in state.trajectories.values()}),
-        "plots": ledger.cached("plots", lambda s: _plots(s, ledger.concurrency)),
+        "plots": ledger.cached(
+            "plots", lambda s: _plots(s, ledger.concurrency), stale_factor=REPORT_STALENESS
+        ),
     }
 
 
@@ -211,8 +222,7 @@ def _plots(state: CampaignState, concurrency: list[dict[str, Any]]) -> dict[str,
     for t in state.trajectories.values():
         if t.done and t.outcome not in INFRA_OUTCOMES:
             report_tasks.setdefault(t.task_id, []).append(t.outcome == "resolved")
-    rates = sorted((task, sum(r) / len(r)) for task, r in report_tasks.items())
-    rates.sort(key=lambda item: item[1])
+    rates = sorted(((task, sum(r) / len(r)) for task, r in report_tasks.items()), key=_rate)
     if len(rates) <= MAX_TASK_BARS:
         per_task = plots.bars(rates, title="pass rate per task", y_label="pass rate")
     else:
@@ -227,22 +237,10 @@ def _plots(state: CampaignState, concurrency: list[dict[str, Any]]) -> dict[str,
         start = min(v.started_at for v in finished if v.started_at is not None)
         points = [(0.0, 0.0)] + [(end - start, n) for n, end in enumerate(ends, 1)]
         throughput = plots.line(
-            points, title="finished trajectories over time", x_label="time since the first "
-            "start", y_label="finished", step=True,
-        )  # fmt: skip
-    limits = [
-        (r["ts"], float(value))
-        for r in concurrency
-        if isinstance(value := r.get("limit", r.get("concurrency")), int | float)
-    ]
-    history = None
-    if limits:
-        first = limits[0][0]
-        history = plots.line(
-            [(ts - first, value) for ts, value in limits],
-            title="adaptive concurrency limit",
-            x_label="time since the first change",
-            y_label="limit",
+            {"finished": points},
+            title="finished trajectories over time",
+            x_label="time since the first start",
+            y_label="finished",
             step=True,
         )
     return {
@@ -251,8 +249,32 @@ def _plots(state: CampaignState, concurrency: list[dict[str, Any]]) -> dict[str,
             latencies, title="latency per trajectory", x_label="seconds (generation + scoring)"
         ),
         "throughput": throughput,
-        "concurrency": history,
+        "concurrency": _concurrency_plot(concurrency),
     }
+
+
+def _rate(item: tuple[str, float]) -> tuple[float, str]:
+    return item[1], item[0]
+
+
+def _concurrency_plot(records: list[dict[str, Any]]) -> Markup | None:
+    """The adaptive limit of each endpoint over time, from its change records."""
+    if not records:
+        return None
+    first = records[0]["ts"]
+    series: dict[str, list[tuple[float, float]]] = {}
+    for record in records:
+        value = record.get("limit", record.get("concurrency"))
+        if isinstance(value, int | float):
+            name = str(record.get("endpoint") or "limit")
+            series.setdefault(name, []).append((record["ts"] - first, float(value)))
+    return plots.line(
+        series,
+        title="adaptive concurrency limit",
+        x_label="time since the first change",
+        y_label="limit",
+        step=True,
+    )
 
 
 # The trajectory page.
@@ -414,8 +436,8 @@ def comparison_page(cache: LedgerCache, a: str, b: str) -> dict[str, Any]:
     ledger_a, ledger_b = cache.get(a), cache.get(b)
     state_a, state_b = ledger_a.refresh(), ledger_b.refresh()
     figures = build_comparison(state_a, state_b)
-    report_a: dict[str, Any] = ledger_a.cached("report", build_report)
-    report_b: dict[str, Any] = ledger_b.cached("report", build_report)
+    report_a: dict[str, Any] = report_of(ledger_a)
+    report_b: dict[str, Any] = report_of(ledger_b)
     rows = []
     for task_id in sorted(set(report_a["tasks"]) | set(report_b["tasks"])):
         rate_a = report_a["tasks"].get(task_id, {}).get("pass_rate")
