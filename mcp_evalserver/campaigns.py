@@ -11,6 +11,7 @@ struck (a harness's fault is never a result). Nothing completed runs twice.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -24,6 +25,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from mcp_evalserver.adaptive import LimitChange
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.agents.factory import build_agent
 from mcp_evalserver.errors import InfrastructureError, InvalidInput, NotFound
@@ -39,6 +41,7 @@ from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.spec import CampaignSpec, Task
 from mcp_evalserver.state import (
+    ENDPOINT_LIMIT,
     INSTANCE_REPROVISIONED,
     RETRY_REQUESTED,
     CampaignState,
@@ -110,6 +113,11 @@ class CampaignStore:
         async with await LedgerWriter.open(directory, campaign_id) as ledger:
             await ledger.append("campaign_created", spec=spec.model_dump(mode="json"))
         return campaign_id
+
+
+def resumed_endpoints(state: CampaignState) -> dict[str, tuple[int, bool]]:
+    """Where each adaptive endpoint limit was left: a resumed run starts from there."""
+    return {key: (e.limit, e.decreases > 0) for key, e in state.endpoint_limits.items()}
 
 
 NODES_FILE = "nodes.json"
@@ -205,7 +213,7 @@ class CampaignRunner:
                 state=state,
                 agent=agent,
                 scorer=scorer,
-                limiters=Limiters(spec.limits),
+                limiters=Limiters(spec.limits, resumed_endpoints=resumed_endpoints(state)),
                 policy=RetryPolicy.of(spec.limits),
                 tasks={task.id: task for task in spec.task_list()},
                 directory=self.directory,
@@ -271,6 +279,12 @@ class _Drive:
     on_record: Callable[[CampaignState, dict[str, Any]], None] | None
     sandboxes: SandboxPool
     fresh_submissions: dict[str, Submission] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.limiters.on_endpoint_limit = self._endpoint_limit_changed
+
+    async def _endpoint_limit_changed(self, change: LimitChange) -> None:
+        await self.record(ENDPOINT_LIMIT, None, durable=False, **dataclasses.asdict(change))
 
     async def record(
         self, kind: str, trajectory: str | None, *, durable: bool = True, **payload: Any

@@ -107,6 +107,7 @@ def build_report(state: CampaignState) -> dict[str, Any]:
         "runs": state.runs,
         "rescores": state.rescores,
         "infrastructure": infrastructure_health(state),
+        "endpoint_limits": endpoint_limits(state),
         "summary": summary,
         "phases": {
             "generation": _percentiles(t.generation_s for t in state.trajectories.values()),
@@ -158,6 +159,26 @@ def infrastructure_health(state: CampaignState) -> dict[str, Any]:
         "instances_reprovisioned": len(state.reprovisioned),
         "reprovisioned": state.reprovisioned[-20:],
     }
+
+
+def endpoint_limits(state: CampaignState) -> dict[str, dict[str, Any]]:
+    """Adaptive per-endpoint limits: where each settled, its range and its history of changes
+    (the ceiling found is the limit now; `congested_at` the limits that met a refusal)."""
+    found = {}
+    for endpoint, entry in state.endpoint_limits.items():
+        congested = [c["previous"] for c in entry.history if c["limit"] < c["previous"]]
+        found[endpoint] = {
+            "limit": entry.limit,
+            "changes": len(entry.history),
+            "decreases": entry.decreases,
+            "congested_at": congested[-20:],
+            "lowest": min(c["limit"] for c in entry.history),
+            "highest": max(c["limit"] for c in entry.history),
+            "history": [
+                {"ts": c["ts"], "limit": c["limit"], "reason": c["reason"]} for c in entry.history
+            ],
+        }
+    return found
 
 
 def _percentiles(values: Iterable[float | None]) -> dict[str, float | None]:
@@ -215,6 +236,14 @@ def render_markdown(report: dict[str, Any]) -> str:
                 if health["retried_by_resume"]
                 else ""
             )
+        )
+    for endpoint, limit in report.get("endpoint_limits", {}).items():
+        lines.append(
+            f"- adaptive limit for {endpoint}: **{limit['limit']}** calls in flight"
+            f" ({limit['changes']} change(s), {limit['decreases']} decrease(s); ranged"
+            f" {limit['lowest']}–{limit['highest']}"
+            + (f"; refused at {limit['congested_at'][-5:]}" if limit["congested_at"] else "")
+            + ")"
         )
     if report["score_statuses"]:
         statuses = ", ".join(f"{k} {v}" for k, v in report["score_statuses"].items())

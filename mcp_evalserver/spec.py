@@ -110,6 +110,24 @@ class Task(_Strict):
         return json.dumps([self.image, self.path, self.workdir, self.setup, self.base_commit])
 
 
+class AutoLimit(_Strict):
+    """An adaptive limit (AIMD, see `adaptive.py`): grows while calls succeed, shrinks on
+    429, 5xx, timeouts and connection failures. `"auto"` is this with its defaults."""
+
+    mode: Literal["auto"] = "auto"
+    min: int = Field(1, ge=1, description="Never below this many calls in flight.")
+    max: int = Field(256, ge=1, description="Never above this many.")
+    start: int | None = Field(None, ge=1, description="First limit (default: `min`).")
+
+    @model_validator(mode="after")
+    def _bounds_ordered(self) -> AutoLimit:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+        if self.start is not None and not self.min <= self.start <= self.max:
+            raise ValueError(f"start ({self.start}) is outside min..max ({self.min}..{self.max})")
+        return self
+
+
 class Limits(_Strict):
     """How much runs at once and how long anything may take."""
 
@@ -117,8 +135,18 @@ class Limits(_Strict):
     per_instance: int = Field(
         4, ge=1, description="Generations in flight per instance (tasks with an environment)."
     )
-    per_endpoint: int = Field(16, ge=1, description="Concurrent calls per model endpoint.")
+    per_endpoint: Annotated[int, Field(ge=1)] | AutoLimit = Field(
+        16,
+        description='Concurrent calls per model endpoint, or "auto" (optionally {"mode": "auto", '
+        '"min": 1, "max": 64}): found by AIMD while the campaign runs, each change recorded.',
+    )
     provisioning: int = Field(2, ge=1, description="Instances being provisioned at once.")
+
+    @field_validator("per_endpoint", mode="before")
+    @classmethod
+    def _auto_shorthand(cls, value: Any) -> Any:
+        return {"mode": "auto"} if value == "auto" else value
+
     scoring: int = Field(4, ge=1, description="Evaluations in flight at once.")
     trajectory_timeout_s: float = Field(1800.0, gt=0, description="Wall clock per generation.")
     scoring_timeout_s: float = Field(1800.0, gt=0, description="Wall clock per evaluation.")

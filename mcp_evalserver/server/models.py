@@ -64,6 +64,10 @@ class CampaignStatus(BaseModel):
         default_factory=list,
         description="Instances found dead and provisioned again while it ran (last 20).",
     )
+    endpoint_limits: dict[str, int] = Field(
+        default_factory=dict,
+        description='Adaptive per-endpoint limits now (`limits.per_endpoint: "auto"`).',
+    )
     next_step: str = Field(description="What to do next with this campaign.")
 
 

@@ -217,6 +217,7 @@ class EvalService:
             infra_failures=len(state.infra_failed),
             retrying=run.runner.retrying if run is not None else 0,
             reprovisioned=[InstanceReprovisioned(**event) for event in state.reprovisioned[-20:]],
+            endpoint_limits={key: e.limit for key, e in state.endpoint_limits.items()},
             next_step=_next_step(state, active=active, awaiting=awaiting, error=error),
         )
 
