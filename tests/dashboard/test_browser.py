@@ -55,29 +55,47 @@ async def test_a_logged_in_browser_sees_a_running_campaign_advance_without_a_rel
             anyio.create_task_group() as group,
         ):
             group.start_soon(runner.run)
-            page = await browser.new_page()
-            await log_in(page, base)
-            row = page.locator(f'tr[data-campaign="{campaign_id}"]')
+            context = await browser.new_context()
+            listing = await context.new_page()
+            await log_in(listing, base)
+            row = listing.locator(f'tr[data-campaign="{campaign_id}"]')
             await expect(row.locator(".done")).to_have_text("0/3")
             await expect(row.locator(".status")).to_have_text("running")
-            # A mark the page keeps only as long as it is not reloaded.
-            await page.evaluate("window.notReloaded = true")
+            # The campaign page too, in a second tab of the same session.
+            detail = await context.new_page()
+            await detail.goto(f"{base}/campaigns/{campaign_id}")
+            await expect(detail.locator("#campaign-done")).to_have_text("0/3")
             navigations: list[str] = []
-            page.on("framenavigated", lambda frame: navigations.append(frame.url))
-            await screenshot(page, "campaigns-0-of-3")
+            for page in (listing, detail):
+                # A mark a page keeps only as long as it is not reloaded.
+                await page.evaluate("window.notReloaded = true")
+                page.on("framenavigated", lambda frame: navigations.append(frame.url))
+            await screenshot(listing, "campaigns-0-of-3")
             for done in (1, 2, 3):
                 agent.gate(f"t{done - 1}@0").set()
                 await expect(row.locator(".done")).to_have_text(f"{done}/3", timeout=20_000)
+                await expect(detail.locator("#campaign-done")).to_have_text(
+                    f"{done}/3", timeout=20_000
+                )
+                if done == 1:
+                    # Tables and plots follow too, not only the headline.
+                    trajectories = detail.locator("#trajectory-table tbody tr")
+                    await expect(trajectories.first).to_contain_text("resolved")
+                    await expect(detail.locator("svg.plot")).to_have_count(3)
+                    await screenshot(detail, "campaign-page-1-of-3")
             await expect(row.locator(".status")).to_have_text("finished", timeout=20_000)
-            assert await page.evaluate("window.notReloaded") is True
+            await expect(detail.locator("#campaign-status")).to_have_text("finished")
+            await expect(detail.locator("#pass-rate")).to_have_text("100.0%")
+            for page in (listing, detail):
+                assert await page.evaluate("window.notReloaded") is True
             assert navigations == []
             await expect(row).to_contain_text("100.0%")
-            await screenshot(page, "campaigns-3-of-3")
+            await screenshot(listing, "campaigns-3-of-3")
 
             await row.locator("a").click()
-            await expect(page.locator("#pass-rate")).to_have_text("100.0%")
-            await expect(page.locator("svg.plot")).to_have_count(3)
-            await screenshot(page, "campaign-page")
+            await expect(listing.locator("#pass-rate")).to_have_text("100.0%")
+            await expect(listing.locator("svg.plot")).to_have_count(3)
+            await screenshot(listing, "campaign-page")
 
 
 class PatchingAgent(Agent):
@@ -202,3 +220,44 @@ async def test_the_static_report_opens_from_disk_with_the_network_off(tmp_path: 
     assert json.dumps(campaign_id)[1:-1] in html
     assert "<link" not in html
     assert " src=" not in html
+
+
+class AnswersFrom(Agent):
+    """Answers from a table: the tasks it gets right are the test's choice."""
+
+    def __init__(self, right: set[str]) -> None:
+        self.right = right
+
+    async def generate(self, context: TrajectoryContext) -> Submission:
+        task = context.task
+        return Submission(answer=task.answer if task.id in self.right else "no")
+
+
+async def test_two_campaigns_are_compared_side_by_side_with_per_task_wins_and_losses(
+    tmp_path: Path,
+) -> None:
+    store = CampaignStore(tmp_path / "state")
+    spec = _answers_spec(4).model_copy(update={"samples": 2})
+    with anyio.fail_after(60):
+        for campaign_id, right in (("before", {"t0", "t1"}), ("after", {"t0", "t2", "t3"})):
+            await store.create(spec, campaign_id)
+            await CampaignRunner(store, campaign_id, agent=AnswersFrom(right)).run()
+        async with dashboard_server(tmp_path / "state") as base, chromium() as browser:
+            page = await browser.new_page()
+            await log_in(page, base)
+            await page.click("text=compare")
+            await page.select_option("select[name=a]", "before")
+            await page.select_option("select[name=b]", "after")
+            await page.click("button:has-text('compare')")
+            await expect(page.locator("#difference")).to_have_text("+25.0 points")
+            await expect(page.locator("#difference + .sub")).to_contain_text("CI -50.0 to +100.0")
+            rows = page.locator("table tbody tr")
+            await expect(rows).to_have_count(4)
+            verdicts = {
+                await row.locator("td").nth(0).inner_text(): await row.locator("td")
+                .nth(3)
+                .inner_text()
+                for row in await rows.all()
+            }
+            assert verdicts == {"t0": "tie", "t1": "loss", "t2": "win", "t3": "win"}
+            await screenshot(page, "compare")

@@ -9,6 +9,7 @@ import pytest
 
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.cli import main
+from mcp_evalserver.ledger import LedgerWriter
 from mcp_evalserver.spec import CampaignSpec
 
 pytestmark = pytest.mark.anyio
@@ -51,3 +52,25 @@ async def test_the_html_report_says_what_to_do_when_it_cannot_be_written(
     assert f"cannot write {missing}" in capsys.readouterr().err
     assert main(["--state-dir", str(tmp_path), "report", "nope", "--format", "html"]) == 2
     assert "html-report" in capsys.readouterr().err
+
+
+async def test_recorded_changes_of_an_adaptive_limit_are_plotted_per_endpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    campaign_id = await _finished(tmp_path)
+    argv = ["--state-dir", str(tmp_path), "report", campaign_id, "--format", "html"]
+    assert main(argv) == 0
+    assert "Adaptive concurrency" not in capsys.readouterr().out
+    directory = CampaignStore(tmp_path).directory(campaign_id)
+    async with await LedgerWriter.open(directory, campaign_id) as ledger:
+        for endpoint, limits in (("model-a", [1, 2, 4, 3]), ("model-b", [8, 6])):
+            for previous, limit in zip([0, *limits], limits, strict=False):
+                await ledger.append(
+                    "limit_changed", endpoint=endpoint, previous=previous, limit=limit, reason="x"
+                )
+    assert main(argv) == 0
+    html = capsys.readouterr().out
+    assert "Adaptive concurrency" in html
+    assert html.count('<polyline class="line"') == 3  # throughput, model-a, model-b
+    assert ">model-a</text>" in html
+    assert ">model-b</text>" in html

@@ -273,7 +273,7 @@ async def test_a_campaign_survives_a_restart_of_its_docker_engine(tmp_path: Path
         async def restart_engine(_: SupervisedWorkspace) -> None:
             await engine.restart()
 
-        pool = SandboxPool(lambda _: DockerBackend(base_url=engine.url))
+        pool = SandboxPool(backends=lambda *_: DockerBackend(base_url=engine.url))
         runner, state = await _run(tmp_path / "state", spec, agent, restart_engine, pool)
     finally:
         with anyio.CancelScope(shield=True):
@@ -313,7 +313,7 @@ async def test_a_campaign_left_with_infrastructure_failures_is_completed_by_resu
         _spec(tasks, max_attempts=2),
         agent,
         None,
-        SandboxPool(lambda _: refusing),
+        SandboxPool(backends=lambda *_: refusing),
     )
     assert _results(state) == {
         "calc0": UNDISTURBED["calc0"],
@@ -329,7 +329,7 @@ async def test_a_campaign_left_with_infrastructure_failures_is_completed_by_resu
     healed = RefusingLocalBackend(refused)
     healed.refusing = False
     resumed, state = await _run(
-        tmp_path / "state", runner.campaign_id, agent, None, SandboxPool(lambda _: healed)
+        tmp_path / "state", runner.campaign_id, agent, None, SandboxPool(backends=lambda *_: healed)
     )
     assert resumed.retrying == 2
     assert agent.attempts == {"calc1@0": 1, "calc1@1": 1}, "nothing else ran again"

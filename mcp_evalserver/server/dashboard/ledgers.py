@@ -26,8 +26,11 @@ from mcp_evalserver.errors import LedgerCorrupt, NotFound
 from mcp_evalserver.ledger import LEDGER_FILE
 from mcp_evalserver.state import CampaignState, apply_record, replay
 
-#: Record kinds of the adaptive concurrency limit (issue 13), plotted when a ledger has them.
-CONCURRENCY_KINDS = frozenset({"concurrency_changed", "concurrency_adjusted", "limit_adjusted"})
+#: Record kinds of an adaptive concurrency limit, plotted when a ledger has them: each names
+#: its `endpoint` and the new `limit` (or `concurrency`).
+CONCURRENCY_KINDS = frozenset(
+    {"limit_changed", "concurrency_changed", "concurrency_adjusted", "limit_adjusted"}
+)
 
 #: What `CampaignStore.create` accepts, minus names made of dots only (`..`).
 _CAMPAIGN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")

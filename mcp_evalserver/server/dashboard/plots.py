@@ -7,7 +7,7 @@ escaped), or None when there is nothing to draw, so the template can say so inst
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 
 from markupsafe import Markup
@@ -97,32 +97,51 @@ def histogram(
 
 
 def line(
-    points: Sequence[tuple[float, float]], *, title: str, x_label: str, y_label: str, step: bool
+    series: Mapping[str, Sequence[tuple[float, float]]],
+    *,
+    title: str,
+    x_label: str,
+    y_label: str,
+    step: bool,
 ) -> Markup | None:
-    """A line through `points` (x ascending); `step` holds each value until the next point."""
-    if not points:
+    """One line per named series of points (x ascending), on shared axes; `step` holds each
+    value until the next point. A legend names the series when there are several."""
+    shown = {name: points for name, points in series.items() if points}
+    if not shown:
         return None
-    xs = [x for x, _ in points]
-    x0, x1 = xs[0], xs[-1]
-    x_span = (x1 - x0) or 1.0
-    top = max(y for _, y in points) or 1.0
-    top = _round_up(top)
+    everything = [point for points in shown.values() for point in points]
+    x0 = min(x for x, _ in everything)
+    x_span = (max(x for x, _ in everything) - x0) or 1.0
+    top = _round_up(max(y for _, y in everything) or 1.0)
     inner_w = WIDTH - _LEFT - _RIGHT
 
     def x_of(x: float) -> float:
         return _LEFT + (x - x0) / x_span * inner_w
 
-    coordinates = []
-    previous_y: float | None = None
-    for x, y in points:
-        if step and previous_y is not None:
-            coordinates.append(f"{x_of(x):.1f},{_y(previous_y, top):.1f}")
-        coordinates.append(f"{x_of(x):.1f},{_y(y, top):.1f}")
-        previous_y = y
     body = _ticks(top, "{:.3g}")
-    body.append(f'<polyline class="line" points="{" ".join(coordinates)}"/>')
+    for index, (name, points) in enumerate(shown.items()):
+        coordinates = []
+        previous_y: float | None = None
+        for x, y in points:
+            if step and previous_y is not None:
+                coordinates.append(f"{x_of(x):.1f},{_y(previous_y, top):.1f}")
+            coordinates.append(f"{x_of(x):.1f},{_y(y, top):.1f}")
+            previous_y = y
+        colour = _COLOURS[index % len(_COLOURS)]
+        body.append(
+            f'<polyline class="line" style="stroke: {colour}" points="{" ".join(coordinates)}">'
+            f"<title>{escape(name)}</title></polyline>"
+        )
+        if len(shown) > 1:
+            body.append(
+                f'<text class="legend" style="fill: {colour}" x="{WIDTH - _RIGHT}" '
+                f'y="{_TOP + 12 * (index + 1)}">{escape(name)}</text>'
+            )
     body.append(_x_range("0s", f"{x_span:.3g}s"))
     return _frame(body, title, y_label, x_label)
+
+
+_COLOURS = ("#2f5bd3", "#c2410c", "#15803d", "#7e22ce", "#0e7490", "#a16207")
 
 
 def _x_range(low: str, high: str) -> str:

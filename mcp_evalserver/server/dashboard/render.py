@@ -43,6 +43,14 @@ def _interval(interval: dict[str, Any] | None) -> str:
     )
 
 
+def _signed_interval(interval: dict[str, Any] | None) -> str:
+    if not interval:
+        return "no interval"
+    low, high = 100 * interval["low"], 100 * interval["high"]
+    level = 100 * interval["confidence"]
+    return f"{level:.0f}% CI {low:+.1f} to {high:+.1f} points ({interval['method']})"
+
+
 def _timestamp(epoch: float | None) -> str:
     if epoch is None:
         return "–"
@@ -59,7 +67,13 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(percent=_percent, seconds=_seconds, interval=_interval, timestamp=_timestamp)
+    env.filters.update(
+        percent=_percent,
+        seconds=_seconds,
+        interval=_interval,
+        signed_interval=_signed_interval,
+        timestamp=_timestamp,
+    )
     return env
 
 

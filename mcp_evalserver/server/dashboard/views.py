@@ -222,8 +222,7 @@ def _plots(state: CampaignState, concurrency: list[dict[str, Any]]) -> dict[str,
     for t in state.trajectories.values():
         if t.done and t.outcome not in INFRA_OUTCOMES:
             report_tasks.setdefault(t.task_id, []).append(t.outcome == "resolved")
-    rates = sorted((task, sum(r) / len(r)) for task, r in report_tasks.items())
-    rates.sort(key=lambda item: item[1])
+    rates = sorted(((task, sum(r) / len(r)) for task, r in report_tasks.items()), key=_rate)
     if len(rates) <= MAX_TASK_BARS:
         per_task = plots.bars(rates, title="pass rate per task", y_label="pass rate")
     else:
@@ -238,22 +237,10 @@ def _plots(state: CampaignState, concurrency: list[dict[str, Any]]) -> dict[str,
         start = min(v.started_at for v in finished if v.started_at is not None)
         points = [(0.0, 0.0)] + [(end - start, n) for n, end in enumerate(ends, 1)]
         throughput = plots.line(
-            points, title="finished trajectories over time", x_label="time since the first "
-            "start", y_label="finished", step=True,
-        )  # fmt: skip
-    limits = [
-        (r["ts"], float(value))
-        for r in concurrency
-        if isinstance(value := r.get("limit", r.get("concurrency")), int | float)
-    ]
-    history = None
-    if limits:
-        first = limits[0][0]
-        history = plots.line(
-            [(ts - first, value) for ts, value in limits],
-            title="adaptive concurrency limit",
-            x_label="time since the first change",
-            y_label="limit",
+            {"finished": points},
+            title="finished trajectories over time",
+            x_label="time since the first start",
+            y_label="finished",
             step=True,
         )
     return {
@@ -262,8 +249,32 @@ def _plots(state: CampaignState, concurrency: list[dict[str, Any]]) -> dict[str,
             latencies, title="latency per trajectory", x_label="seconds (generation + scoring)"
         ),
         "throughput": throughput,
-        "concurrency": history,
+        "concurrency": _concurrency_plot(concurrency),
     }
+
+
+def _rate(item: tuple[str, float]) -> tuple[float, str]:
+    return item[1], item[0]
+
+
+def _concurrency_plot(records: list[dict[str, Any]]) -> Markup | None:
+    """The adaptive limit of each endpoint over time, from its change records."""
+    if not records:
+        return None
+    first = records[0]["ts"]
+    series: dict[str, list[tuple[float, float]]] = {}
+    for record in records:
+        value = record.get("limit", record.get("concurrency"))
+        if isinstance(value, int | float):
+            name = str(record.get("endpoint") or "limit")
+            series.setdefault(name, []).append((record["ts"] - first, float(value)))
+    return plots.line(
+        series,
+        title="adaptive concurrency limit",
+        x_label="time since the first change",
+        y_label="limit",
+        step=True,
+    )
 
 
 # The trajectory page.

@@ -12,7 +12,7 @@ import hmac
 import secrets
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -88,23 +88,33 @@ def dashboard_routes(state_dir: Path, token: str) -> list[BaseRoute]:
     def campaign_rows(request: Request) -> Response:
         return _fragment("campaign_rows.html", rows=views.campaign_rows(cache))
 
+    def campaign_context(request: Request) -> dict[str, Any]:
+        campaign_id = request.path_params["campaign_id"]
+        ledger = cache.get(campaign_id)
+        query = views.TableQuery.from_params(dict(request.query_params))
+        page = f"/campaigns/{quote(campaign_id)}"
+        live = f"{page}/live" + (f"?{request.url.query}" if request.url.query else "")
+        return {
+            **views.campaign_page(ledger, query),
+            "static": False,
+            "link": _linker(page, dict(request.query_params)),
+            "poll_url": live,
+        }
+
     def campaign(request: Request) -> Response:
         try:
-            ledger = cache.get(request.path_params["campaign_id"])
-            query = views.TableQuery.from_params(dict(request.query_params))
-            context = views.campaign_page(ledger, query)
+            context = campaign_context(request)
         except EvalServerError as exc:
             return _error(exc)
-        return _page("campaign.html", static=False, link=_linker(request), **context)
+        return _page("campaign.html", **context)
 
     def campaign_live(request: Request) -> Response:
+        """The campaign page's content (what the page polls while the campaign runs)."""
         try:
-            ledger = cache.get(request.path_params["campaign_id"])
-            report = views.report_of(ledger)
-            row = ledger.cached("row", views.campaign_row)
+            context = campaign_context(request)
         except EvalServerError as exc:
             return _error(exc)
-        return _fragment("headline.html", report=report, row=row)
+        return _fragment("campaign_body.html", **context)
 
     def trajectory(request: Request) -> Response:
         try:
@@ -155,13 +165,12 @@ def dashboard_routes(state_dir: Path, token: str) -> list[BaseRoute]:
     ]
 
 
-def _linker(request: Request) -> Any:
-    """`link(**changes)`: this page's URL with some query parameters changed."""
-    current = dict(request.query_params)
+def _linker(path: str, current: dict[str, str]) -> Any:
+    """`link(**changes)`: the page at `path` with some query parameters changed."""
 
     def link(**changes: Any) -> str:
         params = {**current, **{k: str(v) for k, v in changes.items() if v is not None}}
         params = {k: v for k, v in params.items() if v != ""}
-        return f"{request.url.path}?{urlencode(params)}" if params else request.url.path
+        return f"{path}?{urlencode(params)}" if params else path
 
     return link

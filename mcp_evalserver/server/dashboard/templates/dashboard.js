@@ -3,6 +3,11 @@
 for (const element of document.querySelectorAll("[data-poll]")) {
   const tick = async () => {
     let again = true;
+    // Someone typing in a filter or holding a fold open keeps the content they are using.
+    if (element.contains(document.activeElement) && document.activeElement !== document.body) {
+      setTimeout(tick, POLL_MS);
+      return;
+    }
     try {
       const response = await fetch(element.dataset.poll, { credentials: "same-origin" });
       if (response.status === 401) { window.location.assign("/login"); return; }
