@@ -15,7 +15,13 @@ from typing import Any
 import anyio
 
 from mcp_evalserver import __version__
-from mcp_evalserver.campaigns import STATE_DIR_ENV, CampaignRunner, CampaignStore, default_state_dir
+from mcp_evalserver.campaigns import (
+    STATE_DIR_ENV,
+    CampaignRunner,
+    CampaignStore,
+    default_state_dir,
+    read_nodes,
+)
 from mcp_evalserver.cli_scoring import add_scoring_commands, dispatch_scoring
 from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
 from mcp_evalserver.progress import progress_line, show_progress
@@ -50,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--token",
         help=f"--http: bearer token clients must send (default ${TOKEN_ENV}, else generated "
         "and printed once; required beyond loopback)",
+    )
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run instances on this Ray cluster's nodes (`auto`, HOST:PORT or ray://...) unless "
+        "a campaign's `sandbox` says otherwise (servers, run, resume); needs the `ray` extra",
     )
     parser.add_argument(
         "--allow-host",
@@ -120,7 +132,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     state_dir = args.state_dir or default_state_dir()
     if args.stdio:
-        anyio.run(serve_stdio, state_dir)
+        anyio.run(serve_stdio, state_dir, args.ray)
         return EXIT_OK
     token = resolve_token(args.token, args.host)
     with contextlib.suppress(KeyboardInterrupt):
@@ -132,6 +144,7 @@ def _serve(args: argparse.Namespace) -> int:
                 port=args.port,
                 token=token,
                 allowed_hosts=args.allow_host,
+                ray_address=args.ray,
             )
         )
     return EXIT_OK
@@ -148,7 +161,7 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
         spec = load_spec(args.spec)
         campaign_id = anyio.run(store.create, spec, args.campaign_id)
         print(f"campaign {campaign_id} ({store.directory(campaign_id)})", file=sys.stderr)
-        return _run(store, campaign_id, progress=not args.no_progress)
+        return _run(store, campaign_id, progress=not args.no_progress, ray_address=args.ray)
     if args.command == "resume":
         if failed := len(store.load(args.campaign_id).infra_failed):
             print(
@@ -156,13 +169,16 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
                 "infrastructure failure",
                 file=sys.stderr,
             )
-        return _run(store, args.campaign_id, progress=not args.no_progress)
+        return _run(store, args.campaign_id, progress=not args.no_progress, ray_address=args.ray)
     if args.command == "status":
         if args.campaign_id is None:
             _print_campaign_list(store)
         else:
             state = store.load(args.campaign_id)
-            print(json.dumps(_status(state), indent=2))
+            status = _status(state)
+            # Where sandbox work runs now, as the running process last wrote it.
+            status["nodes_now"] = read_nodes(store.directory(args.campaign_id))
+            print(json.dumps(status, indent=2))
         return EXIT_OK
     if args.command == "report":
         _write(_report_text(store, args.campaign_id, args.format), args.out)
@@ -191,8 +207,10 @@ def _write(text: str, out: Path | None) -> None:
     print(f"wrote {out}", file=sys.stderr)
 
 
-def _run(store: CampaignStore, campaign_id: str, *, progress: bool) -> int:
-    runner = CampaignRunner(store, campaign_id)
+def _run(
+    store: CampaignStore, campaign_id: str, *, progress: bool, ray_address: str | None = None
+) -> int:
+    runner = CampaignRunner(store, campaign_id, ray_address=ray_address)
 
     async def supervise() -> CampaignState:
         # Caught inside the group so the user sees the error itself, not an ExceptionGroup.

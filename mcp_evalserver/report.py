@@ -107,6 +107,7 @@ def build_report(state: CampaignState) -> dict[str, Any]:
         "runs": state.runs,
         "rescores": state.rescores,
         "infrastructure": infrastructure_health(state),
+        "endpoint_limits": endpoint_limits(state),
         "summary": summary,
         "phases": {
             "generation": _percentiles(t.generation_s for t in state.trajectories.values()),
@@ -121,8 +122,26 @@ def build_report(state: CampaignState) -> dict[str, Any]:
             [f.model_dump(mode="json") for f in flaky_graders(finished)] if oracle else None
         ),
         "confidence": {"level": CONFIDENCE, "bootstrap_seed": SEED, "resamples": RESAMPLES},
+        "nodes": where_it_ran(state),
         "tasks": per_task,
     }
+
+
+def where_it_ran(state: CampaignState) -> dict[str, dict[str, int]] | None:
+    """Per cluster node, the steps that ran there (None: every step ran on one machine)."""
+    nodes: dict[str, dict[str, int]] = {}
+    for trajectory in state.trajectories.values():
+        for node in {node for _, node in trajectory.nodes}:
+            nodes.setdefault(node, Counter())["trajectories"] += 1
+        for kind, node in trajectory.nodes:
+            nodes[node][_STEP_COLUMNS.get(kind, "failed_steps")] += 1
+    if not nodes:
+        return None
+    columns = ("trajectories", "generated", "scored", "failed_steps")
+    return {node: {c: counts.get(c, 0) for c in columns} for node, counts in sorted(nodes.items())}
+
+
+_STEP_COLUMNS = {"generated": "generated", "scored": "scored"}
 
 
 def infrastructure_health(state: CampaignState) -> dict[str, Any]:
@@ -140,6 +159,26 @@ def infrastructure_health(state: CampaignState) -> dict[str, Any]:
         "instances_reprovisioned": len(state.reprovisioned),
         "reprovisioned": state.reprovisioned[-20:],
     }
+
+
+def endpoint_limits(state: CampaignState) -> dict[str, dict[str, Any]]:
+    """Adaptive per-endpoint limits: where each settled, its range and its history of changes
+    (the ceiling found is the limit now; `congested_at` the limits that met a refusal)."""
+    found = {}
+    for endpoint, entry in state.endpoint_limits.items():
+        congested = [c["previous"] for c in entry.history if c["limit"] < c["previous"]]
+        found[endpoint] = {
+            "limit": entry.limit,
+            "changes": len(entry.history),
+            "decreases": entry.decreases,
+            "congested_at": congested[-20:],
+            "lowest": min(c["limit"] for c in entry.history),
+            "highest": max(c["limit"] for c in entry.history),
+            "history": [
+                {"ts": c["ts"], "limit": c["limit"], "reason": c["reason"]} for c in entry.history
+            ],
+        }
+    return found
 
 
 def _percentiles(values: Iterable[float | None]) -> dict[str, float | None]:
@@ -198,6 +237,14 @@ def render_markdown(report: dict[str, Any]) -> str:
                 else ""
             )
         )
+    for endpoint, limit in report.get("endpoint_limits", {}).items():
+        lines.append(
+            f"- adaptive limit for {endpoint}: **{limit['limit']}** calls in flight"
+            f" ({limit['changes']} change(s), {limit['decreases']} decrease(s); ranged"
+            f" {limit['lowest']}–{limit['highest']}"
+            + (f"; refused at {limit['congested_at'][-5:]}" if limit["congested_at"] else "")
+            + ")"
+        )
     if report["score_statuses"]:
         statuses = ", ".join(f"{k} {v}" for k, v in report["score_statuses"].items())
         partial = report["partially_resolved"]
@@ -217,6 +264,15 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"- tokens: {summary['input_tokens'] or 0} in, {summary['output_tokens'] or 0} out"
             + (f"; cost ${cost:.4f}" if cost is not None else "")
+        )
+    if report.get("nodes"):
+        lines.append(
+            "- where it ran: "
+            + "; ".join(
+                f"node {node[:12]} {row['trajectories']} trajectories ({row['generated']} "
+                f"generated, {row['scored']} scored, {row['failed_steps']} failed steps)"
+                for node, row in report["nodes"].items()
+            )
         )
     if report["flaky_graders"]:
         flaky = ", ".join(

@@ -18,6 +18,7 @@ Record kinds and what they do to a trajectory:
                          to where it struck: pending (generation) or generated (scoring); their
                          budget of retries is whole again, their history of failures stays
     instance_reprovisioned  an instance was found dead and provisioned again (health)
+    endpoint_limit       an adaptive per-endpoint limit changed (a resume starts from the last)
     campaign_cancelled   the campaign is cancelled until a `run_started` resumes it
     run_started          a process began (or resumed) running the campaign
     ledger_repaired      a torn tail was dropped when the ledger was reopened
@@ -44,6 +45,7 @@ INFRA_OUTCOMES: frozenset[str] = frozenset({"infra_error"})
 RESCORE_REQUESTED = "rescore_requested"
 RETRY_REQUESTED = "retry_requested"
 INSTANCE_REPROVISIONED = "instance_reprovisioned"
+ENDPOINT_LIMIT = "endpoint_limit"
 #: How much of an error message the history of a trajectory's failures keeps.
 HISTORY_MESSAGE_CHARS = 300
 SCORER_ADAPTER = TypeAdapter[ScorerConfig](ScorerConfig)
@@ -71,6 +73,8 @@ class TrajectoryState:
     scored_seq: int | None = None
     #: When the record that finished it was written (epoch seconds).
     finished_ts: float | None = None
+    #: (step kind, node) for each step that ran on a backend of many nodes (Ray), in order.
+    nodes: list[tuple[str, str]] = field(default_factory=list)
     #: Infrastructure failures of the current phase by cause (the error's type): each cause
     #: has its own budget of retries. Cleared when the phase completes or a retry is asked.
     failure_causes: dict[str, int] = field(default_factory=dict)
@@ -80,6 +84,16 @@ class TrajectoryState:
     @property
     def done(self) -> bool:
         return self.phase == "done"
+
+
+@dataclass
+class EndpointLimit:
+    """An adaptive endpoint limit as its records left it, with every change."""
+
+    limit: int
+    decreases: int = 0
+    #: {"ts", "limit", "previous", "reason", "retry_after_s"} per change, oldest first.
+    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -98,6 +112,8 @@ class CampaignState:
     retried: int = 0
     #: Instances found dead and provisioned again while this campaign ran (health).
     reprovisioned: list[dict[str, Any]] = field(default_factory=list)
+    #: Adaptive per-endpoint limits by endpoint (`limits.per_endpoint: "auto"`).
+    endpoint_limits: dict[str, EndpointLimit] = field(default_factory=dict)
     last_seq: int = -1
     last_ts: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -188,6 +204,9 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
         event = {k: record.get(k) for k in ("backend", "instance", "task", "reason", "ts")}
         state.reprovisioned.append(event)
         return
+    if kind == ENDPOINT_LIMIT:
+        _endpoint_limit(state, record)
+        return
     handler = _TRAJECTORY_HANDLERS.get(kind)
     if handler is None:
         # Records from a newer version that this one does not know are kept, not fatal.
@@ -198,6 +217,24 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     if trajectory is None:
         raise LedgerCorrupt(f"record seq {record.get('seq')} names unknown trajectory {tid!r}")
     handler(trajectory, record)
+    if isinstance(node := record.get("node"), str):
+        trajectory.nodes.append((kind, node))
+
+
+def _endpoint_limit(state: CampaignState, record: dict[str, Any]) -> None:
+    limit, previous = int(record["limit"]), int(record["previous"])
+    entry = state.endpoint_limits.setdefault(str(record["endpoint"]), EndpointLimit(limit))
+    entry.limit = limit
+    entry.decreases += limit < previous
+    entry.history.append(
+        {
+            "ts": record["ts"],
+            "limit": limit,
+            "previous": previous,
+            "reason": record.get("reason"),
+            "retry_after_s": record.get("retry_after_s"),
+        }
+    )
 
 
 def rescorable(trajectory: TrajectoryState) -> bool:

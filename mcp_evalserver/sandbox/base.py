@@ -14,7 +14,7 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -100,6 +100,8 @@ class Workspace(ABC):
     """
 
     name: str
+    #: The machine it lives on, for a backend that spans several (Ray's node id); else None.
+    node: str | None = None
 
     @abstractmethod
     async def exec(
@@ -257,6 +259,10 @@ class Backend(ABC):
     @abstractmethod
     async def aclose(self) -> None:
         """Releases every instance this backend provisioned."""
+
+    def nodes(self) -> list[dict[str, Any]] | None:
+        """Per machine: its instances, workspaces and commands in flight (None: one machine)."""
+        return None
 
     async def __aenter__(self) -> Self:
         return self

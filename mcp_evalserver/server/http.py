@@ -214,6 +214,7 @@ async def serve_http(
     port: int = 8765,
     token: str,
     allowed_hosts: Sequence[str] = (),
+    ray_address: str | None = None,
     stderr: TextIO = sys.stderr,
 ) -> None:
     """Serves until cancelled or signalled; prints the URL once listening (port 0 = any free).
@@ -225,7 +226,9 @@ async def serve_http(
 
     sock = listening_socket(host, port)
     bound_port = sock.getsockname()[1]
-    app = build_http_app(state_dir, host=host, token=token, allowed_hosts=allowed_hosts)
+    app = build_http_app(
+        state_dir, host=host, token=token, allowed_hosts=allowed_hosts, ray_address=ray_address
+    )
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
     display = f"[{host}]" if ":" in host else host
     # Scripts read the URL as the last word of the first line: keep it so.
@@ -236,12 +239,17 @@ async def serve_http(
 
 
 def build_http_app(
-    state_dir: Path, *, host: str, token: str, allowed_hosts: Sequence[str] = ()
+    state_dir: Path,
+    *,
+    host: str,
+    token: str,
+    allowed_hosts: Sequence[str] = (),
+    ray_address: str | None = None,
 ) -> ASGIApp:
     """MCP at `/mcp`, the dashboard at `/`, `/healthz`: behind the Host check and the token."""
     from mcp_evalserver.server.dashboard.web import dashboard_routes
     from mcp_evalserver.server.mcp_app import http_app
 
-    app = http_app(state_dir, host, allowed_hosts)
+    app = http_app(state_dir, host, allowed_hosts, ray_address)
     app.router.routes.extend(dashboard_routes(state_dir, token))
     return HostGuard(BearerAuth(app, token), allowed_host_names(host, allowed_hosts))

@@ -101,15 +101,18 @@ def _trajectories(ctx: Context[EvalService, Any]) -> ExternalTrajectories:
     return ExternalTrajectories(_service(ctx).claims)
 
 
-def create_server(state_dir: Path, *, base_dir: Path | None = None) -> MCPServer[EvalService]:
+def create_server(
+    state_dir: Path, *, base_dir: Path | None = None, ray_address: str | None = None
+) -> MCPServer[EvalService]:
     """The MCP server; its lifespan owns an `EvalService` over `state_dir`.
 
-    `base_dir` resolves relative task file paths in specs (default: the working directory).
+    `base_dir` resolves relative task file paths in specs (default: the working directory);
+    with `ray_address`, instances run on that Ray cluster unless a campaign says otherwise.
     """
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[EvalService]) -> AsyncIterator[EvalService]:
-        async with EvalService(state_dir, base_dir=base_dir) as service:
+        async with EvalService(state_dir, base_dir=base_dir, ray_address=ray_address) as service:
             yield service
 
     app: MCPServer[EvalService] = MCPServer(
@@ -313,12 +316,17 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         return await _trajectories(ctx).submit(claim_id, answer)
 
 
-async def serve_stdio(state_dir: Path) -> None:
+async def serve_stdio(state_dir: Path, ray_address: str | None = None) -> None:
     """Serves MCP over this process's stdin/stdout until the client closes it."""
-    await create_server(state_dir).run_stdio_async()
+    await create_server(state_dir, ray_address=ray_address).run_stdio_async()
 
 
-def http_app(state_dir: Path, host: str, allowed_hosts: Sequence[str] = ()) -> Starlette:
+def http_app(
+    state_dir: Path,
+    host: str,
+    allowed_hosts: Sequence[str] = (),
+    ray_address: str | None = None,
+) -> Starlette:
     """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on.
 
     Requests must name a loopback host, the bound host, or one of `allowed_hosts` (`name` or
@@ -331,7 +339,8 @@ def http_app(state_dir: Path, host: str, allowed_hosts: Sequence[str] = ()) -> S
         allowed_hosts=hosts,
         allowed_origins=sorted({f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")}),
     )
-    return create_server(state_dir).streamable_http_app(host=host, transport_security=security)
+    server = create_server(state_dir, ray_address=ray_address)
+    return server.streamable_http_app(host=host, transport_security=security)
 
 
 TRAJECTORY_INSTRUCTIONS = """\

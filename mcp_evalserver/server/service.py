@@ -81,7 +81,9 @@ class _Run:
 class EvalService:
     """Campaigns and external trajectories for one server. Use as `async with`."""
 
-    def __init__(self, state_dir: Path, *, base_dir: Path | None = None) -> None:
+    def __init__(
+        self, state_dir: Path, *, base_dir: Path | None = None, ray_address: str | None = None
+    ) -> None:
         self.store = CampaignStore(state_dir)
         self.claims = ClaimBoard()
         self.base_dir = base_dir or Path.cwd()
@@ -89,11 +91,12 @@ class EvalService:
         self._stack: AsyncExitStack | None = None
         self._group: anyio.abc.TaskGroup | None = None
         self._pool: SandboxPool | None = None
+        self._ray_address = ray_address
 
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
             # The pool outlives the campaigns that use it: entered first, left last.
-            self._pool = await stack.enter_async_context(SandboxPool())
+            self._pool = await stack.enter_async_context(SandboxPool(self._ray_address))
             self._group = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(self._cancel_all)
             self._stack = stack.pop_all()
@@ -209,10 +212,12 @@ class EvalService:
             awaiting_client=awaiting,
             claimed=claimed,
             error=error,
+            nodes=self._pool.nodes() if active and self._pool is not None else None,
             status_text=state.describe_status(),
             infra_failures=len(state.infra_failed),
             retrying=run.runner.retrying if run is not None else 0,
             reprovisioned=[InstanceReprovisioned(**event) for event in state.reprovisioned[-20:]],
+            endpoint_limits={key: e.limit for key, e in state.endpoint_limits.items()},
             next_step=_next_step(state, active=active, awaiting=awaiting, error=error),
         )
 
