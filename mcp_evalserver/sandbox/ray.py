@@ -304,6 +304,10 @@ class RayInstance(Instance):
             self.placed.last_used = time.monotonic()
             return self.placed
 
+    async def ping(self) -> None:
+        """One actor call that does nothing (what a workspace operation adds to it is ours)."""
+        await _call(await self.placement(), self.spec.key, "ping")
+
     async def workspace(self, name: str) -> RayWorkspace:
         placed = await self.placement()
         if name in placed.workspaces:

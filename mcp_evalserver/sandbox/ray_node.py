@@ -108,6 +108,10 @@ class InstanceHost:
             if not isinstance(exc, Exception):
                 raise
 
+    async def ping(self) -> Reply:
+        """Answers at once: the cost of an actor call itself (benchmarks, health checks)."""
+        return ("ok", None)
+
     async def create(self, name: str) -> Reply:
         """Creates the workspace `name` on this instance."""
         if self._instance is None:

@@ -7,8 +7,14 @@ workers only.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from tests.ray.loopback import in_loopback_namespace, interfaces
@@ -42,6 +48,37 @@ class LoopbackCluster:
     @staticmethod
     def node_id(node: Any) -> str:
         return str(node.node_id)
+
+
+@contextmanager
+def worker_without(
+    cluster: LoopbackCluster, hidden: Path, resource: str, slots: int = 1
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A worker node (`ray start`) that cannot see `hidden`: an empty tmpfs covers it there.
+
+    Its raylet and workers live in a mount namespace of their own, as on a machine that does
+    not share the driver's disk; shipped directories are recorded inside the tmpfs too.
+    """
+    script = 'mount -t tmpfs tmpfs "$1" && shift && exec "$@"'
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    node = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "node",
+         str(hidden), ray_cli, "start", "--block", "--address", cluster.address,
+         "--num-cpus", "0", "--resources", json.dumps({resource: slots})],
+        env={**os.environ, "MCP_EVALSERVER_SHIPPED_DIR": str(hidden / ".shipped")},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        yield node
+    finally:
+        node.terminate()  # `ray start --block` stops its raylet and workers on SIGTERM
+        try:
+            node.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(node.pid, signal.SIGKILL)
+            node.wait()
 
 
 @contextmanager

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import anyio
 import pytest
+import ray
 
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import InstanceSpec
 from mcp_evalserver.sandbox.ray import RayBackend
-from tests.ray.cluster import LoopbackCluster
+from tests.ray.cluster import LoopbackCluster, worker_without
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ray, pytest.mark.root]
 
@@ -105,6 +106,33 @@ async def test_a_dead_node_fails_its_calls_as_unavailable_and_the_instance_moves
     assert again.node == survivor.node_id
     assert moved.stdout == "hello\n"
     await anyio.to_thread.run_sync(ray_cluster.kill_worker, survivor)
+
+
+def _offered(resource: str) -> bool:
+    nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    return any(node["Alive"] and resource in node["Resources"] for node in nodes)
+
+
+async def test_a_path_the_node_lacks_is_shipped_through_the_object_store(
+    ray_cluster: LoopbackCluster, own_slots: tuple[str, RayBackend], tmp_path: Path
+) -> None:
+    resource, backend = own_slots
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    spec = _repo(hidden)
+    await anyio.run_process(["git", "init", "-q", "."], cwd=spec.path)
+    with worker_without(ray_cluster, hidden, resource), anyio.fail_after(180):
+        # Ray has no event for a node that joins: look until it offers the resource.
+        while not _offered(resource):  # noqa: ASYNC110
+            await anyio.sleep(0.2)
+        instance = await backend.instance(spec)
+        async with await instance.workspace("shipped") as workspace:
+            seen = await workspace.exec("cat a.txt; ls -a; git status --porcelain")
+            await workspace.write_file("a.txt", "changed on the node\n")
+        await instance.aclose()
+    assert seen.stdout.startswith("hello\n")
+    assert ".git" in seen.stdout.split()
+    assert Path(spec.path or "", "a.txt").read_text() == "hello\n"  # the driver's copy
 
 
 async def test_a_cluster_without_slots_is_a_clear_error(
