@@ -5,11 +5,13 @@ generation (bounded per instance and globally, timed out, retried with backoff o
 infrastructure errors only), then scoring as its own phase (bounded separately), each step
 recorded in the ledger before it counts. Running a campaign again is resuming it: scored
 trajectories are done, generated ones are only scored, interrupted generations start a new
-attempt. Nothing completed runs twice.
+attempt, and trajectories that ended in an infrastructure failure run again from the phase it
+struck (a harness's fault is never a result). Nothing completed runs twice.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -23,6 +25,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from mcp_evalserver.adaptive import LimitChange
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.agents.factory import build_agent
 from mcp_evalserver.errors import (
@@ -39,12 +42,25 @@ from mcp_evalserver.ledger import (
     read_artifact,
     read_ledger,
 )
-from mcp_evalserver.sandboxes import SandboxPool, TrajectorySandbox, workspace_name
+from mcp_evalserver.sandboxes import (
+    Reprovisioned,
+    SandboxPool,
+    TrajectorySandbox,
+    workspace_name,
+)
 from mcp_evalserver.scheduler import Limiters, RetryPolicy
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.spec import CampaignSpec, Task
-from mcp_evalserver.state import CampaignState, TrajectoryState, apply_record, replay
+from mcp_evalserver.state import (
+    ENDPOINT_LIMIT,
+    INSTANCE_REPROVISIONED,
+    RETRY_REQUESTED,
+    CampaignState,
+    TrajectoryState,
+    apply_record,
+    replay,
+)
 
 STATE_DIR_ENV = "MCP_EVALSERVER_STATE_DIR"
 
@@ -129,6 +145,15 @@ class CampaignStore:
         )
 
 
+def resumed_endpoints(state: CampaignState) -> dict[str, tuple[int, bool]]:
+    """Where each adaptive endpoint limit was left: a resumed run starts from there."""
+    return {key: (e.limit, e.decreases > 0) for key, e in state.endpoint_limits.items()}
+
+
+NODES_FILE = "nodes.json"
+NODES_INTERVAL_S = 1.0
+
+
 @dataclass
 class RunProgress:
     """Counters a progress display reads while a run goes on."""
@@ -150,8 +175,10 @@ class CampaignRunner:
         scorer: Scorer | None = None,
         on_record: Callable[[CampaignState, dict[str, Any]], None] | None = None,
         sandboxes: SandboxPool | None = None,
+        ray_address: str | None = None,
     ) -> None:
         self.store = store
+        self._ray_address = ray_address  # for a pool of its own, when not given one
         self._sandboxes = sandboxes
         self.campaign_id = campaign_id
         self.directory = store.directory(campaign_id)
@@ -162,6 +189,9 @@ class CampaignRunner:
         self._cancel_requested = False
         self.state: CampaignState | None = None
         self.progress: RunProgress | None = None
+        #: Trajectories this run sent back because their last outcome was an infrastructure
+        #: failure (set once the run has started).
+        self.retrying = 0
 
     def cancel(self) -> None:
         """Stops the run: in-flight trajectories are cancelled, the ledger stays consistent."""
@@ -182,7 +212,7 @@ class CampaignRunner:
         try:
             if self._sandboxes is not None:
                 return await self._run(self._sandboxes)
-            async with SandboxPool() as sandboxes:
+            async with SandboxPool(self._ray_address) as sandboxes:
                 return await self._run(sandboxes)
         except BaseExceptionGroup as group:
             # Task groups (the pool's, the trajectories') wrap what the run raises; callers
@@ -191,6 +221,22 @@ class CampaignRunner:
             if isinstance(error, EvalServerError):
                 raise error from None
             raise
+
+    async def _write_nodes(self, sandboxes: SandboxPool) -> None:
+        """Keeps `nodes.json` (where sandbox work runs now) fresh for `status` in other processes.
+
+        Written only when instances run on a cluster; a snapshot, not a record: the ledger
+        keeps which node each step ran on.
+        """
+        path = self.directory / NODES_FILE
+        last = None
+        while True:
+            nodes = sandboxes.nodes()
+            if nodes is not None and nodes != last:
+                snapshot = json.dumps({"ts": time.time(), "nodes": nodes}, indent=1)
+                await anyio.to_thread.run_sync(_replace_file, path, snapshot)
+                last = nodes
+            await anyio.sleep(NODES_INTERVAL_S)
 
     async def _run(self, sandboxes: SandboxPool) -> CampaignState:
         async with await LedgerWriter.open(self.directory, self.campaign_id) as ledger:
@@ -207,8 +253,8 @@ class CampaignRunner:
                 state=state,
                 agent=agent,
                 scorer=scorer,
-                limiters=Limiters(spec.limits),
-                policy=RetryPolicy(spec.limits.max_attempts, spec.limits.retry_base_delay_s),
+                limiters=Limiters(spec.limits, resumed_endpoints=resumed_endpoints(state)),
+                policy=RetryPolicy.of(spec.limits),
                 tasks={task.id: task for task in spec.task_list()},
                 directory=self.directory,
                 on_record=self._on_record,
@@ -216,20 +262,46 @@ class CampaignRunner:
             )
             self.progress = RunProgress(time.monotonic(), state.done_count, len(state.trajectories))
             await drive.record("run_started", None, pid=os.getpid(), resumed=state.runs > 0)
+            if infra_failed := state.infra_failed:
+                await drive.record(RETRY_REQUESTED, None, trajectories=infra_failed)
+                self.retrying = len(infra_failed)
             with anyio.CancelScope() as self._cancel_scope:
                 if self._cancel_requested:
                     self._cancel_scope.cancel()
-                async with anyio.create_task_group() as group:
-                    unfinished = [t for t in state.trajectories.values() if not t.done]
-                    for number, trajectory in enumerate(unfinished, start=1):
-                        group.start_soon(drive.trajectory, trajectory)
-                        # Let the first trajectories start while the rest are being spawned.
-                        if number % 16 == 0:
-                            await anyio.lowlevel.checkpoint()
+                async with anyio.create_task_group() as watching:
+                    watching.start_soon(self._write_nodes, sandboxes)
+                    async with anyio.create_task_group() as group:
+                        unfinished = [t for t in state.trajectories.values() if not t.done]
+                        for number, trajectory in enumerate(unfinished, start=1):
+                            group.start_soon(drive.trajectory, trajectory)
+                            # Let the first trajectories start while the rest are spawned.
+                            if number % 16 == 0:
+                                await anyio.lowlevel.checkpoint()
+                    watching.cancel_scope.cancel()
             if self._cancel_requested and state.status != "finished":
                 with anyio.CancelScope(shield=True):
                     await drive.record("campaign_cancelled", None, done=state.done_count)
             return state
+
+
+def _replace_file(path: Path, text: str) -> None:
+    scratch = path.with_suffix(".tmp")
+    scratch.write_text(text)
+    os.replace(scratch, path)
+
+
+def read_nodes(directory: Path) -> dict[str, Any] | None:
+    """The last `nodes.json` snapshot of a campaign run on a cluster, if there is one."""
+    try:
+        loaded: dict[str, Any] = json.loads((directory / NODES_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return loaded
+
+
+def _where(sandbox: TrajectorySandbox) -> dict[str, Any]:
+    """The node a step's workspace ran on, for backends of many nodes (nothing otherwise)."""
+    return {"node": sandbox.node} if sandbox.node else {}
 
 
 @dataclass
@@ -247,6 +319,12 @@ class _Drive:
     on_record: Callable[[CampaignState, dict[str, Any]], None] | None
     sandboxes: SandboxPool
     fresh_submissions: dict[str, Submission] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.limiters.on_endpoint_limit = self._endpoint_limit_changed
+
+    async def _endpoint_limit_changed(self, change: LimitChange) -> None:
+        await self.record(ENDPOINT_LIMIT, None, durable=False, **dataclasses.asdict(change))
 
     async def record(
         self, kind: str, trajectory: str | None, *, durable: bool = True, **payload: Any
@@ -302,12 +380,16 @@ class _Drive:
                 finally:
                     await sandbox.aclose()
         except InfrastructureError as exc:
-            failures = trajectory.generation_failures + 1
+            failures = trajectory.failure_causes.get(type(exc).__name__, 0) + 1
             final = self.policy.gives_up_after(failures)
-            await self._failed("generation_failed", trajectory, exc, started, final=final)
+            await self._failed(
+                "generation_failed", trajectory, exc, started, final=final, node=sandbox.node
+            )
             return 0.0 if final else self.policy.delay(failures)
         except Exception as exc:
-            await self._failed("generation_failed", trajectory, exc, started, outcome="error")
+            await self._failed(
+                "generation_failed", trajectory, exc, started, outcome="error", node=sandbox.node
+            )
             return 0.0
         duration = time.monotonic() - started
         if scope.cancelled_caught:
@@ -327,6 +409,7 @@ class _Drive:
             submission=await self._store_submission(submission),
             usage=submission.usage.model_dump() if submission.usage else None,
             duration_s=round(duration, 6),
+            **_where(sandbox),
         )
         self.fresh_submissions[tid] = submission
         return 0.0
@@ -359,12 +442,16 @@ class _Drive:
                 finally:
                     await sandbox.aclose()
         except InfrastructureError as exc:
-            failures = trajectory.scoring_failures + 1
+            failures = trajectory.failure_causes.get(type(exc).__name__, 0) + 1
             final = self.policy.gives_up_after(failures)
-            await self._failed("scoring_failed", trajectory, exc, started, final=final)
+            await self._failed(
+                "scoring_failed", trajectory, exc, started, final=final, node=sandbox.node
+            )
             return 0.0 if final else self.policy.delay(failures)
         except Exception as exc:
-            await self._failed("scoring_failed", trajectory, exc, started, outcome="error")
+            await self._failed(
+                "scoring_failed", trajectory, exc, started, outcome="error", node=sandbox.node
+            )
             return 0.0
         duration = round(time.monotonic() - started, 6)
         if result is None:
@@ -374,12 +461,27 @@ class _Drive:
                 duration_s=duration,
             )  # fmt: skip
             return 0.0
-        await self.record("scored", tid, score=result.model_dump(mode="json"), duration_s=duration)
+        score = result.model_dump(mode="json")
+        await self.record("scored", tid, score=score, duration_s=duration, **_where(sandbox))
         return 0.0
 
     def _sandbox(self, task: Task, trajectory_id: str, step: str) -> TrajectorySandbox:
         name = workspace_name(self.state.id, trajectory_id, step)
-        return TrajectorySandbox(self.sandboxes, task, name, self.limiters.provisioning)
+        provisioning = self.limiters.provisioning
+        return TrajectorySandbox(
+            self.sandboxes, task, name, provisioning, self._reprovisioned, self.state.spec.sandbox
+        )
+
+    async def _reprovisioned(self, event: Reprovisioned) -> None:
+        await self.record(
+            INSTANCE_REPROVISIONED,
+            None,
+            durable=False,
+            backend=event.backend,
+            instance=event.instance_key,
+            task=event.task_id,
+            reason=event.reason[:4000],
+        )
 
     async def _failed(
         self,
@@ -390,7 +492,9 @@ class _Drive:
         *,
         final: bool = True,
         outcome: str = "infra_error",
+        node: str | None = None,
     ) -> None:
+        where: dict[str, Any] = {"node": node} if node else {}
         await self.record(
             kind,
             trajectory.id,
@@ -398,6 +502,7 @@ class _Drive:
             final=final,
             error={"type": type(exc).__name__, "message": str(exc)[:4000]},
             duration_s=round(time.monotonic() - started, 6),
+            **where,
         )
 
     async def _store_submission(self, submission: Submission) -> dict[str, Any]:
@@ -415,4 +520,9 @@ class _Drive:
         stored = trajectory.submission or {}
         patch_ref = stored.get("patch")
         patch = read_artifact(self.directory, patch_ref).decode() if patch_ref else None
-        return Submission(answer=stored.get("answer"), patch=patch)
+        # Scorers that judge the trajectory itself need its transcript on resume too.
+        transcript_ref = stored.get("transcript")
+        transcript = (
+            json.loads(read_artifact(self.directory, transcript_ref)) if transcript_ref else None
+        )
+        return Submission(answer=stored.get("answer"), patch=patch, transcript=transcript)
