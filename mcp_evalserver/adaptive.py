@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -97,6 +98,8 @@ class EndpointLimiter:
         self._paused_until = 0.0
         self._observer = observer
         self._lock = anyio.Lock()
+        #: Calls by how they went: "ok", or the refusal ("HTTP 429", "HTTP 503", "APITimeoutError").
+        self.calls: Counter[str] = Counter()
 
     @property
     def limit(self) -> int:
@@ -132,6 +135,8 @@ class EndpointLimiter:
         finally:
             # Also when the call raised (the caller marks a refusal, then re-raises); shielded
             # so the limiter and its recorded history never part ways.
+            if slot is not None and slot.outcome is not None:
+                self.calls["ok" if slot.outcome == "ok" else slot.reason] += 1
             if self.adaptive is not None and slot is not None and slot.outcome is not None:
                 with anyio.CancelScope(shield=True):
                     await self._adapt(slot)

@@ -41,6 +41,7 @@ from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.spec import CampaignSpec, Task
 from mcp_evalserver.state import (
+    ENDPOINT_CALLS,
     ENDPOINT_LIMIT,
     INSTANCE_REPROVISIONED,
     RETRY_REQUESTED,
@@ -238,6 +239,11 @@ class CampaignRunner:
                             if number % 16 == 0:
                                 await anyio.lowlevel.checkpoint()
                     watching.cancel_scope.cancel()
+            if calls := drive.limiters.endpoint_calls():
+                # Per run, not per call: a count of refusals (429, 5xx) for the sweep and the
+                # report. A run killed outright loses its counts, never a trajectory.
+                with anyio.CancelScope(shield=True):
+                    await drive.record(ENDPOINT_CALLS, None, calls=calls)
             if self._cancel_requested and state.status != "finished":
                 with anyio.CancelScope(shield=True):
                     await drive.record("campaign_cancelled", None, done=state.done_count)

@@ -79,6 +79,10 @@ class Limiters:
             limiter = self._endpoints[key] = self._new_endpoint(key)
         return limiter
 
+    def endpoint_calls(self) -> dict[str, dict[str, int]]:
+        """Calls made through each endpoint's limiter so far, by how they went."""
+        return {key: dict(e.calls) for key, e in self._endpoints.items() if e.calls}
+
     def _new_endpoint(self, key: str) -> EndpointLimiter:
         per = self.limits.per_endpoint
         if not isinstance(per, AutoLimit):

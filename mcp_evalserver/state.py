@@ -19,6 +19,7 @@ Record kinds and what they do to a trajectory:
                          budget of retries is whole again, their history of failures stays
     instance_reprovisioned  an instance was found dead and provisioned again (health)
     endpoint_limit       an adaptive per-endpoint limit changed (a resume starts from the last)
+    endpoint_calls       a run's calls per model endpoint, by how they went (ok, HTTP 429, ...)
     campaign_cancelled   the campaign is cancelled until a `run_started` resumes it
     run_started          a process began (or resumed) running the campaign
     ledger_repaired      a torn tail was dropped when the ledger was reopened
@@ -46,6 +47,7 @@ RESCORE_REQUESTED = "rescore_requested"
 RETRY_REQUESTED = "retry_requested"
 INSTANCE_REPROVISIONED = "instance_reprovisioned"
 ENDPOINT_LIMIT = "endpoint_limit"
+ENDPOINT_CALLS = "endpoint_calls"
 #: How much of an error message the history of a trajectory's failures keeps.
 HISTORY_MESSAGE_CHARS = 300
 SCORER_ADAPTER = TypeAdapter[ScorerConfig](ScorerConfig)
@@ -114,6 +116,10 @@ class CampaignState:
     reprovisioned: list[dict[str, Any]] = field(default_factory=list)
     #: Adaptive per-endpoint limits by endpoint (`limits.per_endpoint: "auto"`).
     endpoint_limits: dict[str, EndpointLimit] = field(default_factory=dict)
+    #: Calls per model endpoint by how they went ("ok", "HTTP 429", ...), summed over runs.
+    endpoint_calls: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Seconds the runs were running (each run: its first record to its last).
+    run_s: float = 0.0
     last_seq: int = -1
     last_ts: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -181,9 +187,13 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     Raises:
         LedgerCorrupt: the record names an unknown trajectory or breaks the phase order.
     """
+    kind = record["kind"]
+    # Time between a run's records is running time; the gap before a run (or a rescore request
+    # written while none ran) is not.
+    if state.runs > 0 and kind not in ("run_started", RESCORE_REQUESTED):
+        state.run_s += max(0.0, record["ts"] - state.last_ts)
     state.last_seq = record["seq"]
     state.last_ts = record["ts"]
-    kind = record["kind"]
     if kind == "run_started":
         state.runs += 1
         state.cancelled = False
@@ -206,6 +216,12 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
         return
     if kind == ENDPOINT_LIMIT:
         _endpoint_limit(state, record)
+        return
+    if kind == ENDPOINT_CALLS:
+        for endpoint, counts in record.get("calls", {}).items():
+            summed = state.endpoint_calls.setdefault(endpoint, {})
+            for how, count in counts.items():
+                summed[how] = summed.get(how, 0) + int(count)
         return
     handler = _TRAJECTORY_HANDLERS.get(kind)
     if handler is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,6 +43,8 @@ class Failure:
 
 
 Response = Reply | Failure
+#: Answers a request from its body (e.g. by how long the conversation is).
+Responder = Callable[[dict[str, Any]], Response]
 
 
 def call(name: str, **arguments: Any) -> Reply:
@@ -64,7 +66,7 @@ class FakeOpenAI:
     def __init__(
         self,
         script: Sequence[Response],
-        then: Response | None = None,
+        then: Response | Responder | None = None,
         *,
         overlap: int = 1,
         capacity: int | None = None,
@@ -112,6 +114,8 @@ class FakeOpenAI:
             self._calls += 1
             if self.script:
                 return self.script.pop(0)
+            if callable(self.then):
+                return self.then(body)
             return self.then or Failure(500, message="the fake's script ran out")
 
     def completion(self, reply: Reply, model: str) -> dict[str, Any]:
