@@ -181,7 +181,8 @@ class RaySandboxConfig(_Strict):
     address: str = Field(
         "auto",
         min_length=1,
-        description="The cluster: `auto` (the local node's cluster), `HOST:PORT` or `ray://...`.",
+        description="The cluster: `auto` (this machine's node's cluster), the head's `HOST:PORT`, "
+        "or `ray://...` (Ray Client).",
     )
 
 
