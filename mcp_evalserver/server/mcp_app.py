@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from mcp_evalserver import __version__
 from mcp_evalserver.errors import EvalServerError
 from mcp_evalserver.scoring.config import ScorerConfig
+from mcp_evalserver.server.http import allowed_host_names
 from mcp_evalserver.server.models import (
     CampaignList,
     CampaignStatus,
@@ -100,15 +101,18 @@ def _trajectories(ctx: Context[EvalService, Any]) -> ExternalTrajectories:
     return ExternalTrajectories(_service(ctx).claims)
 
 
-def create_server(state_dir: Path, *, base_dir: Path | None = None) -> MCPServer[EvalService]:
+def create_server(
+    state_dir: Path, *, base_dir: Path | None = None, ray_address: str | None = None
+) -> MCPServer[EvalService]:
     """The MCP server; its lifespan owns an `EvalService` over `state_dir`.
 
-    `base_dir` resolves relative task file paths in specs (default: the working directory).
+    `base_dir` resolves relative task file paths in specs (default: the working directory);
+    with `ray_address`, instances run on that Ray cluster unless a campaign says otherwise.
     """
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[EvalService]) -> AsyncIterator[EvalService]:
-        async with EvalService(state_dir, base_dir=base_dir) as service:
+        async with EvalService(state_dir, base_dir=base_dir, ray_address=ray_address) as service:
             yield service
 
     app: MCPServer[EvalService] = MCPServer(
@@ -196,7 +200,9 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
     @tool_errors
     async def resume(campaign_id: CampaignId, ctx: Context[EvalService, Any]) -> CampaignStatus:
         """Continue a cancelled or interrupted campaign where its ledger left off: finished
-        trajectories are kept, generated ones are only scored, the rest run again."""
+        trajectories are kept, generated ones are only scored, the rest run again. Trajectories
+        whose last outcome is an infrastructure failure run again from the phase that failed;
+        `retrying` says how many."""
         return await _service(ctx).resume(campaign_id)
 
     @app.tool(annotations=_MUTATES)
@@ -310,27 +316,31 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         return await _trajectories(ctx).submit(claim_id, answer)
 
 
-async def serve_stdio(state_dir: Path) -> None:
+async def serve_stdio(state_dir: Path, ray_address: str | None = None) -> None:
     """Serves MCP over this process's stdin/stdout until the client closes it."""
-    await create_server(state_dir).run_stdio_async()
+    await create_server(state_dir, ray_address=ray_address).run_stdio_async()
 
 
-def http_app(state_dir: Path, host: str, allowed_hosts: Sequence[str] = ()) -> Starlette:
+def http_app(
+    state_dir: Path,
+    host: str,
+    allowed_hosts: Sequence[str] = (),
+    ray_address: str | None = None,
+) -> Starlette:
     """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on.
 
     Requests must name a loopback host, the bound host, or one of `allowed_hosts` (`name` or
     `name:port`) in their Host header, and a matching Origin if they send one: a web page the
     user visits cannot reach the server through a rebound DNS name.
     """
-    names = ["127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host]
-    names += list(allowed_hosts)
-    hosts = [entry for name in names for entry in (name, f"{name}:*")]
+    hosts = allowed_host_names(host, allowed_hosts)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=sorted(set(hosts)),
+        allowed_hosts=hosts,
         allowed_origins=sorted({f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")}),
     )
-    return create_server(state_dir).streamable_http_app(host=host, transport_security=security)
+    server = create_server(state_dir, ray_address=ray_address)
+    return server.streamable_http_app(host=host, transport_security=security)
 
 
 TRAJECTORY_INSTRUCTIONS = """\
