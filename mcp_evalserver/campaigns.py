@@ -28,8 +28,20 @@ import anyio.lowlevel
 from mcp_evalserver.adaptive import LimitChange
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.agents.factory import build_agent
-from mcp_evalserver.errors import InfrastructureError, InvalidInput, NotFound
-from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_artifact, read_ledger
+from mcp_evalserver.errors import (
+    EvalServerError,
+    InfrastructureError,
+    InvalidInput,
+    NotFound,
+    sole_error,
+)
+from mcp_evalserver.ledger import (
+    LEDGER_FILE,
+    LedgerWriter,
+    create_ledger,
+    read_artifact,
+    read_ledger,
+)
 from mcp_evalserver.sandboxes import (
     Reprovisioned,
     SandboxPool,
@@ -83,15 +95,20 @@ class CampaignStore:
         """Replays a campaign's ledger (read-only: safe while another process runs it).
 
         Raises:
-            NotFound: no such campaign; the message lists the known ones.
+            NotFound: no such campaign (the message lists the known ones), or its creation
+                was interrupted before its first record (the message says how to start it).
             LedgerCorrupt: the ledger is corrupt before its end.
         """
         path = self.directory(campaign_id) / LEDGER_FILE
         if not path.is_file():
+            if path.parent.is_dir():
+                raise self.never_created(campaign_id)
             known = self.list_ids()
             hint = ", ".join(known[-10:]) if known else "none yet: start one with `run SPEC`"
             raise NotFound(f"no campaign {campaign_id!r} in {self.state_dir}; known: {hint}")
         contents = read_ledger(path)
+        if not contents.records:
+            raise self.never_created(campaign_id)
         state = replay(contents.records)
         state.extra["torn_tail_bytes"] = contents.torn_tail_bytes
         return state
@@ -99,8 +116,12 @@ class CampaignStore:
     async def create(self, spec: CampaignSpec, campaign_id: str | None = None) -> str:
         """Records a new campaign (its resolved spec is the ledger's first record).
 
+        Creation is atomic: killed at any point, it leaves either a campaign or none, and an id
+        whose creation was interrupted can be created again.
+
         Raises:
             InvalidInput: the id is taken or malformed, or the spec has no tasks loaded.
+            Conflict: another process holds that campaign's lock (creating or running it).
         """
         spec.task_list()
         if campaign_id is None:
@@ -108,12 +129,21 @@ class CampaignStore:
             campaign_id = f"{spec.name}-{stamp}-{secrets.token_hex(2)}"
         elif not campaign_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
             raise InvalidInput(f"campaign id {campaign_id!r}: use letters, digits, '-', '_', '.'")
-        directory = self.directory(campaign_id)
-        if (directory / LEDGER_FILE).exists():
+        spec_json = spec.model_dump(mode="json")
+        created = await create_ledger(
+            self.directory(campaign_id), campaign_id, "campaign_created", spec=spec_json
+        )
+        if created is None:
             raise InvalidInput(f"campaign {campaign_id!r} exists; resume it instead")
-        async with await LedgerWriter.open(directory, campaign_id) as ledger:
-            await ledger.append("campaign_created", spec=spec.model_dump(mode="json"))
         return campaign_id
+
+    def never_created(self, campaign_id: str) -> NotFound:
+        """The error for a ledger without a first record: its creation was interrupted."""
+        return NotFound(
+            f"campaign {campaign_id!r} was never created: its creation was interrupted before "
+            f"its first record reached {self.directory(campaign_id) / LEDGER_FILE}. Start it "
+            f"again with `run SPEC --id {campaign_id}` (or start_campaign with that id)"
+        )
 
 
 def resumed_endpoints(state: CampaignState) -> dict[str, tuple[int, bool]]:
@@ -174,16 +204,24 @@ class CampaignRunner:
         """Runs (or resumes) the campaign until every trajectory is done or it is cancelled.
 
         Raises:
-            NotFound: the campaign does not exist.
+            NotFound: the campaign does not exist, or its creation was interrupted.
             Conflict: another process is running it.
             InvalidInput: its agent or scorer cannot be built.
         """
         if not (self.directory / LEDGER_FILE).is_file():
             self.store.load(self.campaign_id)  # raises NotFound with the list of campaigns
-        if self._sandboxes is not None:
-            return await self._run(self._sandboxes)
-        async with SandboxPool(self._ray_address) as sandboxes:
-            return await self._run(sandboxes)
+        try:
+            if self._sandboxes is not None:
+                return await self._run(self._sandboxes)
+            async with SandboxPool(self._ray_address) as sandboxes:
+                return await self._run(sandboxes)
+        except BaseExceptionGroup as group:
+            # Task groups (the pool's, the trajectories') wrap what the run raises; callers
+            # catch our errors themselves and show their message.
+            error = sole_error(group)
+            if isinstance(error, EvalServerError):
+                raise error from None
+            raise
 
     async def _write_nodes(self, sandboxes: SandboxPool) -> None:
         """Keeps `nodes.json` (where sandbox work runs now) fresh for `status` in other processes.
@@ -203,6 +241,8 @@ class CampaignRunner:
 
     async def _run(self, sandboxes: SandboxPool) -> CampaignState:
         async with await LedgerWriter.open(self.directory, self.campaign_id) as ledger:
+            if not ledger.recovered:
+                raise self.store.never_created(self.campaign_id)
             state = replay(ledger.recovered)
             ledger.recovered = []
             self.state = state

@@ -104,11 +104,18 @@ class SandboxPool:
     """The backends and instances of one process. Use as `async with SandboxPool() as pool:`.
 
     With `ray_address`, instances run on that Ray cluster's nodes unless a campaign says
-    otherwise; one process uses at most one cluster.
+    otherwise; one process uses at most one cluster. `backends` makes a backend of a kind
+    (given the Ray address); a test can wrap a real one.
     """
 
-    def __init__(self, ray_address: str | None = None) -> None:
+    def __init__(
+        self,
+        ray_address: str | None = None,
+        *,
+        backends: Callable[[BackendName, str], Backend] = make_backend,
+    ) -> None:
         self.ray_address = ray_address
+        self._make_backend = backends
         self._backends: dict[BackendName, Backend] = {}
         self._instances: dict[tuple[BackendName, str], Instance] = {}
         self._lock = anyio.Lock()
@@ -164,7 +171,7 @@ class SandboxPool:
         # campaign fails or is cancelled, its backends must still stop their supervisors and
         # remove their mounts. It ends when the pool closes (`_closing` is set first).
         with anyio.CancelScope(shield=True):
-            async with make_backend(name, address) as backend:
+            async with self._make_backend(name, address) as backend:
                 task_status.started(backend)
                 await self._closing.wait()
 

@@ -92,6 +92,11 @@ class ClaimedTrajectory(BaseModel):
     reclaimed: bool = Field(
         description="True when an earlier client held it: the workspace keeps its changes."
     )
+    attempt: int = Field(description="Which generation attempt of the trajectory this is.")
+    idempotency_key: str = Field(
+        description="The same in every attempt (generation is at-least-once): deduplicate "
+        "paid calls with it."
+    )
 
 
 class ExecOutput(BaseModel):
@@ -158,3 +163,26 @@ class Comparison(BaseModel):
     campaign_b: str
     comparison: PairedComparison
     markdown: str = Field(description="The comparison as a person reads it.")
+
+
+class SweepStatus(BaseModel):
+    """Where a concurrency sweep stands, and its result once finished."""
+
+    sweep_id: str
+    active: bool = Field(description="Whether this server is running it right now.")
+    levels: list[int]
+    campaigns: dict[int, str] = Field(
+        description="The campaign of each level (follow one with campaign_status)."
+    )
+    current_level: int | None = Field(None, description="The level running now.")
+    finished: bool = Field(description="Whether sweep.json holds every level's figures.")
+    recommended: int | None = Field(None, description="The concurrency level to use.")
+    reason: str | None = Field(None, description="Why that level, in a sentence.")
+    figures: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Per level: throughput_per_min, error rates, http_429, http_5xx, latency "
+        "p50/p95, tokens_per_s.",
+    )
+    sweep_json: str | None = None
+    sweep_png: str | None = Field(None, description="The plot (with the `plot` extra).")
+    error: str | None = Field(None, description="Why the sweep stopped early, if it did.")

@@ -49,6 +49,7 @@ from mcp_evalserver.server.models import (
     InstanceReprovisioned,
     ScoringStatus,
 )
+from mcp_evalserver.server.sweeps import Sweeps
 from mcp_evalserver.spec import CampaignSpec
 from mcp_evalserver.state import INFRA_OUTCOMES, CampaignState
 
@@ -92,12 +93,15 @@ class EvalService:
         self._group: anyio.abc.TaskGroup | None = None
         self._pool: SandboxPool | None = None
         self._ray_address = ray_address
+        self.sweeps: Sweeps | None = None
 
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
             # The pool outlives the campaigns that use it: entered first, left last.
             self._pool = await stack.enter_async_context(SandboxPool(self._ray_address))
             self._group = await stack.enter_async_context(anyio.create_task_group())
+            self.sweeps = Sweeps(self.store, self._group, self._pool)
+            stack.callback(self.sweeps.cancel_all)
             stack.callback(self._cancel_all)
             self._stack = stack.pop_all()
         return self

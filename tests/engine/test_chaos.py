@@ -10,6 +10,7 @@ no sleeps); the agent then goes on, meets the fault, and the runner takes over.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -20,15 +21,25 @@ import pytest
 
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.errors import SandboxUnavailable
 from mcp_evalserver.ledger import LEDGER_FILE, read_ledger
-from mcp_evalserver.sandbox.supervised import SupervisedWorkspace
+from mcp_evalserver.sandbox.base import InstanceSpec
+from mcp_evalserver.sandbox.docker import DockerBackend
+from mcp_evalserver.sandbox.local import LocalBackend
+from mcp_evalserver.sandbox.supervised import SupervisedInstance, SupervisedWorkspace
 from mcp_evalserver.sandboxes import SandboxPool
 from mcp_evalserver.scoring.config import TestsScorerConfig
 from mcp_evalserver.spec import CampaignSpec, Limits, Task
 from mcp_evalserver.state import CampaignState
 from tests.sandbox.conftest import require_root
 from tests.sandbox.docker_support import require_docker
-from tests.sandbox.faults import docker_kill, docker_rm_f, kill_holder, sigkill_supervisor
+from tests.sandbox.faults import (
+    PrivateEngine,
+    docker_kill,
+    docker_rm_f,
+    kill_holder,
+    sigkill_supervisor,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -43,6 +54,10 @@ SETUP = (
 FIXED = "def add(a, b):\n    return a + b\n"
 WRONG = "def add(a, b):\n    return a * b\n"  # the tests run, and test_add fails
 VICTIM = "calc0@0"
+
+UNDISTURBED = {
+    task: [("resolved", "resolved"), ("failed", "failed")] for task in ("calc0", "calc1")
+}
 
 WorkspaceFault = Callable[[SupervisedWorkspace], Awaitable[None]]
 
@@ -115,7 +130,7 @@ class ChaosAgent(Agent):
         return Submission(patch=await workspace.diff())
 
 
-def _spec(tasks: list[Task]) -> CampaignSpec:
+def _spec(tasks: list[Task], max_attempts: int = 3, retry_s: float = 0.05) -> CampaignSpec:
     return CampaignSpec(
         name="chaos",
         tasks=tasks,
@@ -124,7 +139,11 @@ def _spec(tasks: list[Task]) -> CampaignSpec:
             parser="unittest", test_command="python3 -m unittest -v test_calc", timeout_s=120
         ),
         limits=Limits(
-            concurrency=4, per_instance=2, scoring=2, max_attempts=3, retry_base_delay_s=0.05
+            concurrency=4,
+            per_instance=2,
+            scoring=2,
+            max_attempts=max_attempts,
+            retry_base_delay_s=retry_s,
         ),
     )
 
@@ -138,11 +157,16 @@ def _results(state: CampaignState) -> dict[str, list[tuple[str | None, str | Non
 
 
 async def _run(
-    state_dir: Path, spec: CampaignSpec, agent: ChaosAgent, fault: WorkspaceFault | None
+    state_dir: Path,
+    spec: CampaignSpec | str,
+    agent: ChaosAgent,
+    fault: WorkspaceFault | None,
+    pool: SandboxPool | None = None,
 ) -> tuple[CampaignRunner, CampaignState]:
+    """Runs a new campaign of `spec`, or resumes the campaign named `spec`."""
     store = CampaignStore(state_dir)
-    campaign_id = await store.create(spec)
-    async with SandboxPool() as pool:
+    campaign_id = spec if isinstance(spec, str) else await store.create(spec)
+    async with pool or SandboxPool() as pool:
         runner = CampaignRunner(store, campaign_id, agent=agent, sandboxes=pool)
         result: list[CampaignState] = []
 
@@ -173,9 +197,7 @@ async def _chaos(kind: str, fault: WorkspaceFault, tmp_path: Path, *, heals_inst
     spec = _spec(_tasks(kind, tmp_path / "reference-tasks"))
     _, reference = await _run(tmp_path / "reference", spec, ChaosAgent(None), None)
     expected = _results(reference)
-    assert expected == {
-        task: [("resolved", "resolved"), ("failed", "failed")] for task in ("calc0", "calc1")
-    }, expected
+    assert expected == UNDISTURBED, expected
 
     agent = ChaosAgent(VICTIM)
     spec = _spec(_tasks(kind, tmp_path / "chaos-tasks"))
@@ -227,3 +249,91 @@ async def test_a_campaign_survives_docker_rm_f_of_an_instance_container(tmp_path
 @pytest.mark.docker
 async def test_a_campaign_survives_a_killed_holder_in_a_container(tmp_path: Path) -> None:
     await _chaos("docker", kill_holder, tmp_path, heals_instance=False)
+
+
+@pytest.mark.docker
+@pytest.mark.root
+@pytest.mark.usefixtures("root_only")
+# docker-py's unix transport leaves the socket of a connect that failed (the engine is down)
+# unclosed; the engine releases it at once (see DockerEngine.call) and Python warns of it.
+@pytest.mark.filterwarnings(
+    "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning"
+)
+async def test_a_campaign_survives_a_restart_of_its_docker_engine(tmp_path: Path) -> None:
+    image = require_docker()
+    # An engine of its own: restarting the shared one would kill other tests' containers.
+    engine = PrivateEngine(Path(f"/var/lib/mcp-evalserver/chaos-engine-{os.getpid()}"))
+    try:
+        await engine.start()
+        await engine.load_image(image)
+        # Backoff of 1 s doubling over 6 tries per cause: a restart has ~30 s to complete.
+        spec = _spec(_tasks("docker", tmp_path / "tasks"), max_attempts=6, retry_s=1.0)
+        agent = ChaosAgent(VICTIM)
+
+        async def restart_engine(_: SupervisedWorkspace) -> None:
+            await engine.restart()
+
+        pool = SandboxPool(backends=lambda *_: DockerBackend(base_url=engine.url))
+        runner, state = await _run(tmp_path / "state", spec, agent, restart_engine, pool)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await engine.aclose()
+    assert state.count("infra_error") == 0
+    assert _results(state) == UNDISTURBED
+    _each_finished_once(runner, 4)
+    assert agent.attempts[VICTIM] >= 2
+    assert state.reprovisioned, "the instances lost with the engine were provisioned again"
+
+
+class RefusingLocalBackend(LocalBackend):
+    """The local backend, refusing to provision the `refused` directories while `refusing`."""
+
+    def __init__(self, refused: set[str]) -> None:
+        super().__init__()
+        self.refused = refused
+        self.refusing = True
+
+    async def instance(self, spec: InstanceSpec) -> SupervisedInstance:
+        if self.refusing and spec.path in self.refused:
+            raise SandboxUnavailable(f"the backend refuses to provision {spec.path} for now")
+        return await super().instance(spec)
+
+
+@pytest.mark.root
+@pytest.mark.usefixtures("root_only")
+async def test_a_campaign_left_with_infrastructure_failures_is_completed_by_resume_alone(
+    tmp_path: Path,
+) -> None:
+    tasks = _tasks("local", tmp_path / "tasks")
+    refused = {str(tasks[1].path)}
+    agent = ChaosAgent(None)
+    refusing = RefusingLocalBackend(refused)
+    runner, state = await _run(
+        tmp_path / "state",
+        _spec(tasks, max_attempts=2),
+        agent,
+        None,
+        SandboxPool(backends=lambda *_: refusing),
+    )
+    assert _results(state) == {
+        "calc0": UNDISTURBED["calc0"],
+        "calc1": [("infra_error", None), ("infra_error", None)],
+    }
+    assert state.describe_status() == (
+        "finished with 2 infrastructure failures — resume to retry them"
+    )
+    assert len(state.trajectories["calc1@0"].infra_history) == 2
+
+    # The backend is back (a new process would make a new one): resume runs those two alone.
+    agent.attempts.clear()
+    healed = RefusingLocalBackend(refused)
+    healed.refusing = False
+    resumed, state = await _run(
+        tmp_path / "state", runner.campaign_id, agent, None, SandboxPool(backends=lambda *_: healed)
+    )
+    assert resumed.retrying == 2
+    assert agent.attempts == {"calc1@0": 1, "calc1@1": 1}, "nothing else ran again"
+    assert _results(state) == UNDISTURBED
+    assert state.describe_status() == "finished"
+    _each_finished_once(resumed, 4)
+    assert len(state.trajectories["calc1@0"].infra_history) == 2, "the history stays"
