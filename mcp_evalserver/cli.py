@@ -22,6 +22,7 @@ from mcp_evalserver.campaigns import (
     default_state_dir,
     read_nodes,
 )
+from mcp_evalserver.cli_calibrate import add_calibrate_command, dispatch_calibrate
 from mcp_evalserver.cli_scoring import add_scoring_commands, dispatch_scoring
 from mcp_evalserver.cli_sweep import add_sweep_command, dispatch_sweep
 from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
@@ -57,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--token",
         help=f"--http: bearer token clients must send (default ${TOKEN_ENV}, else generated "
         "and printed once; required beyond loopback)",
+    )
+    parser.add_argument(
+        "--no-resume-running",
+        dest="resume_running",
+        action="store_false",
+        help="--stdio/--http: leave interrupted campaigns (their process died, or a server "
+        "stopped) idle until a client calls resume; by default the server resumes them",
     )
     parser.add_argument(
         "--ray",
@@ -100,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", type=Path, metavar="FILE", help="write to FILE, not stdout")
     add_scoring_commands(commands)
     add_sweep_command(commands)
+    add_calibrate_command(commands)
 
     commands.add_parser("schema", help="print the JSON schema of a campaign spec")
     return parser
@@ -134,7 +143,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     state_dir = args.state_dir or default_state_dir()
     if args.stdio:
-        anyio.run(serve_stdio, state_dir, args.ray)
+        anyio.run(
+            functools.partial(serve_stdio, state_dir, args.ray, resume_running=args.resume_running)
+        )
         return EXIT_OK
     token = resolve_token(args.token, args.host)
     with contextlib.suppress(KeyboardInterrupt):
@@ -147,6 +158,7 @@ def _serve(args: argparse.Namespace) -> int:
                 token=token,
                 allowed_hosts=args.allow_host,
                 ray_address=args.ray,
+                resume_running=args.resume_running,
             )
         )
     return EXIT_OK
@@ -156,6 +168,8 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
     handled = dispatch_scoring(args, store, _run)
     if handled is None:
         handled = dispatch_sweep(args, store)
+    if handled is None:
+        handled = dispatch_calibrate(args, store)
     if handled is not None:
         return handled
     if args.command == "schema":

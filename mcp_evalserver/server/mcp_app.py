@@ -28,7 +28,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcp_evalserver import __version__
-from mcp_evalserver.errors import EvalServerError
+from mcp_evalserver.calibration import calibrate_campaign, parse_labels
+from mcp_evalserver.errors import Conflict, EvalServerError
 from mcp_evalserver.scoring.config import ScorerConfig
 from mcp_evalserver.server.http import allowed_host_names
 from mcp_evalserver.server.models import (
@@ -42,12 +43,15 @@ from mcp_evalserver.server.models import (
     FileWritten,
     ScoringStatus,
     Submitted,
+    SweepStatus,
 )
 from mcp_evalserver.server.scoped import ScopedTrajectory
 from mcp_evalserver.server.service import EvalService
+from mcp_evalserver.server.sweeps import Sweeps
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.spec import CampaignSpec
 from mcp_evalserver.state import Outcome
+from mcp_evalserver.sweep import DEFAULT_LEVELS
 
 logger = logging.getLogger(__name__)
 
@@ -97,22 +101,37 @@ def _service(ctx: Context[EvalService, Any]) -> EvalService:
     return ctx.request_context.lifespan_context
 
 
+def _sweeps(ctx: Context[EvalService, Any]) -> Sweeps:
+    sweeps = _service(ctx).sweeps
+    if sweeps is None:
+        raise Conflict("the server is not running (it is starting or stopping)")
+    return sweeps
+
+
 def _trajectories(ctx: Context[EvalService, Any]) -> ExternalTrajectories:
     return ExternalTrajectories(_service(ctx).claims)
 
 
 def create_server(
-    state_dir: Path, *, base_dir: Path | None = None, ray_address: str | None = None
+    state_dir: Path,
+    *,
+    base_dir: Path | None = None,
+    ray_address: str | None = None,
+    resume_running: bool = False,
 ) -> MCPServer[EvalService]:
     """The MCP server; its lifespan owns an `EvalService` over `state_dir`.
 
     `base_dir` resolves relative task file paths in specs (default: the working directory);
-    with `ray_address`, instances run on that Ray cluster unless a campaign says otherwise.
+    with `ray_address`, instances run on that Ray cluster unless a campaign says otherwise;
+    with `resume_running`, campaigns that were interrupted resume when the server starts.
     """
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[EvalService]) -> AsyncIterator[EvalService]:
-        async with EvalService(state_dir, base_dir=base_dir, ray_address=ray_address) as service:
+        service = EvalService(
+            state_dir, base_dir=base_dir, ray_address=ray_address, resume_running=resume_running
+        )
+        async with service:
             yield service
 
     app: MCPServer[EvalService] = MCPServer(
@@ -177,6 +196,66 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
             await ctx.report_progress(done, total, message)
 
         return await service.wait(campaign_id, wait_s, progress)
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def sweep_concurrency(
+        spec: CampaignSpec,
+        ctx: Context[EvalService, Any],
+        levels: Annotated[
+            list[int] | None, Field(description="Concurrency levels; default 1, 10, 50, 100.")
+        ] = None,
+        tasks: Annotated[int, Field(ge=1, description="The spec's first N tasks.")] = 20,
+        samples: Annotated[int | None, Field(ge=1, description="Default: the spec's.")] = None,
+        sweep_id: Annotated[
+            str | None, Field(description="Optional id; an existing sweep's id resumes it.")
+        ] = None,
+    ) -> SweepStatus:
+        """Find the provider's real ceiling: run the spec's first `tasks` tasks as one recorded
+        campaign per concurrency level, then write sweep.json (throughput, task and
+        infrastructure error rates, 429/5xx counts, latency, tokens/s per level) and sweep.png,
+        and recommend the level where errors start to climb. Returns at once; follow it with
+        sweep_status (wait_s > 0), or a level's campaign with campaign_status."""
+        return _sweeps(ctx).start(
+            spec.resolved(_service(ctx).base_dir),
+            levels=levels or list(DEFAULT_LEVELS),
+            tasks=tasks,
+            samples=samples,
+            sweep_id=sweep_id,
+        )
+
+    @app.tool(annotations=_READ_ONLY)
+    @tool_errors
+    async def sweep_status(
+        sweep_id: Annotated[str, Field(description="The id sweep_concurrency returned.")],
+        ctx: Context[EvalService, Any],
+        wait_s: WaitSeconds = 0.0,
+    ) -> SweepStatus:
+        """Where a concurrency sweep stands: the level running now, or (finished) the figures
+        per level, the recommended level and why, and the paths of sweep.json and sweep.png.
+        With wait_s > 0 the call waits until the sweep finishes or wait_s passes."""
+        return await _sweeps(ctx).wait(sweep_id, wait_s)
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def calibrate_judge(
+        campaign_id: CampaignId,
+        labels: Annotated[
+            list[dict[str, Any]],
+            Field(
+                description='Human labels: {"trajectory": "t1@0", "label": 0.5} per trajectory, '
+                'or with "requirement": "<rubric text>" per requirement; label true/false or 0..1.'
+            ),
+        ],
+        ctx: Context[EvalService, Any],
+    ) -> dict[str, Any]:
+        """Check whether a campaign's llm_judge can be trusted: Spearman and Kendall between its
+        scores and human labels (95% bootstrap intervals), agreement and confusion at the
+        scorer's threshold, and whether Spearman clears 0.80. Recorded in the campaign's ledger,
+        so its report shows it. The campaign must not be running."""
+        parsed = parse_labels(labels)
+        source = {"file": None, "sha256": None, "rows": len(parsed)}
+        return await calibrate_campaign(_service(ctx).store, campaign_id, parsed, source=source)
 
     @app.tool(annotations=_READ_ONLY)
     @tool_errors
@@ -316,9 +395,12 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         return await _trajectories(ctx).submit(claim_id, answer)
 
 
-async def serve_stdio(state_dir: Path, ray_address: str | None = None) -> None:
+async def serve_stdio(
+    state_dir: Path, ray_address: str | None = None, *, resume_running: bool = False
+) -> None:
     """Serves MCP over this process's stdin/stdout until the client closes it."""
-    await create_server(state_dir, ray_address=ray_address).run_stdio_async()
+    server = create_server(state_dir, ray_address=ray_address, resume_running=resume_running)
+    await server.run_stdio_async()
 
 
 def http_app(
@@ -326,6 +408,8 @@ def http_app(
     host: str,
     allowed_hosts: Sequence[str] = (),
     ray_address: str | None = None,
+    *,
+    resume_running: bool = False,
 ) -> Starlette:
     """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on.
 
@@ -339,7 +423,7 @@ def http_app(
         allowed_hosts=hosts,
         allowed_origins=sorted({f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")}),
     )
-    server = create_server(state_dir, ray_address=ray_address)
+    server = create_server(state_dir, ray_address=ray_address, resume_running=resume_running)
     return server.streamable_http_app(host=host, transport_security=security)
 
 

@@ -29,6 +29,11 @@ class CampaignStatus(BaseModel):
         description="From the ledger: `running` means unfinished and not cancelled."
     )
     active: bool = Field(description="Whether this server is running it right now.")
+    interrupted: bool = Field(
+        False,
+        description="Unfinished and running nowhere: its process died or its server stopped "
+        "(not cancelled by a person). Call resume to continue it.",
+    )
     trajectories: int
     done: int
     phases: dict[str, int] = Field(description="Trajectories per phase (pending ... done).")
@@ -76,6 +81,11 @@ class CampaignList(BaseModel):
 
     campaigns: list[CampaignStatus]
     total: int = Field(description="How many campaigns exist (the list may be shortened).")
+    interrupted: list[str] = Field(
+        default_factory=list,
+        description="Listed campaigns that were interrupted: resume continues each.",
+    )
+    hint: str | None = Field(None, description="What to do about interrupted campaigns.")
 
 
 class ClaimedTrajectory(BaseModel):
@@ -91,6 +101,11 @@ class ClaimedTrajectory(BaseModel):
     lease_s: float = Field(description="The claim lapses after this long without a call.")
     reclaimed: bool = Field(
         description="True when an earlier client held it: the workspace keeps its changes."
+    )
+    attempt: int = Field(description="Which generation attempt of the trajectory this is.")
+    idempotency_key: str = Field(
+        description="The same in every attempt (generation is at-least-once): deduplicate "
+        "paid calls with it."
     )
 
 
@@ -158,3 +173,26 @@ class Comparison(BaseModel):
     campaign_b: str
     comparison: PairedComparison
     markdown: str = Field(description="The comparison as a person reads it.")
+
+
+class SweepStatus(BaseModel):
+    """Where a concurrency sweep stands, and its result once finished."""
+
+    sweep_id: str
+    active: bool = Field(description="Whether this server is running it right now.")
+    levels: list[int]
+    campaigns: dict[int, str] = Field(
+        description="The campaign of each level (follow one with campaign_status)."
+    )
+    current_level: int | None = Field(None, description="The level running now.")
+    finished: bool = Field(description="Whether sweep.json holds every level's figures.")
+    recommended: int | None = Field(None, description="The concurrency level to use.")
+    reason: str | None = Field(None, description="Why that level, in a sentence.")
+    figures: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Per level: throughput_per_min, error rates, http_429, http_5xx, latency "
+        "p50/p95, tokens_per_s.",
+    )
+    sweep_json: str | None = None
+    sweep_png: str | None = Field(None, description="The plot (with the `plot` extra).")
+    error: str | None = Field(None, description="Why the sweep stopped early, if it did.")

@@ -10,9 +10,11 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from mcp_evalserver.campaigns import CampaignStore
 from mcp_evalserver.cli import main
+from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.sweep import (
     PLOT_FILE,
     SWEEP_FILE,
@@ -25,6 +27,8 @@ from mcp_evalserver.sweep import (
 )
 from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, openai_agent, records, spec
+from tests.server.helpers import call as call_tool
+from tests.server.helpers import call_error
 
 pytestmark = pytest.mark.anyio
 
@@ -167,3 +171,31 @@ def test_levels_are_parsed_sorted_and_bad_ones_are_refused() -> None:
         parse_levels("1,ten")
     with pytest.raises(Exception, match="give positive integers"):
         parse_levels("0,4")
+
+
+async def test_the_sweep_concurrency_tool_runs_in_the_background_and_sweep_status_follows_it(
+    tmp_path: Path,
+) -> None:
+    with serving(_provider()) as fake, anyio.fail_after(120):
+        async with Client(create_server(tmp_path)) as client:
+            spec_json = _spec(fake.url).model_dump(mode="json")
+            started = await call_tool(
+                client, "sweep_concurrency", spec=spec_json, levels=[1, 16], tasks=4, sweep_id="m"
+            )
+            assert started["campaigns"] == {"1": "m-c1", "16": "m-c16"}
+            assert started["active"] is True
+            status = started
+            while not status["finished"]:
+                status = await call_tool(client, "sweep_status", sweep_id="m", wait_s=30)
+            assert status["error"] is None
+            # A level's campaign is an ordinary campaign: campaign_status reads it.
+            level = await call_tool(client, "campaign_status", campaign_id="m-c16")
+            missing = await call_error(client, "sweep_status", sweep_id="nope")
+
+    assert status["recommended"] in (1, 16)
+    assert [row["level"] for row in status["figures"]] == [1, 16]
+    assert status["figures"][0]["http_429"] == 0
+    assert status["sweep_png"] is not None
+    assert Path(status["sweep_png"]).is_file()
+    assert level["trajectories"] == 16
+    assert "no sweep 'nope'; known: m" in missing

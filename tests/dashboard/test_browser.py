@@ -261,3 +261,17 @@ async def test_two_campaigns_are_compared_side_by_side_with_per_task_wins_and_lo
             }
             assert verdicts == {"t0": "tie", "t1": "loss", "t2": "win", "t3": "win"}
             await screenshot(page, "compare")
+
+            # The live task table sorts and filters on the server (it is paged).
+            await page.goto(f"{base}/campaigns/after")
+            tasks = page.locator("#task-table tbody tr")
+            await expect(tasks.first).to_have_attribute("data-task", "t0")
+            await page.click("#task-table th a:has-text('pass rate')")
+            await expect(page).to_have_url(f"{base}/campaigns/after?sort=pass_rate&dir=asc&page=1")
+            await expect(tasks.first).to_have_attribute("data-task", "t1")
+            await page.click("#task-table th a:has-text('pass rate')")
+            await expect(tasks.last).to_have_attribute("data-task", "t1")
+            await page.fill("#task-filter", "t3")
+            await page.click("form.filters button")
+            await expect(tasks).to_have_count(1)
+            await expect(tasks.first).to_have_attribute("data-task", "t3")

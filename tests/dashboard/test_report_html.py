@@ -11,6 +11,7 @@ from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.cli import main
 from mcp_evalserver.ledger import LedgerWriter
 from mcp_evalserver.spec import CampaignSpec
+from mcp_evalserver.state import ENDPOINT_LIMIT
 
 pytestmark = pytest.mark.anyio
 
@@ -66,7 +67,7 @@ async def test_recorded_changes_of_an_adaptive_limit_are_plotted_per_endpoint(
         for endpoint, limits in (("model-a", [1, 2, 4, 3]), ("model-b", [8, 6])):
             for previous, limit in zip([0, *limits], limits, strict=False):
                 await ledger.append(
-                    "limit_changed", endpoint=endpoint, previous=previous, limit=limit, reason="x"
+                    ENDPOINT_LIMIT, endpoint=endpoint, previous=previous, limit=limit, reason="x"
                 )
     assert main(argv) == 0
     html = capsys.readouterr().out
@@ -74,3 +75,4 @@ async def test_recorded_changes_of_an_adaptive_limit_are_plotted_per_endpoint(
     assert html.count('<polyline class="line"') == 3  # throughput, model-a, model-b
     assert ">model-a</text>" in html
     assert ">model-b</text>" in html
+    assert "model-a: limit 3 now (between 1 and 4), 4 change(s), 1 decrease(s)" in html

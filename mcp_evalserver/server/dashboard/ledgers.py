@@ -6,9 +6,9 @@ the live runner use), so a page polled every second while a campaign runs costs 
 appended, not the whole ledger. The ledger file is the only source: campaigns run by this
 server, by another server or by `mcp-evalserver run` look the same.
 
-What is kept per campaign is its `CampaignState`, the byte ranges of each trajectory's records
-(the trajectory page reads them back from the file) and the few records the plots need; not
-every record, which for a 10,000-trajectory campaign would be tens of megabytes.
+What is kept per campaign is its `CampaignState` and the byte ranges of each trajectory's
+records (the trajectory page reads them back from the file); not every record, which for a
+10,000-trajectory campaign would be tens of megabytes.
 """
 
 from __future__ import annotations
@@ -26,12 +26,6 @@ from mcp_evalserver.errors import LedgerCorrupt, NotFound
 from mcp_evalserver.ledger import LEDGER_FILE
 from mcp_evalserver.state import CampaignState, apply_record, replay
 
-#: Record kinds of an adaptive concurrency limit, plotted when a ledger has them: each names
-#: its `endpoint` and the new `limit` (or `concurrency`).
-CONCURRENCY_KINDS = frozenset(
-    {"limit_changed", "concurrency_changed", "concurrency_adjusted", "limit_adjusted"}
-)
-
 #: What `CampaignStore.create` accepts, minus names made of dots only (`..`).
 _CAMPAIGN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
@@ -47,8 +41,6 @@ class CampaignLedger:
     inode: int = 0
     #: Byte ranges (start, end) of each trajectory's records, in ledger order.
     spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-    #: Records of the adaptive concurrency limit, in order.
-    concurrency: list[dict[str, Any]] = field(default_factory=list)
     #: Figures derived from the state: name -> (last_seq, value, computed at, seconds taken).
     derived: dict[str, tuple[int, Any, float, float]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -112,7 +104,6 @@ class CampaignLedger:
         self.offset = 0
         self.inode = inode
         self.spans.clear()
-        self.concurrency.clear()
         self.derived.clear()
 
     def _read_from_offset(self) -> None:
@@ -143,8 +134,6 @@ class CampaignLedger:
         trajectory = record.get("trajectory")
         if isinstance(trajectory, str):
             self.spans.setdefault(trajectory, []).append((start, end))
-        if record.get("kind") in CONCURRENCY_KINDS:
-            self.concurrency.append(record)
 
 
 class LedgerCache:

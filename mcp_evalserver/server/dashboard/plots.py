@@ -79,7 +79,8 @@ def histogram(
     counts = [0] * bins
     for value in values:
         counts[min(int((value - low) / span * bins), bins - 1)] += 1
-    top = max(counts)
+    # An even axis top, so the middle tick is a whole count too.
+    top = max(counts) + max(counts) % 2
     inner_w = WIDTH - _LEFT - _RIGHT
     step = inner_w / bins
     body = _ticks(top, "{:.3g}")

@@ -148,9 +148,7 @@ def campaign_page(
         "flaky_count": sum(1 for row in tasks if row["flaky"]),
         "trajectories": _page(trajectories, query.trajectory_page, everything, _trajectory_row),
         "outcome_labels": sorted({_label(t) for t in state.trajectories.values()}),
-        "plots": ledger.cached(
-            "plots", lambda s: _plots(s, ledger.concurrency), stale_factor=REPORT_STALENESS
-        ),
+        "plots": ledger.cached("plots", _plots, stale_factor=REPORT_STALENESS),
     }
 
 
@@ -217,7 +215,7 @@ def _trajectory_row(trajectory: TrajectoryState) -> dict[str, Any]:
     }
 
 
-def _plots(state: CampaignState, concurrency: list[dict[str, Any]]) -> dict[str, Markup | None]:
+def _plots(state: CampaignState) -> dict[str, Markup | None]:
     report_tasks: dict[str, list[bool]] = {}
     for t in state.trajectories.values():
         if t.done and t.outcome not in INFRA_OUTCOMES:
@@ -249,7 +247,7 @@ def _plots(state: CampaignState, concurrency: list[dict[str, Any]]) -> dict[str,
             latencies, title="latency per trajectory", x_label="seconds (generation + scoring)"
         ),
         "throughput": throughput,
-        "concurrency": _concurrency_plot(concurrency),
+        "concurrency": _endpoint_limits_plot(state),
     }
 
 
@@ -257,17 +255,16 @@ def _rate(item: tuple[str, float]) -> tuple[float, str]:
     return item[1], item[0]
 
 
-def _concurrency_plot(records: list[dict[str, Any]]) -> Markup | None:
-    """The adaptive limit of each endpoint over time, from its change records."""
-    if not records:
+def _endpoint_limits_plot(state: CampaignState) -> Markup | None:
+    """Each adaptive endpoint limit over time, from the history its records left."""
+    changes = [c for entry in state.endpoint_limits.values() for c in entry.history]
+    if not changes:
         return None
-    first = records[0]["ts"]
-    series: dict[str, list[tuple[float, float]]] = {}
-    for record in records:
-        value = record.get("limit", record.get("concurrency"))
-        if isinstance(value, int | float):
-            name = str(record.get("endpoint") or "limit")
-            series.setdefault(name, []).append((record["ts"] - first, float(value)))
+    first = min(c["ts"] for c in changes)
+    series = {
+        endpoint: [(c["ts"] - first, float(c["limit"])) for c in entry.history]
+        for endpoint, entry in state.endpoint_limits.items()
+    }
     return plots.line(
         series,
         title="adaptive concurrency limit",
