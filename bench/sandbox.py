@@ -10,47 +10,107 @@ bench/results/sandbox.json.
   fresh_container_p50_ms: `docker run --rm <image> true` (a container per trajectory);
   copy_p50_ms: `cp -a` of the project (a copy per trajectory), timed inside the sandbox.
 - exec_overhead_p50_ms: `true` through the supervisor; docker_exec_p50_ms: `true` by
-  `docker exec` (the SDK's `exec_run`).
+  `docker exec` (the SDK's `exec_run`); exec_floor_p50_ms: the kernel's floor, a bare
+  `posix_spawn` + wait of `true` by a process already inside a workspace's namespaces (mount,
+  net, ipc, uts, its chroot, and one pid namespace made once), timed inside the container;
+  exec_vs_floor = exec_overhead_p50_ms / exec_floor_p50_ms (target <= 2).
 - throughput_64_per_s, docker_exec_throughput_64_per_s: `true` commands per second with 64 in
   flight.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import statistics
-import subprocess
 import sys
-import tarfile
-import tempfile
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
-import anyio
+# Run as `python bench/sandbox.py`, this directory comes first on sys.path and bench/mcp.py
+# would shadow the `mcp` package: the repository root takes its place.
+_BENCH = Path(__file__).resolve().parent
+sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resolve() != _BENCH)]
 
-from mcp_evalserver.sandbox.base import Instance, InstanceSpec
-from mcp_evalserver.sandbox.docker import DockerBackend
-from mcp_evalserver.sandbox.docker_engine import DockerEngine
-from mcp_evalserver.sandbox.supervised import SupervisedInstance
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import tarfile  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Awaitable, Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+import anyio  # noqa: E402
+
+from bench.common import LoadRecord, describe_load, p50, p95, write_results  # noqa: E402
+from mcp_evalserver.sandbox.base import Instance, InstanceSpec  # noqa: E402
+from mcp_evalserver.sandbox.docker import DockerBackend  # noqa: E402
+from mcp_evalserver.sandbox.docker_engine import DockerEngine  # noqa: E402
+from mcp_evalserver.sandbox.supervised import SupervisedInstance  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results" / "sandbox.json"
 CACHE = REPO / ".cache" / "bench"
 PROJECT = "django==5.2.19"
 CREATES, FRESH_CONTAINERS, COPIES = 30, 15, 5
-EXECS, DOCKER_EXECS = 300, 50
+EXECS, DOCKER_EXECS, FLOOR_SPAWNS = 300, 50, 300
 IN_FLIGHT, THROUGHPUT_COMMANDS, DOCKER_THROUGHPUT_COMMANDS = 64, 1280, 320
 
 
-def p50(samples: list[float]) -> float:
-    return statistics.median(samples)
+# Run by `python3 -c` inside the instance container, as root: joins the namespaces of the
+# process that holds workspace argv[1]'s view (found by its overlay mount), chroots into that
+# view, makes one pid namespace, and in it times argv[2] `posix_spawn`s of `true` each waited
+# for. Prints the milliseconds as one JSON list.
+FLOOR_SCRIPT = r"""
+import ctypes, json, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+suffix, count = "/" + sys.argv[1] + "/root", int(sys.argv[2])
+def holds_view(pid):
+    try:
+        with open("/proc/%s/mountinfo" % pid) as f:
+            return any(l.split()[4].endswith(suffix) and " - overlay " in l for l in f)
+    except OSError:
+        return False
+holder = min(int(p) for p in os.listdir("/proc") if p.isdigit() and holds_view(p))
+with open("/proc/%d/mountinfo" % holder) as f:
+    root = next(l.split()[4] for l in f if l.split()[4].endswith(suffix))
+for ns in ("ipc", "uts", "net", "mnt"):
+    fd = os.open("/proc/%d/ns/%s" % (holder, ns), os.O_RDONLY)
+    if libc.setns(fd, 0) != 0:
+        sys.exit("setns %s: %s" % (ns, os.strerror(ctypes.get_errno())))
+    os.close(fd)
+os.chroot(root)
+os.chdir("/")
+if libc.unshare(0x20000000) != 0:
+    sys.exit("unshare: " + os.strerror(ctypes.get_errno()))
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    times = []
+    env = {"PATH": "/usr/bin:/bin"}
+    for _ in range(count):
+        t = time.perf_counter()
+        child = os.posix_spawn("/bin/true", ["true"], env)
+        os.waitpid(child, 0)
+        times.append((time.perf_counter() - t) * 1000)
+    os.write(w, json.dumps(times).encode())
+    os._exit(0)
+os.close(w)
+data = b""
+while True:
+    chunk = os.read(r, 1 << 16)
+    if not chunk:
+        break
+    data += chunk
+os.waitpid(pid, 0)
+print(data.decode())
+"""
 
 
-def p95(samples: list[float]) -> float:
-    return sorted(samples)[max(0, round(0.95 * len(samples)) - 1)]
+async def exec_floor(engine: DockerEngine, container: str, workspace: str) -> list[float]:
+    """Milliseconds of bare spawns of `true` inside `workspace`'s namespaces (FLOOR_SCRIPT)."""
+    argv = ["python3", "-I", "-S", "-c", FLOOR_SCRIPT, workspace, str(FLOOR_SPAWNS)]
+    done = await engine.exec(container, argv)
+    if done.exit_code != 0:
+        raise RuntimeError(f"the floor's script failed ({done.exit_code}): {done.output}")
+    times: list[float] = json.loads(done.output.strip().splitlines()[-1])
+    return times
 
 
 def base_image() -> str:
@@ -158,6 +218,9 @@ async def measure(engine: DockerEngine, instance: Instance, image: str) -> dict[
 
     execs = [await timed(lambda: ws.exec("true")) for _ in range(EXECS)]
     figures["exec_overhead_p50_ms"] = p50(execs)
+    floor = await exec_floor(engine, container, "bench")
+    figures["exec_floor_p50_ms"] = p50(floor)
+    figures["exec_vs_floor"] = figures["exec_overhead_p50_ms"] / figures["exec_floor_p50_ms"]
     docker_container = engine.client.containers.get(container)
     docker_execs = [
         await timed(lambda: anyio.to_thread.run_sync(docker_container.exec_run, ["true"]))
@@ -197,20 +260,20 @@ async def measure(engine: DockerEngine, instance: Instance, image: str) -> dict[
     return figures
 
 
-def report(figures: dict[str, float], project: str, files: int) -> None:
+def report(figures: dict[str, Any], project: str, files: int) -> None:
     f = figures
     rows = [
         ("workspace create + first true", f["workspace_create_p50_ms"], "ms p50"),
         ("fresh container (docker run --rm)", f["fresh_container_p50_ms"], "ms p50"),
         (f"cp -a of the project ({files} files)", f["copy_p50_ms"], "ms p50"),
         ("exec `true` through the supervisor", f["exec_overhead_p50_ms"], "ms p50"),
+        ("floor: spawn `true` inside the namespaces", f["exec_floor_p50_ms"], "ms p50"),
         ("exec `true` by docker exec", f["docker_exec_p50_ms"], "ms p50"),
         ("supervisor, 64 in flight", f["throughput_64_per_s"], "cmd/s"),
         ("docker exec, 64 in flight", f["docker_exec_throughput_64_per_s"], "cmd/s"),
     ]
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\nsandbox benchmark: one instance holding {project} ({files} files)")
-    print(f"load average at the end: {load} on {os.cpu_count()} CPUs\n")
+    print(f"{describe_load(figures)}\n")
     for label, value, unit in rows:
         print(f"  {label:<42} {value:>10.2f} {unit}")
     create_x = f["fresh_container_p50_ms"] / f["workspace_create_p50_ms"]
@@ -224,6 +287,9 @@ def report(figures: dict[str, float], project: str, files: int) -> None:
         (f"exec overhead p50 <= 10 ms ({f['exec_overhead_p50_ms']:.2f})",
          f["exec_overhead_p50_ms"] <= 10),
         (f"exec >= 5x faster than docker exec ({exec_x:.1f}x)", exec_x >= 5),
+        (f"exec within 2x of the floor ({f['exec_vs_floor']:.1f}x)", f["exec_vs_floor"] <= 2),
+        (f"throughput at 64 in flight >= 2,000/s ({f['throughput_64_per_s']:.0f})",
+         f["throughput_64_per_s"] >= 2000),
         (f"throughput at 64 in flight >= 5x docker exec's ({flight_x:.1f}x)", flight_x >= 5),
     ]  # fmt: skip
     print("\ntargets:")
@@ -232,6 +298,7 @@ def report(figures: dict[str, float], project: str, files: int) -> None:
 
 
 async def main() -> None:
+    load = LoadRecord()
     base = base_image()
     tree = project_tree()
     async with DockerBackend() as backend:
@@ -241,10 +308,10 @@ async def main() -> None:
         with anyio.fail_after(300):
             instance = await backend.instance(spec)
         figures = await measure(engine, instance, image)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({k: round(v, 3) for k, v in figures.items()}, indent=2) + "\n")
-    report(figures, tree.name, files)
-    print(f"\nwrote {RESULTS.relative_to(REPO)}")
+    results = load.finish(figures)
+    written = write_results("sandbox", results)
+    report(results, tree.name, files)
+    print(f"\nwrote {written.relative_to(REPO)}")
 
 
 if __name__ == "__main__":
