@@ -39,6 +39,8 @@ bench: venv system
 	$(PY) bench/scheduler.py
 	$(PY) bench/sandbox.py
 	$(PY) bench/mcp.py
+	$(PY) bench/dashboard.py
+	$(PY) bench/scale.py
 
 clean:
 	rm -rf $(VENV) .state .mypy_cache .ruff_cache
