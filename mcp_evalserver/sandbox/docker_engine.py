@@ -420,7 +420,8 @@ class DockerEngine:
                 [(c["Id"], (c.get("Labels") or {}).get(LABEL_OWNER, "")) for c in containers],
                 [
                     (
-                        (i.get("RepoTags") or [i["Id"]])[0],
+                        # A dangling image is listed as "<none>:<none>": only its id names it.
+                        next((t for t in i.get("RepoTags") or [] if t != "<none>:<none>"), i["Id"]),
                         (i.get("Labels") or {}).get(LABEL_OWNER, ""),
                     )
                     for i in images
