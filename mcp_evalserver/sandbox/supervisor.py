@@ -22,7 +22,8 @@ Ops and their args (results in brackets):
   cancel     target (a request id)               shutdown
 One thread runs a selectors loop and never waits on a command: every sandboxed thing runs in
 a forked child (so no fork races another thread's locks), and each workspace has a holder
-process that keeps its namespaces and cgroup and forks its execs.
+process, pid 1 of the workspace's pid namespace, that keeps its namespaces and cgroup and
+spawns its commands (see Holder).
 
 Modes. "container": the overlay's lower is `/` and uppers live on a non-overlay store (e.g. a
 tmpfs at /trajs); the container needs CAP_SYS_ADMIN and CAP_NET_ADMIN (and no AppArmor
@@ -67,6 +68,13 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_CAPBSET_READ, PR_CAPBSET_DROP, CAP_SYS_ADMIN = 1, 23, 24, 21
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 22, 38
+PR_SET_SECUREBITS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 28, 47, 2
+# SECBIT_NOROOT and SECBIT_NO_SETUID_FIXUP, each locked: execve as uid 0 grants no capability
+# beyond the ambient set (see confine_holder).
+SECURE_NOROOT = 0x01 | 0x02 | 0x04 | 0x08
+SYSCALL_CLONE = {"x86_64": 56, "aarch64": 220}
+# Signals Python ignores or handles that a command must start with at their defaults.
+RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
 # What a trajectory keeps: root-like access to its own copy-on-write files, nothing else.
 # Never CAP_DAC_READ_SEARCH (open_by_handle_at escapes a chroot), SYS_ADMIN, SYS_CHROOT, KILL.
 KEPT_CAPS = (0, 1, 3, 4)  # CHOWN, DAC_OVERRIDE, FOWNER, FSETID
@@ -185,9 +193,40 @@ def unshare(flags: int) -> None:
 def setns(path: str, nstype: int) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        _check(_libc.setns(fd, nstype), "setns " + path)
+        setns_fd(fd, nstype)
     finally:
         os.close(fd)
+
+
+def setns_fd(fd: int, nstype: int) -> None:
+    _check(_libc.setns(fd, nstype), "setns")
+
+
+# The GIL stays held across a call through PyDLL: fork_into's clone must not release it.
+_syscall_holding_gil = ctypes.PyDLL(None, use_errno=True).syscall
+
+
+def fork_into(flags: int) -> int:
+    """os.fork() whose child starts in new namespaces (clone(2) `flags`, e.g. CLONE_NEWPID).
+
+    A clone without a new stack is a fork; Python's own before/after-fork hooks run around it
+    exactly as os.fork runs them.
+    """
+    number = SYSCALL_CLONE.get(platform.machine())
+    if number is None:
+        raise OSError(errno.ENOSYS, f"no clone syscall number for {platform.machine()}")
+    ctypes.pythonapi.PyOS_BeforeFork()
+    zero = ctypes.c_ulong(0)
+    pid = _syscall_holding_gil(ctypes.c_long(number), ctypes.c_ulong(flags | signal.SIGCHLD),
+                               zero, zero, zero, zero)  # fmt: skip
+    err = ctypes.get_errno()
+    if pid == 0:
+        ctypes.pythonapi.PyOS_AfterFork_Child()
+        return 0
+    ctypes.pythonapi.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(err, f"clone: {os.strerror(err)}")
+    return int(pid)
 
 
 def make_readonly_recursive(path: str) -> None:
@@ -255,12 +294,14 @@ def _seccomp_program() -> bytes | None:
     body.append((ld, "", "", nr))
     if machine == "x86_64":
         body.append((jge, "eperm", "", 0x40000000))  # the x32 ABI's numbers
-    blocked = [nrs[n] for n in ("mount", "umount2", "pivot_root", "chroot", "unshare", "setns")]
+    blocked = [nrs[n] for n in ("mount", "umount2", "pivot_root", "chroot")]
     for number in blocked + list(NEW_MOUNT_API) + sorted(DENIED_SYSCALLS[machine].values()):
         body.append((jeq, "eperm", "", number))
     body.append((jeq, "enosys", "", nrs["clone3"]))
     body.append((jeq, "ioctl", "", nrs["ioctl"]))
     body.append((jeq, "personality", "", nrs["personality"]))
+    body.append((jeq, "unshare", "", nrs["unshare"]))
+    body.append((jeq, "setns", "", nrs["setns"]))
     body.append((jeq, "", "allow", nrs["clone"]))
     body.append((ld, "", "", arg0))  # the clone flags
     body.append((jset, "eperm", "allow", NS_FLAGS))
@@ -272,6 +313,11 @@ def _seccomp_program() -> bytes | None:
     body.append((ld, "", "", arg0))
     body += [(jeq, "allow", "", persona) for persona in ALLOWED_PERSONALITIES]
     body.append((ret, "", "", eperm))
+    # A holder's pid namespace per command (confine_holder); nothing else of either call.
+    labels["unshare"] = len(body)
+    body += [(ld, "", "", arg0), (jeq, "allow", "eperm", CLONE_NEWPID)]
+    labels["setns"] = len(body)
+    body += [(ld, "", "", arg1), (jeq, "allow", "eperm", CLONE_NEWPID)]
     labels.update(allow=len(body), eperm=len(body) + 1, enosys=len(body) + 2)
     prog: list[tuple[int, int, int, int]] = []
     for code, jt, jf, k in body:
@@ -307,12 +353,39 @@ def drop_privileges(filter_syscalls: bool) -> None:
     data = (_CapData * 2)(_CapData(keep_mask, keep_mask, keep_mask), _CapData(0, 0, 0))
     _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # setuid binaries and file caps grant nothing more
-    program = SECCOMP_PROGRAM if filter_syscalls else None
+    if filter_syscalls:
+        install_seccomp_filter()
+
+
+def install_seccomp_filter() -> None:
+    """SECCOMP_PROGRAM for this process and its children (needs no_new_privs first)."""
+    program = SECCOMP_PROGRAM
     if program is not None:
         buf = ctypes.create_string_buffer(program)
         fprog = struct.pack("HxxxxxxQ", len(program) // 8, ctypes.addressof(buf))
         fbuf = ctypes.create_string_buffer(fprog)
         _check(_libc.prctl(PR_SET_SECCOMP, 2, ctypes.addressof(fbuf), 0, 0), "seccomp")
+
+
+def confine_holder() -> None:
+    """A holder's last step before serving: what every command it spawns inherits.
+
+    It keeps CAP_SYS_ADMIN for itself (a pid namespace per command) and KEPT_CAPS; its
+    commands get KEPT_CAPS only, from the ambient set, because SECBIT_NOROOT denies uid 0 the
+    full set at execve. no_new_privs and the seccomp filter apply to it and to them; the
+    filter lets pid namespaces through (unshare and setns of CLONE_NEWPID alone), which a
+    command cannot use without CAP_SYS_ADMIN, nor gain in a user namespace it cannot make.
+    """
+    prctl(PR_SET_SECUREBITS, SECURE_NOROOT)
+    keep = sum(1 << c for c in KEPT_CAPS)
+    own = keep | 1 << CAP_SYS_ADMIN
+    header = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)(_CapData(own, own, keep), _CapData(0, 0, 0))
+    _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+    for cap in KEPT_CAPS:
+        _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0), "ambient caps")
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    install_seccomp_filter()
 
 
 def enter_user_namespace() -> None:
@@ -503,6 +576,7 @@ class Workspace:
         self.name, self.path = name, path
         self.holder_pid = 0
         self.ctl: socket.socket | None = None  # to the holder; closing it ends the workspace
+        self.files_ns = -1  # the holder's fd of the view without /proc (see holder_main)
         self.root = os.path.join(path, "root")
         self.cgroups: list[str] = []
         self.jobs: set[int] = set()  # request ids running in this workspace
@@ -546,16 +620,23 @@ class Job:
 
 
 class Holder:
-    """A workspace's holder: keeps its namespaces and forks its execs (a tiny zygote).
+    """A workspace's holder: pid 1 of the workspace's pid namespace, it spawns its execs.
 
-    Each exec is a child C (in the holder's namespaces and cgroup) that unshares a mount and
-    a pid namespace and forks the command as pid 1 there, reporting its status on the info
-    pipe. Killing C kills the command (death signal) and with it the whole pid namespace.
+    It lives in the workspace's namespaces, cgroup and chroot (its view), with /proc mounted
+    once for the workspace, under the same no_new_privs and seccomp filter as the commands;
+    of its capabilities a command keeps only KEPT_CAPS (ambient; SECBIT_NOROOT withholds
+    root's full set at execve). So an exec needs no Python fork: the holder puts the next
+    child in a pid namespace of its own (setns back to the workspace's, then unshare) and
+    `posix_spawn`s the command there, as pid 1 (vfork semantics: no copy of the holder).
+    Where a command needs per-process limits (RLIMIT_NPROC or RLIMIT_AS, when the cgroup
+    cannot enforce them) it forks instead, sets them and execs. The command's death ends its
+    pid namespace, descendants and all; the holder reaps it and reports its status on the
+    job's info pipe. Killing the holder kills every process of the workspace.
     """
 
-    def __init__(self, sup: Supervisor, ws: Workspace, ctl: socket.socket) -> None:
-        self.sup, self.ws, self.ctl = sup, ws, ctl
-        self.children: dict[int, int] = {}  # pid of C -> job (request id)
+    def __init__(self, ws: Workspace, ctl: socket.socket, pidns: int) -> None:
+        self.ws, self.ctl, self.pidns = ws, ctl, pidns
+        self.children: dict[int, tuple[int, int]] = {}  # pid -> (job, its info pipe)
         self.broken = ""  # why execs cannot run here, if they cannot
 
     def run(self) -> None:
@@ -575,7 +656,10 @@ class Holder:
                         os.read(rfd, 512)
                     self.reap()
                     continue
-                msg, ancdata, _, _ = self.ctl.recvmsg(4096, socket.CMSG_SPACE(8 * 4))
+                # CLOEXEC: a command must inherit no other job's pipes.
+                msg, ancdata, _, _ = self.ctl.recvmsg(
+                    4096, socket.CMSG_SPACE(8 * 4), socket.MSG_CMSG_CLOEXEC
+                )
                 if not msg:
                     os._exit(0)  # the supervisor closed us: the workspace is gone
                 fds = array.array("i")
@@ -584,76 +668,156 @@ class Holder:
                         fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
                 request = json.loads(msg)
                 if request["op"] == "kill":
-                    for pid, job in self.children.items():
+                    for pid, (job, _) in self.children.items():
                         if job == request["job"]:
                             os.kill(pid, signal.SIGKILL)
                 elif len(fds) == 5:
-                    self.fork_exec(int(request["job"]), list(fds))
+                    self.start(int(request["job"]), list(fds))
 
     def reap(self) -> None:
         while True:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
-            self.children.pop(pid, None)
+            entry = self.children.pop(pid, None)
+            if entry is not None:  # pid 1 is reaped only once its namespace is empty
+                self.report(entry[1], {"status": status})
 
-    def fork_exec(self, job: int, fds: list[int]) -> None:
+    @staticmethod
+    def report(info: int, msg: dict[str, Any]) -> None:
+        """The job's last word: the supervisor's job ends at the info pipe's EOF."""
+        with contextlib.suppress(OSError):
+            os.write(info, (json.dumps(msg) + "\n").encode())
+        os.close(info)
+
+    def start(self, job: int, fds: list[int]) -> None:
         stdin, out, err, info, memfd = fds
         try:
+            request = json.loads(os.pread(memfd, os.fstat(memfd).st_size, 0))
             if self.broken:
                 raise SupervisorError("InfrastructureError", self.broken)
-            pid = os.fork()
+            pid = self.spawn(request, stdin, out, err)
         except (OSError, SupervisorError) as e:
             msg = {"error": str(e), "kind": getattr(e, "kind", "LimitExceeded")}
             if isinstance(e, OSError):  # typically the workspace's pids limit
                 msg["error"] = f"cannot start a process: {e.strerror}"
-            os.write(info, (json.dumps(msg) + "\n").encode())
-            for fd in fds:
-                os.close(fd)
-            return
-        if pid == 0:
-            try:
-                reset_signals()
-                for target, fd in enumerate((stdin, out, err, info)):
-                    os.dup2(fd, target)
-                request = json.loads(os.pread(memfd, os.fstat(memfd).st_size, 0))
-                close_fds_from(4)
-                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-                self.exec_parent(request)
-            except BaseException as e:
-                with contextlib.suppress(OSError):
-                    os.write(3, (json.dumps({"error": f"exec: {e}"}) + "\n").encode())
-            os._exit(127)
-        for fd in fds:  # the info pipe too: its end must come with C's report, not its reaping
+            self.report(info, msg)
+            pid = None
+        except CommandNotRun as e:
+            with contextlib.suppress(OSError):
+                os.write(err, f"sandbox: cannot run {e.program!r}: {e.reason}\n".encode())
+            self.report(info, {"status": e.code << 8})
+            pid = None
+        for fd in (stdin, out, err, memfd):
             os.close(fd)
-        self.children[pid] = job
+        if pid is not None:
+            self.children[pid] = (job, info)
 
-    def exec_parent(self, request: dict[str, Any]) -> None:
-        """C: a fresh mount and pid namespace, the command as its pid 1, then its status."""
-        unshare(CLONE_NEWNS | CLONE_NEWPID)  # its own /proc, and one kill for the tree
-        sync_r, sync_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(sync_w)
-            self.sup.sandbox_init(
-                self.ws, sync_r, request["argv"], request["env"], request["cwd"],
-                request["limits"], request["have"],
-            )  # fmt: skip
-        os.close(sync_r)
-        os.write(sync_w, b"x")
-        os.close(sync_w)
-        null = os.open("/dev/null", os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        _, status = os.waitpid(pid, 0)  # pid 1 is reaped only once its namespace is empty
-        os.write(3, (json.dumps({"status": status}) + "\n").encode())
-        # Report before exiting: tearing down our mount namespace waits for an RCU grace
-        # period (~5 ms here), which need not delay the reply.
-        os.close(3)
-        os._exit(0)
+    def spawn(self, request: dict[str, Any], stdin: int, out: int, err: int) -> int:
+        """Starts the command as pid 1 of a fresh pid namespace; returns its pid.
+
+        Raises:
+            SupervisorError: a bad cwd. CommandNotRun: no such program, or not executable.
+            OSError: no process could be made (the pids limit).
+        """
+        argv, env, cwd = request["argv"], request["env"], request["cwd"]
+        try:
+            os.chdir(cwd)  # the child starts where we are
+        except OSError as e:
+            raise SupervisorError("InvalidInput", f"cwd {cwd!r}: {e.strerror}") from e
+        program = find_program(argv[0], env.get("PATH", DEFAULT_PATH))
+        rlimits = needed_rlimits(request["limits"], request["have"])
+        setns_fd(self.pidns, CLONE_NEWPID)  # back to ours: only then may we unshare again
+        unshare(CLONE_NEWPID)  # the next child is pid 1 of a namespace of its own
+        if rlimits:
+            pid = os.fork()
+            if pid == 0:
+                exec_child(program, argv, env, (stdin, out, err), rlimits)
+        else:
+            try:
+                pid = os.posix_spawn(
+                    program, argv, env,
+                    file_actions=[(os.POSIX_SPAWN_DUP2, fd, n)
+                                  for n, fd in enumerate((stdin, out, err))],
+                    setsid=True,  # no controlling terminal: /dev/tty is ENXIO
+                    setsigdef=RESET_SIGNALS,
+                    setsigmask=(),
+                )  # fmt: skip
+            except OSError as e:
+                code = 127 if e.errno == errno.ENOENT else 126
+                raise CommandNotRun(argv[0], e.strerror or str(e), code) from e
+        with contextlib.suppress(OSError):  # the OOM killer may take it, not the holder
+            write_file(f"/proc/{pid}/oom_score_adj", "0")
+        return pid
+
+
+class CommandNotRun(Exception):
+    """The program could not be started; the command's result is this exit code."""
+
+    def __init__(self, program: str, reason: str, code: int) -> None:
+        super().__init__(program)
+        self.program, self.reason, self.code = program, reason, code
+
+
+def find_program(name: str, path: str) -> str:
+    """`name` as execvp would find it on `path` (inside the caller's root).
+
+    Raises:
+        CommandNotRun: not found (exit 127).
+    """
+    if "/" in name:
+        return name
+    denied = False
+    for folder in path.split(":"):
+        candidate = os.path.join(folder or ".", name)
+        if os.path.isfile(candidate):
+            if os.access(candidate, os.X_OK):
+                return candidate
+            denied = True
+    if denied:
+        raise CommandNotRun(name, os.strerror(errno.EACCES), 126)
+    raise CommandNotRun(name, os.strerror(errno.ENOENT), 127)
+
+
+def needed_rlimits(limits: dict[str, Any], have: dict[str, bool]) -> list[tuple[int, int]]:
+    """Per-process limits a command needs because no cgroup enforces them for it."""
+    found = []
+    if limits.get("pids") and have.get("nproc"):
+        # In our own user namespace every sandboxed process is one (namespace, uid), so
+        # RLIMIT_NPROC caps them together: shared by the instance, but the host is safe.
+        found.append((resource.RLIMIT_NPROC, int(limits["pids"])))
+    if limits.get("memory_bytes") and not have.get("memory"):
+        # No cgroup: a per-process cap is better than none.
+        found.append((resource.RLIMIT_AS, int(limits["memory_bytes"])))
+    return found
+
+
+def exec_child(
+    program: str,
+    argv: list[str],
+    env: dict[str, str],
+    fds: tuple[int, int, int],
+    rlimits: list[tuple[int, int]],
+) -> None:
+    """A forked command: its session, stdio and limits, then execve. Never returns."""
+    try:
+        reset_signals()
+        os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        close_fds_from(3)
+        for kind, n in rlimits:
+            resource.setrlimit(kind, (n, n))
+        os.execve(program, argv, env)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.write(2, f"sandbox: cannot run {argv[0]!r}: {e.strerror}\n".encode())
+        os._exit(127 if e.errno == errno.ENOENT else 126)
+    finally:
+        os._exit(127)
 
 
 class Supervisor:
@@ -1042,8 +1206,9 @@ class Supervisor:
             ws.ctl.settimeout(None)
         except OSError as e:
             ack = f"error: holder did not answer ({e})"
-        if not ack.startswith("ok"):
+        if not ack.startswith("ok "):
             raise SupervisorError("InfrastructureError", "workspace mount failed: " + ack.strip())
+        ws.files_ns = int(ack.split()[1])
 
     def spawn_spare(self) -> tuple[int, socket.socket, list[str]]:
         """Forks a holder, ready but for its view: (pid, control socket, cgroup dirs).
@@ -1059,7 +1224,7 @@ class Supervisor:
         self.created += 1  # a new cgroup each time: a reset's old one may await removal
         cgroups = self.cgroups.create(f"holder.{self.created}") if self.cgroups else []
         ctl, holder_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        pid = os.fork()
+        pid = fork_into(CLONE_NEWPID)  # pid 1 of the workspace's pid namespace
         if pid == 0:
             try:
                 self.holder_main(holder_end, cgroups, ctl)
@@ -1073,9 +1238,8 @@ class Supervisor:
         reset_signals()
         other.close()
         close_fds_except({ctl.fileno()})  # not others' pipes
+        # If we died before this, the supervisor's end of ctl is closed: recv ends us below.
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != self.pid:
-            return
         broken = ""
         try:
             for d in cgroups:
@@ -1089,7 +1253,8 @@ class Supervisor:
             socket.sethostname("sandbox")
             if not self.cfg.get("network"):
                 loopback_up()
-            drop_bounding_set()  # effective caps stay: execs' parents still mount /proc
+            drop_bounding_set()  # effective caps stay until the view is built
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # for every command too
         except BaseException as e:
             broken = f"workspace setup failed: {e}"
         assignment = ctl.recv(65536)
@@ -1100,13 +1265,42 @@ class Supervisor:
         try:
             unshare(CLONE_NEWNS)
             self.mount_view(ws)
-            ctl.send(b"ok")
+            # File tools see the view without processes; the commands' copy of it (a mount
+            # namespace of their own) gets the workspace's /proc. The fd keeps the first.
+            files_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            unshare(CLONE_NEWNS)
+            self.mount_proc(ws.root + "/proc")
+            pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+            os.chroot(ws.root)
+            os.chdir("/")
+            confine_holder()
+            ctl.send(f"ok {files_ns}".encode())
         except BaseException as e:
             ctl.send(f"error: {e}".encode())
             return
-        holder = Holder(self, ws, ctl)
+        holder = Holder(ws, ctl, pidns)
         holder.broken = broken
         holder.run()
+
+    @staticmethod
+    def mount_proc(proc: str) -> None:
+        """The workspace's /proc, mounted by its pid 1: it shows the workspace's processes only.
+
+        Kernel knobs are read-only, and what reveals the host (its memory, keys, timers) is
+        masked.
+        """
+        mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        for name in PROC_READONLY:
+            path = os.path.join(proc, name)
+            if os.path.exists(path):
+                mount(path, path, None, MS_BIND | MS_REC)
+                mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        for name in PROC_MASKED:
+            path = os.path.join(proc, name)
+            if os.path.isdir(path):
+                mount("tmpfs", path, "tmpfs", MS_RDONLY, "size=4k")
+            elif os.path.exists(path):
+                mount("/dev/null", path, None, MS_BIND)
 
     def refill_spares(self) -> None:
         while self.frozen and self.running and len(self.spares) < SPARE_HOLDERS:
@@ -1353,67 +1547,6 @@ class Supervisor:
                 os.close(fd)
         return self.register(Job(req_id, 0, None, ws), pipes, timeout, cap, stdin)
 
-    def sandbox_init(
-        self,
-        ws: Workspace,
-        sync_r: int,
-        argv: list[str],
-        env: dict[str, str],
-        cwd: str,
-        limits: dict[str, Any],
-        have: dict[str, bool],
-    ) -> None:
-        """Pid 1 of the exec's pid namespace; becomes the command. Never returns."""
-        try:
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.read(sync_r, 1) != b"x":
-                os._exit(1)  # our parent died before we could arm the death signal
-            os.close(sync_r)
-            os.setsid()  # no controlling terminal: /dev/tty is ENXIO, TIOCSTI has no target
-            fcntl.fcntl(3, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
-            with contextlib.suppress(OSError):
-                write_file("/proc/self/oom_score_adj", "0")  # the holder's -1000 is not for us
-            proc = ws.root + "/proc"
-            mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-            for name in PROC_READONLY:
-                path = os.path.join(proc, name)
-                if os.path.exists(path):
-                    mount(path, path, None, MS_BIND | MS_REC)
-                    mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
-            for name in PROC_MASKED:
-                path = os.path.join(proc, name)
-                if os.path.isdir(path):
-                    mount("tmpfs", path, "tmpfs", MS_RDONLY, "size=4k")
-                elif os.path.exists(path):
-                    mount("/dev/null", path, None, MS_BIND)
-            self.apply_rlimits(limits, have)
-            os.chroot(ws.root)
-            try:
-                os.chdir(cwd)
-            except OSError as e:
-                msg = {"error": f"cwd {cwd!r}: {e.strerror}", "kind": "InvalidInput"}
-                os.write(3, (json.dumps(msg) + "\n").encode())
-                os._exit(127)
-            drop_privileges(True)
-        except BaseException as e:
-            os.write(3, (json.dumps({"error": f"sandbox setup: {e}"}) + "\n").encode())
-            os._exit(127)
-        try:
-            os.execvpe(argv[0], argv, env)
-        except OSError as e:
-            os.write(2, (f"sandbox: cannot run {argv[0]!r}: {e.strerror}\n").encode())
-            os._exit(127 if e.errno == errno.ENOENT else 126)
-
-    @staticmethod
-    def apply_rlimits(limits: dict[str, Any], have: dict[str, bool]) -> None:
-        if limits.get("pids") and have.get("nproc"):
-            n = int(limits["pids"])
-            resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
-        if limits.get("memory_bytes") and not have["memory"]:
-            n = int(limits["memory_bytes"])  # no cgroup: a per-process cap is better than none
-            resource.setrlimit(resource.RLIMIT_AS, (n, n))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
     # -- files, read and written as the trajectory itself (symlinks resolve inside its view) --
     def files_job(self, req_id: int, args: dict[str, Any], work: Callable[[], Any]) -> None:
         ws = self.workspace(args)
@@ -1421,7 +1554,7 @@ class Supervisor:
 
         def child() -> None:
             os.setsid()
-            setns(f"/proc/{ws.holder_pid}/ns/mnt", CLONE_NEWNS)
+            setns(f"/proc/{ws.holder_pid}/fd/{ws.files_ns}", CLONE_NEWNS)
             os.chroot(ws.root)
             os.chdir(workdir)
             drop_privileges(False)
