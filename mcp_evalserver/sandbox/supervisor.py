@@ -577,7 +577,6 @@ class Workspace:
         self.holder_pid = 0
         self.ctl: socket.socket | None = None  # to the holder; closing it ends the workspace
         self.files_ns = -1  # the holder's fd of the view without /proc (see holder_main)
-        self.disk: int | None = None  # the cap its store was made with (a spare's, too)
         self.root = os.path.join(path, "root")
         self.cgroups: list[str] = []
         self.jobs: set[int] = set()  # request ids running in this workspace
@@ -838,8 +837,7 @@ class Supervisor:
         self.running = True
         self.pid = os.getpid()
         self.created = 0  # holders forked so far
-        self.spares: list[Workspace] = []  # prepared ahead, nameless: see spawn_spare
-        self.spare_disk: int | None = None  # the disk cap the last workspace asked for
+        self.spares: list[tuple[int, socket.socket, list[str]]] = []  # see spawn_spare
 
     # -- plumbing --
     def send(self, msg: dict[str, Any]) -> None:
@@ -1178,36 +1176,32 @@ class Supervisor:
         if name in self.workspaces:
             raise SupervisorError("Conflict", f"workspace {name!r} exists")
         started = time.monotonic()
-        limits = dict(args.get("limits") or {})
-        disk = int(limits["disk_bytes"]) if limits.get("disk_bytes") else None
-        ws = self.take_spare(disk)
-        ws.name, ws.limits = name, limits
+        ws = Workspace(name, os.path.join(self.cfg["store"], name))
+        ws.limits = dict(args.get("limits") or {})
         try:
-            self.finish_workspace(ws)
+            self.build_workspace(ws)
         except BaseException:
             self.teardown(ws)
             raise
         self.workspaces[name] = ws
         return {"ws": name, "ms": (time.monotonic() - started) * 1000}
 
-    def take_spare(self, disk: int | None) -> Workspace:
-        """A prepared workspace with this disk cap, or one made now (then spares follow it)."""
-        self.spare_disk = disk
-        for number, spare in enumerate(self.spares):
-            if spare.disk == disk:
-                return self.spares.pop(number)
-        for spare in self.spares:  # made for another cap: make room for ones of this
-            self.teardown(spare)
-        self.spares.clear()
-        return self.spawn_spare()
-
-    def finish_workspace(self, ws: Workspace) -> None:
-        """Its limits, and its holder's word that the view is ready (usually long since)."""
+    def build_workspace(self, ws: Workspace) -> None:
+        limits = ws.limits
+        os.makedirs(ws.path, mode=0o700)
+        disk = limits.get("disk_bytes")
+        if disk:  # a tmpfs per workspace is its disk cap
+            mount("tmpfs", ws.path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(disk)},mode=0700")
+        for sub in ("upper", "work", "root", "tmp"):
+            os.mkdir(os.path.join(ws.path, sub), 0o700)
+        os.chmod(os.path.join(ws.path, "tmp"), 0o1777)
+        spare = self.spares.pop(0) if self.spares else self.spawn_spare()
+        ws.holder_pid, ws.ctl, ws.cgroups = spare
         if self.cgroups is not None:
-            self.cgroups.limit(ws.cgroups, ws.limits.get("pids"), ws.limits.get("memory_bytes"))
-        assert ws.ctl is not None
+            self.cgroups.limit(ws.cgroups, limits.get("pids"), limits.get("memory_bytes"))
         try:
             ws.ctl.settimeout(60)
+            ws.ctl.send(json.dumps({"ws": ws.name, "path": ws.path}).encode())
             ack = ws.ctl.recv(4096).decode(errors="replace")
             ws.ctl.settimeout(None)
         except OSError as e:
@@ -1216,45 +1210,31 @@ class Supervisor:
             raise SupervisorError("InfrastructureError", "workspace mount failed: " + ack.strip())
         ws.files_ns = int(ack.split()[1])
 
-    def spawn_spare(self) -> Workspace:
-        """A workspace prepared ahead, nameless until ws_create takes it (see take_spare).
+    def spawn_spare(self) -> tuple[int, socket.socket, list[str]]:
+        """Forks a holder, ready but for its view: (pid, control socket, cgroup dirs).
 
-        Its holder keeps the workspace's namespaces alive and spawns its commands, so they
-        start in its namespaces and cgroup: no setns, no cgroup migration per exec. Joining
-        the cgroup (a v1 migration waits for an RCU grace period: 0.4-20 ms here), making
-        the net namespace (1-10 ms) and building the view (the overlay, /dev, /proc, ~20
-        mounts) happen here, in the holder, off the path of ws_create and of the first exec.
-        Its directory in the store is numbered, not named: names come later. Binding ns files
-        would keep namespaces without a process, but the kernel refuses that bind (EINVAL,
-        "ns loop") when namespace ids are not monotonic across CPUs, as on 6.18: 23 of 120.
+        A holder keeps a workspace's namespaces alive and forks its execs, so they start in
+        its namespaces and cgroup: no setns, no cgroup migration per exec. Joining the cgroup
+        (a v1 migration waits for an RCU grace period: 0.4-20 ms here) and making the net
+        namespace (1-10 ms) happen ahead of time in spares, off the path of ws_create and of
+        the first exec. Binding ns files would keep namespaces without a process, but the
+        kernel refuses that bind (EINVAL, "ns loop") when namespace ids are not monotonic
+        across CPUs, as on 6.18: 23 of 120 here.
         """
         self.created += 1  # a new cgroup each time: a reset's old one may await removal
-        ws = Workspace("", os.path.join(self.cfg["store"], f".ws{self.created}"))
-        ws.disk = self.spare_disk
-        os.makedirs(ws.path, mode=0o700)
-        if ws.disk:  # a tmpfs per workspace is its disk cap
-            mount("tmpfs", ws.path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={ws.disk},mode=0700")
-        for sub in ("upper", "work", "root", "tmp"):
-            os.mkdir(os.path.join(ws.path, sub), 0o700)
-        os.chmod(os.path.join(ws.path, "tmp"), 0o1777)
-        ws.cgroups = self.cgroups.create(f"holder.{self.created}") if self.cgroups else []
-        ws.ctl, holder_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            ws.holder_pid = fork_into(CLONE_NEWPID)  # pid 1 of the workspace's pid namespace
-        except OSError:
-            holder_end.close()
-            self.teardown(ws)
-            raise
-        if ws.holder_pid == 0:
+        cgroups = self.cgroups.create(f"holder.{self.created}") if self.cgroups else []
+        ctl, holder_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = fork_into(CLONE_NEWPID)  # pid 1 of the workspace's pid namespace
+        if pid == 0:
             try:
-                self.holder_main(holder_end, ws.ctl, ws)
+                self.holder_main(holder_end, cgroups, ctl)
             finally:
                 os._exit(1)  # never fall back into the supervisor's loop
         holder_end.close()
-        return ws
+        return pid, ctl, cgroups
 
-    def holder_main(self, ctl: socket.socket, other: socket.socket, ws: Workspace) -> None:
-        """A holder: prepares its namespaces, builds the view, says so, serves it."""
+    def holder_main(self, ctl: socket.socket, cgroups: list[str], other: socket.socket) -> None:
+        """A spare holder: prepares, waits for its workspace, builds its view, serves it."""
         reset_signals()
         other.close()
         close_fds_except({ctl.fileno()})  # not others' pipes
@@ -1262,7 +1242,7 @@ class Supervisor:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         broken = ""
         try:
-            for d in ws.cgroups:
+            for d in cgroups:
                 write_file(os.path.join(d, "cgroup.procs"), str(os.getpid()))
             with contextlib.suppress(OSError):  # needs CAP_SYS_RESOURCE: best effort
                 write_file("/proc/self/oom_score_adj", "-1000")  # the OOM killer takes execs
@@ -1277,6 +1257,11 @@ class Supervisor:
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # for every command too
         except BaseException as e:
             broken = f"workspace setup failed: {e}"
+        assignment = ctl.recv(65536)
+        if not assignment:
+            return  # never used: the supervisor is shutting down
+        request = json.loads(assignment)
+        ws = Workspace(str(request["ws"]), str(request["path"]))
         try:
             unshare(CLONE_NEWNS)
             self.mount_view(ws)
@@ -1458,8 +1443,11 @@ class Supervisor:
         return {}
 
     def shutdown(self) -> None:
-        for spare in self.spares:
-            self.teardown(spare)
+        for pid, ctl, cgroups in self.spares:
+            ctl.close()
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            self.stale_cgroups.extend(cgroups)
         self.spares.clear()
         for ws in list(self.workspaces.values()):
             self.teardown(ws)
