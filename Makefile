@@ -39,6 +39,7 @@ bench: venv system
 	$(PY) bench/scheduler.py
 	$(PY) bench/sandbox.py
 	$(PY) bench/mcp.py
+	$(PY) bench/inspect_sandbox.py
 
 clean:
 	rm -rf $(VENV) .state .mypy_cache .ruff_cache

@@ -4,7 +4,7 @@
 
 runs it in `evalserver` sandboxes as evalserver.yaml (beside this file) describes; `-T
 sandbox=other.yaml` names another config, `-T sandbox=local` uses Inspect's own local sandbox
-(bench/inspect.py compares the two). The model is Inspect's mock model: no API key needed.
+(bench/inspect_sandbox.py compares the two). The model is Inspect's mock model: no API key needed.
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ def left_the_right_files():  # type: ignore[no-untyped-def]
 
 
 @task
-def sandbox_task(sandbox: str = "evalserver.yaml") -> Task:
+def sandbox_task(sandbox: str = "evalserver.yaml", samples: int = SAMPLES) -> Task:
     return Task(
-        dataset=[Sample(input=f"Do task {i}.", target="done", id=i) for i in range(1, SAMPLES + 1)],
+        dataset=[Sample(input=f"Do task {i}.", target="done", id=i) for i in range(1, samples + 1)],
         solver=work_in_the_sandbox(),
         scorer=left_the_right_files(),
         sandbox="local" if sandbox == "local" else ("evalserver", sandbox),
