@@ -40,6 +40,8 @@ bench: venv system
 	$(PY) bench/sandbox.py
 	$(PY) bench/mcp.py
 	$(PY) bench/inspect_sandbox.py
+	$(PY) bench/dashboard.py
+	$(PY) bench/scale.py
 
 clean:
 	rm -rf $(VENV) .state .mypy_cache .ruff_cache

@@ -5,11 +5,13 @@ generation (bounded per instance and globally, timed out, retried with backoff o
 infrastructure errors only), then scoring as its own phase (bounded separately), each step
 recorded in the ledger before it counts. Running a campaign again is resuming it: scored
 trajectories are done, generated ones are only scored, interrupted generations start a new
-attempt. Nothing completed runs twice.
+attempt, and trajectories that ended in an infrastructure failure run again from the phase it
+struck (a harness's fault is never a result). Nothing completed runs twice.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -23,16 +25,43 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from mcp_evalserver.adaptive import LimitChange
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.agents.factory import build_agent
-from mcp_evalserver.errors import InfrastructureError, InvalidInput, NotFound
-from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_artifact, read_ledger
-from mcp_evalserver.sandboxes import SandboxPool, TrajectorySandbox, workspace_name
+from mcp_evalserver.errors import (
+    EvalServerError,
+    InfrastructureError,
+    InvalidInput,
+    NotFound,
+    sole_error,
+)
+from mcp_evalserver.ledger import (
+    LEDGER_FILE,
+    LedgerWriter,
+    create_ledger,
+    read_artifact,
+    read_ledger,
+)
+from mcp_evalserver.sandboxes import (
+    Reprovisioned,
+    SandboxPool,
+    TrajectorySandbox,
+    workspace_name,
+)
 from mcp_evalserver.scheduler import Limiters, RetryPolicy
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.spec import CampaignSpec, Task
-from mcp_evalserver.state import CampaignState, TrajectoryState, apply_record, replay
+from mcp_evalserver.state import (
+    ENDPOINT_CALLS,
+    ENDPOINT_LIMIT,
+    INSTANCE_REPROVISIONED,
+    RETRY_REQUESTED,
+    CampaignState,
+    TrajectoryState,
+    apply_record,
+    replay,
+)
 
 STATE_DIR_ENV = "MCP_EVALSERVER_STATE_DIR"
 
@@ -66,15 +95,20 @@ class CampaignStore:
         """Replays a campaign's ledger (read-only: safe while another process runs it).
 
         Raises:
-            NotFound: no such campaign; the message lists the known ones.
+            NotFound: no such campaign (the message lists the known ones), or its creation
+                was interrupted before its first record (the message says how to start it).
             LedgerCorrupt: the ledger is corrupt before its end.
         """
         path = self.directory(campaign_id) / LEDGER_FILE
         if not path.is_file():
+            if path.parent.is_dir():
+                raise self.never_created(campaign_id)
             known = self.list_ids()
             hint = ", ".join(known[-10:]) if known else "none yet: start one with `run SPEC`"
             raise NotFound(f"no campaign {campaign_id!r} in {self.state_dir}; known: {hint}")
         contents = read_ledger(path)
+        if not contents.records:
+            raise self.never_created(campaign_id)
         state = replay(contents.records)
         state.extra["torn_tail_bytes"] = contents.torn_tail_bytes
         return state
@@ -82,8 +116,12 @@ class CampaignStore:
     async def create(self, spec: CampaignSpec, campaign_id: str | None = None) -> str:
         """Records a new campaign (its resolved spec is the ledger's first record).
 
+        Creation is atomic: killed at any point, it leaves either a campaign or none, and an id
+        whose creation was interrupted can be created again.
+
         Raises:
             InvalidInput: the id is taken or malformed, or the spec has no tasks loaded.
+            Conflict: another process holds that campaign's lock (creating or running it).
         """
         spec.task_list()
         if campaign_id is None:
@@ -91,12 +129,30 @@ class CampaignStore:
             campaign_id = f"{spec.name}-{stamp}-{secrets.token_hex(2)}"
         elif not campaign_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
             raise InvalidInput(f"campaign id {campaign_id!r}: use letters, digits, '-', '_', '.'")
-        directory = self.directory(campaign_id)
-        if (directory / LEDGER_FILE).exists():
+        spec_json = spec.model_dump(mode="json")
+        created = await create_ledger(
+            self.directory(campaign_id), campaign_id, "campaign_created", spec=spec_json
+        )
+        if created is None:
             raise InvalidInput(f"campaign {campaign_id!r} exists; resume it instead")
-        async with await LedgerWriter.open(directory, campaign_id) as ledger:
-            await ledger.append("campaign_created", spec=spec.model_dump(mode="json"))
         return campaign_id
+
+    def never_created(self, campaign_id: str) -> NotFound:
+        """The error for a ledger without a first record: its creation was interrupted."""
+        return NotFound(
+            f"campaign {campaign_id!r} was never created: its creation was interrupted before "
+            f"its first record reached {self.directory(campaign_id) / LEDGER_FILE}. Start it "
+            f"again with `run SPEC --id {campaign_id}` (or start_campaign with that id)"
+        )
+
+
+def resumed_endpoints(state: CampaignState) -> dict[str, tuple[int, bool]]:
+    """Where each adaptive endpoint limit was left: a resumed run starts from there."""
+    return {key: (e.limit, e.decreases > 0) for key, e in state.endpoint_limits.items()}
+
+
+NODES_FILE = "nodes.json"
+NODES_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -120,8 +176,10 @@ class CampaignRunner:
         scorer: Scorer | None = None,
         on_record: Callable[[CampaignState, dict[str, Any]], None] | None = None,
         sandboxes: SandboxPool | None = None,
+        ray_address: str | None = None,
     ) -> None:
         self.store = store
+        self._ray_address = ray_address  # for a pool of its own, when not given one
         self._sandboxes = sandboxes
         self.campaign_id = campaign_id
         self.directory = store.directory(campaign_id)
@@ -132,6 +190,9 @@ class CampaignRunner:
         self._cancel_requested = False
         self.state: CampaignState | None = None
         self.progress: RunProgress | None = None
+        #: Trajectories this run sent back because their last outcome was an infrastructure
+        #: failure (set once the run has started).
+        self.retrying = 0
 
     def cancel(self) -> None:
         """Stops the run: in-flight trajectories are cancelled, the ledger stays consistent."""
@@ -143,19 +204,45 @@ class CampaignRunner:
         """Runs (or resumes) the campaign until every trajectory is done or it is cancelled.
 
         Raises:
-            NotFound: the campaign does not exist.
+            NotFound: the campaign does not exist, or its creation was interrupted.
             Conflict: another process is running it.
             InvalidInput: its agent or scorer cannot be built.
         """
         if not (self.directory / LEDGER_FILE).is_file():
             self.store.load(self.campaign_id)  # raises NotFound with the list of campaigns
-        if self._sandboxes is not None:
-            return await self._run(self._sandboxes)
-        async with SandboxPool() as sandboxes:
-            return await self._run(sandboxes)
+        try:
+            if self._sandboxes is not None:
+                return await self._run(self._sandboxes)
+            async with SandboxPool(self._ray_address) as sandboxes:
+                return await self._run(sandboxes)
+        except BaseExceptionGroup as group:
+            # Task groups (the pool's, the trajectories') wrap what the run raises; callers
+            # catch our errors themselves and show their message.
+            error = sole_error(group)
+            if isinstance(error, EvalServerError):
+                raise error from None
+            raise
+
+    async def _write_nodes(self, sandboxes: SandboxPool) -> None:
+        """Keeps `nodes.json` (where sandbox work runs now) fresh for `status` in other processes.
+
+        Written only when instances run on a cluster; a snapshot, not a record: the ledger
+        keeps which node each step ran on.
+        """
+        path = self.directory / NODES_FILE
+        last = None
+        while True:
+            nodes = sandboxes.nodes()
+            if nodes is not None and nodes != last:
+                snapshot = json.dumps({"ts": time.time(), "nodes": nodes}, indent=1)
+                await anyio.to_thread.run_sync(_replace_file, path, snapshot)
+                last = nodes
+            await anyio.sleep(NODES_INTERVAL_S)
 
     async def _run(self, sandboxes: SandboxPool) -> CampaignState:
         async with await LedgerWriter.open(self.directory, self.campaign_id) as ledger:
+            if not ledger.recovered:
+                raise self.store.never_created(self.campaign_id)
             state = replay(ledger.recovered)
             ledger.recovered = []
             self.state = state
@@ -167,8 +254,8 @@ class CampaignRunner:
                 state=state,
                 agent=agent,
                 scorer=scorer,
-                limiters=Limiters(spec.limits),
-                policy=RetryPolicy(spec.limits.max_attempts, spec.limits.retry_base_delay_s),
+                limiters=Limiters(spec.limits, resumed_endpoints=resumed_endpoints(state)),
+                policy=RetryPolicy.of(spec.limits),
                 tasks={task.id: task for task in spec.task_list()},
                 directory=self.directory,
                 on_record=self._on_record,
@@ -176,20 +263,51 @@ class CampaignRunner:
             )
             self.progress = RunProgress(time.monotonic(), state.done_count, len(state.trajectories))
             await drive.record("run_started", None, pid=os.getpid(), resumed=state.runs > 0)
+            if infra_failed := state.infra_failed:
+                await drive.record(RETRY_REQUESTED, None, trajectories=infra_failed)
+                self.retrying = len(infra_failed)
             with anyio.CancelScope() as self._cancel_scope:
                 if self._cancel_requested:
                     self._cancel_scope.cancel()
-                async with anyio.create_task_group() as group:
-                    unfinished = [t for t in state.trajectories.values() if not t.done]
-                    for number, trajectory in enumerate(unfinished, start=1):
-                        group.start_soon(drive.trajectory, trajectory)
-                        # Let the first trajectories start while the rest are being spawned.
-                        if number % 16 == 0:
-                            await anyio.lowlevel.checkpoint()
+                async with anyio.create_task_group() as watching:
+                    watching.start_soon(self._write_nodes, sandboxes)
+                    async with anyio.create_task_group() as group:
+                        unfinished = [t for t in state.trajectories.values() if not t.done]
+                        for number, trajectory in enumerate(unfinished, start=1):
+                            group.start_soon(drive.trajectory, trajectory)
+                            # Let the first trajectories start while the rest are spawned.
+                            if number % 16 == 0:
+                                await anyio.lowlevel.checkpoint()
+                    watching.cancel_scope.cancel()
+            if calls := drive.limiters.endpoint_calls():
+                # Per run, not per call: a count of refusals (429, 5xx) for the sweep and the
+                # report. A run killed outright loses its counts, never a trajectory.
+                with anyio.CancelScope(shield=True):
+                    await drive.record(ENDPOINT_CALLS, None, calls=calls)
             if self._cancel_requested and state.status != "finished":
                 with anyio.CancelScope(shield=True):
                     await drive.record("campaign_cancelled", None, done=state.done_count)
             return state
+
+
+def _replace_file(path: Path, text: str) -> None:
+    scratch = path.with_suffix(".tmp")
+    scratch.write_text(text)
+    os.replace(scratch, path)
+
+
+def read_nodes(directory: Path) -> dict[str, Any] | None:
+    """The last `nodes.json` snapshot of a campaign run on a cluster, if there is one."""
+    try:
+        loaded: dict[str, Any] = json.loads((directory / NODES_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return loaded
+
+
+def _where(sandbox: TrajectorySandbox) -> dict[str, Any]:
+    """The node a step's workspace ran on, for backends of many nodes (nothing otherwise)."""
+    return {"node": sandbox.node} if sandbox.node else {}
 
 
 @dataclass
@@ -207,6 +325,12 @@ class _Drive:
     on_record: Callable[[CampaignState, dict[str, Any]], None] | None
     sandboxes: SandboxPool
     fresh_submissions: dict[str, Submission] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.limiters.on_endpoint_limit = self._endpoint_limit_changed
+
+    async def _endpoint_limit_changed(self, change: LimitChange) -> None:
+        await self.record(ENDPOINT_LIMIT, None, durable=False, **dataclasses.asdict(change))
 
     async def record(
         self, kind: str, trajectory: str | None, *, durable: bool = True, **payload: Any
@@ -262,12 +386,16 @@ class _Drive:
                 finally:
                     await sandbox.aclose()
         except InfrastructureError as exc:
-            failures = trajectory.generation_failures + 1
+            failures = trajectory.failure_causes.get(type(exc).__name__, 0) + 1
             final = self.policy.gives_up_after(failures)
-            await self._failed("generation_failed", trajectory, exc, started, final=final)
+            await self._failed(
+                "generation_failed", trajectory, exc, started, final=final, node=sandbox.node
+            )
             return 0.0 if final else self.policy.delay(failures)
         except Exception as exc:
-            await self._failed("generation_failed", trajectory, exc, started, outcome="error")
+            await self._failed(
+                "generation_failed", trajectory, exc, started, outcome="error", node=sandbox.node
+            )
             return 0.0
         duration = time.monotonic() - started
         if scope.cancelled_caught:
@@ -287,6 +415,7 @@ class _Drive:
             submission=await self._store_submission(submission),
             usage=submission.usage.model_dump() if submission.usage else None,
             duration_s=round(duration, 6),
+            **_where(sandbox),
         )
         self.fresh_submissions[tid] = submission
         return 0.0
@@ -319,12 +448,16 @@ class _Drive:
                 finally:
                     await sandbox.aclose()
         except InfrastructureError as exc:
-            failures = trajectory.scoring_failures + 1
+            failures = trajectory.failure_causes.get(type(exc).__name__, 0) + 1
             final = self.policy.gives_up_after(failures)
-            await self._failed("scoring_failed", trajectory, exc, started, final=final)
+            await self._failed(
+                "scoring_failed", trajectory, exc, started, final=final, node=sandbox.node
+            )
             return 0.0 if final else self.policy.delay(failures)
         except Exception as exc:
-            await self._failed("scoring_failed", trajectory, exc, started, outcome="error")
+            await self._failed(
+                "scoring_failed", trajectory, exc, started, outcome="error", node=sandbox.node
+            )
             return 0.0
         duration = round(time.monotonic() - started, 6)
         if result is None:
@@ -334,12 +467,27 @@ class _Drive:
                 duration_s=duration,
             )  # fmt: skip
             return 0.0
-        await self.record("scored", tid, score=result.model_dump(mode="json"), duration_s=duration)
+        score = result.model_dump(mode="json")
+        await self.record("scored", tid, score=score, duration_s=duration, **_where(sandbox))
         return 0.0
 
     def _sandbox(self, task: Task, trajectory_id: str, step: str) -> TrajectorySandbox:
         name = workspace_name(self.state.id, trajectory_id, step)
-        return TrajectorySandbox(self.sandboxes, task, name, self.limiters.provisioning)
+        provisioning = self.limiters.provisioning
+        return TrajectorySandbox(
+            self.sandboxes, task, name, provisioning, self._reprovisioned, self.state.spec.sandbox
+        )
+
+    async def _reprovisioned(self, event: Reprovisioned) -> None:
+        await self.record(
+            INSTANCE_REPROVISIONED,
+            None,
+            durable=False,
+            backend=event.backend,
+            instance=event.instance_key,
+            task=event.task_id,
+            reason=event.reason[:4000],
+        )
 
     async def _failed(
         self,
@@ -350,7 +498,9 @@ class _Drive:
         *,
         final: bool = True,
         outcome: str = "infra_error",
+        node: str | None = None,
     ) -> None:
+        where: dict[str, Any] = {"node": node} if node else {}
         await self.record(
             kind,
             trajectory.id,
@@ -358,6 +508,7 @@ class _Drive:
             final=final,
             error={"type": type(exc).__name__, "message": str(exc)[:4000]},
             duration_s=round(time.monotonic() - started, 6),
+            **where,
         )
 
     async def _store_submission(self, submission: Submission) -> dict[str, Any]:
@@ -375,4 +526,9 @@ class _Drive:
         stored = trajectory.submission or {}
         patch_ref = stored.get("patch")
         patch = read_artifact(self.directory, patch_ref).decode() if patch_ref else None
-        return Submission(answer=stored.get("answer"), patch=patch)
+        # Scorers that judge the trajectory itself need its transcript on resume too.
+        transcript_ref = stored.get("transcript")
+        transcript = (
+            json.loads(read_artifact(self.directory, transcript_ref)) if transcript_ref else None
+        )
+        return Submission(answer=stored.get("answer"), patch=patch, transcript=transcript)

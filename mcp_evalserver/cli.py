@@ -15,8 +15,15 @@ from typing import Any
 import anyio
 
 from mcp_evalserver import __version__
-from mcp_evalserver.campaigns import STATE_DIR_ENV, CampaignRunner, CampaignStore, default_state_dir
+from mcp_evalserver.campaigns import (
+    STATE_DIR_ENV,
+    CampaignRunner,
+    CampaignStore,
+    default_state_dir,
+    read_nodes,
+)
 from mcp_evalserver.cli_scoring import add_scoring_commands, dispatch_scoring
+from mcp_evalserver.cli_sweep import add_sweep_command, dispatch_sweep
 from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
 from mcp_evalserver.progress import progress_line, show_progress
 from mcp_evalserver.report import build_report, render_markdown
@@ -52,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         "and printed once; required beyond loopback)",
     )
     parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run instances on this Ray cluster's nodes (`auto`, HOST:PORT or ray://...) unless "
+        "a campaign's `sandbox` says otherwise (servers, run, resume); needs the `ray` extra",
+    )
+    parser.add_argument(
         "--allow-host",
         action="append",
         default=[],
@@ -68,14 +81,25 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="show one campaign, or list them all")
     status.add_argument("campaign_id", nargs="?", metavar="ID")
 
-    resume = commands.add_parser("resume", help="continue an interrupted campaign")
+    resume = commands.add_parser(
+        "resume",
+        help="continue an interrupted campaign, and run again what ended in an infrastructure "
+        "failure",
+    )
     resume.add_argument("campaign_id", metavar="ID")
     resume.add_argument("--no-progress", action="store_true", help="no live progress line")
 
     report = commands.add_parser("report", help="print a campaign's report")
     report.add_argument("campaign_id", metavar="ID")
-    report.add_argument("--format", choices=["markdown", "json"], default="markdown")
+    report.add_argument(
+        "--format",
+        choices=["markdown", "json", "html"],
+        default="markdown",
+        help="html: the dashboard's campaign page as one self-contained file",
+    )
+    report.add_argument("--out", type=Path, metavar="FILE", help="write to FILE, not stdout")
     add_scoring_commands(commands)
+    add_sweep_command(commands)
 
     commands.add_parser("schema", help="print the JSON schema of a campaign spec")
     return parser
@@ -110,7 +134,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     state_dir = args.state_dir or default_state_dir()
     if args.stdio:
-        anyio.run(serve_stdio, state_dir)
+        anyio.run(serve_stdio, state_dir, args.ray)
         return EXIT_OK
     token = resolve_token(args.token, args.host)
     with contextlib.suppress(KeyboardInterrupt):
@@ -122,6 +146,7 @@ def _serve(args: argparse.Namespace) -> int:
                 port=args.port,
                 token=token,
                 allowed_hosts=args.allow_host,
+                ray_address=args.ray,
             )
         )
     return EXIT_OK
@@ -129,6 +154,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
     handled = dispatch_scoring(args, store, _run)
+    if handled is None:
+        handled = dispatch_sweep(args, store)
     if handled is not None:
         return handled
     if args.command == "schema":
@@ -138,28 +165,56 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
         spec = load_spec(args.spec)
         campaign_id = anyio.run(store.create, spec, args.campaign_id)
         print(f"campaign {campaign_id} ({store.directory(campaign_id)})", file=sys.stderr)
-        return _run(store, campaign_id, progress=not args.no_progress)
+        return _run(store, campaign_id, progress=not args.no_progress, ray_address=args.ray)
     if args.command == "resume":
-        return _run(store, args.campaign_id, progress=not args.no_progress)
+        if failed := len(store.load(args.campaign_id).infra_failed):
+            print(
+                f"running {failed} trajectory(ies) again: their last outcome was an "
+                "infrastructure failure",
+                file=sys.stderr,
+            )
+        return _run(store, args.campaign_id, progress=not args.no_progress, ray_address=args.ray)
     if args.command == "status":
         if args.campaign_id is None:
             _print_campaign_list(store)
         else:
             state = store.load(args.campaign_id)
-            print(json.dumps(_status(state), indent=2))
+            status = _status(state)
+            # Where sandbox work runs now, as the running process last wrote it.
+            status["nodes_now"] = read_nodes(store.directory(args.campaign_id))
+            print(json.dumps(status, indent=2))
         return EXIT_OK
     if args.command == "report":
-        report = build_report(store.load(args.campaign_id))
-        if args.format == "json":
-            print(json.dumps(report, indent=2))
-        else:
-            print(render_markdown(report), end="")
+        _write(_report_text(store, args.campaign_id, args.format), args.out)
         return EXIT_OK
     raise AssertionError(f"unhandled command {args.command}")
 
 
-def _run(store: CampaignStore, campaign_id: str, *, progress: bool) -> int:
-    runner = CampaignRunner(store, campaign_id)
+def _report_text(store: CampaignStore, campaign_id: str, output: str) -> str:
+    if output == "html":
+        # Imported here: the other commands need no template engine.
+        from mcp_evalserver.server.dashboard.render import static_report
+
+        return static_report(store, campaign_id)
+    report = build_report(store.load(campaign_id))
+    return json.dumps(report, indent=2) + "\n" if output == "json" else render_markdown(report)
+
+
+def _write(text: str, out: Path | None) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {out}: {exc.strerror}; choose another --out") from exc
+    print(f"wrote {out}", file=sys.stderr)
+
+
+def _run(
+    store: CampaignStore, campaign_id: str, *, progress: bool, ray_address: str | None = None
+) -> int:
+    runner = CampaignRunner(store, campaign_id, ray_address=ray_address)
 
     async def supervise() -> CampaignState:
         # Caught inside the group so the user sees the error itself, not an ExceptionGroup.
@@ -223,8 +278,8 @@ def _print_campaign_list(store: CampaignStore) -> None:
             print(f"{campaign_id}  unreadable: {exc}")
             continue
         print(
-            f"{campaign_id}  {state.status}  {state.done_count}/{len(state.trajectories)}  "
-            f"resolved {state.count('resolved')}"
+            f"{campaign_id}  {state.describe_status()}  "
+            f"{state.done_count}/{len(state.trajectories)}  resolved {state.count('resolved')}"
         )
 
 

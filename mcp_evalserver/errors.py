@@ -59,3 +59,14 @@ class InfrastructureError(EvalServerError):
 
 class SandboxUnavailable(InfrastructureError):
     """The sandbox (instance, supervisor, engine) is down or cannot be provisioned."""
+
+
+def sole_error(error: BaseException) -> BaseException:
+    """The one exception that nested exception groups carry, else `error` itself.
+
+    A task group wraps what its tasks raise; a caller that expects one of ours unwraps it here
+    so a person sees the one-line message, not a group's traceback.
+    """
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error

@@ -165,18 +165,7 @@ class LedgerWriter:
     def _open_sync(cls, directory: Path, campaign_id: str) -> LedgerWriter:
         directory.mkdir(parents=True, exist_ok=True)
         (directory / ARTIFACTS_DIR).mkdir(exist_ok=True)
-        lock_fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(lock_fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(lock_fd)
-            raise Conflict(
-                f"campaign {campaign_id} is being run by another process (pid {holder}); "
-                "wait for it or stop it, then resume"
-            ) from None
-        os.ftruncate(lock_fd, 0)
-        os.pwrite(lock_fd, str(os.getpid()).encode(), 0)
+        lock_fd = _lock_campaign(directory, campaign_id)
         path = directory / LEDGER_FILE
         repaired = 0
         try:
@@ -194,7 +183,9 @@ class LedgerWriter:
             raise
         writer = cls(directory, campaign_id, lock_fd, file_fd, next_seq)
         writer.recovered = contents.records
-        if repaired:
+        # A torn first line leaves no record to follow: a `ledger_repaired` record there would
+        # become the first record and turn a never-created ledger into a corrupt one.
+        if repaired and contents.records:
             record = writer._encode("ledger_repaired", None, {"dropped_bytes": repaired})
             writer._write_sync([cls._line(record)])
             contents.records.append(record)
@@ -218,15 +209,7 @@ class LedgerWriter:
             os.close(self._lock_fd)
 
     def _encode(self, kind: str, trajectory: str | None, payload: dict[str, Any]) -> Record:
-        record: Record = {
-            "v": LEDGER_VERSION,
-            "seq": self._next_seq,
-            "ts": round(time.time(), 6),
-            "kind": kind,
-            "campaign": self.campaign_id,
-            "trajectory": trajectory,
-        }
-        record.update(payload)
+        record = _record(self._next_seq, kind, self.campaign_id, trajectory, payload)
         self._next_seq += 1
         return record
 
@@ -235,11 +218,7 @@ class LedgerWriter:
         return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
     def _write_sync(self, lines: list[bytes]) -> None:
-        data = b"".join(lines)
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        _write_all(self._fd, b"".join(lines))
         os.fsync(self._fd)
 
     async def append(
@@ -310,6 +289,96 @@ class LedgerWriter:
     async def put_artifact(self, data: bytes, suffix: str = "") -> ArtifactRef:
         """Stores bytes under their content hash (atomic rename, fsync'd) and names them."""
         return await store_artifact(self.directory, data, suffix)
+
+
+async def create_ledger(
+    directory: Path, campaign_id: str, kind: str, **payload: Any
+) -> Record | None:
+    """Starts a ledger whose first record is `kind`; atomic, so a crash leaves all or nothing.
+
+    The record is written to a temporary file, fsync'd and renamed to `ledger.jsonl` under the
+    campaign's lock: a ledger either holds its first record or does not exist. A ledger that
+    holds no complete record (an empty file or a torn first line: what a crash during creation
+    left before creation was atomic) counts as never created and is replaced.
+
+    Returns the record, or None when the ledger already holds records (nothing is written).
+
+    Raises:
+        Conflict: another process holds the campaign's lock.
+        LedgerCorrupt: the existing ledger is corrupt before its end.
+        OSError: the disk refused the write.
+    """
+    return await anyio.to_thread.run_sync(_create_sync, directory, campaign_id, kind, payload)
+
+
+def _create_sync(
+    directory: Path, campaign_id: str, kind: str, payload: dict[str, Any]
+) -> Record | None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / ARTIFACTS_DIR).mkdir(exist_ok=True)
+    lock_fd = _lock_campaign(directory, campaign_id)
+    try:
+        path = directory / LEDGER_FILE
+        if path.exists() and read_ledger(path).records:
+            return None
+        # Leftovers of creations killed before their rename.
+        for stale in directory.glob(f".{LEDGER_FILE}.*"):
+            stale.unlink(missing_ok=True)
+        record = _record(0, kind, campaign_id, None, payload)
+        fd, temporary = tempfile.mkstemp(prefix=f".{LEDGER_FILE}.", dir=directory)
+        try:
+            _write_all(fd, LedgerWriter._line(record))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+        _fsync_dir(directory)
+        return record
+    finally:
+        os.close(lock_fd)
+
+
+def _record(
+    seq: int, kind: str, campaign_id: str, trajectory: str | None, payload: dict[str, Any]
+) -> Record:
+    record: Record = {
+        "v": LEDGER_VERSION,
+        "seq": seq,
+        "ts": round(time.time(), 6),
+        "kind": kind,
+        "campaign": campaign_id,
+        "trajectory": trajectory,
+    }
+    record.update(payload)
+    return record
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _lock_campaign(directory: Path, campaign_id: str) -> int:
+    """Takes the campaign's writer lock (flock, not blocking) and records our pid in it.
+
+    Raises:
+        Conflict: another process holds it.
+    """
+    lock_fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(lock_fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        os.close(lock_fd)
+        raise Conflict(
+            f"campaign {campaign_id} is being run by another process (pid {holder}); "
+            "wait for it or stop it, then resume"
+        ) from None
+    os.ftruncate(lock_fd, 0)
+    os.pwrite(lock_fd, str(os.getpid()).encode(), 0)
+    return lock_fd
 
 
 async def store_artifact(directory: Path, data: bytes, suffix: str = "") -> ArtifactRef:

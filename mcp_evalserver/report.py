@@ -95,6 +95,7 @@ def build_report(state: CampaignState) -> dict[str, Any]:
         "campaign": state.id,
         "name": state.spec.name,
         "status": state.status,
+        "status_text": state.describe_status(),
         "agent": getattr(state.spec.agent, "type", None),
         "scorer": getattr(state.spec.scorer, "type", None),
         "trajectories": len(state.trajectories),
@@ -105,6 +106,8 @@ def build_report(state: CampaignState) -> dict[str, Any]:
         "graded": graded,
         "runs": state.runs,
         "rescores": state.rescores,
+        "infrastructure": infrastructure_health(state),
+        "endpoint_limits": endpoint_limits(state),
         "summary": summary,
         "phases": {
             "generation": _percentiles(t.generation_s for t in state.trajectories.values()),
@@ -119,8 +122,63 @@ def build_report(state: CampaignState) -> dict[str, Any]:
             [f.model_dump(mode="json") for f in flaky_graders(finished)] if oracle else None
         ),
         "confidence": {"level": CONFIDENCE, "bootstrap_seed": SEED, "resamples": RESAMPLES},
+        "nodes": where_it_ran(state),
         "tasks": per_task,
     }
+
+
+def where_it_ran(state: CampaignState) -> dict[str, dict[str, int]] | None:
+    """Per cluster node, the steps that ran there (None: every step ran on one machine)."""
+    nodes: dict[str, dict[str, int]] = {}
+    for trajectory in state.trajectories.values():
+        for node in {node for _, node in trajectory.nodes}:
+            nodes.setdefault(node, Counter())["trajectories"] += 1
+        for kind, node in trajectory.nodes:
+            nodes[node][_STEP_COLUMNS.get(kind, "failed_steps")] += 1
+    if not nodes:
+        return None
+    columns = ("trajectories", "generated", "scored", "failed_steps")
+    return {node: {c: counts.get(c, 0) for c in columns} for node, counts in sorted(nodes.items())}
+
+
+_STEP_COLUMNS = {"generated": "generated", "scored": "scored"}
+
+
+def infrastructure_health(state: CampaignState) -> dict[str, Any]:
+    """What the infrastructure did to a campaign: failed attempts by cause (retried or not),
+    trajectories sent back by a resume, instances re-provisioned and why.
+    """
+    history = [event for t in state.trajectories.values() for event in t.infra_history]
+    causes = Counter(f"{event['phase']}: {event['type']}" for event in history)
+    return {
+        "failed_attempts": len(history),
+        "failed_attempts_by_cause": dict(sorted(causes.items())),
+        "trajectories_hit": sum(1 for t in state.trajectories.values() if t.infra_history),
+        "unresolved_failures": len(state.infra_failed),
+        "retried_by_resume": state.retried,
+        "instances_reprovisioned": len(state.reprovisioned),
+        "reprovisioned": state.reprovisioned[-20:],
+    }
+
+
+def endpoint_limits(state: CampaignState) -> dict[str, dict[str, Any]]:
+    """Adaptive per-endpoint limits: where each settled, its range and its history of changes
+    (the ceiling found is the limit now; `congested_at` the limits that met a refusal)."""
+    found = {}
+    for endpoint, entry in state.endpoint_limits.items():
+        congested = [c["previous"] for c in entry.history if c["limit"] < c["previous"]]
+        found[endpoint] = {
+            "limit": entry.limit,
+            "changes": len(entry.history),
+            "decreases": entry.decreases,
+            "congested_at": congested[-20:],
+            "lowest": min(c["limit"] for c in entry.history),
+            "highest": max(c["limit"] for c in entry.history),
+            "history": [
+                {"ts": c["ts"], "limit": c["limit"], "reason": c["reason"]} for c in entry.history
+            ],
+        }
+    return found
 
 
 def _percentiles(values: Iterable[float | None]) -> dict[str, float | None]:
@@ -141,7 +199,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Campaign {report['campaign']}",
         "",
-        f"- status: **{report['status']}** ({report['done']}/{report['trajectories']} done,"
+        f"- status: **{report['status_text']}** ({report['done']}/{report['trajectories']} done,"
         f" {report['runs']} run(s)"
         + (f", rescored {report['rescores']} time(s)" if report["rescores"] else "")
         + f"; agent `{report['agent']}`, scorer `{report['scorer']}`)",
@@ -165,6 +223,28 @@ def render_markdown(report: dict[str, Any]) -> str:
         " of attempts",
         "- outcomes: " + ", ".join(f"{k} {v}" for k, v in report["outcomes"].items()),
     ]
+    health = report["infrastructure"]
+    if health["failed_attempts"] or health["instances_reprovisioned"]:
+        causes = ", ".join(f"{k} {v}" for k, v in health["failed_attempts_by_cause"].items())
+        lines.append(
+            f"- infrastructure faults survived: {health['failed_attempts']} failed attempt(s)"
+            f" in {health['trajectories_hit']} trajectory(ies)"
+            + (f" ({causes})" if causes else "")
+            + f"; {health['instances_reprovisioned']} instance(s) re-provisioned"
+            + (
+                f"; {health['retried_by_resume']} retried by resume"
+                if health["retried_by_resume"]
+                else ""
+            )
+        )
+    for endpoint, limit in report.get("endpoint_limits", {}).items():
+        lines.append(
+            f"- adaptive limit for {endpoint}: **{limit['limit']}** calls in flight"
+            f" ({limit['changes']} change(s), {limit['decreases']} decrease(s); ranged"
+            f" {limit['lowest']}–{limit['highest']}"
+            + (f"; refused at {limit['congested_at'][-5:]}" if limit["congested_at"] else "")
+            + ")"
+        )
     if report["score_statuses"]:
         statuses = ", ".join(f"{k} {v}" for k, v in report["score_statuses"].items())
         partial = report["partially_resolved"]
@@ -184,6 +264,15 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"- tokens: {summary['input_tokens'] or 0} in, {summary['output_tokens'] or 0} out"
             + (f"; cost ${cost:.4f}" if cost is not None else "")
+        )
+    if report.get("nodes"):
+        lines.append(
+            "- where it ran: "
+            + "; ".join(
+                f"node {node[:12]} {row['trajectories']} trajectories ({row['generated']} "
+                f"generated, {row['scored']} scored, {row['failed_steps']} failed steps)"
+                for node, row in report["nodes"].items()
+            )
         )
     if report["flaky_graders"]:
         flaky = ", ".join(

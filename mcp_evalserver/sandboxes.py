@@ -5,6 +5,12 @@ backend the first time a task needs it, in a host task of its own (a backend's `
 be entered and left by the same task), and provisions instances under the campaign's
 provisioning limit. A `TrajectorySandbox` hands an agent or a scorer its private workspace,
 created on first use and destroyed when that step ends.
+
+Self-healing lives here, for every backend alike: an instance that reports itself dead
+(`Instance.dead`: its supervisor's stream ended, its container or engine went away, its node
+died) fails the operations in flight on it as `SandboxUnavailable`, and the next use provisions
+it again. Users of a dead instance queue on one lock per instance, so they all wait for the one
+re-provisioning instead of each making their own.
 """
 
 from __future__ import annotations
@@ -12,17 +18,20 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 import anyio
 import anyio.abc
 
 from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput
 from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec, Workspace
-from mcp_evalserver.spec import Task
+from mcp_evalserver.spec import RaySandboxConfig, SandboxConfig, Task
 
-BackendName = Literal["local", "docker"]
+BackendName = Literal["local", "docker", "ray"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +70,12 @@ def workspace_name(campaign_id: str, trajectory_id: str, step: str) -> str:
     return f"{readable}-{step}-{digest}"
 
 
-def make_backend(name: BackendName) -> Backend:
-    """A fresh backend of that kind (imported here so docker stays optional at import time)."""
+def make_backend(name: BackendName, ray_address: str = "auto") -> Backend:
+    """A fresh backend of that kind (imported here so docker and ray stay optional)."""
+    if name == "ray":
+        from mcp_evalserver.sandbox.ray import RayBackend
+
+        return RayBackend(ray_address)
     if name == "local":
         from mcp_evalserver.sandbox.local import LocalBackend
 
@@ -72,14 +85,45 @@ def make_backend(name: BackendName) -> Backend:
     return DockerBackend()
 
 
-class SandboxPool:
-    """The backends and instances of one process. Use as `async with SandboxPool() as pool:`."""
+@dataclass(frozen=True)
+class Reprovisioned:
+    """An instance found dead and provisioned again (a health event)."""
 
-    def __init__(self) -> None:
+    backend: BackendName
+    instance_key: str
+    task_id: str
+    reason: str
+    ts: float
+
+
+#: Told when a call re-provisioned a dead instance (the runner records it in its ledger).
+ReprovisionObserver = Callable[[Reprovisioned], Awaitable[None]]
+
+
+class SandboxPool:
+    """The backends and instances of one process. Use as `async with SandboxPool() as pool:`.
+
+    With `ray_address`, instances run on that Ray cluster's nodes unless a campaign says
+    otherwise; one process uses at most one cluster. `backends` makes a backend of a kind
+    (given the Ray address); a test can wrap a real one.
+    """
+
+    def __init__(
+        self,
+        ray_address: str | None = None,
+        *,
+        backends: Callable[[BackendName, str], Backend] = make_backend,
+    ) -> None:
+        self.ray_address = ray_address
+        self._make_backend = backends
         self._backends: dict[BackendName, Backend] = {}
         self._instances: dict[tuple[BackendName, str], Instance] = {}
         self._lock = anyio.Lock()
         self._instance_locks: dict[tuple[BackendName, str], anyio.Lock] = {}
+        # Why an instance died, kept until it is provisioned again (which may take retries).
+        self._lost: dict[tuple[BackendName, str], str] = {}
+        #: Every re-provisioning this pool did, oldest first.
+        self.reprovisioned: list[Reprovisioned] = []
         self._closing = anyio.Event()
         self._group: anyio.abc.TaskGroup | None = None
 
@@ -99,10 +143,11 @@ class SandboxPool:
         if group is not None:
             await group.__aexit__(exc_type, exc, tb)
 
-    async def backend(self, name: BackendName) -> Backend:
-        """The running backend of that kind, started on first use.
+    async def backend(self, name: BackendName, address: str = "auto") -> Backend:
+        """The running backend of that kind, started on first use (`address`: Ray's).
 
         Raises:
+            InvalidInput: ray without Ray installed, or a second Ray cluster.
             SandboxUnavailable: the backend cannot start (no engine, no privileges).
         """
         async with self._lock:
@@ -110,21 +155,37 @@ class SandboxPool:
             if backend is None:
                 if self._group is None:
                     raise Conflict("use the sandbox pool as `async with SandboxPool() as pool`")
-                backend = await self._group.start(self._host, name)
+                backend = await self._group.start(self._host, name, address)
                 self._backends[name] = backend
             return backend
 
-    async def _host(self, name: BackendName, *, task_status: anyio.abc.TaskStatus[Backend]) -> None:
+    def nodes(self) -> list[dict[str, Any]] | None:
+        """Where sandbox work runs now, per node of a Ray cluster (None: on this machine)."""
+        backend = self._backends.get("ray")
+        return backend.nodes() if backend is not None else None
+
+    async def _host(
+        self, name: BackendName, address: str, *, task_status: anyio.abc.TaskStatus[Backend]
+    ) -> None:
         # The whole life of a backend is shielded, entry and exit inside one scope: when a
         # campaign fails or is cancelled, its backends must still stop their supervisors and
         # remove their mounts. It ends when the pool closes (`_closing` is set first).
         with anyio.CancelScope(shield=True):
-            async with make_backend(name) as backend:
+            async with self._make_backend(name, address) as backend:
                 task_status.started(backend)
                 await self._closing.wait()
 
-    async def instance(self, task: Task, provisioning: anyio.CapacityLimiter) -> Instance:
-        """The task's instance, provisioned (bounded by `provisioning`) the first time.
+    async def instance(
+        self,
+        task: Task,
+        provisioning: anyio.CapacityLimiter,
+        on_reprovisioned: ReprovisionObserver | None = None,
+        placement: SandboxConfig | None = None,
+    ) -> Instance:
+        """The task's instance, provisioned (bounded by `provisioning`) the first time and
+        again whenever it is found dead; `on_reprovisioned` hears of the latter.
+
+        `placement` is the campaign's choice; without one the pool's own (`ray_address`).
 
         Raises:
             InvalidInput: the task has no (valid) environment.
@@ -132,16 +193,33 @@ class SandboxPool:
             SandboxUnavailable: the backend cannot provision.
         """
         spec = instance_spec(task)
-        name = backend_for(task)
+        name: BackendName = backend_for(task)
+        address = self.ray_address
+        if placement is not None:
+            address = placement.address if isinstance(placement, RaySandboxConfig) else None
+        if address is not None:
+            name = "ray"
         key = (name, spec.key)
         lock = self._instance_locks.setdefault(key, anyio.Lock())
         async with lock:
             instance = self._instances.get(key)
-            if instance is None:
-                backend = await self.backend(name)
-                async with provisioning:
-                    instance = await backend.instance(spec)
-                self._instances[key] = instance
+            if instance is not None:
+                if (reason := instance.dead) is None:
+                    return instance
+                logger.warning("instance %s of task %s died: %s", spec.key, task.id, reason)
+                self._lost[key] = reason
+                del self._instances[key]
+            backend = await self.backend(name, address or "auto")
+            async with provisioning:
+                # The backend reaps its dead instance (supervisor, container) before the new.
+                instance = await backend.instance(spec)
+            self._instances[key] = instance
+            reason = self._lost.pop(key, None)
+            if reason is not None:
+                event = Reprovisioned(name, spec.key, task.id, reason, time.time())
+                self.reprovisioned.append(event)
+                if on_reprovisioned is not None:
+                    await on_reprovisioned(event)
             return instance
 
 
@@ -154,13 +232,27 @@ class TrajectorySandbox:
         task: Task,
         name: str,
         provisioning: anyio.CapacityLimiter,
+        on_reprovisioned: ReprovisionObserver | None = None,
+        placement: SandboxConfig | None = None,
     ) -> None:
         self._pool = pool
+        self._placement = placement
+        self.node: str | None = None  # where the workspace runs, on a backend of many nodes
         self._task = task
         self._name = name
         self._provisioning = provisioning
+        self._on_reprovisioned = on_reprovisioned
         self._workspace: Workspace | None = None
         self._lock = anyio.Lock()
+
+    def part(self, number: int) -> TrajectorySandbox:
+        """A sandbox of its own for part `number` of this step (a combined scorer's parts must
+        not share a workspace: each applies the patch afresh). The caller closes it."""
+        name = f"{self._name}-p{number}"
+        return TrajectorySandbox(
+            self._pool, self._task, name, self._provisioning, self._on_reprovisioned,
+            self._placement,
+        )  # fmt: skip
 
     @property
     def available(self) -> bool:
@@ -180,8 +272,11 @@ class TrajectorySandbox:
             if self._workspace is None:
                 if self._pool is None:
                     raise InvalidInput("this run has no sandbox pool; tasks cannot use workspaces")
-                instance = await self._pool.instance(self._task, self._provisioning)
+                instance = await self._pool.instance(
+                    self._task, self._provisioning, self._on_reprovisioned, self._placement
+                )
                 self._workspace = await instance.workspace(self._name)
+                self.node = self._workspace.node
             return self._workspace
 
     async def aclose(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -110,6 +110,24 @@ class Task(_Strict):
         return json.dumps([self.image, self.path, self.workdir, self.setup, self.base_commit])
 
 
+class AutoLimit(_Strict):
+    """An adaptive limit (AIMD, see `adaptive.py`): grows while calls succeed, shrinks on
+    429, 5xx, timeouts and connection failures. `"auto"` is this with its defaults."""
+
+    mode: Literal["auto"] = "auto"
+    min: int = Field(1, ge=1, description="Never below this many calls in flight.")
+    max: int = Field(256, ge=1, description="Never above this many.")
+    start: int | None = Field(None, ge=1, description="First limit (default: `min`).")
+
+    @model_validator(mode="after")
+    def _bounds_ordered(self) -> AutoLimit:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+        if self.start is not None and not self.min <= self.start <= self.max:
+            raise ValueError(f"start ({self.start}) is outside min..max ({self.min}..{self.max})")
+        return self
+
+
 class Limits(_Strict):
     """How much runs at once and how long anything may take."""
 
@@ -117,13 +135,58 @@ class Limits(_Strict):
     per_instance: int = Field(
         4, ge=1, description="Generations in flight per instance (tasks with an environment)."
     )
-    per_endpoint: int = Field(16, ge=1, description="Concurrent calls per model endpoint.")
+    per_endpoint: Annotated[int, Field(ge=1)] | AutoLimit = Field(
+        16,
+        description='Concurrent calls per model endpoint, or "auto" (optionally {"mode": "auto", '
+        '"min": 1, "max": 64}): found by AIMD while the campaign runs, each change recorded.',
+    )
     provisioning: int = Field(2, ge=1, description="Instances being provisioned at once.")
+
+    @field_validator("per_endpoint", mode="before")
+    @classmethod
+    def _auto_shorthand(cls, value: Any) -> Any:
+        return {"mode": "auto"} if value == "auto" else value
+
     scoring: int = Field(4, ge=1, description="Evaluations in flight at once.")
     trajectory_timeout_s: float = Field(1800.0, gt=0, description="Wall clock per generation.")
     scoring_timeout_s: float = Field(1800.0, gt=0, description="Wall clock per evaluation.")
-    max_attempts: int = Field(3, ge=1, description="Tries per phase on infrastructure errors.")
-    retry_base_delay_s: float = Field(1.0, ge=0, description="First backoff delay; doubles.")
+    max_attempts: int = Field(
+        5,
+        ge=1,
+        description="Tries per phase and per cause of infrastructure error (the error's type); "
+        "a resume gives every cause its tries again.",
+    )
+    retry_base_delay_s: float = Field(
+        2.0, ge=0, description="First backoff delay after an infrastructure error; doubles, ±50%."
+    )
+    retry_max_delay_s: float = Field(
+        60.0, ge=0, description="Longest backoff delay (before jitter)."
+    )
+
+
+class HostSandboxConfig(_Strict):
+    """Instances on the machine that runs the campaign: `path` on local, `image` on docker."""
+
+    type: Literal["host"] = "host"
+
+
+class RaySandboxConfig(_Strict):
+    """Instances on the worker nodes of a Ray cluster (needs `pip install 'mcp-evalserver[ray]'`).
+
+    Each node hosts its instances with its own backend, chosen per task as on one machine (a
+    `path` on local, an `image` on docker); nodes offer `sandbox_slots`, one per instance.
+    """
+
+    type: Literal["ray"] = "ray"
+    address: str = Field(
+        "auto",
+        min_length=1,
+        description="The cluster: `auto` (this machine's node's cluster), the head's `HOST:PORT`, "
+        "or `ray://...` (Ray Client).",
+    )
+
+
+SandboxConfig = Annotated[HostSandboxConfig | RaySandboxConfig, Field(discriminator="type")]
 
 
 class CampaignSpec(_Strict):
@@ -135,6 +198,9 @@ class CampaignSpec(_Strict):
     agent: AgentConfig = Field(default_factory=NoopAgentConfig)
     scorer: ScorerConfig = Field(default_factory=ExactScorerConfig)
     limits: Limits = Field(default_factory=Limits)
+    sandbox: SandboxConfig | None = Field(
+        None, description="Where instances run; default: the server's choice (`--ray`) or here."
+    )
 
     @field_validator("name")
     @classmethod

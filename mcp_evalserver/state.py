@@ -14,6 +14,12 @@ Record kinds and what they do to a trajectory:
     scoring_failed       scoring -> generated, or -> done with outcome infra_error/timeout
     rescore_requested    the named done trajectories that were generated -> generated again
                          (their score and outcome cleared); optionally a new scorer
+    retry_requested      the named trajectories that ended in an infrastructure failure go back
+                         to where it struck: pending (generation) or generated (scoring); their
+                         budget of retries is whole again, their history of failures stays
+    instance_reprovisioned  an instance was found dead and provisioned again (health)
+    endpoint_limit       an adaptive per-endpoint limit changed (a resume starts from the last)
+    endpoint_calls       a run's calls per model endpoint, by how they went (ok, HTTP 429, ...)
     campaign_cancelled   the campaign is cancelled until a `run_started` resumes it
     run_started          a process began (or resumed) running the campaign
     ledger_repaired      a torn tail was dropped when the ledger was reopened
@@ -38,6 +44,12 @@ CampaignStatus = Literal["running", "finished", "cancelled"]
 #: Outcomes caused by the infrastructure, kept apart from task failures in every figure.
 INFRA_OUTCOMES: frozenset[str] = frozenset({"infra_error"})
 RESCORE_REQUESTED = "rescore_requested"
+RETRY_REQUESTED = "retry_requested"
+INSTANCE_REPROVISIONED = "instance_reprovisioned"
+ENDPOINT_LIMIT = "endpoint_limit"
+ENDPOINT_CALLS = "endpoint_calls"
+#: How much of an error message the history of a trajectory's failures keeps.
+HISTORY_MESSAGE_CHARS = 300
 SCORER_ADAPTER = TypeAdapter[ScorerConfig](ScorerConfig)
 
 
@@ -63,10 +75,27 @@ class TrajectoryState:
     scored_seq: int | None = None
     #: When the record that finished it was written (epoch seconds).
     finished_ts: float | None = None
+    #: (step kind, node) for each step that ran on a backend of many nodes (Ray), in order.
+    nodes: list[tuple[str, str]] = field(default_factory=list)
+    #: Infrastructure failures of the current phase by cause (the error's type): each cause
+    #: has its own budget of retries. Cleared when the phase completes or a retry is asked.
+    failure_causes: dict[str, int] = field(default_factory=dict)
+    #: Every infrastructure failure it went through, oldest first: phase, type, message.
+    infra_history: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
         return self.phase == "done"
+
+
+@dataclass
+class EndpointLimit:
+    """An adaptive endpoint limit as its records left it, with every change."""
+
+    limit: int
+    decreases: int = 0
+    #: {"ts", "limit", "previous", "reason", "retry_after_s"} per change, oldest first.
+    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -81,6 +110,16 @@ class CampaignState:
     runs: int = 0
     repaired_bytes: int = 0
     rescores: int = 0
+    #: Trajectories sent back by `retry_requested` records (infrastructure failures retried).
+    retried: int = 0
+    #: Instances found dead and provisioned again while this campaign ran (health).
+    reprovisioned: list[dict[str, Any]] = field(default_factory=list)
+    #: Adaptive per-endpoint limits by endpoint (`limits.per_endpoint: "auto"`).
+    endpoint_limits: dict[str, EndpointLimit] = field(default_factory=dict)
+    #: Calls per model endpoint by how they went ("ok", "HTTP 429", ...), summed over runs.
+    endpoint_calls: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Seconds the runs were running (each run: its first record to its last).
+    run_s: float = 0.0
     last_seq: int = -1
     last_ts: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -97,6 +136,19 @@ class CampaignState:
     @property
     def done_count(self) -> int:
         return sum(1 for t in self.trajectories.values() if t.done)
+
+    @property
+    def infra_failed(self) -> list[str]:
+        """Trajectories whose last outcome is an infrastructure failure: a resume runs them."""
+        return [t.id for t in self.trajectories.values() if t.outcome in INFRA_OUTCOMES]
+
+    def describe_status(self) -> str:
+        """The status as a person reads it: a finish with infrastructure failures says so."""
+        failed = len(self.infra_failed)
+        if self.status == "finished" and failed:
+            plural = "s" if failed != 1 else ""
+            return f"finished with {failed} infrastructure failure{plural} — resume to retry them"
+        return self.status
 
 
 def replay(records: Iterable[dict[str, Any]]) -> CampaignState:
@@ -135,9 +187,13 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     Raises:
         LedgerCorrupt: the record names an unknown trajectory or breaks the phase order.
     """
+    kind = record["kind"]
+    # Time between a run's records is running time; the gap before a run (or a rescore request
+    # written while none ran) is not.
+    if state.runs > 0 and kind not in ("run_started", RESCORE_REQUESTED):
+        state.run_s += max(0.0, record["ts"] - state.last_ts)
     state.last_seq = record["seq"]
     state.last_ts = record["ts"]
-    kind = record["kind"]
     if kind == "run_started":
         state.runs += 1
         state.cancelled = False
@@ -151,6 +207,22 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     if kind == RESCORE_REQUESTED:
         _rescore_requested(state, record)
         return
+    if kind == RETRY_REQUESTED:
+        _retry_requested(state, record)
+        return
+    if kind == INSTANCE_REPROVISIONED:
+        event = {k: record.get(k) for k in ("backend", "instance", "task", "reason", "ts")}
+        state.reprovisioned.append(event)
+        return
+    if kind == ENDPOINT_LIMIT:
+        _endpoint_limit(state, record)
+        return
+    if kind == ENDPOINT_CALLS:
+        for endpoint, counts in record.get("calls", {}).items():
+            summed = state.endpoint_calls.setdefault(endpoint, {})
+            for how, count in counts.items():
+                summed[how] = summed.get(how, 0) + int(count)
+        return
     handler = _TRAJECTORY_HANDLERS.get(kind)
     if handler is None:
         # Records from a newer version that this one does not know are kept, not fatal.
@@ -161,6 +233,24 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     if trajectory is None:
         raise LedgerCorrupt(f"record seq {record.get('seq')} names unknown trajectory {tid!r}")
     handler(trajectory, record)
+    if isinstance(node := record.get("node"), str):
+        trajectory.nodes.append((kind, node))
+
+
+def _endpoint_limit(state: CampaignState, record: dict[str, Any]) -> None:
+    limit, previous = int(record["limit"]), int(record["previous"])
+    entry = state.endpoint_limits.setdefault(str(record["endpoint"]), EndpointLimit(limit))
+    entry.limit = limit
+    entry.decreases += limit < previous
+    entry.history.append(
+        {
+            "ts": record["ts"],
+            "limit": limit,
+            "previous": previous,
+            "reason": record.get("reason"),
+            "retry_after_s": record.get("retry_after_s"),
+        }
+    )
 
 
 def rescorable(trajectory: TrajectoryState) -> bool:
@@ -193,6 +283,34 @@ def _rescore_requested(state: CampaignState, record: dict[str, Any]) -> None:
             trajectory.scored_seq = None
             trajectory.finished_ts = None
             trajectory.scoring_failures = 0
+            trajectory.failure_causes = {}
+
+
+def _retry_requested(state: CampaignState, record: dict[str, Any]) -> None:
+    for tid in record.get("trajectories", []):
+        trajectory = state.trajectories.get(tid)
+        if trajectory is None:
+            raise LedgerCorrupt(f"record seq {record['seq']} names unknown trajectory {tid!r}")
+        if trajectory.outcome not in INFRA_OUTCOMES:
+            continue  # only infrastructure failures go back; a result stands
+        state.retried += 1
+        # A generated trajectory can only have failed in scoring: its submission stands.
+        trajectory.phase = "generated" if trajectory.generated_seq is not None else "pending"
+        trajectory.outcome = None
+        trajectory.error = None
+        trajectory.finished_ts = None
+        trajectory.failure_causes = {}
+
+
+def _infra_failure(t: TrajectoryState, r: dict[str, Any], phase: str) -> None:
+    if r.get("outcome") not in INFRA_OUTCOMES:
+        return
+    error = r.get("error") or {}
+    cause = str(error.get("type") or "InfrastructureError")
+    message = str(error.get("message") or "")[:HISTORY_MESSAGE_CHARS]
+    t.infra_history.append({"phase": phase, "type": cause, "message": message, "seq": r["seq"]})
+    if not r.get("final"):
+        t.failure_causes[cause] = t.failure_causes.get(cause, 0) + 1
 
 
 def _expect(trajectory: TrajectoryState, record: dict[str, Any], *phases: Phase) -> None:
@@ -218,10 +336,12 @@ def _generated(t: TrajectoryState, r: dict[str, Any]) -> None:
     t.generation_s = r.get("duration_s")
     t.generated_seq = r["seq"]
     t.error = None
+    t.failure_causes = {}
 
 
 def _generation_failed(t: TrajectoryState, r: dict[str, Any]) -> None:
     _expect(t, r, "generating")
+    _infra_failure(t, r, "generation")
     t.error = r.get("error")
     t.generation_s = r.get("duration_s")
     if r.get("final"):
@@ -251,10 +371,12 @@ def _scored(t: TrajectoryState, r: dict[str, Any]) -> None:
     t.scored_seq = r["seq"]
     t.finished_ts = r["ts"]
     t.error = None
+    t.failure_causes = {}
 
 
 def _scoring_failed(t: TrajectoryState, r: dict[str, Any]) -> None:
     _expect(t, r, "scoring")
+    _infra_failure(t, r, "scoring")
     t.error = r.get("error")
     if r.get("final"):
         t.phase = "done"

@@ -4,6 +4,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
 command -v git >/dev/null || need+=(git)
+# The ray test group runs its clusters in a loopback-only network namespace (unshare -n, ip).
+command -v unshare >/dev/null || need+=(util-linux)
+command -v ip >/dev/null || need+=(iproute2)
+# The dashboard's browser tests drive Debian's chromium through Playwright (never a download).
+command -v chromium >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then echo "ensure-system: missing ${need[*]}; install them or run as root" >&2; exit 1; fi
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from tests.ray.cluster import LoopbackCluster, loopback_cluster
+
+# Tests marked `ray` run in a child pytest inside a loopback-only network namespace.
+from tests.ray.rerun import pytest_collection_modifyitems  # noqa: F401
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[LoopbackCluster]:
+    """Two worker nodes of 4 sandbox slots each (tests may add and kill more)."""
+    with loopback_cluster(workers=2, slots=4) as cluster:
+        yield cluster

@@ -29,6 +29,7 @@ from openai.types.chat import (
     ChatCompletionToolUnionParam,
 )
 
+from mcp_evalserver.adaptive import EndpointLimiter
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext, Usage
 from mcp_evalserver.agents.config import OpenAIAgentConfig
 from mcp_evalserver.agents.workspace_tools import WorkspaceTools, tool_schemas
@@ -198,7 +199,7 @@ class _Session:
     async def complete(
         self,
         client: openai.AsyncOpenAI,
-        limiter: anyio.CapacityLimiter,
+        limiter: EndpointLimiter,
         messages: list[dict[str, Any]],
         step: int,
     ) -> ChatCompletion:
@@ -214,16 +215,27 @@ class _Session:
             started = time.monotonic()
             try:
                 # The limiter is held for the request only: a call waiting out its backoff
-                # must not keep another trajectory from the endpoint.
-                async with limiter:
-                    completion = await client.chat.completions.create(
-                        model=config.model,
-                        messages=cast("list[ChatCompletionMessageParam]", messages),
-                        tools=self.tools,
-                        temperature=_or_omit(config.temperature),
-                        seed=_or_omit(config.seed),
-                        max_completion_tokens=_or_omit(config.max_output_tokens),
-                    )
+                # must not keep another trajectory from the endpoint. How the request went
+                # adapts the limit when it is adaptive.
+                async with limiter.call() as slot:
+                    try:
+                        completion = await client.chat.completions.create(
+                            model=config.model,
+                            messages=cast("list[ChatCompletionMessageParam]", messages),
+                            tools=self.tools,
+                            temperature=_or_omit(config.temperature),
+                            seed=_or_omit(config.seed),
+                            max_completion_tokens=_or_omit(config.max_output_tokens),
+                        )
+                    except openai.APIStatusError as exc:
+                        if exc.status_code == 429 or exc.status_code >= 500:
+                            hint = retry_after_seconds(exc.response.headers)
+                            slot.congested(f"HTTP {exc.status_code}", hint)
+                        raise
+                    except openai.APIConnectionError as exc:
+                        slot.congested(type(exc).__name__)
+                        raise
+                    slot.succeeded()
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 if status != 429 and status < 500:

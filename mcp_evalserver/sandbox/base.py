@@ -14,7 +14,7 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -100,6 +100,8 @@ class Workspace(ABC):
     """
 
     name: str
+    #: The machine it lives on, for a backend that spans several (Ray's node id); else None.
+    node: str | None = None
 
     @abstractmethod
     async def exec(
@@ -210,6 +212,13 @@ class Instance(ABC):
     def base_commit(self) -> str | None:
         """The commit diffs are taken against (None if the workdir is not a git repo)."""
 
+    @property
+    def dead(self) -> str | None:
+        """Why the instance can no longer serve (its supervisor, container or engine died), or
+        None while it can. A dead instance stays dead: its users ask for a new one.
+        """
+        return None
+
     @abstractmethod
     async def workspace(self, name: str) -> Workspace:
         """Creates an empty copy-on-write workspace named `name` (e.g. a trajectory id).
@@ -254,6 +263,10 @@ class Backend(ABC):
     @abstractmethod
     async def aclose(self) -> None:
         """Releases every instance this backend provisioned."""
+
+    def nodes(self) -> list[dict[str, Any]] | None:
+        """Per machine: its instances, workspaces and commands in flight (None: one machine)."""
+        return None
 
     async def __aenter__(self) -> Self:
         return self

@@ -82,6 +82,11 @@ class SupervisorClient:
     def alive(self) -> bool:
         return self._dead is None
 
+    @property
+    def dead(self) -> str | None:
+        """Why the supervisor is gone (its stream ended or broke), or None while it answers."""
+        return self._dead
+
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Starts reading replies in `task_group` (which must outlive this client)."""
         task_group.start_soon(self._read_replies)

@@ -102,12 +102,17 @@ class DockerBackend(Backend):
         async with self._locks[spec.key]:
             existing = self._instances.pop(spec.key, None)
             if existing is not None:
-                if _alive(existing):
+                if existing.dead is None:
                     self._instances[spec.key] = existing
                     return existing
-                # Its supervisor died (OOM, killed): drop the container before a new one.
+                # Its supervisor, container or engine died: drop what is left before a new
+                # one. An engine still restarting cannot remove it now; the label finds it at
+                # close (or the next start-up) instead.
                 with anyio.CancelScope(shield=True):
-                    await existing.aclose()
+                    try:
+                        await existing.aclose()
+                    except errors.SandboxUnavailable as exc:
+                        log.warning("instance %s: could not remove its remains: %s", spec.key, exc)
             async with self._limiter:
                 instance = await self._provision(spec, spec.image)
             self._instances[spec.key] = instance
@@ -183,11 +188,3 @@ class DockerBackend(Backend):
                 # Whatever an interrupted provisioning left (probes, half-made instances).
                 await engine.remove_leftovers(everything_of_ours=True)
                 await engine.aclose()
-
-
-def _alive(instance: Instance) -> bool:
-    if isinstance(instance, SupervisedInstance):
-        return instance.client.alive
-    if isinstance(instance, PerTrajectoryInstance):
-        return not instance.closed
-    return True

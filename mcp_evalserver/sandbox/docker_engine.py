@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import tarfile
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,19 @@ _POOL_SIZE = 128
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def _release_frames(exc: BaseException) -> None:
+    """Drops the locals of every finished frame in the tracebacks of `exc` and its causes."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)  # a running frame is skipped
+        pending += [current.__cause__, current.__context__]
 
 
 def base_image_tag() -> str:
@@ -179,6 +193,10 @@ class DockerEngine:
                 f"Docker engine at {self.url} refused to {what}: {exc.explanation or exc}"
             ) from exc
         except (OSError, docker.errors.DockerException) as exc:
+            # docker-py leaves the socket of a failed connect (engine down) in a frame of this
+            # traceback: release it now, not at some later collection, or every retry while an
+            # engine restarts holds a file descriptor.
+            _release_frames(exc)
             raise SandboxUnavailable(
                 f"lost the Docker engine at {self.url} while trying to {what}: {exc}; "
                 f"check `docker info` ({_ENSURE_HINT})"

@@ -173,6 +173,11 @@ class PerTrajectoryInstance(Instance):
     def base_commit(self) -> str | None:
         return self._base
 
+    @property
+    def dead(self) -> str | None:
+        # Each workspace is a container of its own: a lost one fails its trajectory alone.
+        return "the instance was closed" if self.closed else None
+
     async def workspace(self, name: str) -> ContainerWorkspace:
         if self.closed:
             raise errors.SandboxUnavailable("the instance was closed")

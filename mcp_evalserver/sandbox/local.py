@@ -75,7 +75,7 @@ class LocalBackend(Backend):
         async with self._locks[spec.key]:
             existing = self._instances.get(spec.key)
             if existing is not None:
-                if existing.client.alive:
+                if existing.dead is None:
                     return existing
                 await existing.aclose()  # its supervisor died: reap it, then provision anew
             instance = await self._provision(spec, spec.path)

@@ -83,6 +83,12 @@ class SupervisedInstance(Instance):
     def base_commit(self) -> str | None:
         return self._base
 
+    @property
+    def dead(self) -> str | None:
+        if self._closed:
+            return "the instance was closed"
+        return self.client.dead
+
     async def workspace(self, name: str) -> SupervisedWorkspace:
         limits = self.spec.limits()
         info = await self.client.request("ws_create", reply_timeout=60, ws=name, limits=limits)

@@ -526,6 +526,7 @@ class Job:
         self.stdin_fd, self.stdin_data = -1, b""
         self.status: int | None = None
         self.timed_out = False
+        self.killed = False  # by us: timeout, cancel, reset or destroy
         self.open_fds: set[int] = set()
         self.out_fd = self.err_fd = -1
         self.finish: Callable[[Job], dict[str, Any]] = lambda job: {}
@@ -891,6 +892,7 @@ class Supervisor:
                 self.maybe_done(job)
 
     def kill(self, job: Job) -> None:
+        job.killed = True
         if job.pid and job.status is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(job.pid, signal.SIGKILL)
@@ -1283,6 +1285,12 @@ class Supervisor:
             if "error" in msg and not job.timed_out:
                 raise SupervisorError(msg.get("kind", "InfrastructureError"), msg["error"])
         raw = next((m["status"] for m in job.messages() if "status" in m), job.status)
+        if raw is None and not job.killed and job.ws is not None:
+            # Its parent died before reporting and we did not kill it: the holder died (its
+            # execs die with it) or was killed from outside. Not the command's doing, so not a
+            # result: the trajectory's workspace is lost.
+            lost = f"workspace {job.ws.name!r} lost its holder while a command ran"
+            raise SupervisorError("InfrastructureError", lost)
         if raw is None:  # its parent was killed (timeout, cancel, destroy) before reporting
             code = -signal.SIGKILL
         else:

@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcp_evalserver.scoring.transcript_checks import TrajectoryAssertion
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -107,6 +109,44 @@ class PythonScorerConfig(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class TrajectoryScorerConfig(_Strict):
+    """Assertions over the recorded tool calls (see `scoring/transcript_checks.py`).
+
+    Resolved when every assertion holds; the score is the share that hold. A submission
+    without a transcript (external agents) is the evaluation's error, not a failure.
+    """
+
+    type: Literal["trajectory"] = "trajectory"
+    assertions: list[TrajectoryAssertion] = Field(min_length=1)
+
+
+class AllOfScorerConfig(_Strict):
+    """Resolved when every scorer resolves (e.g. the tests pass AND the trajectory is sane)."""
+
+    type: Literal["all_of"] = "all_of"
+    scorers: list[ScorerConfig] = Field(min_length=1)
+
+
+class AnyOfScorerConfig(_Strict):
+    """Resolved when at least one scorer resolves."""
+
+    type: Literal["any_of"] = "any_of"
+    scorers: list[ScorerConfig] = Field(min_length=1)
+
+
+class WeightedPart(_Strict):
+    scorer: ScorerConfig
+    weight: float = Field(1.0, gt=0)
+
+
+class WeightedScorerConfig(_Strict):
+    """The weighted mean of the scorers' scores; resolved when it reaches `threshold`."""
+
+    type: Literal["weighted"] = "weighted"
+    parts: list[WeightedPart] = Field(min_length=1)
+    threshold: float = Field(1.0, ge=0.0, le=1.0)
+
+
 ScorerConfig = Annotated[
     ExactScorerConfig
     | RegexScorerConfig
@@ -114,6 +154,14 @@ ScorerConfig = Annotated[
     | CommandScorerConfig
     | TestsScorerConfig
     | LlmJudgeScorerConfig
-    | PythonScorerConfig,
+    | PythonScorerConfig
+    | TrajectoryScorerConfig
+    | AllOfScorerConfig
+    | AnyOfScorerConfig
+    | WeightedScorerConfig,
     Field(discriminator="type"),
 ]
+
+# The combinations hold scorer configs themselves: resolve the forward references now.
+for _combined in (AllOfScorerConfig, AnyOfScorerConfig, WeightedPart, WeightedScorerConfig):
+    _combined.model_rebuild()

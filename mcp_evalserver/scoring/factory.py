@@ -6,8 +6,11 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.plugins import load_factory
 from mcp_evalserver.scoring.answers import ExactScorer, JsonScorer, RegexScorer
 from mcp_evalserver.scoring.base import Scorer
+from mcp_evalserver.scoring.combined import CombinedScorer
 from mcp_evalserver.scoring.command import CommandScorer
 from mcp_evalserver.scoring.config import (
+    AllOfScorerConfig,
+    AnyOfScorerConfig,
     CommandScorerConfig,
     ExactScorerConfig,
     JsonScorerConfig,
@@ -16,8 +19,11 @@ from mcp_evalserver.scoring.config import (
     RegexScorerConfig,
     ScorerConfig,
     TestsScorerConfig,
+    TrajectoryScorerConfig,
+    WeightedScorerConfig,
 )
 from mcp_evalserver.scoring.testsuite import TestsScorer
+from mcp_evalserver.scoring.trajectory import TrajectoryScorer
 
 
 def build_scorer(config: ScorerConfig) -> Scorer:
@@ -59,6 +65,15 @@ def build_scorer(config: ScorerConfig) -> Scorer:
             from mcp_evalserver.scoring.judge import LlmJudgeScorer
 
             return LlmJudgeScorer(**config.model_dump(exclude={"type"}))
+        case TrajectoryScorerConfig():
+            return TrajectoryScorer(config.assertions)
+        case AllOfScorerConfig() | AnyOfScorerConfig():
+            parts = [(part.type, build_scorer(part)) for part in config.scorers]
+            return CombinedScorer(config.type, parts)
+        case WeightedScorerConfig():
+            parts = [(part.scorer.type, build_scorer(part.scorer)) for part in config.parts]
+            weights = [part.weight for part in config.parts]
+            return CombinedScorer("weighted", parts, weights=weights, threshold=config.threshold)
         case PythonScorerConfig():
             scorer = load_factory(config.factory)(config.options)
             if not isinstance(scorer, Scorer):

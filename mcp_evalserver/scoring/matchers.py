@@ -176,3 +176,12 @@ def _dump(value: Any) -> str:
 def _show(text: str, *, quote: bool = True) -> str:
     shown = text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
     return repr(shown) if quote else shown
+
+
+def json_difference(expected: Any, got: Any, *, subset: bool = False) -> str | None:
+    """Where `got` (a parsed JSON value) first differs from `expected`; None when they agree.
+
+    Raises:
+        InvalidInput: `expected` holds something JSON cannot express.
+    """
+    return _difference("$", expected, got, subset=subset)

@@ -1,12 +1,20 @@
-"""Serving the MCP app over HTTP: uvicorn on a pre-bound socket, behind a bearer token.
+"""Serving the MCP app and the dashboard over HTTP: uvicorn on a pre-bound socket, behind a
+bearer token.
 
 The token comes from `--token`, else `$MCP_EVALSERVER_TOKEN`, else it is generated and printed
 once to stderr. A server bound beyond loopback without a token given is refused: a generated
 token printed on a shared machine's terminal is not a secret worth trusting the network with.
+
+A browser cannot send a bearer header with a page load, so the dashboard's login form trades
+the token for an HttpOnly, SameSite=Strict session cookie whose value is derived from the token
+(never the token itself, never in a URL). The cookie opens the dashboard's pages only; `/mcp`
+takes the bearer header alone. Every path but `/healthz` answers only requests whose Host (and
+Origin, when sent) names this server: DNS-rebinding protection, as the MCP transport has it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -26,23 +34,54 @@ TOKEN_ENV = "MCP_EVALSERVER_TOKEN"
 
 #: Paths answered without a token (a load balancer's health check carries none).
 OPEN_PATHS = frozenset({"/healthz"})
+#: Paths answered without a token but behind the Host check: the dashboard's login form.
+LOGIN_PATH = "/login"
+#: The dashboard's session cookie; its value is `session_value(token)`.
+SESSION_COOKIE = "mcp_evalserver_session"
+#: Paths the session cookie never opens: MCP clients send the bearer header.
+BEARER_ONLY_PREFIXES = ("/mcp",)
+
+
+def session_value(token: str) -> str:
+    """The session cookie's value: derived from the token, so the token is never stored."""
+    return hmac.new(token.encode(), b"mcp-evalserver dashboard session", hashlib.sha256).hexdigest()
+
+
+def _cookie(headers: dict[bytes, bytes], name: str) -> bytes:
+    for part in headers.get(b"cookie", b"").split(b";"):
+        key, _, value = part.strip().partition(b"=")
+        if key == name.encode():
+            return value
+    return b""
 
 
 class BearerAuth:
-    """ASGI middleware: HTTP requests need `Authorization: Bearer <token>`, else 401."""
+    """ASGI middleware: `Authorization: Bearer <token>`, or on dashboard paths the session
+    cookie, else 401 (a browser asking for a page is sent to the login form instead)."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
         self._expected = f"Bearer {token}".encode()
+        self._session = session_value(token).encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in OPEN_PATHS or path == LOGIN_PATH:
             await self.app(scope, receive, send)
             return
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        # Constant-time comparison: the token must not leak through response timing.
+        headers = dict(scope["headers"])
+        given = headers.get(b"authorization", b"")
+        # Constant-time comparisons: the secrets must not leak through response timing.
         if hmac.compare_digest(given, self._expected):
             await self.app(scope, receive, send)
+            return
+        cookie = _cookie(headers, SESSION_COOKIE)
+        dashboard = not path.startswith(BEARER_ONLY_PREFIXES)
+        if dashboard and cookie and hmac.compare_digest(cookie, self._session):
+            await self.app(scope, receive, send)
+            return
+        if dashboard and not given and b"text/html" in headers.get(b"accept", b""):
+            await _respond(send, 303, b"", [(b"location", LOGIN_PATH.encode())])
             return
         reason = "missing bearer token" if not given else "invalid bearer token"
         body = json.dumps(
@@ -52,18 +91,67 @@ class BearerAuth:
                 f"token given with --token or ${TOKEN_ENV}, or printed when the server started)",
             }
         ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b'Bearer realm="mcp-evalserver"'),
-                ],
-            }
+        await _respond(
+            send,
+            401,
+            body,
+            [
+                (b"content-type", b"application/json"),
+                (b"www-authenticate", b'Bearer realm="mcp-evalserver"'),
+            ],
         )
-        await send({"type": "http.response.body", "body": body})
+
+
+async def _respond(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
+    headers = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def allowed_host_names(host: str, allowed_hosts: Sequence[str] = ()) -> list[str]:
+    """The Host header values a request may carry: loopback names, the bound host, and
+    `allowed_hosts` (`name` or `name:port`); each also with any port (`name:*`)."""
+    names = ["127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host]
+    names += list(allowed_hosts)
+    return sorted({entry for name in names for entry in (name, f"{name}:*")})
+
+
+def host_allowed(value: str, allowed: Sequence[str]) -> bool:
+    """Whether a Host header value matches one of `allowed` (`name:*` takes any port)."""
+    if value in allowed:
+        return True
+    name, _, port = value.rpartition(":")
+    return bool(name) and port.isdigit() and f"{name}:*" in allowed
+
+
+class HostGuard:
+    """ASGI middleware: a request must name this server in its Host header, and in its Origin
+    when it sends one, else 421/403: a page on a rebound DNS name cannot read the dashboard."""
+
+    def __init__(self, app: ASGIApp, allowed: Sequence[str]) -> None:
+        self.app = app
+        self._allowed = list(allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        host = headers.get(b"host", b"").decode("latin-1")
+        origin = headers.get(b"origin", b"").decode("latin-1")
+        origin_host = (
+            origin.partition("://")[2] if origin.startswith(("http://", "https://")) else ""
+        )
+        if not host_allowed(host, self._allowed):
+            await _respond(send, 421, b"unknown Host header: use an address this server "
+                           b"serves, or start it with --allow-host NAME", [])  # fmt: skip
+            return
+        if origin and not host_allowed(origin_host, self._allowed):
+            await _respond(send, 403, b"cross-origin requests are refused", [])
+            return
+        await self.app(scope, receive, send)
 
 
 def is_loopback(host: str) -> bool:
@@ -126,6 +214,7 @@ async def serve_http(
     port: int = 8765,
     token: str,
     allowed_hosts: Sequence[str] = (),
+    ray_address: str | None = None,
     stderr: TextIO = sys.stderr,
 ) -> None:
     """Serves until cancelled or signalled; prints the URL once listening (port 0 = any free).
@@ -135,13 +224,32 @@ async def serve_http(
     """
     import uvicorn
 
-    from mcp_evalserver.server.mcp_app import http_app
-
     sock = listening_socket(host, port)
     bound_port = sock.getsockname()[1]
-    app = BearerAuth(http_app(state_dir, host, allowed_hosts), token)
+    app = build_http_app(
+        state_dir, host=host, token=token, allowed_hosts=allowed_hosts, ray_address=ray_address
+    )
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
     display = f"[{host}]" if ":" in host else host
+    # Scripts read the URL as the last word of the first line: keep it so.
     print(f"mcp-evalserver: serving MCP at http://{display}:{bound_port}/mcp", file=stderr)
+    print(f"mcp-evalserver: dashboard at http://{display}:{bound_port}/", file=stderr)
     stderr.flush()
     await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def build_http_app(
+    state_dir: Path,
+    *,
+    host: str,
+    token: str,
+    allowed_hosts: Sequence[str] = (),
+    ray_address: str | None = None,
+) -> ASGIApp:
+    """MCP at `/mcp`, the dashboard at `/`, `/healthz`: behind the Host check and the token."""
+    from mcp_evalserver.server.dashboard.web import dashboard_routes
+    from mcp_evalserver.server.mcp_app import http_app
+
+    app = http_app(state_dir, host, allowed_hosts, ray_address)
+    app.router.routes.extend(dashboard_routes(state_dir, token))
+    return HostGuard(BearerAuth(app, token), allowed_host_names(host, allowed_hosts))

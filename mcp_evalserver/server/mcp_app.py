@@ -28,8 +28,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcp_evalserver import __version__
-from mcp_evalserver.errors import EvalServerError
+from mcp_evalserver.errors import Conflict, EvalServerError
 from mcp_evalserver.scoring.config import ScorerConfig
+from mcp_evalserver.server.http import allowed_host_names
 from mcp_evalserver.server.models import (
     CampaignList,
     CampaignStatus,
@@ -41,12 +42,15 @@ from mcp_evalserver.server.models import (
     FileWritten,
     ScoringStatus,
     Submitted,
+    SweepStatus,
 )
 from mcp_evalserver.server.scoped import ScopedTrajectory
 from mcp_evalserver.server.service import EvalService
+from mcp_evalserver.server.sweeps import Sweeps
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.spec import CampaignSpec
 from mcp_evalserver.state import Outcome
+from mcp_evalserver.sweep import DEFAULT_LEVELS
 
 logger = logging.getLogger(__name__)
 
@@ -96,19 +100,29 @@ def _service(ctx: Context[EvalService, Any]) -> EvalService:
     return ctx.request_context.lifespan_context
 
 
+def _sweeps(ctx: Context[EvalService, Any]) -> Sweeps:
+    sweeps = _service(ctx).sweeps
+    if sweeps is None:
+        raise Conflict("the server is not running (it is starting or stopping)")
+    return sweeps
+
+
 def _trajectories(ctx: Context[EvalService, Any]) -> ExternalTrajectories:
     return ExternalTrajectories(_service(ctx).claims)
 
 
-def create_server(state_dir: Path, *, base_dir: Path | None = None) -> MCPServer[EvalService]:
+def create_server(
+    state_dir: Path, *, base_dir: Path | None = None, ray_address: str | None = None
+) -> MCPServer[EvalService]:
     """The MCP server; its lifespan owns an `EvalService` over `state_dir`.
 
-    `base_dir` resolves relative task file paths in specs (default: the working directory).
+    `base_dir` resolves relative task file paths in specs (default: the working directory);
+    with `ray_address`, instances run on that Ray cluster unless a campaign says otherwise.
     """
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[EvalService]) -> AsyncIterator[EvalService]:
-        async with EvalService(state_dir, base_dir=base_dir) as service:
+        async with EvalService(state_dir, base_dir=base_dir, ray_address=ray_address) as service:
             yield service
 
     app: MCPServer[EvalService] = MCPServer(
@@ -174,6 +188,45 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
 
         return await service.wait(campaign_id, wait_s, progress)
 
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def sweep_concurrency(
+        spec: CampaignSpec,
+        ctx: Context[EvalService, Any],
+        levels: Annotated[
+            list[int] | None, Field(description="Concurrency levels; default 1, 10, 50, 100.")
+        ] = None,
+        tasks: Annotated[int, Field(ge=1, description="The spec's first N tasks.")] = 20,
+        samples: Annotated[int | None, Field(ge=1, description="Default: the spec's.")] = None,
+        sweep_id: Annotated[
+            str | None, Field(description="Optional id; an existing sweep's id resumes it.")
+        ] = None,
+    ) -> SweepStatus:
+        """Find the provider's real ceiling: run the spec's first `tasks` tasks as one recorded
+        campaign per concurrency level, then write sweep.json (throughput, task and
+        infrastructure error rates, 429/5xx counts, latency, tokens/s per level) and sweep.png,
+        and recommend the level where errors start to climb. Returns at once; follow it with
+        sweep_status (wait_s > 0), or a level's campaign with campaign_status."""
+        return _sweeps(ctx).start(
+            spec.resolved(_service(ctx).base_dir),
+            levels=levels or list(DEFAULT_LEVELS),
+            tasks=tasks,
+            samples=samples,
+            sweep_id=sweep_id,
+        )
+
+    @app.tool(annotations=_READ_ONLY)
+    @tool_errors
+    async def sweep_status(
+        sweep_id: Annotated[str, Field(description="The id sweep_concurrency returned.")],
+        ctx: Context[EvalService, Any],
+        wait_s: WaitSeconds = 0.0,
+    ) -> SweepStatus:
+        """Where a concurrency sweep stands: the level running now, or (finished) the figures
+        per level, the recommended level and why, and the paths of sweep.json and sweep.png.
+        With wait_s > 0 the call waits until the sweep finishes or wait_s passes."""
+        return await _sweeps(ctx).wait(sweep_id, wait_s)
+
     @app.tool(annotations=_READ_ONLY)
     @tool_errors
     async def list_campaigns(
@@ -196,7 +249,9 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
     @tool_errors
     async def resume(campaign_id: CampaignId, ctx: Context[EvalService, Any]) -> CampaignStatus:
         """Continue a cancelled or interrupted campaign where its ledger left off: finished
-        trajectories are kept, generated ones are only scored, the rest run again."""
+        trajectories are kept, generated ones are only scored, the rest run again. Trajectories
+        whose last outcome is an infrastructure failure run again from the phase that failed;
+        `retrying` says how many."""
         return await _service(ctx).resume(campaign_id)
 
     @app.tool(annotations=_MUTATES)
@@ -310,27 +365,31 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         return await _trajectories(ctx).submit(claim_id, answer)
 
 
-async def serve_stdio(state_dir: Path) -> None:
+async def serve_stdio(state_dir: Path, ray_address: str | None = None) -> None:
     """Serves MCP over this process's stdin/stdout until the client closes it."""
-    await create_server(state_dir).run_stdio_async()
+    await create_server(state_dir, ray_address=ray_address).run_stdio_async()
 
 
-def http_app(state_dir: Path, host: str, allowed_hosts: Sequence[str] = ()) -> Starlette:
+def http_app(
+    state_dir: Path,
+    host: str,
+    allowed_hosts: Sequence[str] = (),
+    ray_address: str | None = None,
+) -> Starlette:
     """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on.
 
     Requests must name a loopback host, the bound host, or one of `allowed_hosts` (`name` or
     `name:port`) in their Host header, and a matching Origin if they send one: a web page the
     user visits cannot reach the server through a rebound DNS name.
     """
-    names = ["127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host]
-    names += list(allowed_hosts)
-    hosts = [entry for name in names for entry in (name, f"{name}:*")]
+    hosts = allowed_host_names(host, allowed_hosts)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=sorted(set(hosts)),
+        allowed_hosts=hosts,
         allowed_origins=sorted({f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")}),
     )
-    return create_server(state_dir).streamable_http_app(host=host, transport_security=security)
+    server = create_server(state_dir, ray_address=ray_address)
+    return server.streamable_http_app(host=host, transport_security=security)
 
 
 TRAJECTORY_INSTRUCTIONS = """\

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from mcp_evalserver.scoring.comparison import PairedComparison
 from mcp_evalserver.scoring.stats import CampaignSummary
+
+
+class InstanceReprovisioned(BaseModel):
+    """An instance found dead (supervisor, container or engine gone) and provisioned again."""
+
+    task: str | None
+    instance: str | None
+    backend: str | None
+    reason: str | None
+    ts: float | None
 
 
 class CampaignStatus(BaseModel):
@@ -32,6 +42,32 @@ class CampaignStatus(BaseModel):
     )
     claimed: int = Field(0, description="External trajectories held by a client right now.")
     error: str | None = Field(None, description="Why the last run stopped early, if it did.")
+    nodes: list[dict[str, Any]] | None = Field(
+        None,
+        description="While instances run on a Ray cluster: per node, its slots and the "
+        "instances, workspaces and commands in flight on it (this server's, every campaign).",
+    )
+    status_text: str = Field(
+        "",
+        description="The status as a person reads it, e.g. 'finished with 2 infrastructure "
+        "failures — resume to retry them'.",
+    )
+    infra_failures: int = Field(
+        0, description="Trajectories whose last outcome is an infrastructure failure."
+    )
+    retrying: int = Field(
+        0,
+        description="Trajectories the last resume sent back because their last outcome was an "
+        "infrastructure failure.",
+    )
+    reprovisioned: list[InstanceReprovisioned] = Field(
+        default_factory=list,
+        description="Instances found dead and provisioned again while it ran (last 20).",
+    )
+    endpoint_limits: dict[str, int] = Field(
+        default_factory=dict,
+        description='Adaptive per-endpoint limits now (`limits.per_endpoint: "auto"`).',
+    )
     next_step: str = Field(description="What to do next with this campaign.")
 
 
@@ -122,3 +158,26 @@ class Comparison(BaseModel):
     campaign_b: str
     comparison: PairedComparison
     markdown: str = Field(description="The comparison as a person reads it.")
+
+
+class SweepStatus(BaseModel):
+    """Where a concurrency sweep stands, and its result once finished."""
+
+    sweep_id: str
+    active: bool = Field(description="Whether this server is running it right now.")
+    levels: list[int]
+    campaigns: dict[int, str] = Field(
+        description="The campaign of each level (follow one with campaign_status)."
+    )
+    current_level: int | None = Field(None, description="The level running now.")
+    finished: bool = Field(description="Whether sweep.json holds every level's figures.")
+    recommended: int | None = Field(None, description="The concurrency level to use.")
+    reason: str | None = Field(None, description="Why that level, in a sentence.")
+    figures: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Per level: throughput_per_min, error rates, http_429, http_5xx, latency "
+        "p50/p95, tokens_per_s.",
+    )
+    sweep_json: str | None = None
+    sweep_png: str | None = Field(None, description="The plot (with the `plot` extra).")
+    error: str | None = Field(None, description="Why the sweep stopped early, if it did.")

@@ -74,4 +74,4 @@ class ScopedTrajectory:
                 f"trajectory {self.context.trajectory_id} was already submitted; exit the program"
             )
         shown = {k: v if v is None else v[:_ARGUMENT_CHARS] for k, v in arguments.items()}
-        self.calls.append({"tool": tool, **shown})
+        self.calls.append({"tool": tool, "arguments": shown})

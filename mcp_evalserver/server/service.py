@@ -46,8 +46,10 @@ from mcp_evalserver.server.models import (
     CampaignList,
     CampaignStatus,
     Comparison,
+    InstanceReprovisioned,
     ScoringStatus,
 )
+from mcp_evalserver.server.sweeps import Sweeps
 from mcp_evalserver.spec import CampaignSpec
 from mcp_evalserver.state import INFRA_OUTCOMES, CampaignState
 
@@ -80,7 +82,9 @@ class _Run:
 class EvalService:
     """Campaigns and external trajectories for one server. Use as `async with`."""
 
-    def __init__(self, state_dir: Path, *, base_dir: Path | None = None) -> None:
+    def __init__(
+        self, state_dir: Path, *, base_dir: Path | None = None, ray_address: str | None = None
+    ) -> None:
         self.store = CampaignStore(state_dir)
         self.claims = ClaimBoard()
         self.base_dir = base_dir or Path.cwd()
@@ -88,12 +92,16 @@ class EvalService:
         self._stack: AsyncExitStack | None = None
         self._group: anyio.abc.TaskGroup | None = None
         self._pool: SandboxPool | None = None
+        self._ray_address = ray_address
+        self.sweeps: Sweeps | None = None
 
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
             # The pool outlives the campaigns that use it: entered first, left last.
-            self._pool = await stack.enter_async_context(SandboxPool())
+            self._pool = await stack.enter_async_context(SandboxPool(self._ray_address))
             self._group = await stack.enter_async_context(anyio.create_task_group())
+            self.sweeps = Sweeps(self.store, self._group, self._pool)
+            stack.callback(self.sweeps.cancel_all)
             stack.callback(self._cancel_all)
             self._stack = stack.pop_all()
         return self
@@ -131,24 +139,27 @@ class EvalService:
         return self.status(new_id)
 
     async def resume(self, campaign_id: str) -> CampaignStatus:
-        """Continues a campaign that is not finished and not running here.
+        """Continues a campaign that is not finished and not running here; trajectories whose
+        last outcome is an infrastructure failure run again (`retrying` says how many).
 
         Raises:
             NotFound: no such campaign.
-            Conflict: it is running already (here or in another process), or it is finished.
+            Conflict: it is running already (here or in another process), or it is finished
+                with nothing left to retry.
         """
         if self._active(campaign_id):
             raise Conflict(
                 f"campaign {campaign_id} is already running; follow it with campaign_status"
             )
         state = self._load(campaign_id)
-        if state.status == "finished":
+        if state.status == "finished" and not state.infra_failed:
             raise Conflict(
                 f"campaign {campaign_id} is finished: nothing to resume. Read its report "
                 f"(resource campaign://{campaign_id}/report) or start a new campaign"
             )
         await self._launch(campaign_id)
-        return self.status(campaign_id)
+        # From the ledger as it was: the run may not have recorded its retries yet.
+        return self.status(campaign_id).model_copy(update={"retrying": len(state.infra_failed)})
 
     async def cancel(self, campaign_id: str) -> CampaignStatus:
         """Stops a campaign running here; what it recorded stays, `resume` continues it.
@@ -205,6 +216,12 @@ class EvalService:
             awaiting_client=awaiting,
             claimed=claimed,
             error=error,
+            nodes=self._pool.nodes() if active and self._pool is not None else None,
+            status_text=state.describe_status(),
+            infra_failures=len(state.infra_failed),
+            retrying=run.runner.retrying if run is not None else 0,
+            reprovisioned=[InstanceReprovisioned(**event) for event in state.reprovisioned[-20:]],
+            endpoint_limits={key: e.limit for key, e in state.endpoint_limits.items()},
             next_step=_next_step(state, active=active, awaiting=awaiting, error=error),
         )
 
@@ -410,6 +427,11 @@ def _progress_line(status: CampaignStatus) -> str:
 
 def _next_step(state: CampaignState, *, active: bool, awaiting: int, error: str | None) -> str:
     cid = state.id
+    if state.status == "finished" and state.infra_failed and not active:
+        return (
+            f"{state.describe_status()}: call resume with {cid!r} to run them again, or read "
+            f"the report (resource campaign://{cid}/report)"
+        )
     if state.status == "finished":
         return f"finished: read the report (resource campaign://{cid}/report) or call score"
     if active and awaiting:

@@ -4,13 +4,19 @@ It is a real HTTP server (stdlib, in a thread), so the agent talks to it through
 `openai` client: requests, status codes, headers and JSON are what a real endpoint would send.
 Each request to `/v1/chat/completions` takes the next scripted response; when the script is
 used up, `then` answers every further request (or a 500 saying the script ran out).
+
+With `capacity=K` it behaves like a provider with a hidden ceiling: a request that arrives while
+K others are open is refused with `over_capacity` (a 429, with whatever Retry-After headers it
+carries) and takes nothing from the script; `service_s` is how long it works on each accepted
+request (a provider's latency, so that requests overlap as they do against a real one).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,6 +43,8 @@ class Failure:
 
 
 Response = Reply | Failure
+#: Answers a request from its body (e.g. by how long the conversation is).
+Responder = Callable[[dict[str, Any]], Response]
 
 
 def call(name: str, **arguments: Any) -> Reply:
@@ -56,8 +64,21 @@ class FakeOpenAI:
     """The server's script and what it received; `url` is the `base_url` to configure."""
 
     def __init__(
-        self, script: Sequence[Response], then: Response | None = None, *, overlap: int = 1
+        self,
+        script: Sequence[Response],
+        then: Response | Responder | None = None,
+        *,
+        overlap: int = 1,
+        capacity: int | None = None,
+        over_capacity: Failure | None = None,
+        service_s: float = 0.0,
     ) -> None:
+        self.capacity = capacity
+        self.over_capacity = over_capacity or Failure(429, message="rate limited: too many open")
+        self.service_s = service_s
+        #: Requests refused for capacity, and the most open at once among those accepted.
+        self.refused = 0
+        self.max_accepted = 0
         self.script = list(script)
         self.then = then
         self.seen: list[Seen] = []
@@ -70,12 +91,18 @@ class FakeOpenAI:
         self._lock = threading.Lock()
         self._calls = 0
 
-    def arrived(self) -> None:
+    def arrived(self) -> bool:
+        """Counts a request in; False when it is over capacity (it must be refused)."""
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            if self.capacity is not None and self.in_flight > self.capacity:
+                self.refused += 1
+                return False
+            self.max_accepted = max(self.max_accepted, self.in_flight)
         if self._together is not None:
             self._together.wait()
+        return True
 
     def left(self) -> None:
         with self._lock:
@@ -87,6 +114,8 @@ class FakeOpenAI:
             self._calls += 1
             if self.script:
                 return self.script.pop(0)
+            if callable(self.then):
+                return self.then(body)
             return self.then or Failure(500, message="the fake's script ran out")
 
     def completion(self, reply: Reply, model: str) -> dict[str, Any]:
@@ -141,16 +170,25 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._send(404, {"error": {"message": f"no route {self.path}"}}, {})
             return
-        self.fake.arrived()
+        accepted = self.fake.arrived()
         try:
+            if not accepted:
+                self._fail(self.fake.over_capacity)
+                return
+            if self.fake.service_s:
+                # The provider at work (see the module docstring), in the server's own thread.
+                time.sleep(self.fake.service_s)
             response = self.fake.next_response(body, self.headers.get("Authorization"))
             if isinstance(response, Failure):
-                error = {"message": response.message, "type": "scripted", "code": response.status}
-                self._send(response.status, {"error": error}, response.headers)
+                self._fail(response)
             else:
                 self._send(200, self.fake.completion(response, str(body.get("model"))), {})
         finally:
             self.fake.left()
+
+    def _fail(self, failure: Failure) -> None:
+        error = {"message": failure.message, "type": "scripted", "code": failure.status}
+        self._send(failure.status, {"error": error}, failure.headers)
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
         data = json.dumps(payload).encode()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,62 @@ def test_the_answer_task_examples_resolve_with_the_oracle_and_not_with_noop(
     assert "pass rate: **100.0%** (18/18" in capsys.readouterr().out
     assert main(["--state-dir", state, "run", str(examples / "answers-noop.json")]) == 0
     assert "pass rate: **0.0%** (0/18" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("left", [b"", b'{"v":1,"seq":0,"ts":1,"kind":"campaign_created","sp'])
+def test_a_ledger_an_interrupted_creation_left_is_refused_by_resume_and_recreated_by_run_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], left: bytes
+) -> None:
+    # An empty file or a torn first line: what a kill during creation left before creation
+    # was atomic. Neither may stay a campaign that nothing can finish.
+    state = tmp_path / "state"
+    (state / "campaigns" / "o").mkdir(parents=True)
+    (state / "campaigns" / "o" / "ledger.jsonl").write_bytes(left)
+    for _ in range(2):  # resuming twice: a refused resume changes nothing
+        assert main(["--state-dir", str(state), "resume", "o", "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("mcp-evalserver: campaign 'o' was never created"), err
+        assert err.count("\n") == 1
+        assert "`run SPEC --id o`" in err
+    spec = _spec(tmp_path, "oracle")
+    assert main(["--state-dir", str(state), "run", str(spec), "--id", "o", "--no-progress"]) == 0
+    assert "pass rate: **100.0%** (6/6" in capsys.readouterr().out
+    assert main(["--state-dir", str(state), "run", str(spec), "--id", "o", "--no-progress"]) == 2
+    assert "campaign 'o' exists; resume it instead" in capsys.readouterr().err
+
+
+def _hold_lock(directory: Path) -> int:
+    fd = os.open(directory / "ledger.lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+@pytest.mark.parametrize("cause", ["held by another process", "corrupt"])
+def test_an_error_inside_a_run_prints_one_line_that_says_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cause: str
+) -> None:
+    state = tmp_path / "state"
+    main(["--state-dir", str(state), "run", str(_spec(tmp_path, "noop")), "--id", "n"])
+    capsys.readouterr()
+    directory = state / "campaigns" / "n"
+    if cause == "corrupt":
+        ledger = directory / "ledger.jsonl"
+        lines = ledger.read_bytes().splitlines(keepends=True)
+        ledger.write_bytes(b"".join([lines[0], b"not json\n", *lines[1:]]))
+        expected = "line 2 is unreadable"
+        advice = "Move the file aside and inspect it"
+    else:
+        held = _hold_lock(directory)
+        expected = "campaign n is being run by another process"
+        advice = "wait for it or stop it, then resume"
+    try:
+        assert main(["--state-dir", str(state), "resume", "n", "--no-progress"]) == 1
+    finally:
+        if cause != "corrupt":
+            os.close(held)
+    err = capsys.readouterr().err
+    assert err.startswith("mcp-evalserver: "), err
+    assert err.count("\n") == 1, err
+    assert expected in err
+    assert advice in err
+    assert "Traceback" not in err

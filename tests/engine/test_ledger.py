@@ -11,7 +11,13 @@ import anyio.lowlevel
 import pytest
 
 from mcp_evalserver.errors import Conflict, LedgerCorrupt, NotFound
-from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_artifact, read_ledger
+from mcp_evalserver.ledger import (
+    LEDGER_FILE,
+    LedgerWriter,
+    create_ledger,
+    read_artifact,
+    read_ledger,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -81,6 +87,48 @@ async def test_reopening_a_torn_ledger_cuts_the_tail_and_records_the_repair(
     assert [r["seq"] for r in contents.records] == [0, 1, 2, 3, 4]
     assert contents.records[3] == contents.records[3] | {"kind": "ledger_repaired"}
     assert contents.records[3]["dropped_bytes"] == len(b'{"v":1,"seq":3')
+
+
+async def test_reopening_a_ledger_whose_only_line_is_torn_records_no_repair_as_its_first_record(
+    tmp_path: Path,
+) -> None:
+    # What a crash in the middle of writing a campaign's first record left, before creation
+    # was atomic: a `ledger_repaired` first record would make it corrupt for good.
+    path = tmp_path / LEDGER_FILE
+    path.write_bytes(b'{"v":1,"seq":0,"kind":"campaign_cr')
+    async with await LedgerWriter.open(tmp_path, "c1") as ledger:
+        assert ledger.recovered == []
+    assert read_ledger(path).records == []
+
+
+async def test_creating_a_ledger_writes_its_first_record_whole_or_not_at_all(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "c1"
+    record = await create_ledger(directory, "c1", "campaign_created", spec={"name": "x"})
+    assert record is not None
+    assert read_ledger(directory / LEDGER_FILE).records == [record]
+    assert record["seq"] == 0
+    assert record["spec"] == {"name": "x"}
+    assert await create_ledger(directory, "c1", "campaign_created", spec={}) is None, (
+        "a ledger with records is never replaced"
+    )
+    assert read_ledger(directory / LEDGER_FILE).records == [record]
+    async with await LedgerWriter.open(directory, "c1") as ledger:
+        with pytest.raises(Conflict, match="another process"):
+            await create_ledger(directory, "c1", "campaign_created", spec={})
+        assert (await ledger.append("note"))["seq"] == 1
+
+
+@pytest.mark.parametrize("left", [b"", b'{"v":1,"seq":0,"kind":"campaign_cr'])
+async def test_a_ledger_without_a_whole_record_counts_as_never_created_and_is_replaced(
+    tmp_path: Path, left: bytes
+) -> None:
+    (tmp_path / LEDGER_FILE).write_bytes(left)
+    (tmp_path / f".{LEDGER_FILE}.stale").write_bytes(b"{")
+    record = await create_ledger(tmp_path, "c1", "campaign_created", spec={})
+    assert read_ledger(tmp_path / LEDGER_FILE).records == [record]
+    assert not (tmp_path / f".{LEDGER_FILE}.stale").exists()
 
 
 async def test_a_corrupt_line_before_the_end_is_an_error_that_names_the_line(

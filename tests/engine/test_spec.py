@@ -11,6 +11,7 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.sandboxes import instance_spec
 from mcp_evalserver.spec import (
     CampaignSpec,
+    RaySandboxConfig,
     Task,
     load_spec,
     load_tasks,
@@ -98,10 +99,22 @@ def test_a_missing_task_file_says_which_file(tmp_path: Path) -> None:
         parse_spec({"tasks": str(tmp_path / "nowhere.jsonl")})
 
 
-def test_the_exported_schema_describes_agents_scorers_and_limits() -> None:
+def test_the_exported_schema_describes_agents_scorers_limits_and_the_sandbox() -> None:
     schema = spec_json_schema()
-    assert set(schema["properties"]) == {"name", "tasks", "samples", "agent", "scorer", "limits"}
+    fields = {"name", "tasks", "samples", "agent", "scorer", "limits", "sandbox"}
+    assert set(schema["properties"]) == fields
     assert "discriminator" in json.dumps(schema["properties"]["agent"])
     # The schema is what the model accepts: a spec validated from it round-trips.
     spec = CampaignSpec.model_validate({"tasks": [{"id": "a"}], "agent": {"type": "oracle"}})
     assert CampaignSpec.model_validate(spec.model_dump(mode="json")) == spec
+
+
+def test_a_campaign_chooses_its_sandbox_by_type_and_a_wrong_one_is_named() -> None:
+    spec = CampaignSpec.model_validate(
+        {"tasks": [{"id": "a"}], "sandbox": {"type": "ray", "address": "127.0.0.1:6379"}}
+    )
+    assert isinstance(spec.sandbox, RaySandboxConfig)
+    assert spec.sandbox.address == "127.0.0.1:6379"
+    assert CampaignSpec.model_validate({"tasks": [{"id": "a"}]}).sandbox is None
+    with pytest.raises(InvalidInput, match="sandbox"):
+        parse_spec({"tasks": [{"id": "a"}], "sandbox": {"type": "kubernetes"}})

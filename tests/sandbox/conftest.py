@@ -67,6 +67,16 @@ async def docker_backend() -> AsyncIterator[BackendUnderTest]:
         yield BackendUnderTest("docker", backend, spec)
 
 
+@asynccontextmanager
+async def ray_backend(address: str) -> AsyncIterator[BackendUnderTest]:
+    """Local instances hosted on the worker nodes of a loopback Ray cluster at `address`."""
+    from mcp_evalserver.sandbox.ray import RayBackend
+
+    # The local backend gives the spec factory (a fresh directory per spec); it stays unused.
+    async with local_backend() as local, RayBackend(address) as backend:
+        yield BackendUnderTest("ray", backend, local.spec)
+
+
 BACKENDS: dict[str, Callable[[], AbstractAsyncContextManager[BackendUnderTest]]] = {
     "local": local_backend,
     "docker": docker_backend,
@@ -74,8 +84,9 @@ BACKENDS: dict[str, Callable[[], AbstractAsyncContextManager[BackendUnderTest]]]
 BACKEND_PARAMS = [
     pytest.param("local", marks=pytest.mark.root),
     pytest.param("docker", marks=pytest.mark.docker),
+    pytest.param("ray", marks=[pytest.mark.root, pytest.mark.ray]),
 ]
-ROOT_BACKENDS = {"local"}
+ROOT_BACKENDS = {"local", "ray"}
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +99,12 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[BackendUnderT
     # Module scope sees no marks of the param, so the root check is repeated here.
     if request.param in ROOT_BACKENDS:
         require_root()
-    async with BACKENDS[request.param]() as under_test:
+    context: AbstractAsyncContextManager[BackendUnderTest]
+    if request.param == "ray":  # on the session's cluster
+        context = ray_backend(request.getfixturevalue("ray_cluster").address)
+    else:
+        context = BACKENDS[request.param]()
+    async with context as under_test:
         yield under_test
 
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 TOOLS = {
     "start_campaign", "campaign_status", "list_campaigns", "cancel_campaign", "resume",
     "claim_trajectory", "sandbox_exec", "read_file", "write_file", "get_diff", "submit",
-    "score", "compare_campaigns",
+    "score", "compare_campaigns", "sweep_concurrency", "sweep_status",
 }  # fmt: skip
 
 

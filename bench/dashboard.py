@@ -1,0 +1,156 @@
+"""Benchmark of the dashboard: server time of its pages over a 10,000-trajectory ledger.
+
+Run `python bench/dashboard.py`. Runs a real campaign of 2,000 answer tasks x 5 samples
+through the engine (every trajectory with a transcript artifact), serves the product's HTTP
+app with uvicorn on loopback, and times HTTP round trips (an upper bound of the server's time)
+of the campaigns list, the campaign page (first page, and a later page sorted by pass rate), a
+trajectory page and the campaign's JSON. `cold` is the first request after the server started
+(it reads and replays the whole ledger, and computes the report's bootstrap); `warm` is the
+median of the next requests (the dashboard follows the ledger and reuses the figures until it
+grows). Prints a table and writes bench/results/dashboard.json; the load average is recorded
+beside the figures (this machine is shared: figures are noisy).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as `python bench/dashboard.py`, this directory comes first on sys.path and bench/mcp.py
+# would shadow the `mcp` package: the repository root takes its place.
+_BENCH = Path(__file__).resolve().parent
+sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resolve() != _BENCH)]
+
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+import anyio  # noqa: E402
+import httpx2  # noqa: E402
+import uvicorn  # noqa: E402
+
+from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext  # noqa: E402
+from mcp_evalserver.campaigns import CampaignRunner, CampaignStore  # noqa: E402
+from mcp_evalserver.server.http import build_http_app, listening_socket  # noqa: E402
+from mcp_evalserver.spec import CampaignSpec, Limits, Task  # noqa: E402
+
+TASKS = 2000
+SAMPLES = 5
+WARM_REQUESTS = 15
+TOKEN = "bench-token-0123456789abcdef"
+TARGET_MS = 200.0
+RESULTS = Path(__file__).parent / "results" / "dashboard.json"
+
+
+class ScriptedAgent(Agent):
+    """Answers right for a task-dependent share of samples, with a short transcript."""
+
+    async def generate(self, context: TrajectoryContext) -> Submission:
+        number = int(context.task.id[1:])
+        right = (number + context.sample) % 5 < number % 5 + 1
+        answer = context.task.answer if right else "wrong"
+        transcript = [
+            {"role": "user", "content": context.task.prompt},
+            {"tool": "sandbox_exec", "command": "python3 solve.py", "exit_code": 0},
+            {"role": "assistant", "content": f"The answer is {answer}."},
+        ]
+        return Submission(answer=answer, transcript=transcript)
+
+
+async def _campaign(state_dir: Path) -> str:
+    spec = CampaignSpec(
+        name="bench-dashboard",
+        tasks=[Task(id=f"t{n}", prompt=f"task {n}", answer=str(n)) for n in range(TASKS)],
+        samples=SAMPLES,
+        agent={"type": "noop"},
+        limits=Limits(concurrency=200, per_instance=200, scoring=200),
+    )
+    store = CampaignStore(state_dir)
+    campaign_id = await store.create(spec, "bench-dashboard")
+    state = await CampaignRunner(store, campaign_id, agent=ScriptedAgent()).run()
+    assert state.done_count == TASKS * SAMPLES, "every trajectory must finish"
+    return campaign_id
+
+
+async def _time(client: httpx2.AsyncClient, path: str) -> float:
+    started = time.perf_counter()
+    response = await client.get(path)
+    elapsed = time.perf_counter() - started
+    assert response.status_code == 200, (path, response.status_code, response.text[:300])
+    return elapsed * 1000
+
+
+async def main() -> dict[str, Any]:
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="bench-dashboard-") as temporary:
+        state_dir = Path(temporary)
+        started = time.perf_counter()
+        campaign_id = await _campaign(state_dir)
+        campaign_s = time.perf_counter() - started
+        ledger_bytes = (state_dir / "campaigns" / campaign_id / "ledger.jsonl").stat().st_size
+        pages = {
+            "campaigns list": "/",
+            "campaign page": f"/campaigns/{campaign_id}",
+            "campaign page 7, by pass rate": f"/campaigns/{campaign_id}?sort=pass_rate&page=7",
+            "trajectory page": f"/campaigns/{campaign_id}/trajectories/t1234@3",
+            "campaign JSON": f"/api/campaigns/{campaign_id}",
+        }
+        figures: dict[str, dict[str, float]] = {}
+        sock = listening_socket("127.0.0.1", 0)
+        base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        app = build_http_app(state_dir, host="127.0.0.1", token=TOKEN)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        headers = {"authorization": f"Bearer {TOKEN}"}
+        async with (
+            anyio.create_task_group() as group,
+            httpx2.AsyncClient(base_url=base, headers=headers, timeout=120) as client,
+        ):
+            group.start_soon(server.serve, [sock])
+            try:
+                # Cold: each page is the first of its kind; the campaign page's first request
+                # also reads the ledger and computes the report.
+                for name, path in pages.items():
+                    figures[name] = {"cold_ms": await _time(client, path)}
+                for name, path in pages.items():
+                    warm = [await _time(client, path) for _ in range(WARM_REQUESTS)]
+                    figures[name]["warm_p50_ms"] = statistics.median(warm)
+                    figures[name]["warm_max_ms"] = max(warm)
+            finally:
+                server.should_exit = True
+        sock.close()
+    return {
+        "trajectories": TASKS * SAMPLES,
+        "tasks": TASKS,
+        "samples": SAMPLES,
+        "ledger_bytes": ledger_bytes,
+        "campaign_run_s": round(campaign_s, 2),
+        "target_ms": TARGET_MS,
+        "pages": {k: {m: round(v, 1) for m, v in f.items()} for k, f in figures.items()},
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
+    }
+
+
+if __name__ == "__main__":
+    results = anyio.run(main)
+    print(
+        f"dashboard over {results['trajectories']} trajectories ({results['tasks']} tasks x "
+        f"{results['samples']}; ledger {results['ledger_bytes'] / 1e6:.1f} MB; campaign ran in "
+        f"{results['campaign_run_s']} s); HTTP round trips on loopback, target "
+        f"< {TARGET_MS:.0f} ms warm"
+    )
+    print(f"{'page':32} {'cold ms':>9} {'warm p50 ms':>12} {'warm max ms':>12}")
+    for name, figure in results["pages"].items():
+        print(
+            f"{name:32} {figure['cold_ms']:>9.1f} {figure['warm_p50_ms']:>12.1f} "
+            f"{figure['warm_max_ms']:>12.1f}"
+        )
+    load = ", ".join(f"{x:.2f}" for x in results["load_average"])
+    print(f"load average {load} on {results['cpus']} cpus")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    sys.exit(0)

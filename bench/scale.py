@@ -1,0 +1,192 @@
+"""Benchmark of the ray backend: the cost of an actor call, and throughput as nodes are added.
+
+Run `python bench/scale.py` as root. It re-executes itself inside a loopback-only network
+namespace (Ray may bind only to loopback here) and starts a real multi-node cluster on this
+machine (`ray.cluster_utils.Cluster`: one raylet per node). Prints the figures and writes
+bench/results/scale.json:
+
+- remote_exec_overhead_p50_ms: `exec true` through the instance's actor on a worker node minus
+  the same command on the node's own `local` backend (both p50, taken in turn, same machine);
+  ray_actor_call_p50_ms: an actor call that does nothing, Ray's own share of it. Under load
+  the overhead grows by the scheduling delay of each thread hand-off on the way (driver loop,
+  core worker threads on both sides, the actor's event loop), a few more than a local exec has.
+- throughput_{1,2,4}_per_s: sleep-bound trajectories per second through the real campaign runner
+  (scheduler, ledger, agent, scorer) with 1, 2 and 4 worker nodes of SLOTS sandbox slots each.
+  Each trajectory holds a workspace and runs a 2 s `sleep`: sleeping costs no CPU, so the
+  cluster's capacity is measured, not this box's two cores. The work grows with the cluster
+  (SLOTS instances per node, SAMPLES trajectories each, PER_INSTANCE at once per instance);
+  instances are placed by a warm-up run first, so the figure is the campaign's, not Ray's
+  worker start-up.
+- scale_efficiency_4 = throughput(4) / (4 × throughput(1)); targets: overhead <= 2 ms,
+  efficiency >= 0.9.
+
+The load average is recorded beside each figure: the machine is shared, and figures under load
+are noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.ray.loopback import ensure_loopback_namespace  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "scale.json"
+SLOTS = 2
+PER_INSTANCE = 4
+SAMPLES = 8
+SLEEP_S = 2.0
+EXEC_ROUNDS = 300
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _repos(root: Path, count: int) -> list[str]:
+    paths = []
+    for number in range(count):
+        path = root / f"repo{number}"
+        path.mkdir(exist_ok=True)
+        (path / "a.txt").write_text("hello\n")
+        subprocess.run(["git", "init", "-q", str(path)], check=True)
+        paths.append(str(path))
+    return paths
+
+
+async def exec_overhead(address: str, path: str) -> dict[str, float]:
+    """p50 of `exec true` on the ray backend and on the local one, interleaved."""
+    from mcp_evalserver.sandbox.base import InstanceSpec, Workspace
+    from mcp_evalserver.sandbox.local import LocalBackend
+    from mcp_evalserver.sandbox.ray import RayBackend
+
+    spec = InstanceSpec(path=path)
+    timings: dict[str, list[float]] = {"ray": [], "local": [], "ping": []}
+    async with RayBackend(address) as ray_backend, LocalBackend() as local_backend:
+        instance = await ray_backend.instance(spec)
+        remote = await instance.workspace("bench-ray")
+        local = await (await local_backend.instance(spec)).workspace("bench-local")
+        workspaces: dict[str, Workspace] = {"ray": remote, "local": local}
+        for _ in range(20):  # warm both paths
+            for workspace in workspaces.values():
+                await workspace.exec("true")
+        for _ in range(EXEC_ROUNDS):
+            for name, workspace in workspaces.items():
+                started = time.perf_counter()
+                await workspace.exec("true")
+                timings[name].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            await instance.ping()
+            timings["ping"].append(time.perf_counter() - started)
+        for workspace in workspaces.values():
+            await workspace.destroy()
+    ray_p50 = statistics.median(timings["ray"]) * 1000
+    local_p50 = statistics.median(timings["local"]) * 1000
+    return {
+        "ray_actor_call_p50_ms": statistics.median(timings["ping"]) * 1000,
+        "ray_exec_p50_ms": ray_p50,
+        "local_exec_p50_ms": local_p50,
+        "remote_exec_overhead_p50_ms": ray_p50 - local_p50,
+    }
+
+
+async def throughput(address: str, paths: list[str], state_dir: Path) -> float:
+    """Sleep-bound trajectories per second over these instances, once they are placed."""
+    from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
+    from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
+    from mcp_evalserver.sandboxes import SandboxPool
+    from mcp_evalserver.spec import CampaignSpec, Limits, RaySandboxConfig, Task
+
+    class Sleeper(Agent):
+        async def generate(self, context: TrajectoryContext) -> Submission:
+            workspace = await context.sandbox.workspace()
+            await workspace.exec(f"sleep {SLEEP_S}")
+            return Submission(answer="ok")
+
+    tasks = [Task(id=f"t{n}", path=path, answer="ok") for n, path in enumerate(paths)]
+    store = CampaignStore(state_dir)
+
+    def spec(samples: int) -> CampaignSpec:
+        limits = Limits(
+            concurrency=len(paths) * PER_INSTANCE,
+            per_instance=PER_INSTANCE,
+            provisioning=len(paths),
+            scoring=len(paths) * PER_INSTANCE,
+        )
+        return CampaignSpec(
+            name="scale",
+            tasks=tasks,
+            samples=samples,
+            limits=limits,
+            sandbox=RaySandboxConfig(address=address),
+        )
+
+    async with SandboxPool() as pool:
+        warm = await store.create(spec(1))  # places every instance
+        await CampaignRunner(store, warm, agent=Sleeper(), sandboxes=pool).run()
+        measured = await store.create(spec(SAMPLES))
+        started = time.perf_counter()
+        state = await CampaignRunner(store, measured, agent=Sleeper(), sandboxes=pool).run()
+        elapsed = time.perf_counter() - started
+        resolved = state.count("resolved")
+        if resolved != len(paths) * SAMPLES:
+            raise RuntimeError(f"only {resolved} of {len(paths) * SAMPLES} trajectories resolved")
+    return resolved / elapsed
+
+
+def main() -> None:
+    ensure_loopback_namespace()
+    import anyio
+
+    from tests.ray.cluster import loopback_cluster
+
+    figures: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        root = Path(tmp)
+        paths = _repos(root, 4 * SLOTS)
+        with loopback_cluster(workers=1, slots=SLOTS) as cluster:
+            figures |= anyio.run(exec_overhead, cluster.address, paths[0])
+            figures["exec_load_average"] = _load()
+            print(f"exec true p50: ray {figures['ray_exec_p50_ms']:.2f} ms, local "
+                  f"{figures['local_exec_p50_ms']:.2f} ms, overhead "
+                  f"{figures['remote_exec_overhead_p50_ms']:.2f} ms (load {_load()})")  # fmt: skip
+            for nodes in (1, 2, 4):
+                while len(cluster.workers) < nodes:
+                    cluster.add_worker(SLOTS)
+                rate = anyio.run(
+                    throughput, cluster.address, paths[: nodes * SLOTS], root / f"state{nodes}"
+                )
+                figures[f"throughput_{nodes}_per_s"] = rate
+                figures[f"throughput_{nodes}_load_average"] = _load()
+                print(f"{nodes} node(s), {nodes * SLOTS * PER_INSTANCE} sleeps at once: "
+                      f"{rate:.2f} trajectories/s (load {_load()})")  # fmt: skip
+    figures["scale_efficiency_4"] = figures["throughput_4_per_s"] / (
+        4 * figures["throughput_1_per_s"]
+    )
+    figures["setup"] = {
+        "slots_per_node": SLOTS,
+        "per_instance": PER_INSTANCE,
+        "samples": SAMPLES,
+        "sleep_s": SLEEP_S,
+        "exec_rounds": EXEC_ROUNDS,
+        "cpus": os.cpu_count(),
+    }
+    print(f"scale_efficiency_4: {figures['scale_efficiency_4']:.3f}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    rounded = {k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()}
+    RESULTS.write_text(json.dumps(rounded, indent=2) + "\n")
+    print(f"wrote {RESULTS.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,454 @@
+"""The `ray` backend: each instance in a Ray actor on a worker node, workspaces as actor calls.
+
+The driver (this process) keeps the engine; only sandbox work moves. An instance is placed by
+a custom resource, `sandbox_slots` (one per instance; a node offers as many as it can hold),
+spread over the nodes that have free slots, and hosted there by the node's own `local` (a
+`path`) or `docker` (an `image`) backend, see `ray_node.py`. Every workspace of an instance is
+on that instance's actor: one copy of the repository per node, shared by its workspaces.
+
+A `path` the node does not have is shipped once through the object store (`shipping.py`).
+
+Faults: when a node dies, its actors die; every call on them (in flight or later) raises
+`SandboxUnavailable`, which the scheduler retries, and the instance's next workspace places it
+again, on a node that is alive. When the cluster is full, an idle instance (no workspace) is
+released to make room; it is placed again if it is needed again. A node that joins adds its
+slots, and new instances go there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import anyio
+
+from mcp_evalserver import errors
+from mcp_evalserver.sandbox.base import (
+    Backend,
+    ExecResult,
+    FileEntry,
+    Instance,
+    InstanceSpec,
+    Workspace,
+)
+from mcp_evalserver.sandbox.ray_node import InstanceHost, Reply
+from mcp_evalserver.sandbox.shipping import Shipment, identity, pack
+
+log = logging.getLogger(__name__)
+
+SLOTS_RESOURCE = "sandbox_slots"
+INSTALL_HINT = "install it with `pip install 'mcp-evalserver[ray]'`"
+# How long an instance may wait for a free slot (and for its setup) before that is a fault.
+PLACEMENT_TIMEOUT_S = 1800.0
+STOP_TIMEOUT_S = 30.0
+
+
+def import_ray() -> ModuleType:
+    """The `ray` module.
+
+    Raises:
+        InvalidInput: Ray is not installed; the message says how to install it.
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise errors.InvalidInput(
+            f"the ray sandbox needs Ray, which is missing: {INSTALL_HINT}"
+        ) from exc
+    return ray
+
+
+def connect(address: str) -> None:
+    """Connects this process to the cluster at `address` (once; Ray allows one per process).
+
+    Raises:
+        InvalidInput: Ray is missing, or this process is connected to another cluster.
+        SandboxUnavailable: the cluster cannot be reached.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        if _connected.get("address") not in (None, address):
+            raise errors.InvalidInput(
+                f"this process is connected to the Ray cluster at {_connected['address']!r}; "
+                f"one process can use one cluster, so {address!r} needs a server of its own"
+            )
+        return
+    try:
+        ray.init(
+            address=address,
+            namespace="mcp-evalserver",
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise errors.SandboxUnavailable(
+            f"cannot connect to the Ray cluster at {address!r}: {exc}; start one with "
+            "`ray start --head --resources '{\"sandbox_slots\": 8}'` or give its address"
+        ) from exc
+    _connected["address"] = address
+
+
+_connected: dict[str, str] = {}
+
+
+@dataclass
+class _Placement:
+    """One actor hosting an instance: where it runs and what runs on it now."""
+
+    handle: Any  # ray.actor.ActorHandle
+    node_id: str = ""
+    hostname: str = ""
+    base_commit: str | None = None
+    alive: bool = True
+    workspaces: set[str] = field(default_factory=set)
+    commands: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class RayBackend(Backend):
+    """Instances on the nodes of a Ray cluster. Use as `async with RayBackend(address):`."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        address: str = "auto",
+        *,
+        slots_resource: str = SLOTS_RESOURCE,
+        placement_timeout_s: float = PLACEMENT_TIMEOUT_S,
+    ) -> None:
+        self.address = address
+        self.slots_resource = slots_resource
+        self.placement_timeout_s = placement_timeout_s
+        self._instances: dict[str, RayInstance] = {}
+        self._placing = anyio.Lock()
+        self._released = anyio.Event()
+        self._shipments: dict[str, Shipment] = {}
+        self._nodes: dict[str, dict[str, Any]] = {}  # alive nodes, as of the last placement
+        self._host_class: Any = None
+
+    async def __aenter__(self) -> RayBackend:
+        await anyio.to_thread.run_sync(connect, self.address)
+        ray = import_ray()
+        self._host_class = ray.remote(InstanceHost)
+        await self._refresh_nodes()
+        return self
+
+    async def instance(self, spec: InstanceSpec) -> RayInstance:
+        if self._host_class is None:
+            raise errors.Conflict("use the backend as `async with RayBackend(address) as backend`")
+        instance = self._instances.get(spec.key)
+        if instance is None:
+            instance = self._instances[spec.key] = RayInstance(self, spec)
+        await instance.placement()
+        return instance
+
+    async def aclose(self) -> None:
+        instances, self._instances = list(self._instances.values()), {}
+        with anyio.CancelScope(shield=True):
+            for instance in instances:
+                await instance.aclose()
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Per node: its slots, and the instances, workspaces and commands in flight on it."""
+        rows: dict[str, dict[str, Any]] = {}
+        for node_id, node in self._nodes.items():
+            rows[node_id] = {
+                "node": node_id,
+                "address": node.get("NodeManagerAddress", ""),
+                "slots": int(node.get("Resources", {}).get(self.slots_resource, 0)),
+                "instances": [],
+                "workspaces": 0,
+                "commands_in_flight": 0,
+            }
+        for key, instance in sorted(self._instances.items()):
+            placed = instance.placed
+            if placed is None or not placed.alive or not placed.node_id:
+                continue
+            row = rows.setdefault(
+                placed.node_id,
+                {"node": placed.node_id, "address": "", "slots": 0, "instances": []},
+            )
+            row["instances"].append(key)
+            row["workspaces"] = row.get("workspaces", 0) + len(placed.workspaces)
+            row["commands_in_flight"] = row.get("commands_in_flight", 0) + placed.commands
+        return list(rows.values())
+
+    async def _refresh_nodes(self) -> int:
+        """Reads which nodes are alive; marks actors on dead ones; returns the free capacity."""
+        ray = import_ray()
+        listed = await anyio.to_thread.run_sync(ray.nodes)
+        self._nodes = {n["NodeID"]: n for n in listed if n.get("Alive")}
+        capacity = sum(
+            int(n.get("Resources", {}).get(self.slots_resource, 0)) for n in self._nodes.values()
+        )
+        for instance in self._instances.values():
+            placed = instance.placed
+            if placed is not None and placed.node_id and placed.node_id not in self._nodes:
+                placed.alive = False
+        return capacity
+
+    async def _place(self, instance: RayInstance) -> _Placement:
+        """A new actor for `instance` on a node with a free slot (releasing idle ones if full).
+
+        Raises:
+            SandboxUnavailable: the cluster offers no slots, or none freed in time.
+        """
+        ray = import_ray()
+        async with self._placing:
+            with anyio.move_on_after(self.placement_timeout_s) as waited:
+                while True:
+                    capacity = await self._refresh_nodes()
+                    if capacity == 0:
+                        raise errors.SandboxUnavailable(
+                            f"no node of the Ray cluster at {self.address!r} offers "
+                            f"`{self.slots_resource}`; start workers with `ray start --address "
+                            f"HEAD --resources '{{\"{self.slots_resource}\": 8}}'`"
+                        )
+                    live = [i for i in self._instances.values() if i.placed and i.placed.alive]
+                    if len(live) < capacity:
+                        break
+                    idle = [i for i in live if i.placed and not i.placed.workspaces]
+                    if idle:
+                        await min(idle, key=lambda i: i.placed.last_used if i.placed else 0).evict()
+                        continue
+                    self._released = anyio.Event()
+                    # A joining node frees no workspace: look again now and then.
+                    with anyio.move_on_after(2.0):
+                        await self._released.wait()
+            if waited.cancelled_caught:
+                raise errors.SandboxUnavailable(
+                    f"no sandbox slot freed within {self.placement_timeout_s:g}s for instance "
+                    f"{instance.spec.key}; add nodes or slots to the Ray cluster"
+                )
+            shipment = await self._shipment(instance.spec)
+            handle = self._host_class.options(
+                num_cpus=0,
+                resources={self.slots_resource: 1},
+                scheduling_strategy="SPREAD",
+                max_restarts=0,
+                max_concurrency=10_000,
+            ).remote(
+                instance.spec.model_dump(mode="json"),
+                "docker" if instance.spec.image is not None else "local",
+                [shipment] if shipment is not None else None,
+            )
+            placed = _Placement(handle)
+            instance.placed = placed  # counted from now on, while its start is awaited
+        try:
+            with anyio.fail_after(self.placement_timeout_s + instance.spec.setup_timeout_s):
+                started = await _call(placed, instance.spec.key, "start")
+        except BaseException:
+            placed.alive = False
+            with contextlib.suppress(Exception):
+                ray.kill(handle)
+            self.release()
+            raise
+        placed.node_id = started["node_id"]
+        placed.hostname = started["hostname"]
+        placed.base_commit = started["base_commit"]
+        return placed
+
+    async def _shipment(self, spec: InstanceSpec) -> Shipment | None:
+        """The packed `path` of a spec, put into the object store once per backend."""
+        if spec.path is None:
+            return None
+        shipment = self._shipments.get(spec.path)
+        if shipment is None:
+            source = identity(spec.path)
+            if source is None:
+                raise errors.InvalidInput(f"instance path {spec.path!r} is not a directory")
+            data, digest = await anyio.to_thread.run_sync(pack, spec.path)
+            ray = import_ray()
+            archive = await anyio.to_thread.run_sync(ray.put, data)
+            shipment = Shipment(spec.path, digest, len(data), source, archive)
+            self._shipments[spec.path] = shipment
+        return shipment
+
+    def release(self) -> None:
+        """Wakes placements waiting for a slot (a workspace ended or an instance died)."""
+        self._released.set()
+
+
+class RayInstance(Instance):
+    """An instance hosted by an actor; placed again (elsewhere) if that actor dies."""
+
+    def __init__(self, backend: RayBackend, spec: InstanceSpec) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.placed: _Placement | None = None
+        self._lock = anyio.Lock()
+
+    @property
+    def base_commit(self) -> str | None:
+        return self.placed.base_commit if self.placed else None
+
+    @property
+    def dead(self) -> str | None:
+        """Why its actor is gone (its node died), or None; the backend places it again."""
+        placed = self.placed
+        if placed is None or placed.alive:
+            return None  # released on purpose (idle) or alive: the next workspace places it
+        return f"its actor on node {placed.node_id[:12] or '?'} is gone"
+
+    async def placement(self) -> _Placement:
+        """The live actor of this instance, placed (again) if it has none."""
+        async with self._lock:
+            if self.placed is None or not self.placed.alive:
+                self.placed = await self.backend._place(self)
+            self.placed.last_used = time.monotonic()
+            return self.placed
+
+    async def ping(self) -> None:
+        """One actor call that does nothing (what a workspace operation adds to it is ours)."""
+        await _call(await self.placement(), self.spec.key, "ping")
+
+    async def workspace(self, name: str) -> RayWorkspace:
+        placed = await self.placement()
+        if name in placed.workspaces:
+            raise errors.Conflict(f"workspace {name!r} exists")
+        placed.workspaces.add(name)
+        try:
+            await _call(placed, self.spec.key, "create", name)
+        except BaseException:
+            placed.workspaces.discard(name)
+            self.backend.release()
+            raise
+        return RayWorkspace(self, placed, name)
+
+    async def evict(self) -> None:
+        """Releases the actor and its slot; the next workspace places the instance again."""
+        placed, self.placed = self.placed, None
+        if placed is None:
+            return
+        with anyio.CancelScope(shield=True):
+            if placed.alive:
+                with anyio.move_on_after(STOP_TIMEOUT_S), contextlib.suppress(Exception):
+                    await _call(placed, self.spec.key, "stop")
+            placed.alive = False
+            with contextlib.suppress(Exception):
+                import_ray().kill(placed.handle)
+        self.backend.release()
+
+    async def aclose(self) -> None:
+        await self.evict()
+
+
+class RayWorkspace(Workspace):
+    """A workspace on its instance's actor; every operation is one actor call."""
+
+    def __init__(self, instance: RayInstance, placed: _Placement, name: str) -> None:
+        self.instance = instance
+        self.name = name
+        self.node = placed.node_id
+        self._placed = placed
+
+    async def _op(self, op: str, **kwargs: Any) -> Any:
+        placed = self._placed
+        placed.last_used = time.monotonic()
+        if op == "exec":
+            placed.commands += 1
+        try:
+            return await _call(placed, self.instance.spec.key, "call", self.name, op, kwargs)
+        finally:
+            if op == "exec":
+                placed.commands -= 1
+
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float = 600.0,  # noqa: ASYNC109 (enforced inside the sandbox)
+        stdin: bytes | str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        output_cap: int = 1 << 20,
+        user: str | None = None,
+    ) -> ExecResult:
+        result = await self._op(
+            "exec",
+            cmd=cmd if isinstance(cmd, str) else [str(a) for a in cmd],
+            timeout=timeout,
+            stdin=stdin,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            output_cap=output_cap,
+            user=user,
+        )
+        return ExecResult.model_validate(result)
+
+    async def read_file(self, path: str, *, max_bytes: int = 16 << 20) -> bytes:
+        data: bytes = await self._op("read_file", path=path, max_bytes=max_bytes)
+        return data
+
+    async def write_file(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
+        await self._op("write_file", path=path, data=data, mode=mode)
+
+    async def list(self, path: str = ".") -> list[FileEntry]:
+        entries = await self._op("list", path=path)
+        return [FileEntry.model_validate(e) for e in entries]
+
+    async def diff(self) -> str:
+        patch: str = await self._op("diff")
+        return patch
+
+    async def reset(self) -> None:
+        await self._op("reset")
+
+    async def destroy(self) -> None:
+        """Removes the workspace; a no-op if it or its node is already gone."""
+        placed = self._placed
+        if self.name not in placed.workspaces:
+            return
+        try:
+            if placed.alive:
+                with contextlib.suppress(errors.NotFound, errors.SandboxUnavailable):
+                    await _call(placed, self.instance.spec.key, "destroy", self.name)
+        finally:
+            placed.workspaces.discard(self.name)
+            self.instance.backend.release()
+
+
+async def _call(placed: _Placement, key: str, method: str, *args: Any) -> Any:
+    """One actor call: its value, or the error the node answered, raised here.
+
+    Raises:
+        SandboxUnavailable: the actor (or its node) is gone.
+        EvalServerError: what the node's backend raised, same class.
+    """
+    ray = import_ray()
+    if not placed.alive:
+        raise _gone(placed, key, "it was released")
+    ref = getattr(placed.handle, method).remote(*args)
+    try:
+        reply: Reply = await ref
+    except anyio.get_cancelled_exc_class():
+        # The caller gave up (a timeout, a cancelled trajectory): stop the work on the node
+        # too, which kills the command's processes, as cancelling a local exec does.
+        with contextlib.suppress(Exception):
+            ray.cancel(ref)
+        raise
+    except ray.exceptions.RayError as exc:
+        placed.alive = False
+        raise _gone(placed, key, f"{type(exc).__name__}: {str(exc)[:300]}") from exc
+    status, value = reply
+    if status == "error":
+        name, message = value
+        error_class = getattr(errors, name, errors.InfrastructureError)
+        if not (isinstance(error_class, type) and issubclass(error_class, errors.EvalServerError)):
+            error_class = errors.InfrastructureError
+        raise error_class(message)
+    return value
+
+
+def _gone(placed: _Placement, key: str, why: str) -> errors.SandboxUnavailable:
+    where = f"node {placed.node_id[:12]}" if placed.node_id else "its node"
+    return errors.SandboxUnavailable(
+        f"instance {key} on {where} is gone ({why}); its trajectories are retried and the "
+        "instance is placed again on a node that is alive"
+    )

@@ -1,0 +1,1 @@
+"""The dashboard: server-rendered pages over the campaigns' ledgers, and the static report."""

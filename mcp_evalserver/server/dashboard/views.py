@@ -1,0 +1,452 @@
+"""What each dashboard page shows, gathered from a campaign's replayed state and its ledger.
+
+Pure data for the templates (dicts and lists, no HTML): the live pages and the static report
+render the same contexts. The figures come from `report.build_report` and
+`report.build_comparison`, the ones the Markdown report and the MCP tools give; the expensive
+ones (the bootstrap) are cached per campaign until its ledger grows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from markupsafe import Markup
+
+from mcp_evalserver.errors import EvalServerError, NotFound
+from mcp_evalserver.ledger import read_artifact
+from mcp_evalserver.report import build_comparison, build_report, verdicts
+from mcp_evalserver.scoring.stats import wilson_interval
+from mcp_evalserver.server.dashboard import plots
+from mcp_evalserver.server.dashboard.ledgers import CampaignLedger, LedgerCache
+from mcp_evalserver.spec import Task
+from mcp_evalserver.state import INFRA_OUTCOMES, CampaignState, TrajectoryState
+
+#: Rows per page of the task and trajectory tables: a 10,000-trajectory campaign is paged.
+PAGE_SIZE = 100
+#: Up to this many tasks the pass-rate plot has a bar per task; beyond, a histogram.
+MAX_TASK_BARS = 200
+#: Longer texts in a transcript are folded: the head is shown, the rest behind a click.
+FOLD_CHARS = 2000
+#: The test log shown on a trajectory page is cut to its head and tail beyond this.
+LOG_CHARS = 400_000
+
+#: A report that took t seconds is reused up to this many t after its campaign moved on.
+REPORT_STALENESS = 10.0
+
+TASK_SORTS = ("task", "samples", "resolved", "pass_rate", "pass_at_1", "infra_errors")
+
+
+@dataclass(frozen=True)
+class TableQuery:
+    """How the task table is sorted, filtered and paged (from the page's query string)."""
+
+    sort: str = "task"
+    descending: bool = False
+    text: str = ""
+    flaky_only: bool = False
+    page: int = 1
+    outcome: str = ""
+    trajectory_page: int = 1
+
+    @classmethod
+    def from_params(cls, params: dict[str, str]) -> TableQuery:
+        sort = params.get("sort", "task")
+        return cls(
+            sort=sort if sort in TASK_SORTS else "task",
+            descending=params.get("dir") == "desc",
+            text=params.get("q", "")[:200],
+            flaky_only=params.get("flaky") == "1",
+            page=_positive(params.get("page")),
+            outcome=params.get("outcome", "")[:40],
+            trajectory_page=_positive(params.get("tpage")),
+        )
+
+
+def _positive(text: str | None) -> int:
+    try:
+        return max(1, int(text or 1))
+    except ValueError:
+        return 1
+
+
+def report_of(ledger: CampaignLedger) -> dict[str, Any]:
+    """The campaign's report (`report.build_report`), recomputed at most every 10x its cost."""
+    report: dict[str, Any] = ledger.cached("report", build_report, stale_factor=REPORT_STALENESS)
+    return report
+
+
+# The campaigns list.
+
+
+def campaign_row(state: CampaignState) -> dict[str, Any]:
+    """One line of the campaigns list: cheap (no bootstrap), polled every second."""
+    outcomes: Counter[str] = Counter(t.outcome for t in state.trajectories.values() if t.outcome)
+    done = sum(outcomes.values())
+    graded = done - sum(outcomes[o] for o in INFRA_OUTCOMES)
+    resolved = outcomes["resolved"]
+    total = len(state.trajectories)
+    interval = wilson_interval(resolved, graded) if graded else None
+    return {
+        "id": state.id,
+        "name": state.spec.name,
+        "status": state.status,
+        "done": done,
+        "total": total,
+        "progress": done / total if total else 1.0,
+        "resolved": resolved,
+        "graded": graded,
+        "pass_rate": resolved / graded if graded else None,
+        "ci": interval.model_dump() if interval else None,
+        "agent": state.spec.agent.type,
+        "scorer": state.spec.scorer.type,
+        "started": state.created_ts,
+        "duration_s": state.last_ts - state.created_ts,
+        "infra_errors": sum(outcomes[o] for o in INFRA_OUTCOMES),
+    }
+
+
+def campaign_rows(cache: LedgerCache) -> list[dict[str, Any]]:
+    """Every campaign, newest first; an unreadable ledger is a row that says why."""
+    rows = []
+    for campaign_id in cache.ids():
+        try:
+            rows.append(cache.get(campaign_id).cached("row", campaign_row))
+        except EvalServerError as exc:
+            rows.append({"id": campaign_id, "error": str(exc)})
+    return rows
+
+
+# The campaign page.
+
+
+def campaign_page(
+    ledger: CampaignLedger, query: TableQuery, *, everything: bool = False
+) -> dict[str, Any]:
+    """The campaign page's context; `everything` puts every row on one page (static report)."""
+    state = ledger.refresh()
+    report: dict[str, Any] = report_of(ledger)
+    tasks = _task_rows(report)
+    shown = [row for row in tasks if _matches(row, query)]
+    key = "task" if query.sort == "task" else query.sort
+    shown.sort(key=lambda row: _sort_key(row[key]), reverse=query.descending)
+    trajectories = [
+        t for t in state.trajectories.values() if not query.outcome or _label(t) == query.outcome
+    ]
+    return {
+        "campaign": ledger.id,
+        "report": report,
+        "row": ledger.cached("row", campaign_row),
+        "query": query,
+        "tasks": _page(shown, query.page, everything),
+        "tasks_total": len(tasks),
+        "flaky_count": sum(1 for row in tasks if row["flaky"]),
+        "trajectories": _page(trajectories, query.trajectory_page, everything, _trajectory_row),
+        "outcome_labels": sorted({_label(t) for t in state.trajectories.values()}),
+        "plots": ledger.cached("plots", _plots, stale_factor=REPORT_STALENESS),
+    }
+
+
+def _task_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    flaky_graders = {f["task_id"]: f for f in report.get("flaky_graders") or []}
+    rows = []
+    for task_id, row in report["tasks"].items():
+        # Mixed results over samples: the task (or its grader) does not decide the same way.
+        mixed = 0 < row["resolved"] < row["graded"]
+        rows.append(
+            {
+                "task": task_id,
+                "samples": row["samples"],
+                "resolved": row["resolved"],
+                "graded": row["graded"],
+                "pass_rate": row["pass_rate"],
+                "pass_at_1": row["pass_at_k"].get("1"),
+                "infra_errors": row["infra_errors"],
+                "flaky": mixed or task_id in flaky_graders,
+                "grader": flaky_graders.get(task_id),
+            }
+        )
+    return rows
+
+
+def _matches(row: dict[str, Any], query: TableQuery) -> bool:
+    if query.flaky_only and not row["flaky"]:
+        return False
+    return query.text.lower() in row["task"].lower()
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    # Unknown figures (None) sort after known ones, whatever the direction.
+    return (0, value) if value is not None else (1, 0)
+
+
+def _page(
+    items: list[Any], page: int, everything: bool, convert: Callable[[Any], Any] | None = None
+) -> dict[str, Any]:
+    """One page of `items` (all of them with `everything`), each through `convert`."""
+    pages = 1 if everything else max(1, math.ceil(len(items) / PAGE_SIZE))
+    page = min(page, pages)
+    chosen = items if everything else items[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+    if convert is not None:
+        chosen = [convert(item) for item in chosen]
+    return {"items": chosen, "page": page, "pages": pages, "total": len(items)}
+
+
+def _label(trajectory: TrajectoryState) -> str:
+    return trajectory.outcome or trajectory.phase
+
+
+def _trajectory_row(trajectory: TrajectoryState) -> dict[str, Any]:
+    score = trajectory.score or {}
+    return {
+        "id": trajectory.id,
+        "task": trajectory.task_id,
+        "sample": trajectory.sample,
+        "label": _label(trajectory),
+        "status": score.get("status"),
+        "attempts": trajectory.attempts,
+        "generation_s": trajectory.generation_s,
+        "scoring_s": trajectory.scoring_s,
+    }
+
+
+def _plots(state: CampaignState) -> dict[str, Markup | None]:
+    report_tasks: dict[str, list[bool]] = {}
+    for t in state.trajectories.values():
+        if t.done and t.outcome not in INFRA_OUTCOMES:
+            report_tasks.setdefault(t.task_id, []).append(t.outcome == "resolved")
+    rates = sorted(((task, sum(r) / len(r)) for task, r in report_tasks.items()), key=_rate)
+    if len(rates) <= MAX_TASK_BARS:
+        per_task = plots.bars(rates, title="pass rate per task", y_label="pass rate")
+    else:
+        per_task = plots.histogram(
+            [rate for _, rate in rates], bins=10, title="pass rate per task", x_label="pass rate"
+        )
+    finished = verdicts(state)
+    latencies = [v.latency_s for v in finished if v.latency_s is not None]
+    ends = sorted(v.finished_at for v in finished if v.finished_at is not None)
+    throughput = None
+    if ends:
+        start = min(v.started_at for v in finished if v.started_at is not None)
+        points = [(0.0, 0.0)] + [(end - start, n) for n, end in enumerate(ends, 1)]
+        throughput = plots.line(
+            {"finished": points},
+            title="finished trajectories over time",
+            x_label="time since the first start",
+            y_label="finished",
+            step=True,
+        )
+    return {
+        "per_task": per_task,
+        "latency": plots.histogram(
+            latencies, title="latency per trajectory", x_label="seconds (generation + scoring)"
+        ),
+        "throughput": throughput,
+        "concurrency": _endpoint_limits_plot(state),
+    }
+
+
+def _rate(item: tuple[str, float]) -> tuple[float, str]:
+    return item[1], item[0]
+
+
+def _endpoint_limits_plot(state: CampaignState) -> Markup | None:
+    """Each adaptive endpoint limit over time, from the history its records left."""
+    changes = [c for entry in state.endpoint_limits.values() for c in entry.history]
+    if not changes:
+        return None
+    first = min(c["ts"] for c in changes)
+    series = {
+        endpoint: [(c["ts"] - first, float(c["limit"])) for c in entry.history]
+        for endpoint, entry in state.endpoint_limits.items()
+    }
+    return plots.line(
+        series,
+        title="adaptive concurrency limit",
+        x_label="time since the first change",
+        y_label="limit",
+        step=True,
+    )
+
+
+# The trajectory page.
+
+
+def trajectory_page(ledger: CampaignLedger, trajectory_id: str) -> dict[str, Any]:
+    """The trajectory page's context: prompt, transcript, patch, test log, records.
+
+    Raises:
+        NotFound: the campaign has no such trajectory.
+    """
+    state = ledger.refresh()
+    trajectory = state.trajectories.get(trajectory_id)
+    if trajectory is None:
+        raise NotFound(f"campaign {ledger.id} has no trajectory {trajectory_id!r}")
+    tasks: dict[str, Task] = ledger.cached("tasks", lambda s: {t.id: t for t in s.spec.task_list()})
+    task = tasks[trajectory.task_id]
+    directory = ledger.path.parent
+    submission = trajectory.submission or {}
+    score = trajectory.score or {}
+    details = score.get("details") or {}
+    transcript, transcript_error = _artifact_json(directory, submission.get("transcript"))
+    patch, patch_error = _artifact_text(directory, submission.get("patch"))
+    log, log_error = _artifact_text(directory, details.get("log"))
+    tests = _tests(details.get("tests_status"), task)
+    return {
+        "campaign": ledger.id,
+        "trajectory": trajectory,
+        "task": task,
+        "answer": submission.get("answer"),
+        "empty": submission.get("empty"),
+        "transcript": [_entry(e) for e in transcript] if isinstance(transcript, list) else None,
+        "transcript_error": transcript_error,
+        "patch": _diff_lines(patch) if patch is not None else None,
+        "patch_error": patch_error,
+        "score": score,
+        "details": {k: v for k, v in details.items() if k not in ("log", "tests_status")},
+        "tests": tests,
+        "log": _log_lines(log, tests) if log is not None else None,
+        "log_error": log_error,
+        "records": [
+            json.dumps(r, indent=2, ensure_ascii=False) for r in ledger.records_of(trajectory_id)
+        ],
+    }
+
+
+def _artifact_text(directory: Path, ref: Any) -> tuple[str | None, str | None]:
+    if not isinstance(ref, dict):
+        return None, None
+    try:
+        return read_artifact(directory, ref).decode(errors="replace"), None
+    except EvalServerError as exc:
+        return None, str(exc)
+
+
+def _artifact_json(directory: Path, ref: Any) -> tuple[Any, str | None]:
+    text, error = _artifact_text(directory, ref)
+    if text is None:
+        return None, error
+    try:
+        return json.loads(text), None
+    except ValueError as exc:
+        return None, f"the transcript is not JSON: {exc}"
+
+
+def _entry(entry: Any) -> dict[str, Any]:
+    """One transcript entry: a heading, and its fields with long texts folded."""
+    if not isinstance(entry, dict):
+        return {"kind": "note", "heading": "entry", "fields": [_field("value", entry)]}
+    if "role" in entry:
+        kind, heading = "message", str(entry["role"])
+    elif "tool" in entry:
+        kind, heading = "tool", f"tool call: {entry['tool']}"
+    elif "event" in entry:
+        kind, heading = "event", f"event: {entry['event']}"
+    else:
+        kind, heading = "note", "entry"
+    if entry.get("name") and kind == "message":
+        heading += f" ({entry['name']})"
+    skip = {"role", "tool", "event"}
+    return {
+        "kind": kind,
+        "heading": heading,
+        "fields": [_field(k, v) for k, v in entry.items() if k not in skip and v is not None],
+    }
+
+
+def _field(name: str, value: Any) -> dict[str, Any]:
+    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+    if len(text) <= FOLD_CHARS:
+        return {"name": name, "head": text, "rest": ""}
+    return {"name": name, "head": text[:FOLD_CHARS], "rest": text[FOLD_CHARS:]}
+
+
+def _diff_lines(patch: str) -> list[tuple[str, str]]:
+    """Each line of a unified diff with its class: file header, hunk, added, removed, context."""
+    lines = []
+    for line in patch.splitlines():
+        if line.startswith(("diff --git", "index ", "--- ", "+++ ", "new file", "deleted file")):
+            kind = "file"
+        elif line.startswith("@@"):
+            kind = "hunk"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "del"
+        else:
+            kind = "ctx"
+        lines.append((kind, line))
+    return lines
+
+
+def _tests(status: Any, task: Task) -> list[dict[str, str]]:
+    """FAIL_TO_PASS and PASS_TO_PASS tests with their results, from the graded report."""
+    found = []
+    if isinstance(status, dict):
+        for group in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+            results = status.get(group) or {}
+            for verdict in ("success", "failure"):
+                for name in results.get(verdict) or []:
+                    found.append({"group": group, "name": str(name), "result": verdict})
+        return found
+    # Not graded (the patch did not apply, or another scorer): the tests that would count.
+    for group, names in (("FAIL_TO_PASS", task.FAIL_TO_PASS), ("PASS_TO_PASS", task.PASS_TO_PASS)):
+        found += [{"group": group, "name": name, "result": "not run"} for name in names]
+    return found
+
+
+def _log_lines(log: str, tests: list[dict[str, str]]) -> dict[str, Any]:
+    """The test log, cut to its head and tail, each line marked with the test it names."""
+    cut = 0
+    if len(log) > LOG_CHARS:
+        cut = len(log) - LOG_CHARS
+        log = log[: LOG_CHARS // 2] + log[-LOG_CHARS // 2 :]
+    marks = {t["name"]: f"{t['group']} {t['result']}" for t in tests}
+    lines = []
+    for line in log.splitlines():
+        mark = ""
+        if marks:
+            for token in line.split():
+                found = marks.get(token)
+                if found is not None:
+                    mark = found
+                    break
+        lines.append((mark, line))
+    return {"lines": lines, "cut": cut}
+
+
+# Comparing two campaigns.
+
+
+def comparison_page(cache: LedgerCache, a: str, b: str) -> dict[str, Any]:
+    """B against A: the paired comparison and each shared task's pass rates side by side.
+
+    Raises:
+        NotFound: either campaign does not exist.
+        InvalidInput: the verdicts cannot be compared.
+    """
+    ledger_a, ledger_b = cache.get(a), cache.get(b)
+    state_a, state_b = ledger_a.refresh(), ledger_b.refresh()
+    figures = build_comparison(state_a, state_b)
+    report_a: dict[str, Any] = report_of(ledger_a)
+    report_b: dict[str, Any] = report_of(ledger_b)
+    rows = []
+    for task_id in sorted(set(report_a["tasks"]) | set(report_b["tasks"])):
+        rate_a = report_a["tasks"].get(task_id, {}).get("pass_rate")
+        rate_b = report_b["tasks"].get(task_id, {}).get("pass_rate")
+        if rate_a is None or rate_b is None:
+            verdict = "not shared"
+        else:
+            verdict = "win" if rate_b > rate_a else "loss" if rate_b < rate_a else "tie"
+        rows.append({"task": task_id, "a": rate_a, "b": rate_b, "verdict": verdict})
+    return {
+        "a": report_a,
+        "b": report_b,
+        "figures": figures,
+        "rows": rows,
+    }

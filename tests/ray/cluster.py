@@ -1,0 +1,106 @@
+"""A real multi-node Ray cluster on this machine: several raylets on loopback, one per "node".
+
+Only inside a loopback-only network namespace (see loopback.py): the ray test group runs in one.
+Each worker node offers its own `sandbox_slots`; the head offers none, so instances land on the
+workers only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.ray.loopback import in_loopback_namespace, interfaces
+
+SLOTS = "sandbox_slots"
+
+
+class LoopbackCluster:
+    """A head and worker nodes; add or kill workers while a campaign runs."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.workers: list[Any] = []
+
+    @property
+    def address(self) -> str:
+        return str(self.cluster.address)
+
+    def add_worker(self, slots: int, resource: str = SLOTS) -> Any:
+        """A new node offering `slots` of `resource` (tests use their own resource to own it)."""
+        node = self.cluster.add_node(num_cpus=0, resources={resource: slots})
+        self.cluster.wait_for_nodes()
+        self.workers.append(node)
+        return node
+
+    def kill_worker(self, node: Any) -> None:
+        """Kills the node's processes (raylet, object store, its workers), as a crash would."""
+        self.cluster.remove_node(node, allow_graceful=False)
+        self.workers.remove(node)
+
+    @staticmethod
+    def node_id(node: Any) -> str:
+        return str(node.node_id)
+
+
+@contextmanager
+def worker_without(
+    cluster: LoopbackCluster, hidden: Path, resource: str, slots: int = 1
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A worker node (`ray start`) that cannot see `hidden`: an empty tmpfs covers it there.
+
+    Its raylet and workers live in a mount namespace of their own, as on a machine that does
+    not share the driver's disk; shipped directories are recorded inside the tmpfs too.
+    """
+    script = 'mount -t tmpfs tmpfs "$1" && shift && exec "$@"'
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    node = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "node",
+         str(hidden), ray_cli, "start", "--block", "--address", cluster.address,
+         "--num-cpus", "0", "--resources", json.dumps({resource: slots})],
+        env={**os.environ, "MCP_EVALSERVER_SHIPPED_DIR": str(hidden / ".shipped")},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        yield node
+    finally:
+        node.terminate()  # `ray start --block` stops its raylet and workers on SIGTERM
+        try:
+            node.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(node.pid, signal.SIGKILL)
+            node.wait()
+
+
+@contextmanager
+def loopback_cluster(workers: int, slots: int) -> Iterator[LoopbackCluster]:
+    """A running cluster of `workers` nodes with `slots` sandbox slots each."""
+    if not in_loopback_namespace():
+        raise RuntimeError(
+            f"refusing to start Ray here: this namespace has {interfaces()}, not only `lo`; "
+            "run the ray test group through pytest (it re-runs it under `unshare -n`)"
+        )
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "resources": {SLOTS: 0}, "include_dashboard": False},
+    )
+    under_test = LoopbackCluster(cluster)
+    try:
+        for _ in range(workers):
+            under_test.add_worker(slots)
+        yield under_test
+    finally:
+        ray.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]

@@ -1,0 +1,160 @@
+"""The ray backend on a real multi-node cluster on loopback: placement, faults, shipping.
+
+Each test places its instances by a slots resource of its own, offered only by the nodes it
+adds, so it knows exactly which nodes can hold them (the session's nodes cannot).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+import ray
+
+from mcp_evalserver import errors
+from mcp_evalserver.sandbox.base import InstanceSpec
+from mcp_evalserver.sandbox.ray import RayBackend
+from tests.ray.cluster import LoopbackCluster, worker_without
+
+pytestmark = [pytest.mark.anyio, pytest.mark.ray, pytest.mark.root]
+
+
+def _repo(root: Path) -> InstanceSpec:
+    path = root / f"repo-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    (path / "a.txt").write_text("hello\n")
+    return InstanceSpec(path=str(path))
+
+
+@pytest.fixture
+async def own_slots(ray_cluster: LoopbackCluster) -> AsyncIterator[tuple[str, RayBackend]]:
+    """A resource name no node offers yet, and a backend that places instances by it."""
+    resource = f"slots_{uuid.uuid4().hex[:8]}"
+    async with RayBackend(ray_cluster.address, slots_resource=resource) as backend:
+        yield resource, backend
+
+
+async def test_instances_spread_and_a_node_that_joins_takes_the_instance_that_waited(
+    ray_cluster: LoopbackCluster, own_slots: tuple[str, RayBackend], tmp_path: Path
+) -> None:
+    resource, backend = own_slots
+    first = ray_cluster.add_worker(1, resource)  # Ray starts nodes from the main thread only
+    placed: dict[str, str] = {}
+
+    async def place(name: str) -> None:
+        instance = await backend.instance(_repo(tmp_path))
+        workspace = await instance.workspace(name)  # held: the instance stays busy
+        placed[name] = workspace.node or ""
+        assert (await workspace.exec("cat a.txt")).stdout == "hello\n"
+
+    with anyio.fail_after(180):
+        await place("a")
+        assert placed["a"] == first.node_id
+        async with anyio.create_task_group() as group:
+            group.start_soon(place, "b")  # no free slot: it waits, it does not overfill `first`
+            await anyio.wait_all_tasks_blocked()
+            assert "b" not in placed
+            second = ray_cluster.add_worker(
+                1, resource
+            )  # Ray starts nodes from the main thread only
+    assert placed["b"] == second.node_id
+    rows = {row["node"]: row for row in backend.nodes()}
+    assert rows[first.node_id]["instances"]
+    assert rows[second.node_id]["instances"]
+    assert rows[first.node_id]["workspaces"] == rows[second.node_id]["workspaces"] == 1
+    for node in (first, second):
+        await anyio.to_thread.run_sync(ray_cluster.kill_worker, node)
+
+
+async def test_a_dead_node_fails_its_calls_as_unavailable_and_the_instance_moves(
+    ray_cluster: LoopbackCluster, own_slots: tuple[str, RayBackend], tmp_path: Path
+) -> None:
+    resource, backend = own_slots
+    doomed = ray_cluster.add_worker(1, resource)  # Ray starts nodes from the main thread only
+    outcome: dict[str, BaseException] = {}
+    spec = _repo(tmp_path)
+    with anyio.fail_after(180):
+        instance = await backend.instance(spec)
+        workspace = await instance.workspace("doomed")
+        assert workspace.node == doomed.node_id
+
+        async def sleeper() -> None:
+            try:
+                await workspace.exec("sleep 600")
+            except errors.SandboxUnavailable as exc:
+                outcome["in_flight"] = exc
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(sleeper)
+            await anyio.wait_all_tasks_blocked()
+            assert backend.nodes()
+            assert any(r["commands_in_flight"] for r in backend.nodes())
+            await anyio.to_thread.run_sync(ray_cluster.kill_worker, doomed)
+        with pytest.raises(errors.SandboxUnavailable, match="retried"):
+            await workspace.exec("true")
+        await workspace.destroy()  # a no-op on a dead node, not an error
+        survivor = ray_cluster.add_worker(1, resource)  # Ray starts nodes from the main thread only
+        again = await instance.workspace("again")  # placed anew, on the node that is alive
+        moved = await again.exec("cat a.txt")
+        await again.destroy()
+    assert isinstance(outcome.get("in_flight"), errors.SandboxUnavailable)
+    assert again.node == survivor.node_id
+    assert moved.stdout == "hello\n"
+    await anyio.to_thread.run_sync(ray_cluster.kill_worker, survivor)
+
+
+def _offered(resource: str) -> bool:
+    nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    return any(node["Alive"] and resource in node["Resources"] for node in nodes)
+
+
+async def test_a_path_the_node_lacks_is_shipped_through_the_object_store(
+    ray_cluster: LoopbackCluster, own_slots: tuple[str, RayBackend], tmp_path: Path
+) -> None:
+    resource, backend = own_slots
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    spec = _repo(hidden)
+    await anyio.run_process(["git", "init", "-q", "."], cwd=spec.path)
+    with worker_without(ray_cluster, hidden, resource), anyio.fail_after(180):
+        # Ray has no event for a node that joins: look until it offers the resource.
+        while not _offered(resource):  # noqa: ASYNC110
+            await anyio.sleep(0.2)
+        instance = await backend.instance(spec)
+        async with await instance.workspace("shipped") as workspace:
+            seen = await workspace.exec("cat a.txt; ls -a; git status --porcelain")
+            await workspace.write_file("a.txt", "changed on the node\n")
+        await instance.aclose()
+    assert seen.stdout.startswith("hello\n")
+    assert ".git" in seen.stdout.split()
+    assert Path(spec.path or "", "a.txt").read_text() == "hello\n"  # the driver's copy
+
+
+async def test_a_cluster_without_slots_is_a_clear_error(
+    own_slots: tuple[str, RayBackend], tmp_path: Path
+) -> None:
+    resource, backend = own_slots
+    with anyio.fail_after(60), pytest.raises(errors.SandboxUnavailable, match=resource):
+        await backend.instance(_repo(tmp_path))
+
+
+def test_choosing_ray_without_the_extra_says_how_to_install_it() -> None:
+    """Run where `import ray` fails, as it does without the `ray` extra."""
+    program = (
+        "import sys; sys.modules['ray'] = None\n"
+        "from mcp_evalserver.sandbox.ray import connect\n"
+        "from mcp_evalserver.errors import InvalidInput\n"
+        "try:\n"
+        "    connect('auto')\n"
+        "except InvalidInput as e:\n"
+        "    print(e)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "pip install 'mcp-evalserver[ray]'" in result.stdout
