@@ -420,7 +420,8 @@ class DockerEngine:
                 [(c["Id"], (c.get("Labels") or {}).get(LABEL_OWNER, "")) for c in containers],
                 [
                     (
-                        (i.get("RepoTags") or [i["Id"]])[0],
+                        # A tag taken over by a newer image leaves "<none>:<none>", no name.
+                        next((t for t in i.get("RepoTags") or [] if t != "<none>:<none>"), i["Id"]),
                         (i.get("Labels") or {}).get(LABEL_OWNER, ""),
                     )
                     for i in images
