@@ -22,6 +22,7 @@ from mcp_evalserver.campaigns import (
     default_state_dir,
     read_nodes,
 )
+from mcp_evalserver.cli_calibrate import add_calibrate_command, dispatch_calibrate
 from mcp_evalserver.cli_scoring import add_scoring_commands, dispatch_scoring
 from mcp_evalserver.cli_sweep import add_sweep_command, dispatch_sweep
 from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", type=Path, metavar="FILE", help="write to FILE, not stdout")
     add_scoring_commands(commands)
     add_sweep_command(commands)
+    add_calibrate_command(commands)
 
     commands.add_parser("schema", help="print the JSON schema of a campaign spec")
     return parser
@@ -156,6 +158,8 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
     handled = dispatch_scoring(args, store, _run)
     if handled is None:
         handled = dispatch_sweep(args, store)
+    if handled is None:
+        handled = dispatch_calibrate(args, store)
     if handled is not None:
         return handled
     if args.command == "schema":

@@ -108,6 +108,7 @@ def build_report(state: CampaignState) -> dict[str, Any]:
         "rescores": state.rescores,
         "infrastructure": infrastructure_health(state),
         "endpoint_limits": endpoint_limits(state),
+        "judge_calibration": state.calibrations[-1] if state.calibrations else None,
         "summary": summary,
         "phases": {
             "generation": _percentiles(t.generation_s for t in state.trajectories.values()),
@@ -245,6 +246,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             + (f"; refused at {limit['congested_at'][-5:]}" if limit["congested_at"] else "")
             + ")"
         )
+    if (calibration := report.get("judge_calibration")) is not None:
+        lines.append(calibration_line(calibration))
     if report["score_statuses"]:
         statuses = ", ".join(f"{k} {v}" for k, v in report["score_statuses"].items())
         partial = report["partially_resolved"]
@@ -322,6 +325,31 @@ def render_comparison_markdown(comparison: dict[str, Any]) -> str:
         f" sign test p = {_p(comparison['sign_test_p_value'])}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def calibration_line(calibration: dict[str, Any]) -> str:
+    """The judge's calibration against human labels, in one line."""
+
+    def estimate(name: str) -> str:
+        found = calibration[name]
+        if found["value"] is None:
+            return f"{name} undefined (no spread)"
+        interval = (
+            f" ({100 * found['confidence']:.0f}% CI {found['low']:.2f}–{found['high']:.2f})"
+            if found["low"] is not None
+            else ""
+        )
+        return f"{name} {found['value']:.2f}{interval}"
+
+    verdict = "yes" if calibration["clears"] else "no"
+    if calibration["clears"] and not calibration["clears_with_confidence"]:
+        verdict += " (its interval reaches below)"
+    return (
+        f"- judge calibration ({calibration['pairs']} labelled {calibration['unit']}s):"
+        f" {estimate('spearman')}, {estimate('kendall')}, agreement"
+        f" {_percent(calibration['agreement'])} at threshold {calibration['threshold']:g};"
+        f" clears {calibration['target']:.2f}: **{verdict}**"
+    )
 
 
 def _percent(value: float | None) -> str:

@@ -20,6 +20,7 @@ Record kinds and what they do to a trajectory:
     instance_reprovisioned  an instance was found dead and provisioned again (health)
     endpoint_limit       an adaptive per-endpoint limit changed (a resume starts from the last)
     endpoint_calls       a run's calls per model endpoint, by how they went (ok, HTTP 429, ...)
+    judge_calibrated     the judge's agreement with human labels (`calibrate`), for the report
     campaign_cancelled   the campaign is cancelled until a `run_started` resumes it
     run_started          a process began (or resumed) running the campaign
     ledger_repaired      a torn tail was dropped when the ledger was reopened
@@ -48,6 +49,7 @@ RETRY_REQUESTED = "retry_requested"
 INSTANCE_REPROVISIONED = "instance_reprovisioned"
 ENDPOINT_LIMIT = "endpoint_limit"
 ENDPOINT_CALLS = "endpoint_calls"
+JUDGE_CALIBRATED = "judge_calibrated"
 #: How much of an error message the history of a trajectory's failures keeps.
 HISTORY_MESSAGE_CHARS = 300
 SCORER_ADAPTER = TypeAdapter[ScorerConfig](ScorerConfig)
@@ -118,6 +120,8 @@ class CampaignState:
     endpoint_limits: dict[str, EndpointLimit] = field(default_factory=dict)
     #: Calls per model endpoint by how they went ("ok", "HTTP 429", ...), summed over runs.
     endpoint_calls: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Calibrations of the judge against human labels, oldest first.
+    calibrations: list[dict[str, Any]] = field(default_factory=list)
     #: Seconds the runs were running (each run: its first record to its last).
     run_s: float = 0.0
     last_seq: int = -1
@@ -216,6 +220,9 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
         return
     if kind == ENDPOINT_LIMIT:
         _endpoint_limit(state, record)
+        return
+    if kind == JUDGE_CALIBRATED:
+        state.calibrations.append({"ts": record["ts"], **record.get("calibration", {})})
         return
     if kind == ENDPOINT_CALLS:
         for endpoint, counts in record.get("calls", {}).items():

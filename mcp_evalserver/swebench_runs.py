@@ -9,9 +9,10 @@
   beside it, as SWE-bench lays them out) and the run summary JSON, in SWE-bench's shapes.
 
 A SWE-bench run has one prediction per instance; a campaign with several samples exports one
-sample (`sample`, default 0). Only trajectories graded by the `tests` scorer have a report.json;
-others (not scored, scored by another scorer, an evaluation that never reached the tests) are
-SWE-bench's `error_ids`.
+sample (`sample`, default 0). Buckets are SWE-bench 5.0.2's (`run_instance`, `make_run_report`):
+a patch that did not apply and tests that ran past the time limit raise there before any
+report.json is written, so here too they get none and land in `error_ids`, as do trajectories
+not scored or scored by another scorer. The campaign's own report keeps the richer statuses.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from mcp_evalserver.spec import CampaignSpec, Task, parse_spec, trajectory_id
 from mcp_evalserver.state import CampaignState, TrajectoryState
 
 _TASK_FIELDS = frozenset(Task.model_fields) | {"instance_id", "problem_statement"}
+#: Evaluations SWE-bench ends with an `EvaluationError` before writing report.json.
+_NO_REPORT = frozenset({EvalStatus.PATCH_APPLY_FAILED, EvalStatus.TIMEOUT})
 
 
 def instance_task(
@@ -196,9 +199,11 @@ def write_swebench_reports(
 ) -> Path:
     """Writes SWE-bench's evaluation layout for one sample; returns the run summary's path.
 
-    `out/logs/run_evaluation/<run_id>/<model>/<instance>/` gets `report.json`, `patch.diff`
-    and `test_output.txt`; `out/<model>.<run_id>.json` is the run summary. The model defaults
-    to the campaign's name, the run id to the campaign's id.
+    `out/logs/run_evaluation/<run_id>/<model>/<instance>/` gets `report.json` (none for an
+    apply failure or a timeout, as in SWE-bench), `patch.diff`, `test_output.txt` (the graded
+    output of the test run, when the tests ran) and `run_instance.log` (the whole log);
+    `out/<model>.<run_id>.json` is the run summary. The model defaults to the campaign's name,
+    the run id to the campaign's id.
 
     Raises:
         InvalidInput: no such sample, or a file cannot be written.
@@ -215,12 +220,20 @@ def write_swebench_reports(
         logs[prediction.instance_id] = log
         if prediction.is_empty or grade is None:
             continue
+        path = instance_report_path(out, run_id, model, prediction.instance_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.parent / "patch.diff").write_text(prediction.model_patch or "")
+        # The whole log stands in for SWE-bench's run_instance.log (its failure classifier
+        # reads both files).
+        (path.parent / "run_instance.log").write_text(log)
+        test_output = _log(directory, trajectory, "test_output")
+        if test_output:
+            (path.parent / "test_output.txt").write_text(test_output)
+        if grade.status in _NO_REPORT:
+            continue
         report = instance_report(prediction, grade, log=log)
         reports[prediction.instance_id] = report
-        path = instance_report_path(out, run_id, model, prediction.instance_id)
         write_instance_report(path, report)
-        (path.parent / "patch.diff").write_text(prediction.model_patch or "")
-        (path.parent / "test_output.txt").write_text(log)
     summary = run_summary([t.id for t in state.spec.task_list()], predictions, reports, logs=logs)
     summary_path = Path(out) / run_summary_filename(model, run_id)
     write_instance_report(summary_path, summary)
@@ -234,8 +247,8 @@ def _with_predictions(
     return [(t, by_id[t.task_id]) for t in _chosen(state, sample) if t.task_id in by_id]
 
 
-def _log(directory: Path, trajectory: TrajectoryState) -> str:
-    ref = ((trajectory.score or {}).get("details") or {}).get("log")
+def _log(directory: Path, trajectory: TrajectoryState, name: str = "log") -> str:
+    ref = ((trajectory.score or {}).get("details") or {}).get(name)
     if not ref:
         return ""
     try:

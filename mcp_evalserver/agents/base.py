@@ -3,10 +3,16 @@
 An agent's `generate` returns a `Submission` (an answer, a patch, or both). Raising
 `InfrastructureError` asks for a retry with backoff; any other exception is the trajectory's
 result (outcome `error`), never retried. The runner enforces the per-trajectory timeout.
+
+Generation is at-least-once: a generation whose result was not yet recorded when the process
+died runs again on resume, as a new attempt. An agent that pays for what it calls can
+deduplicate with `TrajectoryContext.idempotency_key` (the same for every attempt of a
+trajectory) and `attempt`.
 """
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +63,16 @@ class TrajectoryContext:
     campaign_dir: Path
     limiters: Limiters
     sandbox: TrajectorySandbox
+
+    @property
+    def idempotency_key(self) -> str:
+        """Names this trajectory's generation, the same in every attempt and after a resume.
+
+        Unique per campaign and trajectory; a provider or proxy can use it (with `attempt`) to
+        recognise a paid call that a crash made the agent send again.
+        """
+        name = f"{self.campaign_id}\0{self.trajectory_id}".encode()
+        return hashlib.sha256(name).hexdigest()[:32]
 
 
 class Agent(ABC):

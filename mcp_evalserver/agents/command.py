@@ -200,6 +200,8 @@ def _environment(
         "MCP_EVALSERVER_TOKEN": token,
         "MCP_EVALSERVER_CAMPAIGN": context.campaign_id,
         "MCP_EVALSERVER_TRAJECTORY": context.trajectory_id,
+        "MCP_EVALSERVER_ATTEMPT": str(context.attempt),
+        "MCP_EVALSERVER_IDEMPOTENCY_KEY": context.idempotency_key,
         "MCP_EVALSERVER_TASK_ID": context.task.id,
         "MCP_EVALSERVER_PROMPT": context.task.prompt,
         "MCP_EVALSERVER_PROMPT_FILE": str(prompt_file),

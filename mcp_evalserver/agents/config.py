@@ -101,6 +101,7 @@ class CommandAgentConfig(_Strict):
     command: list[str] | str = Field(
         description="The program and its arguments; a string is run by /bin/sh -c. It gets "
         "MCP_EVALSERVER_URL, MCP_EVALSERVER_TOKEN (bearer), MCP_EVALSERVER_TRAJECTORY, "
+        "MCP_EVALSERVER_ATTEMPT, MCP_EVALSERVER_IDEMPOTENCY_KEY (the same in every attempt), "
         "MCP_EVALSERVER_TASK_ID, MCP_EVALSERVER_PROMPT and MCP_EVALSERVER_PROMPT_FILE."
     )
     env: dict[str, str] = Field(

@@ -43,6 +43,10 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Local OpenAI-compatible servers (vLLM, llama.cpp, Ollama) ignore the key, but the client
 # insists on one; sent only when a `base_url` is configured and the key variable is unset.
 _PLACEHOLDER_KEY = "not-needed"
+#: Sent with every request: the trajectory's idempotency key (the same in every attempt) and
+#: the attempt's number.
+IDEMPOTENCY_HEADER = "X-MCP-Evalserver-Idempotency-Key"
+ATTEMPT_HEADER = "X-MCP-Evalserver-Attempt"
 
 _SYSTEM_REPO = (
     "You are working on a software task in a git repository (your shell starts in it). Use the "
@@ -130,6 +134,12 @@ class OpenAIAgent(Agent):
             base_url=base_url,
             max_retries=0,
             timeout=config.request_timeout_s,
+            # Generation is at-least-once: these let a proxy or provider recognise a request
+            # that a crash made the agent send again.
+            default_headers={
+                IDEMPOTENCY_HEADER: context.idempotency_key,
+                ATTEMPT_HEADER: str(context.attempt),
+            },
             http_client=openai.DefaultAsyncHttpxClient(verify=await self._tls_context()),
         ) as client:
             for step in range(1, config.max_steps + 1):

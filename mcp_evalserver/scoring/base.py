@@ -6,7 +6,7 @@ trajectory's result (outcome `error`). The runner enforces the scoring timeout.
 
 A result's `outcome` says whose failure an unresolved verdict is: `failed` (the submission's,
 the default), `error` (the evaluation broke: tests errored, a task without a gold answer) or
-`infra_error` (the harness did: its time limit passed), which every figure keeps apart.
+`infra_error` (the harness did: the sandbox went away), which every figure keeps apart.
 """
 
 from __future__ import annotations

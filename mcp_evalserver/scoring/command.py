@@ -4,8 +4,9 @@ The patch is applied first (fallback chain, `patching`); a patch that does not a
 `failed` (status `patch_apply_failed`). The answer is the command's stdin and the content of
 `$MCP_EVALSERVER_ANSWER_FILE`. Resolved when the command exits 0, or, with a reward file, when
 the number the command wrote there reaches the threshold (the number is the score). A missing
-or malformed reward is the evaluation's error; the harness's time limit is an infrastructure
-failure (`infra_error`), as for the tests scorer. The command's output is stored as an
+or malformed reward is the evaluation's error; a command that runs past `timeout_s` (with the
+submission's code in it) is the submission's failure (status `timeout`, outcome `failed`), as
+for the tests scorer. The command's output is stored as an
 artifact, named in `details.log`.
 """
 
@@ -66,7 +67,7 @@ class CommandScorer(Scorer):
             return ScoreResult.unresolved(
                 "timeout",
                 f"the command ran past {self.timeout_s:g}s",
-                outcome="infra_error",
+                outcome="failed",
                 details=details,
             )
         if self.reward_file is None:

@@ -57,7 +57,7 @@ class CommandScorerConfig(_Strict):
     command: str = Field(description="Shell command, run from the task's workdir.")
     reward_file: str | None = Field(None, description="e.g. /tmp/reward: a float in [0, 1].")
     threshold: float = Field(1.0, ge=0.0, le=1.0, description="Reward needed to resolve.")
-    timeout_s: float = Field(600.0, gt=0, description="Past it: harness timeout (infra_error).")
+    timeout_s: float = Field(600.0, gt=0, description="Past it: status timeout (failed).")
     apply_patch: bool = Field(True, description="Apply the submission's patch first.")
 
 
@@ -78,7 +78,9 @@ class TestsScorerConfig(_Strict):
         "else `pytest`.",
     )
     test_command: str | None = Field(None, description="Used when a task has no eval_script.")
-    timeout_s: float = Field(1800.0, gt=0, description="Past it: harness timeout (infra_error).")
+    timeout_s: float = Field(
+        1800.0, gt=0, description="Past it: status timeout, the submission's failure."
+    )
     output_cap: int = Field(8 << 20, ge=1 << 10, description="Bytes of test log kept per stream.")
 
 

@@ -10,9 +10,16 @@ Rules (as in `swebench.harness.grading`, checked by a differential test against 
 - Each list's success rate is successes / (successes + failures), 1 for an empty list.
   FULL when both rates are 1; PARTIAL when FAIL_TO_PASS is strictly between 0 and 1 and
   PASS_TO_PASS is 1; otherwise NO. Only FULL counts as resolved.
-- The log is graded only if the patch applied, the harness did not time out, the log has the
-  test-output section and either parsed results or a sign the suite ran, and the recorded exit
-  code agrees with the results. Each other case is its own `EvalStatus`, never resolved.
+- The log is graded only if the patch applied, the tests did not run past the time limit, the
+  log has the test-output section and either parsed results or a sign the suite ran, and the
+  exit code agrees with the results. Each other case is its own `EvalStatus`, never resolved.
+- The test-output section is what SWE-bench 5.0.2 slices: from the first start marker to the
+  next start marker or the first end marker, whichever comes first
+  (`log.split(START)[1].split(END)[0]`).
+
+The exit code: SWE-bench reads the first `>>>>> Test Exit Code: N` line of the log, text a test
+can print itself. The `tests` scorer passes the eval script's exit status as the sandbox saw
+it instead (`grade_log(exit_status=...)`); the text is read only for logs graded offline.
 
 Eval-script convention (SWE-bench's markers, so its logs and ours read the same): the script
 prints `>>>>> Start Test Output`, runs the test command, saves `$?`, prints
@@ -59,11 +66,14 @@ _SUITE_RAN = re.compile(
 )
 _PASSING = frozenset({TestStatus.PASSED, TestStatus.XFAIL})
 
-#: Tried in order until one exits 0; each is followed by the patch file's path.
+#: SWE-bench 5.0.2's `GIT_APPLY_CMDS` (harness/run_evaluation.py), tried in order until one
+#: exits 0; each is followed by the patch file's path. `--forward` matters: without it `patch
+#: --batch` answers "Assuming -R" to a reversed diff and applies it backwards.
 PATCH_APPLY_COMMANDS: tuple[tuple[str, ...], ...] = (
     ("git", "apply", "--verbose"),
+    ("git", "apply", "--verbose", "--3way"),
     ("git", "apply", "--verbose", "--reject"),
-    ("patch", "--batch", "--fuzz=5", "-p1", "-i"),
+    ("patch", "--batch", "--forward", "--fuzz=5", "-p1", "-i"),
 )
 #: Run between two attempts: a failed `--reject` leaves partial hunks and `.rej` files behind.
 PATCH_RESET_COMMANDS: tuple[tuple[str, ...], ...] = (
@@ -100,7 +110,8 @@ class EvalStatus(StrEnum):
 
     GRADED = "graded"
     PATCH_APPLY_FAILED = "patch_apply_failed"
-    #: The harness's time limit for the tests passed: an infrastructure failure to the engine.
+    #: The tests ran past the scorer's time limit: the submission's failure, like a test that
+    #: fails (a hanging patch must not leave the pass rate's denominator).
     TIMEOUT = "timeout"
     #: The log says the tests errored, lacks the test-output section or shows no run at all.
     TESTS_ERRORED = "tests_errored"
@@ -179,8 +190,9 @@ class Grade:
     def outcome(self) -> Outcome:
         """The ledger/statistics outcome: whose failure this is.
 
-        A patch that does not apply or tests that break are the submission's failures; a
-        harness timeout is the infrastructure's (DESIGN.md), kept out of pass rates.
+        A patch that does not apply, tests that fail and tests that hang past the time limit
+        are the submission's failures (DESIGN.md); the harness's own faults never get here
+        (they raise, and the runner records `infra_error`).
         """
         if self.resolved:
             return "resolved"
@@ -190,7 +202,7 @@ class Grade:
 _OUTCOMES: dict[EvalStatus, Outcome] = {
     EvalStatus.GRADED: "failed",
     EvalStatus.PATCH_APPLY_FAILED: "failed",
-    EvalStatus.TIMEOUT: "infra_error",
+    EvalStatus.TIMEOUT: "failed",
     EvalStatus.TESTS_ERRORED: "error",
     EvalStatus.EXIT_CODE_MISMATCH: "error",
 }
@@ -264,10 +276,14 @@ def _skipped(test: str, statuses: StatusMap) -> bool:
 
 
 def extract_test_output(log: str) -> str | None:
-    """The text between the start and end markers (the first pair), or None without both."""
+    """SWE-bench 5.0.2's slice: after the first start marker, up to the next start marker or
+    the first end marker, whichever comes first; None without both markers.
+
+    A test that prints a second start marker cannot append results of its own choosing.
+    """
     if START_TEST_OUTPUT not in log or END_TEST_OUTPUT not in log:
         return None
-    return log.split(START_TEST_OUTPUT, 1)[1].split(END_TEST_OUTPUT, 1)[0]
+    return log.split(START_TEST_OUTPUT)[1].split(END_TEST_OUTPUT)[0]
 
 
 def parse_test_exit_code(log: str) -> int | None:
@@ -300,24 +316,36 @@ def grade_log(
     pass_to_pass: str | Sequence[str] | None,
     patch_applied: bool = True,
     timed_out: bool = False,
+    exit_status: int | None = None,
 ) -> Grade:
-    """Grades one evaluation log (the eval script's whole output).
+    """Grades one evaluation log (the eval script's output, nothing else).
 
-    `patch_applied` and `timed_out` are what the scorer saw itself; SWE-bench's marker lines
-    for the same facts in the log are honoured too, so its logs grade as it would grade them.
+    `patch_applied`, `timed_out` and `exit_status` are what the scorer saw itself; SWE-bench's
+    marker lines for the same facts in the log are honoured too, so its logs grade as it would
+    grade them. `exit_status` is the test command's exit status from the process (the eval
+    script exits with it); when given, a `>>>>> Test Exit Code` line in the log is ignored, and
+    a negative status (the script was killed by a signal) means the log cannot be trusted.
 
     Raises:
         InvalidInput: a test list is malformed.
     """
     f2p = parse_test_list(fail_to_pass, "FAIL_TO_PASS")
     p2p = parse_test_list(pass_to_pass, "PASS_TO_PASS")
-    exit_code = parse_test_exit_code(log)
+    exit_code = parse_test_exit_code(log) if exit_status is None else exit_status
     if not patch_applied or APPLY_PATCH_FAIL in log:
         return _ungraded(EvalStatus.PATCH_APPLY_FAILED, "the patch did not apply", exit_code)
     if timed_out or TESTS_TIMEOUT in log:
         return _ungraded(EvalStatus.TIMEOUT, "the tests ran past the time limit", exit_code)
     if RESET_FAILED in log or TESTS_ERROR in log:
         return _ungraded(EvalStatus.TESTS_ERRORED, "the harness reported an error", exit_code)
+    if exit_code is not None and exit_code < 0:
+        # Only a signal stops the eval script before its last line; what it printed so far
+        # (perhaps a forged end marker) does not describe a finished run.
+        return _ungraded(
+            EvalStatus.TESTS_ERRORED,
+            f"the eval script was killed by signal {-exit_code} before it finished",
+            exit_code,
+        )
     section = extract_test_output(log)
     if section is None:
         return _ungraded(

@@ -1,8 +1,11 @@
-"""Applying patches inside a workspace, by SWE-bench's fallback chain (see `grading`).
+"""Applying patches inside a workspace, by SWE-bench 5.0.2's fallback chain (see `grading`).
 
-`git apply` → `git apply --reject` → `patch --batch --fuzz=5 -p1`, the tree reset between
-attempts; a tree that already holds the patch counts as applied. Every command's output is kept
-for the evaluation log.
+`git apply --verbose` → `git apply --verbose --3way` → `git apply --verbose --reject` →
+`patch --batch --forward --fuzz=5 -p1 -i`, the tree reset between attempts
+(`git checkout -- .`, `git clean -fd`); if all fail, a tree that already holds the patch
+(`git apply --check --reverse`) counts as applied. Every command's output is kept for the
+evaluation log, never for the text that is graded: a patch names its own files, and git
+prints those names.
 """
 
 from __future__ import annotations

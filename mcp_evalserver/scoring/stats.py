@@ -7,7 +7,8 @@ from `random.Random(seed)` only, so the same inputs and seed give the same figur
 Infrastructure failures (outcome `infra_error`) are never counted as attempts: they appear in
 their own counts and rates, and every pass rate, pass@k and interval is computed over the
 attempts that the infrastructure let run. A trajectory's own time limit (outcome `timeout`) is
-the task's failure; the engine records a harness that timed out as `infra_error`.
+the task's failure, and so are tests that hang past a scorer's limit; `infra_error` is the
+harness's own fault (the sandbox gone, the engine down).
 """
 
 from __future__ import annotations

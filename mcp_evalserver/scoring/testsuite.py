@@ -1,14 +1,22 @@
 """The `tests` scorer: SWE-bench's evaluation of a patch, in a fresh workspace of the instance.
 
 Steps: an empty patch is `failed` (status `empty`) without running anything; otherwise apply
-the patch (fallback chain, `patching`), put the files of the task's `test_patch` back to the
-base commit and apply it, run the tests between SWE-bench's markers, parse the log and grade it
-(`grading.grade_log`). The whole log is stored as an artifact and named in `details.log`.
+the patch (SWE-bench 5.0.2's fallback chain, `patching`), put the files of the task's
+`test_patch` back to the base commit and apply it, run the tests between SWE-bench's markers,
+parse and grade the test run's output (`grading.grade_log`).
+
+What is graded, and what is not (the submission is an adversary, DESIGN.md): only the eval
+script's own output, sliced between the markers as SWE-bench 5.0.2 slices it; the apply steps'
+output (which prints the names of the patch's files) is logged, never graded. The test exit
+code is the eval script's exit status from the sandbox (the script ends with `exit` of the
+test command's status), never a `>>>>> Test Exit Code` line a test can print. `details.log`
+is the whole log (apply steps, then the tests), `details.test_output` the graded part.
 
 Statuses: `resolved`, `failed` (graded, not resolved; `details.resolution` tells a partial
-resolution apart), `empty`, `patch_apply_failed` (outcome failed), `test_patch_failed`,
-`tests_errored`, `exit_code_mismatch` (outcome error), `timeout` (the harness's time limit:
-outcome infra_error, kept out of pass rates).
+resolution apart), `empty`, `patch_apply_failed`, `timeout` (the tests ran past `timeout_s`;
+outcome failed, counted like any other miss), `test_patch_failed`, `tests_errored`,
+`exit_code_mismatch` (outcome error). The harness's own faults (the sandbox gone) raise, and
+the runner records `infra_error`.
 
 Score: the share of FAIL_TO_PASS and PASS_TO_PASS tests that pass (1.0 when both are empty and
 the run is resolved); only a full resolution counts as resolved.
@@ -20,7 +28,10 @@ and parser `auto` takes the instance's `log_parser` (kept in the task's metadata
 
 from __future__ import annotations
 
+import math
+import re
 import shlex
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from mcp_evalserver.errors import InvalidInput
@@ -65,20 +76,35 @@ def pytest_command(task: Task) -> str | None:
     )
 
 
+#: The shell variable the eval script keeps the test command's exit status in.
+EXIT_CODE_VAR = "MCP_EVALSERVER_TEST_EXIT_CODE"
+#: Appended to every eval script: the process's exit status is the test command's, so the
+#: scorer never has to believe a line of text. A script that never reached the end marker
+#: exits 3 (its log has no test section to grade anyway).
+EXIT_WITH_TEST_STATUS = f'exit "${{{EXIT_CODE_VAR}:-3}}"'
+#: Every pytest run under the scorer prints without colour codes, whatever the project's
+#: configuration says (`addopts = --color=yes` would hide every result from the parsers).
+PYTEST_ENV = {"PYTEST_ADDOPTS": "--color=no"}
+_STATUS_SAVED = re.compile(r"^\s*(\w+)=\$\?\s*$")
+
+
 def record_test_exit_code(script: str) -> str:
     """SWE-bench's `record_test_exit_code`: keep the test command's exit status (`$?` right
     before the end marker) and print it after the marker, unless the script already does."""
-    if TEST_EXIT_CODE in script:
+    if EXIT_CODE_VAR in script:
         return script
     lines = script.split("\n")
     for number, line in enumerate(lines):
         if END_TEST_OUTPUT in line:
+            # A script SWE-bench already rewrote keeps `$?` in its own variable right here.
+            kept = _STATUS_SAVED.match(lines[number - 1]) if number else None
+            status = f"${kept.group(1)}" if kept else "$?"
             return "\n".join(
                 [
                     *lines[:number],
-                    "MCP_EVALSERVER_TEST_EXIT_CODE=$?",
+                    f"{EXIT_CODE_VAR}={status}",
                     line,
-                    f'echo "{TEST_EXIT_CODE}: $MCP_EVALSERVER_TEST_EXIT_CODE"',
+                    f'echo "{TEST_EXIT_CODE}: ${EXIT_CODE_VAR}"',
                     *lines[number + 1 :],
                 ]
             )
@@ -125,14 +151,20 @@ class TestsScorer(Scorer):
         return get_parser(SWEBENCH_REPO_PARSERS.get(task.repo or "", "pytest"))
 
     def eval_script(self, task: Task) -> str | None:
-        """The shell script that runs the tests between the markers (None: nothing to run)."""
+        """The shell script that runs the tests between the markers and exits with the test
+        command's status (None: nothing to run)."""
         if task.eval_script:
             if START_TEST_OUTPUT in task.eval_script:
                 # A SWE-bench eval script prints its own markers.
-                return record_test_exit_code(task.eval_script)
-            return eval_test_section(task.eval_script)
-        command = self.test_command or pytest_command(task)
-        return eval_test_section(command) if command else None
+                script = record_test_exit_code(task.eval_script)
+            else:
+                script = eval_test_section(task.eval_script)
+        else:
+            command = self.test_command or pytest_command(task)
+            if not command:
+                return None
+            script = eval_test_section(command)
+        return f"{script}\n{EXIT_WITH_TEST_STATUS}"
 
     async def score(self, context: ScoringContext) -> ScoreResult:
         """Grades the submission's patch (see the module docstring).
@@ -162,12 +194,12 @@ class TestsScorer(Scorer):
                 outcome="error",
             )
         workspace = await context.sandbox.workspace()
-        log: list[str] = []
+        log: list[str] = []  # everything, for people; only the test run's output is graded
         applied = await apply_patch(workspace, patch)
         log.append(applied.log)
         details: dict[str, Any] = {"patch_applied": applied.applied, "apply_command": None}
         if not applied.applied:
-            grade = _grade("".join(log), task, parser, patch_applied=False)
+            grade = _grade("", task, parser, patch_applied=False)
             return await self._result(context, grade, log, details)
         details["apply_command"] = applied.command
         if task.test_patch:
@@ -182,23 +214,42 @@ class TestsScorer(Scorer):
                     outcome="error",
                     details={**details, "log": ref},
                 )
-        timed_out = await self._run_tests(workspace, script, log)
-        grade = _grade("".join(log), task, parser, patch_applied=True, timed_out=timed_out)
+        run = await self._run_tests(workspace, script)
+        log.append(run.output)
+        if run.timed_out:
+            # SWE-bench's own line, so its failure classifier reads our logs as it reads its own.
+            log.append(
+                f"\n{TESTS_TIMEOUT} after {self.timeout_s:g}s\n\n"
+                f"Timeout error: {math.ceil(self.timeout_s)} seconds exceeded."
+            )
+        grade = _grade(
+            run.output,
+            task,
+            parser,
+            patch_applied=True,
+            timed_out=run.timed_out,
+            exit_status=run.exit_status,
+        )
+        details["test_output"] = await context.store_artifact(
+            run.output.encode(errors="replace"), ".log"
+        )
         return await self._result(context, grade, log, details)
 
-    async def _run_tests(self, workspace: Workspace, script: str, log: list[str]) -> bool:
-        """Runs the eval script, appending its output to `log`; True if it timed out."""
+    async def _run_tests(self, workspace: Workspace, script: str) -> _TestRun:
+        """Runs the eval script; its output (stderr folded into stdout) and exit status."""
         path = f"{EVAL_DIR}/eval.sh"
         await workspace.write_file(path, script + "\n")
+        # No shell in between: a script killed by a signal must show as one (-signum).
         result = await workspace.exec(
-            f"bash {path} 2>&1", timeout=self.timeout_s, output_cap=self.output_cap
+            ["bash", "-c", 'exec bash "$0" 2>&1', path],
+            timeout=self.timeout_s,
+            output_cap=self.output_cap,
+            env=PYTEST_ENV,
         )
-        log.append(result.stdout + result.stderr)
+        output = result.stdout + result.stderr
         if result.stdout_truncated:
-            log.append("\n[mcp-evalserver: the test output was truncated in the middle]\n")
-        if result.timed_out:
-            log.append(f"\n{TESTS_TIMEOUT} after {self.timeout_s:g}s\n")
-        return result.timed_out
+            output += "\n[mcp-evalserver: the test output was truncated in the middle]\n"
+        return _TestRun(output, None if result.timed_out else result.exit_code, result.timed_out)
 
     async def _store_log(self, context: ScoringContext, log: list[str]) -> dict[str, Any]:
         return await context.store_artifact("".join(log).encode(errors="replace"), ".log")
@@ -232,24 +283,38 @@ class TestsScorer(Scorer):
         )
 
 
+@dataclass(frozen=True)
+class _TestRun:
+    output: str
+    exit_status: int | None  # None when it timed out
+    timed_out: bool
+
+
 _UNRESOLVED_OUTCOMES: dict[str, Literal["failed", "error", "infra_error"]] = {
     "failed": "failed",
     "error": "error",
     "infra_error": "infra_error",
-    "timeout": "infra_error",
+    "timeout": "failed",
 }
 
 
 def _grade(
-    log: str, task: Task, parser: LogParser, *, patch_applied: bool, timed_out: bool = False
+    output: str,
+    task: Task,
+    parser: LogParser,
+    *,
+    patch_applied: bool,
+    timed_out: bool = False,
+    exit_status: int | None = None,
 ) -> Grade:
     return grade_log(
-        log,
+        output,
         parser=parser,
         fail_to_pass=task.FAIL_TO_PASS,
         pass_to_pass=task.PASS_TO_PASS,
         patch_applied=patch_applied,
         timed_out=timed_out,
+        exit_status=exit_status,
     )
 
 

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcp_evalserver import __version__
+from mcp_evalserver.calibration import calibrate_campaign, parse_labels
 from mcp_evalserver.errors import Conflict, EvalServerError
 from mcp_evalserver.scoring.config import ScorerConfig
 from mcp_evalserver.server.http import allowed_host_names
@@ -226,6 +227,27 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         per level, the recommended level and why, and the paths of sweep.json and sweep.png.
         With wait_s > 0 the call waits until the sweep finishes or wait_s passes."""
         return await _sweeps(ctx).wait(sweep_id, wait_s)
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def calibrate_judge(
+        campaign_id: CampaignId,
+        labels: Annotated[
+            list[dict[str, Any]],
+            Field(
+                description='Human labels: {"trajectory": "t1@0", "label": 0.5} per trajectory, '
+                'or with "requirement": "<rubric text>" per requirement; label true/false or 0..1.'
+            ),
+        ],
+        ctx: Context[EvalService, Any],
+    ) -> dict[str, Any]:
+        """Check whether a campaign's llm_judge can be trusted: Spearman and Kendall between its
+        scores and human labels (95% bootstrap intervals), agreement and confusion at the
+        scorer's threshold, and whether Spearman clears 0.80. Recorded in the campaign's ledger,
+        so its report shows it. The campaign must not be running."""
+        parsed = parse_labels(labels)
+        source = {"file": None, "sha256": None, "rows": len(parsed)}
+        return await calibrate_campaign(_service(ctx).store, campaign_id, parsed, source=source)
 
     @app.tool(annotations=_READ_ONLY)
     @tool_errors

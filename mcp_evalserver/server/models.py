@@ -92,6 +92,11 @@ class ClaimedTrajectory(BaseModel):
     reclaimed: bool = Field(
         description="True when an earlier client held it: the workspace keeps its changes."
     )
+    attempt: int = Field(description="Which generation attempt of the trajectory this is.")
+    idempotency_key: str = Field(
+        description="The same in every attempt (generation is at-least-once): deduplicate "
+        "paid calls with it."
+    )
 
 
 class ExecOutput(BaseModel):

@@ -44,6 +44,8 @@ class ExternalTrajectories:
             has_workspace=context.sandbox.available,
             lease_s=trajectory.lease_s,
             reclaimed=trajectory.claims > 1,
+            attempt=context.attempt,
+            idempotency_key=context.idempotency_key,
         )
 
     async def exec(

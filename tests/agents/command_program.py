@@ -84,6 +84,8 @@ async def work(mode: str, notes: Path | None) -> int:
         "prompt": os.environ["MCP_EVALSERVER_PROMPT"],
         "prompt_file": Path(os.environ["MCP_EVALSERVER_PROMPT_FILE"]).read_text(),
         "extra": os.environ.get("AGENT_EXTRA"),
+        "attempt": os.environ["MCP_EVALSERVER_ATTEMPT"],
+        "idempotency_key": os.environ["MCP_EVALSERVER_IDEMPOTENCY_KEY"],
     }
     if mode == "probe":
         assert notes is not None

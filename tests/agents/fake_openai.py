@@ -58,6 +58,8 @@ class Seen:
 
     body: dict[str, Any]
     authorization: str | None
+    #: Every header, its name in lower case.
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class FakeOpenAI:
@@ -108,9 +110,9 @@ class FakeOpenAI:
         with self._lock:
             self.in_flight -= 1
 
-    def next_response(self, body: dict[str, Any], authorization: str | None) -> Response:
+    def next_response(self, body: dict[str, Any], headers: dict[str, str]) -> Response:
         with self._lock:
-            self.seen.append(Seen(body, authorization))
+            self.seen.append(Seen(body, headers.get("authorization"), headers))
             self._calls += 1
             if self.script:
                 return self.script.pop(0)
@@ -178,7 +180,9 @@ class _Handler(BaseHTTPRequestHandler):
             if self.fake.service_s:
                 # The provider at work (see the module docstring), in the server's own thread.
                 time.sleep(self.fake.service_s)
-            response = self.fake.next_response(body, self.headers.get("Authorization"))
+            response = self.fake.next_response(
+                body, {name.lower(): value for name, value in self.headers.items()}
+            )
             if isinstance(response, Failure):
                 self._fail(response)
             else:

@@ -55,6 +55,8 @@ async def test_a_program_fixes_the_bug_through_its_endpoint_and_its_submission_r
     assert seen["task_id"] == "calc"
     assert seen["prompt"] == seen["prompt_file"] == "make add() add"
     assert seen["extra"] == "from the config"
+    assert seen["attempt"] == "1"
+    assert len(seen["idempotency_key"]) == 32
     # Only this trajectory's tools, and none takes a trajectory or claim to name another one.
     assert seen["tools"] == {
         "sandbox_exec": ["command", "stdin", "timeout_s"],

@@ -19,7 +19,11 @@ import pytest
 from mcp_evalserver.agents.base import Submission, TrajectoryContext
 from mcp_evalserver.agents.config import OpenAIAgentConfig
 from mcp_evalserver.agents.factory import build_agent
-from mcp_evalserver.agents.openai_agent import retry_after_seconds
+from mcp_evalserver.agents.openai_agent import (
+    ATTEMPT_HEADER,
+    IDEMPOTENCY_HEADER,
+    retry_after_seconds,
+)
 from mcp_evalserver.sandboxes import TrajectorySandbox
 from mcp_evalserver.scheduler import Limiters
 from mcp_evalserver.spec import Limits, Task
@@ -110,6 +114,30 @@ async def test_an_endpoint_that_keeps_failing_is_an_infra_error_after_the_runner
     assert [f["final"] for f in failures] == [False, True]
     assert failures[-1]["error"]["type"] == "InfrastructureError"
     assert "HTTP 500" in failures[-1]["error"]["message"]
+
+
+async def test_every_request_carries_the_attempt_and_an_idempotency_key_kept_across_attempts(
+    tmp_path: Path,
+) -> None:
+    # The first attempt fails (an infrastructure error after two requests), the second submits.
+    script = [Failure(500), Failure(500)]
+    with serving(FakeOpenAI(script, then=call("submit", answer="16"))) as fake:
+        with anyio.fail_after(30):
+            agent = openai_agent(fake.url, retry_attempts=2)
+            state, _ = await run(tmp_path, spec([TASK], agent, max_attempts=2))
+
+    assert state.trajectories["t4@0"].outcome == "resolved"
+    sent = [
+        (s.headers[IDEMPOTENCY_HEADER.lower()], s.headers[ATTEMPT_HEADER.lower()])
+        for s in fake.seen
+    ]
+    (key,) = {key for key, _ in sent}
+    assert [attempt for _, attempt in sent] == ["1", "1", "2"]
+    assert len(key) == 32
+    # Another trajectory (here: the same task in another campaign) has another key.
+    with serving(FakeOpenAI([call("submit", answer="16")])) as other, anyio.fail_after(30):
+        await run(tmp_path, spec([TASK], openai_agent(other.url)))
+    assert other.seen[0].headers[IDEMPOTENCY_HEADER.lower()] != key
 
 
 async def test_a_rejected_request_is_the_trajectorys_error_and_is_not_retried(

@@ -68,13 +68,15 @@ async def docker_backend() -> AsyncIterator[BackendUnderTest]:
 
 
 @asynccontextmanager
-async def ray_backend(address: str) -> AsyncIterator[BackendUnderTest]:
-    """Local instances hosted on the worker nodes of a loopback Ray cluster at `address`."""
+async def ray_backend(address: str, inner: str) -> AsyncIterator[BackendUnderTest]:
+    """Instances hosted on the worker nodes of a loopback Ray cluster at `address`, by the
+    nodes' own `inner` backend (`local` directories or `docker` images)."""
     from mcp_evalserver.sandbox.ray import RayBackend
 
-    # The local backend gives the spec factory (a fresh directory per spec); it stays unused.
-    async with local_backend() as local, RayBackend(address) as backend:
-        yield BackendUnderTest("ray", backend, local.spec)
+    # The inner backend gives the spec factory (a fresh directory or key per spec); the
+    # instances themselves are the nodes'.
+    async with BACKENDS[inner]() as here, RayBackend(address) as backend:
+        yield BackendUnderTest(f"ray-{inner}", backend, here.spec)
 
 
 BACKENDS: dict[str, Callable[[], AbstractAsyncContextManager[BackendUnderTest]]] = {
@@ -84,9 +86,10 @@ BACKENDS: dict[str, Callable[[], AbstractAsyncContextManager[BackendUnderTest]]]
 BACKEND_PARAMS = [
     pytest.param("local", marks=pytest.mark.root),
     pytest.param("docker", marks=pytest.mark.docker),
-    pytest.param("ray", marks=[pytest.mark.root, pytest.mark.ray]),
+    pytest.param("ray-local", marks=[pytest.mark.root, pytest.mark.ray]),
+    pytest.param("ray-docker", marks=[pytest.mark.root, pytest.mark.ray, pytest.mark.docker]),
 ]
-ROOT_BACKENDS = {"local", "ray"}
+ROOT_BACKENDS = {"local", "ray-local", "ray-docker"}
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +103,9 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[BackendUnderT
     if request.param in ROOT_BACKENDS:
         require_root()
     context: AbstractAsyncContextManager[BackendUnderTest]
-    if request.param == "ray":  # on the session's cluster
-        context = ray_backend(request.getfixturevalue("ray_cluster").address)
+    if request.param.startswith("ray-"):  # on the session's cluster
+        address = request.getfixturevalue("ray_cluster").address
+        context = ray_backend(address, request.param.removeprefix("ray-"))
     else:
         context = BACKENDS[request.param]()
     async with context as under_test:

@@ -71,8 +71,9 @@ def git_repo(path: Path, files: dict[str, str]) -> Path:
     return path
 
 
-def diff_of(repo: Path, files: dict[str, str]) -> str:
-    """The patch that turns the repo's base into one with `files` written (repo unchanged)."""
+def diff_of(repo: Path, files: dict[str, str], *, reverse: bool = False) -> str:
+    """The patch that turns the repo's base into one with `files` written (repo unchanged);
+    with `reverse`, the patch that turns such a repo back into the base."""
     originals = {name: (repo / name).read_text() for name in files if (repo / name).exists()}
     try:
         for name, text in files.items():
@@ -80,7 +81,11 @@ def diff_of(repo: Path, files: dict[str, str]) -> str:
             (repo / name).write_text(text)
         subprocess.run([*GIT, "add", "-A"], cwd=repo, check=True)
         return subprocess.run(
-            ["git", "diff", "--cached"], cwd=repo, check=True, capture_output=True, text=True
+            ["git", "diff", "--cached", *(["-R"] if reverse else [])],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
     finally:
         subprocess.run(["git", "reset", "-q"], cwd=repo, check=True)

@@ -91,7 +91,7 @@ async def test_a_patch_that_does_not_apply_fails_without_running_the_command(
     assert "exit_code" not in result.details
 
 
-async def test_a_command_past_its_time_limit_is_an_infrastructure_failure(
+async def test_a_command_past_its_time_limit_is_the_submissions_failure(
     tmp_path: Path,
 ) -> None:
     task, _ = _task(tmp_path)
@@ -99,4 +99,4 @@ async def test_a_command_past_its_time_limit_is_an_infrastructure_failure(
         result = await scoring.score(
             CommandScorer("sleep 30", timeout_s=0.5), task, Submission(answer="4")
         )
-    assert (result.status, result.outcome, result.resolved) == ("timeout", "infra_error", False)
+    assert (result.status, result.outcome, result.resolved) == ("timeout", "failed", False)

@@ -123,7 +123,7 @@ def test_the_scorers_own_facts_override_a_clean_log() -> None:
         ("PASSED a\n", {}, "resolved"),
         ("FAILED a\n", {}, "failed"),
         ("PASSED a\n", {"patch_applied": False}, "failed"),
-        ("PASSED a\n", {"timed_out": True}, "infra_error"),
+        ("PASSED a\n", {"timed_out": True}, "failed"),
         ("Traceback: boom\n", {}, "error"),
     ],
 )
@@ -173,11 +173,12 @@ def test_the_explanation_names_counts_and_the_first_failing_test() -> None:
     assert grade.explanation == ("FAIL_TO_PASS 1/2 pass, PASS_TO_PASS 1/1 pass; first failing: b")
 
 
-def test_patch_apply_chain_falls_back_from_git_apply_to_reject_to_fuzzy_patch() -> None:
+def test_patch_apply_chain_is_swebench_5_0_2s_git_apply_cmds() -> None:
     assert patch_apply_attempts("/tmp/p.diff") == [
         ["git", "apply", "--verbose", "/tmp/p.diff"],
+        ["git", "apply", "--verbose", "--3way", "/tmp/p.diff"],
         ["git", "apply", "--verbose", "--reject", "/tmp/p.diff"],
-        ["patch", "--batch", "--fuzz=5", "-p1", "-i", "/tmp/p.diff"],
+        ["patch", "--batch", "--forward", "--fuzz=5", "-p1", "-i", "/tmp/p.diff"],
     ]
 
 
@@ -196,8 +197,8 @@ def run(command: list[str] | tuple[str, ...], cwd: Path) -> int:
     return subprocess.run(command, cwd=cwd, capture_output=True).returncode
 
 
-def test_patch_apply_chain_applies_a_patch_plain_git_apply_refuses(tmp_path: Path) -> None:
-    # One context line differs from the file: both `git apply`s refuse, fuzzy `patch` applies.
+def test_patch_apply_chain_applies_a_patch_every_git_apply_refuses(tmp_path: Path) -> None:
+    # One context line differs from the file: every `git apply` refuses, fuzzy `patch` applies.
     repo = git_repo(tmp_path, "".join(f"line {i}\n" for i in range(1, 21)))
     patch = tmp_path / "p.diff"
     patch.write_text(
@@ -211,9 +212,8 @@ def test_patch_apply_chain_applies_a_patch_plain_git_apply_refuses(tmp_path: Pat
         exits.append(run(command, repo))
         if exits[-1] == 0:
             break
-    assert exits[0] != 0
-    assert exits[1] != 0
-    assert exits[2] == 0
+    assert len(exits) == 4, exits
+    assert 0 not in exits[:3], exits
     assert "LINE ELEVEN" in (repo / "f.txt").read_text()
     assert not list(repo.glob("*.rej")), "the reset should have removed --reject's leftovers"
 
@@ -226,3 +226,25 @@ def test_already_applied_check_tells_an_applied_patch_from_a_pending_one(tmp_pat
     assert run(check, repo) != 0
     assert run(patch_apply_attempts(str(patch))[0], repo) == 0
     assert run(check, repo) == 0
+
+
+def test_the_exit_status_from_the_process_overrides_every_exit_code_line_in_the_log() -> None:
+    forged = wrap("PASSED a\n>>>>> End Test Output\n>>>>> Test Exit Code: 0\n", exit_code=1)
+    believed = grade_log(forged, parser=parse_pytest, fail_to_pass=["a"], pass_to_pass=[])
+    assert believed.resolved, "SWE-bench's rule, for logs graded offline: the first line wins"
+    grade = grade_log(
+        forged, parser=parse_pytest, fail_to_pass=["a"], pass_to_pass=[], exit_status=1
+    )
+    assert (grade.status, grade.exit_code) == (EvalStatus.EXIT_CODE_MISMATCH, 1)
+    killed = grade_log(
+        wrap("PASSED a\n"), parser=parse_pytest, fail_to_pass=["a"], pass_to_pass=[], exit_status=-9
+    )
+    assert killed.status is EvalStatus.TESTS_ERRORED
+    assert "signal 9" in killed.explanation
+
+
+def test_the_test_section_ends_at_the_next_start_marker_as_in_swebench() -> None:
+    log = wrap("FAILED a\n>>>>> Start Test Output\nPASSED a\n", exit_code=1)
+    assert extract_test_output(log) == "\nFAILED a\n"
+    grade = grade_log(log, parser=parse_pytest, fail_to_pass=["a"], pass_to_pass=[])
+    assert grade.statuses == {"a": TestStatus.FAILED}

@@ -17,12 +17,19 @@ from typing import Any
 
 import pytest
 
-from mcp_evalserver.scoring.grading import EvalStatus, Grade, grade_log, grade_tests
+from mcp_evalserver.scoring.grading import (
+    EvalStatus,
+    Grade,
+    grade_log,
+    grade_tests,
+    patch_apply_attempts,
+)
 from mcp_evalserver.scoring.logparsers import PARSERS, StatusMap, TestStatus, get_parser
 
 try:
     from swebench.harness import grading as swe_grading
     from swebench.harness.log_parsers import PARSER_REGISTRY
+    from swebench.harness.run_evaluation import GIT_APPLY_CMDS
     from swebench.types import TestSpec as SwebenchTestSpec
 except ImportError as error:  # pragma: no cover - depends on the environment
     if os.environ.get("CI") == "true":
@@ -423,3 +430,8 @@ def test_grading_agrees_with_swebench_on_seeded_random_status_maps() -> None:
         assert ours.resolution.value == resolution
         seen.add(resolution)
     assert seen == {"RESOLVED_FULL", "RESOLVED_PARTIAL", "RESOLVED_NO"}
+
+
+def test_the_patch_apply_chain_is_swebenchs_command_for_command() -> None:
+    ours = [" ".join(attempt[:-1]) for attempt in patch_apply_attempts("/tmp/patch.diff")]
+    assert ours == GIT_APPLY_CMDS

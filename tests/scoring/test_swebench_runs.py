@@ -16,6 +16,7 @@ from tests.scoring.test_tests_scorer import (
     BUGGY,
     FIXED,
     HALF_FIXED,
+    HANGS,
     NEW_TESTS,
     OLD_TESTS,
     PYTEST,
@@ -23,6 +24,7 @@ from tests.scoring.test_tests_scorer import (
 
 try:
     from swebench.harness import grading as swe_grading
+    from swebench.harness.reporting import make_run_report
     from swebench.types import TestSpec as SwebenchTestSpec
 except ImportError as error:  # pragma: no cover - depends on the environment
     if os.environ.get("CI") == "true":
@@ -179,3 +181,52 @@ def test_predictions_for_unknown_instances_are_refused(
         tmp_path / "s", "import-predictions", str(predictions), "--instances", str(instances)
     ) == 2  # fmt: skip
     assert "name instances not in" in capsys.readouterr().err
+
+
+def test_apply_failures_and_timeouts_get_no_report_json_and_bucket_as_swebench_buckets_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    instances, patches = _instances(tmp_path)
+    broken = patches["gold"].replace("-    return a - b", "-    return a / b")
+    hangs = diff_of(tmp_path / "owner__calc-2", {"calc.py": HANGS})
+    rows: list[dict[str, Any]] = [
+        {"instance_id": f"owner__calc-{n}", "model_name_or_path": MODEL, "model_patch": patch}
+        for n, patch in ((1, broken), (2, hangs), (3, patches["half"]))
+    ]
+    predictions = tmp_path / "preds.jsonl"
+    predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    state = tmp_path / "state"
+    assert _cli(
+        state, "import-predictions", str(predictions), "--instances", str(instances),
+        "--path", str(tmp_path / "{instance_id}"), "--id", "p", "--no-progress",
+        "--scorer", '{"type": "tests", "timeout_s": 12}',
+    ) == 0  # fmt: skip
+    # The campaign's own report: all three are the submission's misses, in the denominator.
+    assert "pass rate: **0.0%** (0/3" in capsys.readouterr().out
+    out = tmp_path / "swebench"
+    assert _cli(
+        state, "report", "p", "--swebench", str(out), "--model", MODEL, "--format", "json"
+    ) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["score_statuses"] == {
+        "failed": 1,
+        "patch_apply_failed": 1,
+        "timeout": 1,
+    }
+    ours = json.loads((out / "org__model-x.p.json").read_text())
+    assert ours["error_ids"] == ["owner__calc-1", "owner__calc-2"]
+    assert ours["unresolved_ids"] == ["owner__calc-3"]
+    assert ours["failure_reasons"] == {"owner__calc-2": "tests_timed_out"}
+    runs = out / "logs/run_evaluation/p/org__model-x"
+    assert not (runs / "owner__calc-1/report.json").exists()
+    assert not (runs / "owner__calc-2/report.json").exists()
+    assert not (runs / "owner__calc-1/test_output.txt").exists(), "the tests never ran"
+    # SWE-bench's own summary of the directory we wrote is ours, field for field.
+    monkeypatch.chdir(out)
+    theirs_path = make_run_report(
+        {r["instance_id"]: r for r in rows},
+        [{"instance_id": r["instance_id"]} for r in rows],
+        "p",
+        client=None,
+        report_dir=str(tmp_path / "theirs"),
+    )
+    assert json.loads(Path(theirs_path).read_text()) == ours

@@ -29,6 +29,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.root]
 
 BUGGY = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
+#: The fix, except that `add` hangs: tests that call it never finish.
+HANGS = FIXED.replace("return a + b", "__import__('time').sleep(60)")
 HALF_FIXED = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a - b\n"
 OLD_TESTS = "from calc import add\n\n\ndef test_zero():\n    assert add(0, 0) == 0\n"
 NEW_TESTS = (
@@ -123,16 +125,23 @@ async def test_a_patch_that_does_not_apply_is_the_submissions_failure(tmp_path: 
     assert (result.status, result.outcome) == ("patch_apply_failed", "failed")
     assert result.details["patch_applied"] is False
     # Every step of the fallback chain was tried.
+    assert "git apply --verbose --3way" in log
     assert "git apply --verbose --reject" in log
-    assert "patch --batch --fuzz=5 -p1" in log
+    assert "patch --batch --forward --fuzz=5 -p1" in log
 
 
-async def test_a_harness_timeout_is_an_infrastructure_failure(tmp_path: Path) -> None:
-    task = _task(tmp_path, eval_script="sleep 30")
+async def test_tests_that_hang_past_the_time_limit_are_the_submissions_failure(
+    tmp_path: Path,
+) -> None:
+    task = _task(tmp_path)
+    # The submission's code hangs when the tests call it.
+    hang = diff_of(Path(task.path or ""), {"calc.py": HANGS})
     async with scoring_in_workspaces(tmp_path / "campaign") as scoring:
-        result = await scoring.score(TestsScorer(timeout_s=0.5), task, Submission(patch=task.patch))
+        result = await scoring.score(TestsScorer(timeout_s=2), task, Submission(patch=hang))
         log = scoring.artifact(result.details["log"])
-    assert (result.status, result.outcome) == ("timeout", "infra_error")
+    # Counted in the pass rate's denominator like any other miss (never infra_error).
+    assert (result.status, result.outcome, result.resolved) == ("timeout", "failed", False)
+    assert result.details["eval_status"] == "timeout"
     assert ">>>>> Tests Timed Out" in log
 
 

@@ -78,6 +78,9 @@ async def test_a_lapsed_lease_lets_another_client_take_over_the_workspace_as_it_
             second = await call(client, "claim_trajectory", wait_s=30)
         assert second["trajectory_id"] == first["trajectory_id"]
         assert second["reclaimed"] is True
+        # The same generation attempt, under the same key.
+        assert (second["attempt"], second["idempotency_key"]) == (1, first["idempotency_key"])
+        assert len(first["idempotency_key"]) == 32
         read = await call(client, "read_file", claim_id=second["claim_id"], path="note.txt")
         assert read["content"] == "hi"
         stale = await call_error(client, "get_diff", claim_id=first["claim_id"])
