@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import math
 import re
+import secrets
 import shlex
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.errors import InvalidInput, LimitExceeded, NotFound
 from mcp_evalserver.sandbox.base import Workspace
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.grading import (
@@ -53,6 +54,13 @@ from mcp_evalserver.scoring.patching import (
     apply_patch,
     patched_files,
     restore_files,
+)
+from mcp_evalserver.scoring.strict import (
+    files_named_by,
+    grade_report,
+    infrastructure_in_patch,
+    infrastructure_restore_script,
+    junit_options,
 )
 from mcp_evalserver.spec import Task
 
@@ -85,6 +93,8 @@ EXIT_WITH_TEST_STATUS = f'exit "${{{EXIT_CODE_VAR}:-3}}"'
 #: Every pytest run under the scorer prints without colour codes, whatever the project's
 #: configuration says (`addopts = --color=yes` would hide every result from the parsers).
 PYTEST_ENV = {"PYTEST_ADDOPTS": "--color=no"}
+_RESTORE_TIMEOUT_S = 120.0
+_REPORT_CAP = 64 << 20
 _STATUS_SAVED = re.compile(r"^\s*(\w+)=\$\?\s*$")
 
 
@@ -123,6 +133,7 @@ class TestsScorer(Scorer):
         test_command: str | None = None,
         timeout_s: float = 1800.0,
         output_cap: int = 8 << 20,
+        strict: bool = False,
     ) -> None:
         """Checks the parser name now, so a typo fails the campaign before it starts.
 
@@ -135,6 +146,7 @@ class TestsScorer(Scorer):
         self.test_command = test_command
         self.timeout_s = timeout_s
         self.output_cap = output_cap
+        self.strict = strict
 
     def parser_for(self, task: Task) -> LogParser:
         """The configured parser; for `auto`, the task's `metadata.log_parser` (SWE-bench 5
@@ -202,6 +214,10 @@ class TestsScorer(Scorer):
             grade = _grade("", task, parser, patch_applied=False)
             return await self._result(context, grade, log, details)
         details["apply_command"] = applied.command
+        report_path = None
+        if self.strict:
+            details["restored"] = await self._restore_infrastructure(workspace, task, patch, log)
+            report_path = f"{EVAL_DIR}/{secrets.token_hex(16)}/report.xml"
         if task.test_patch:
             await restore_files(workspace, patched_files(task.test_patch))
             tests_applied = await apply_patch(workspace, task.test_patch, "test_patch.diff")
@@ -214,7 +230,7 @@ class TestsScorer(Scorer):
                     outcome="error",
                     details={**details, "log": ref},
                 )
-        run = await self._run_tests(workspace, script)
+        run = await self._run_tests(workspace, script, report_path)
         log.append(run.output)
         if run.timed_out:
             # SWE-bench's own line, so its failure classifier reads our logs as it reads its own.
@@ -222,29 +238,58 @@ class TestsScorer(Scorer):
                 f"\n{TESTS_TIMEOUT} after {self.timeout_s:g}s\n\n"
                 f"Timeout error: {math.ceil(self.timeout_s)} seconds exceeded."
             )
-        grade = _grade(
-            run.output,
-            task,
-            parser,
-            patch_applied=True,
-            timed_out=run.timed_out,
-            exit_status=run.exit_status,
-        )
+        if report_path is not None and run.exit_status is not None:
+            grade = grade_report(
+                await _read_report(workspace, report_path),
+                fail_to_pass=task.FAIL_TO_PASS,
+                pass_to_pass=task.PASS_TO_PASS,
+                exit_status=run.exit_status,
+            )
+        else:
+            grade = _grade(
+                run.output,
+                task,
+                parser,
+                patch_applied=True,
+                timed_out=run.timed_out,
+                exit_status=run.exit_status,
+            )
         details["test_output"] = await context.store_artifact(
             run.output.encode(errors="replace"), ".log"
         )
         return await self._result(context, grade, log, details)
 
-    async def _run_tests(self, workspace: Workspace, script: str) -> _TestRun:
+    async def _restore_infrastructure(
+        self, workspace: Workspace, task: Task, patch: str, log: list[str]
+    ) -> list[str]:
+        """Strict mode: test infrastructure and the files the test ids name, back to the base."""
+        paths = [
+            *infrastructure_in_patch(patch),
+            *files_named_by([*task.FAIL_TO_PASS, *task.PASS_TO_PASS]),
+        ]
+        script = infrastructure_restore_script(paths)
+        result = await workspace.exec(script, timeout=_RESTORE_TIMEOUT_S)
+        restored = [line for line in result.stdout.splitlines() if line]
+        log.append(f"strict: restored from the base commit: {restored or 'nothing'}\n")
+        if result.exit_code != 0:
+            log.append(f"strict: restoring exited {result.exit_code}: {result.stderr}\n")
+        return restored
+
+    async def _run_tests(
+        self, workspace: Workspace, script: str, report_path: str | None
+    ) -> _TestRun:
         """Runs the eval script; its output (stderr folded into stdout) and exit status."""
         path = f"{EVAL_DIR}/eval.sh"
         await workspace.write_file(path, script + "\n")
+        env = dict(PYTEST_ENV)
+        if report_path is not None:
+            env["PYTEST_ADDOPTS"] += " " + junit_options(report_path)
         # No shell in between: a script killed by a signal must show as one (-signum).
         result = await workspace.exec(
             ["bash", "-c", 'exec bash "$0" 2>&1', path],
             timeout=self.timeout_s,
             output_cap=self.output_cap,
-            env=PYTEST_ENV,
+            env=env,
         )
         output = result.stdout + result.stderr
         if result.stdout_truncated:
@@ -259,6 +304,7 @@ class TestsScorer(Scorer):
     ) -> ScoreResult:
         details = {
             **details,
+            "mode": "strict" if self.strict else "swebench",
             "eval_status": grade.status.value,
             "resolution": grade.resolution.value,
             "exit_code": grade.exit_code,
@@ -281,6 +327,13 @@ class TestsScorer(Scorer):
             score=_share(grade),
             details=details,
         )
+
+
+async def _read_report(workspace: Workspace, path: str) -> bytes | None:
+    try:
+        return await workspace.read_file(path, max_bytes=_REPORT_CAP)
+    except (NotFound, InvalidInput, LimitExceeded):
+        return None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ reversed diff). None may resolve.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,8 @@ import pytest
 from mcp_evalserver.agents.base import Submission
 from mcp_evalserver.scoring.testsuite import TestsScorer
 from mcp_evalserver.spec import Task
-from tests.scoring.sandboxed import diff_of, require_root, scoring_in_workspaces
-from tests.scoring.test_tests_scorer import BUGGY, FIXED, _task
+from tests.scoring.sandboxed import GIT, diff_of, require_root, scoring_in_workspaces
+from tests.scoring.test_tests_scorer import BUGGY, FIXED, NEW_TESTS, _task
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
 
@@ -115,3 +116,137 @@ async def test_tests_cannot_kill_the_eval_script_to_hide_what_follows_their_forg
     # with pytest's status.
     assert log.rstrip().endswith(">>>>> Test Exit Code: 1")
     assert (details["status"], details["exit_code"]) == ("exit_code_mismatch", 1)
+
+
+# --- strict mode: the four ways that fool SWE-bench 5.0.2 as well -----------------------------
+
+REWRITE_REPORTS = (
+    "import pytest\n\n\n"
+    "@pytest.hookimpl(wrapper=True)\n"
+    "def pytest_runtest_makereport(item, call):\n"
+    "    report = yield\n"
+    "    report.outcome = 'passed'\n"
+    "    report.longrepr = None\n"
+    "    return report\n"
+)
+
+
+def _commit(repo: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    subprocess.run([*GIT, "commit", "-qam", "more"], cwd=repo, check=True)
+
+
+async def _both_modes(task: Task, patch: str, tmp_path: Path) -> dict[str, dict[str, object]]:
+    """The verdict of the default (SWE-bench) mode and of strict mode on one submission."""
+    verdicts = {}
+    async with scoring_in_workspaces(tmp_path / "campaign") as scoring:
+        for mode, scorer in (("swebench", TestsScorer()), ("strict", TestsScorer(strict=True))):
+            result = await scoring.score(scorer, task, Submission(patch=patch))
+            assert result.details["mode"] == mode
+            verdicts[mode] = {
+                "resolved": result.resolved,
+                "status": result.status,
+                "explanation": result.explanation,
+                **result.details,
+            }
+    return verdicts
+
+
+async def test_strict_mode_does_not_believe_passes_printed_at_exit_before_os_exit_0(
+    tmp_path: Path,
+) -> None:
+    task = _task(tmp_path)
+    patch = diff_of(
+        Path(task.path or ""), {"conftest.py": at_exit(f"\n{FAKE_PASSES}", then="os._exit(0)")}
+    )
+    verdicts = await _both_modes(task, patch, tmp_path)
+    assert verdicts["swebench"]["resolved"] is True, "this fools SWE-bench 5.0.2 too"
+    assert verdicts["strict"]["resolved"] is False
+    assert str(verdicts["strict"]["explanation"]).startswith("strict:")
+
+
+async def test_strict_mode_restores_a_fail_to_pass_test_the_submission_neutered(
+    tmp_path: Path,
+) -> None:
+    # No test_patch: the FAIL_TO_PASS tests are in the instance already, and nothing in
+    # SWE-bench's flow puts them back.
+    task = _task(tmp_path, test_patch=None)
+    repo = Path(task.path or "")
+    _commit(repo, {"test_calc.py": NEW_TESTS})
+    neutered = NEW_TESTS.replace("assert add(2, 2) == 4", "pass").replace(
+        "assert mul(2, 3) == 6", "pass"
+    )
+    patch = diff_of(repo, {"test_calc.py": neutered})
+    verdicts = await _both_modes(task, patch, tmp_path)
+    assert verdicts["swebench"]["resolved"] is True, "this fools SWE-bench 5.0.2 too"
+    assert verdicts["strict"]["resolved"] is False
+    assert verdicts["strict"]["restored"] == ["test_calc.py"]
+    assert verdicts["strict"]["tests_status"]["FAIL_TO_PASS"]["failure"] == [  # type: ignore[index]
+        "test_calc.py::test_add",
+        "test_calc.py::test_mul",
+    ]
+
+
+async def test_strict_mode_restores_a_conftest_that_rewrites_reports(tmp_path: Path) -> None:
+    task = _task(tmp_path)
+    patch = diff_of(Path(task.path or ""), {"conftest.py": REWRITE_REPORTS})
+    verdicts = await _both_modes(task, patch, tmp_path)
+    assert verdicts["swebench"]["resolved"] is True, "this fools SWE-bench 5.0.2 too"
+    assert verdicts["strict"]["resolved"] is False
+    assert verdicts["strict"]["restored"] == ["conftest.py"]
+    assert verdicts["strict"]["status"] == "failed"
+
+
+async def test_strict_mode_restores_pytest_configuration_that_loads_a_rewriting_plugin(
+    tmp_path: Path,
+) -> None:
+    task = _task(tmp_path)
+    patch = diff_of(
+        Path(task.path or ""),
+        {
+            "pytest.ini": "[pytest]\naddopts = -p rewrite_reports\n",
+            "rewrite_reports.py": REWRITE_REPORTS,
+        },
+    )
+    verdicts = await _both_modes(task, patch, tmp_path)
+    assert verdicts["swebench"]["resolved"] is True, "this fools SWE-bench 5.0.2 too"
+    assert verdicts["strict"]["resolved"] is False
+    assert verdicts["strict"]["restored"] == ["pytest.ini"]
+
+
+async def test_strict_mode_fails_a_test_whose_subtest_failed(tmp_path: Path) -> None:
+    task = _task(tmp_path)
+    with_subtest = NEW_TESTS.replace(
+        "def test_add():\n    assert add(2, 2) == 4\n",
+        "def test_add(subtests):\n    with subtests.test(msg='negative'):\n"
+        "        assert add(-2, -2) == 0\n    assert add(2, 2) == 4\n",
+    )
+    repo = Path(task.path or "")
+    task = task.model_copy(update={"test_patch": diff_of(repo, {"test_calc.py": with_subtest})})
+    verdicts = await _both_modes(task, task.patch or "", tmp_path)
+    assert verdicts["strict"]["resolved"] is False
+    assert verdicts["strict"]["tests_status"]["FAIL_TO_PASS"]["failure"] == [  # type: ignore[index]
+        "test_calc.py::test_add"
+    ]
+
+
+async def test_strict_mode_resolves_the_gold_patch_from_the_junit_report(tmp_path: Path) -> None:
+    task = _task(tmp_path)
+    verdicts = await _both_modes(task, task.patch or "", tmp_path)
+    assert verdicts["swebench"]["resolved"] is True
+    assert verdicts["strict"]["resolved"] is True
+    assert verdicts["strict"]["restored"] == []
+    assert "(JUnit report)" in str(verdicts["strict"]["explanation"])
+
+
+async def test_strict_mode_restores_a_conftest_the_patch_hides_from_git(tmp_path: Path) -> None:
+    task = _task(tmp_path)
+    repo = Path(task.path or "")
+    patch = diff_of(repo, {"conftest.py": REWRITE_REPORTS}) + diff_of(
+        repo, {".gitignore": "conftest.py\n"}
+    )
+    verdicts = await _both_modes(task, patch, tmp_path)
+    assert verdicts["swebench"]["resolved"] is True
+    assert verdicts["strict"]["resolved"] is False
+    assert verdicts["strict"]["restored"] == ["conftest.py"]
