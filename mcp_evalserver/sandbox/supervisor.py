@@ -1480,6 +1480,7 @@ class Supervisor:
             command = os.fork()
             if command:
                 serve_as_init(command)
+            os.setsid()  # the command leads a session of its own, as pid 1 did before the fork
         except BaseException as e:
             os.write(3, (json.dumps({"error": f"sandbox setup: {e}"}) + "\n").encode())
             os._exit(127)
