@@ -79,7 +79,11 @@ class Task(BaseModel):
         None, description="Where the repository lives: default /testbed in an image, else `path`."
     )
     setup: list[str] = Field(default_factory=list, description="Commands run once per instance.")
-    network: bool = Field(False, description="Whether trajectories may reach the network.")
+    network: bool = Field(
+        False,
+        description="Whether trajectories may reach the network, from a namespace of their own "
+        "(docker backend on a bridge network; refused elsewhere).",
+    )
     # SWE-bench fields, as published.
     repo: str | None = None
     base_commit: str | None = None
