@@ -52,6 +52,7 @@ bench: venv system
 	-$(PY) bench/scheduler.py
 	-$(PY) bench/sandbox.py
 	-$(PY) bench/mcp.py
+	-$(PY) bench/inspect_sandbox.py
 	-$(PY) bench/campaign.py
 	-$(PY) bench/density.py
 	-$(PY) bench/dashboard.py

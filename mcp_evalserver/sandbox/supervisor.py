@@ -7,14 +7,14 @@ and many may be in flight, each answered once:
 
     -> {"id": 7, "op": "exec", "args": {"ws": "t1", "argv": ["true"], "timeout": 10}}
     <- {"id": 7, "ok": true, "result": {"exit_code": 0, ...}}
-    <- {"id": 8, "ok": false, "error": {"type": "NotFound", "message": "..."}}
+    <- {"id": 8, "ok": false, "error": {"type": "NotFound", "message": "...", "errno": "ENOENT"}}
 
 Ops and their args (results in brackets):
   init       mode ("host"|"container"), store, store_tmpfs, instance, workdir, network
              [version, pid, python, cgroups, cgroup_dirs, limits: which are enforced]
   freeze     setup: [shell lines], timeout            [base: HEAD of workdir or null]
-  ws_create  ws, limits: {pids, memory_bytes, disk_bytes}                  [ws, ms]
-  exec       ws, argv, env, cwd, stdin_b64, timeout, output_cap
+  ws_create  ws, limits: {pids, memory_bytes, disk_bytes}    [ws, ms, holder_pid, root]
+  exec       ws, argv, env, cwd, stdin_b64, timeout, output_cap, user (name or uid in the view)
              [exit_code (-signal), stdout_b64, stderr_b64, *_truncated, duration_s, timed_out]
   read       ws, path, max_bytes [data_b64]     write  ws, path, data_b64, mode [bytes]
   list       ws, path [entries: {name, kind, size}, truncated]
@@ -22,8 +22,7 @@ Ops and their args (results in brackets):
   cancel     target (a request id)               shutdown
 One thread runs a selectors loop and never waits on a command: every sandboxed thing runs in
 a forked child (so no fork races another thread's locks), and each workspace has a holder
-process, pid 1 of the workspace's pid namespace, that keeps its namespaces and cgroup and
-spawns its commands (see Holder).
+process that keeps its namespaces and cgroup and forks its execs.
 
 Modes. "container": the overlay's lower is `/` and uppers live on a non-overlay store (e.g. a
 tmpfs at /trajs); the container needs CAP_SYS_ADMIN and CAP_NET_ADMIN (and no AppArmor
@@ -68,13 +67,6 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_CAPBSET_READ, PR_CAPBSET_DROP, CAP_SYS_ADMIN = 1, 23, 24, 21
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 22, 38
-PR_SET_SECUREBITS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 28, 47, 2
-# SECBIT_NOROOT and SECBIT_NO_SETUID_FIXUP, each locked: execve as uid 0 grants no capability
-# beyond the ambient set (see confine_holder).
-SECURE_NOROOT = 0x01 | 0x02 | 0x04 | 0x08
-SYSCALL_CLONE = {"x86_64": 56, "aarch64": 220}
-# Signals Python ignores or handles that a command must start with at their defaults.
-RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
 # What a trajectory keeps: root-like access to its own copy-on-write files, nothing else.
 # Never CAP_DAC_READ_SEARCH (open_by_handle_at escapes a chroot), SYS_ADMIN, SYS_CHROOT, KILL.
 KEPT_CAPS = (0, 1, 3, 4)  # CHOWN, DAC_OVERRIDE, FOWNER, FSETID
@@ -157,11 +149,14 @@ CAP_LAST_CAP = _cap_last_cap()
 
 
 class SupervisorError(Exception):
-    """An error answered to the client; `kind` names a class of mcp_evalserver.errors."""
+    """An error answered to the client; `kind` names a class of mcp_evalserver.errors.
 
-    def __init__(self, kind: str, message: str) -> None:
+    `errno_name` ("EACCES", ...) says which system call failure it was, when one was.
+    """
+
+    def __init__(self, kind: str, message: str, errno_name: str | None = None) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind, self.errno_name = kind, errno_name
 
 
 def _check(ret: int, what: str) -> int:
@@ -193,40 +188,9 @@ def unshare(flags: int) -> None:
 def setns(path: str, nstype: int) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        setns_fd(fd, nstype)
+        _check(_libc.setns(fd, nstype), "setns " + path)
     finally:
         os.close(fd)
-
-
-def setns_fd(fd: int, nstype: int) -> None:
-    _check(_libc.setns(fd, nstype), "setns")
-
-
-# The GIL stays held across a call through PyDLL: fork_into's clone must not release it.
-_syscall_holding_gil = ctypes.PyDLL(None, use_errno=True).syscall
-
-
-def fork_into(flags: int) -> int:
-    """os.fork() whose child starts in new namespaces (clone(2) `flags`, e.g. CLONE_NEWPID).
-
-    A clone without a new stack is a fork; Python's own before/after-fork hooks run around it
-    exactly as os.fork runs them.
-    """
-    number = SYSCALL_CLONE.get(platform.machine())
-    if number is None:
-        raise OSError(errno.ENOSYS, f"no clone syscall number for {platform.machine()}")
-    ctypes.pythonapi.PyOS_BeforeFork()
-    zero = ctypes.c_ulong(0)
-    pid = _syscall_holding_gil(ctypes.c_long(number), ctypes.c_ulong(flags | signal.SIGCHLD),
-                               zero, zero, zero, zero)  # fmt: skip
-    err = ctypes.get_errno()
-    if pid == 0:
-        ctypes.pythonapi.PyOS_AfterFork_Child()
-        return 0
-    ctypes.pythonapi.PyOS_AfterFork_Parent()
-    if pid < 0:
-        raise OSError(err, f"clone: {os.strerror(err)}")
-    return int(pid)
 
 
 def make_readonly_recursive(path: str) -> None:
@@ -294,14 +258,12 @@ def _seccomp_program() -> bytes | None:
     body.append((ld, "", "", nr))
     if machine == "x86_64":
         body.append((jge, "eperm", "", 0x40000000))  # the x32 ABI's numbers
-    blocked = [nrs[n] for n in ("mount", "umount2", "pivot_root", "chroot")]
+    blocked = [nrs[n] for n in ("mount", "umount2", "pivot_root", "chroot", "unshare", "setns")]
     for number in blocked + list(NEW_MOUNT_API) + sorted(DENIED_SYSCALLS[machine].values()):
         body.append((jeq, "eperm", "", number))
     body.append((jeq, "enosys", "", nrs["clone3"]))
     body.append((jeq, "ioctl", "", nrs["ioctl"]))
     body.append((jeq, "personality", "", nrs["personality"]))
-    body.append((jeq, "unshare", "", nrs["unshare"]))
-    body.append((jeq, "setns", "", nrs["setns"]))
     body.append((jeq, "", "allow", nrs["clone"]))
     body.append((ld, "", "", arg0))  # the clone flags
     body.append((jset, "eperm", "allow", NS_FLAGS))
@@ -313,11 +275,6 @@ def _seccomp_program() -> bytes | None:
     body.append((ld, "", "", arg0))
     body += [(jeq, "allow", "", persona) for persona in ALLOWED_PERSONALITIES]
     body.append((ret, "", "", eperm))
-    # A holder's pid namespace per command (confine_holder); nothing else of either call.
-    labels["unshare"] = len(body)
-    body += [(ld, "", "", arg0), (jeq, "allow", "eperm", CLONE_NEWPID)]
-    labels["setns"] = len(body)
-    body += [(ld, "", "", arg1), (jeq, "allow", "eperm", CLONE_NEWPID)]
     labels.update(allow=len(body), eperm=len(body) + 1, enosys=len(body) + 2)
     prog: list[tuple[int, int, int, int]] = []
     for code, jt, jf, k in body:
@@ -340,26 +297,28 @@ def drop_bounding_set() -> None:
             prctl(PR_CAPBSET_DROP, cap)
 
 
-def drop_privileges(filter_syscalls: bool) -> None:
+def drop_privileges(filter_syscalls: bool, ids: tuple[int, int, list[int]] | None = None) -> None:
     """Keep uid 0 but only KEPT_CAPS; no_new_privs; optionally the seccomp filter.
 
     Why uid 0 and not a uid per workspace: tasks' files are root-owned, and access(2) ignores
     capabilities for any other real uid, so git and pip would see a read-only repository.
     Per-workspace process caps therefore come from the pids cgroup, not RLIMIT_NPROC.
+    `ids` (uid, gid, groups; see `lookup_user`) asks for another user of the view: a non-zero
+    uid keeps no capability at all.
     """
     keep_mask = sum(1 << c for c in KEPT_CAPS)
     drop_bounding_set()
-    header = _CapHeader(0x20080522, 0)
-    data = (_CapData * 2)(_CapData(keep_mask, keep_mask, keep_mask), _CapData(0, 0, 0))
-    _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+    if ids is not None:
+        uid, gid, groups = ids
+        os.setgroups(groups)
+        os.setgid(gid)
+        os.setuid(uid)  # from uid 0 to another: the kernel clears every capability set
+    if ids is None or ids[0] == 0:
+        header = _CapHeader(0x20080522, 0)
+        data = (_CapData * 2)(_CapData(keep_mask, keep_mask, keep_mask), _CapData(0, 0, 0))
+        _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # setuid binaries and file caps grant nothing more
-    if filter_syscalls:
-        install_seccomp_filter()
-
-
-def install_seccomp_filter() -> None:
-    """SECCOMP_PROGRAM for this process and its children (needs no_new_privs first)."""
-    program = SECCOMP_PROGRAM
+    program = SECCOMP_PROGRAM if filter_syscalls else None
     if program is not None:
         buf = ctypes.create_string_buffer(program)
         fprog = struct.pack("HxxxxxxQ", len(program) // 8, ctypes.addressof(buf))
@@ -367,25 +326,48 @@ def install_seccomp_filter() -> None:
         _check(_libc.prctl(PR_SET_SECCOMP, 2, ctypes.addressof(fbuf), 0, 0), "seccomp")
 
 
-def confine_holder() -> None:
-    """A holder's last step before serving: what every command it spawns inherits.
+def lookup_user(user: str) -> tuple[int, int, list[int], str]:
+    """(uid, gid, groups, home) of a user name or uid, from the view's /etc/passwd and group.
 
-    It keeps CAP_SYS_ADMIN for itself (a pid namespace per command) and KEPT_CAPS; its
-    commands get KEPT_CAPS only, from the ambient set, because SECBIT_NOROOT denies uid 0 the
-    full set at execve. no_new_privs and the seccomp filter apply to it and to them; the
-    filter lets pid namespaces through (unshare and setns of CLONE_NEWPID alone), which a
-    command cannot use without CAP_SYS_ADMIN, nor gain in a user namespace it cannot make.
+    Called after chroot: the workspace's own files decide (a sample may add users). A uid
+    absent from passwd runs with gid 0 and home /, as `docker exec --user` does.
     """
-    prctl(PR_SET_SECUREBITS, SECURE_NOROOT)
-    keep = sum(1 << c for c in KEPT_CAPS)
-    own = keep | 1 << CAP_SYS_ADMIN
-    header = _CapHeader(0x20080522, 0)
-    data = (_CapData * 2)(_CapData(own, own, keep), _CapData(0, 0, 0))
-    _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
-    for cap in KEPT_CAPS:
-        _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0), "ambient caps")
-    prctl(PR_SET_NO_NEW_PRIVS, 1)
-    install_seccomp_filter()
+    entries = []
+    with contextlib.suppress(OSError), open("/etc/passwd", errors="replace") as f:
+        entries = [line.rstrip("\n").split(":") for line in f]
+    found = next(
+        (e for e in entries if len(e) >= 7 and (e[0] == user or (user.isdigit() and e[2] == user))),
+        None,
+    )
+    if found is None:
+        if not user.isdigit():
+            raise SupervisorError(
+                "InvalidInput", f"unable to find user {user}: no matching entries in passwd file"
+            )
+        return int(user), 0, [0], "/"
+    name, uid, gid, home = found[0], int(found[2]), int(found[3]), found[5] or "/"
+    groups = {gid}
+    with contextlib.suppress(OSError), open("/etc/group", errors="replace") as f:
+        for line in f:
+            fields = line.rstrip("\n").split(":")
+            if len(fields) >= 4 and fields[2].isdigit() and name in fields[3].split(","):
+                groups.add(int(fields[2]))
+    return uid, gid, sorted(groups), home
+
+
+def serve_as_init(command: int) -> None:
+    """Pid 1 of an exec: reaps every orphan until `command` exits, reports its status."""
+    for fd in (0, 1, 2):  # the command's pipes end with the command, not with us
+        os.close(fd)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if pid == command:
+            break
+    os.write(3, (json.dumps({"status": status}) + "\n").encode())
+    os._exit(0)  # and the kernel kills whatever the command left running
 
 
 def enter_user_namespace() -> None:
@@ -576,7 +558,6 @@ class Workspace:
         self.name, self.path = name, path
         self.holder_pid = 0
         self.ctl: socket.socket | None = None  # to the holder; closing it ends the workspace
-        self.files_ns = -1  # the holder's fd of the view without /proc (see holder_main)
         self.root = os.path.join(path, "root")
         self.cgroups: list[str] = []
         self.jobs: set[int] = set()  # request ids running in this workspace
@@ -620,23 +601,16 @@ class Job:
 
 
 class Holder:
-    """A workspace's holder: pid 1 of the workspace's pid namespace, it spawns its execs.
+    """A workspace's holder: keeps its namespaces and forks its execs (a tiny zygote).
 
-    It lives in the workspace's namespaces, cgroup and chroot (its view), with /proc mounted
-    once for the workspace, under the same no_new_privs and seccomp filter as the commands;
-    of its capabilities a command keeps only KEPT_CAPS (ambient; SECBIT_NOROOT withholds
-    root's full set at execve). So an exec needs no Python fork: the holder puts the next
-    child in a pid namespace of its own (setns back to the workspace's, then unshare) and
-    `posix_spawn`s the command there, as pid 1 (vfork semantics: no copy of the holder).
-    Where a command needs per-process limits (RLIMIT_NPROC or RLIMIT_AS, when the cgroup
-    cannot enforce them) it forks instead, sets them and execs. The command's death ends its
-    pid namespace, descendants and all; the holder reaps it and reports its status on the
-    job's info pipe. Killing the holder kills every process of the workspace.
+    Each exec is a child C (in the holder's namespaces and cgroup) that unshares a mount and
+    a pid namespace and forks the command as pid 1 there, reporting its status on the info
+    pipe. Killing C kills the command (death signal) and with it the whole pid namespace.
     """
 
-    def __init__(self, ws: Workspace, ctl: socket.socket, pidns: int) -> None:
-        self.ws, self.ctl, self.pidns = ws, ctl, pidns
-        self.children: dict[int, tuple[int, int]] = {}  # pid -> (job, its info pipe)
+    def __init__(self, sup: Supervisor, ws: Workspace, ctl: socket.socket) -> None:
+        self.sup, self.ws, self.ctl = sup, ws, ctl
+        self.children: dict[int, int] = {}  # pid of C -> job (request id)
         self.broken = ""  # why execs cannot run here, if they cannot
 
     def run(self) -> None:
@@ -656,10 +630,7 @@ class Holder:
                         os.read(rfd, 512)
                     self.reap()
                     continue
-                # CLOEXEC: a command must inherit no other job's pipes.
-                msg, ancdata, _, _ = self.ctl.recvmsg(
-                    4096, socket.CMSG_SPACE(8 * 4), socket.MSG_CMSG_CLOEXEC
-                )
+                msg, ancdata, _, _ = self.ctl.recvmsg(4096, socket.CMSG_SPACE(8 * 4))
                 if not msg:
                     os._exit(0)  # the supervisor closed us: the workspace is gone
                 fds = array.array("i")
@@ -668,156 +639,76 @@ class Holder:
                         fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
                 request = json.loads(msg)
                 if request["op"] == "kill":
-                    for pid, (job, _) in self.children.items():
+                    for pid, job in self.children.items():
                         if job == request["job"]:
                             os.kill(pid, signal.SIGKILL)
                 elif len(fds) == 5:
-                    self.start(int(request["job"]), list(fds))
+                    self.fork_exec(int(request["job"]), list(fds))
 
     def reap(self) -> None:
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
-            entry = self.children.pop(pid, None)
-            if entry is not None:  # pid 1 is reaped only once its namespace is empty
-                self.report(entry[1], {"status": status})
+            self.children.pop(pid, None)
 
-    @staticmethod
-    def report(info: int, msg: dict[str, Any]) -> None:
-        """The job's last word: the supervisor's job ends at the info pipe's EOF."""
-        with contextlib.suppress(OSError):
-            os.write(info, (json.dumps(msg) + "\n").encode())
-        os.close(info)
-
-    def start(self, job: int, fds: list[int]) -> None:
+    def fork_exec(self, job: int, fds: list[int]) -> None:
         stdin, out, err, info, memfd = fds
         try:
-            request = json.loads(os.pread(memfd, os.fstat(memfd).st_size, 0))
             if self.broken:
                 raise SupervisorError("InfrastructureError", self.broken)
-            pid = self.spawn(request, stdin, out, err)
+            pid = os.fork()
         except (OSError, SupervisorError) as e:
             msg = {"error": str(e), "kind": getattr(e, "kind", "LimitExceeded")}
             if isinstance(e, OSError):  # typically the workspace's pids limit
                 msg["error"] = f"cannot start a process: {e.strerror}"
-            self.report(info, msg)
-            pid = None
-        except CommandNotRun as e:
-            with contextlib.suppress(OSError):
-                os.write(err, f"sandbox: cannot run {e.program!r}: {e.reason}\n".encode())
-            self.report(info, {"status": e.code << 8})
-            pid = None
-        for fd in (stdin, out, err, memfd):
-            os.close(fd)
-        if pid is not None:
-            self.children[pid] = (job, info)
-
-    def spawn(self, request: dict[str, Any], stdin: int, out: int, err: int) -> int:
-        """Starts the command as pid 1 of a fresh pid namespace; returns its pid.
-
-        Raises:
-            SupervisorError: a bad cwd. CommandNotRun: no such program, or not executable.
-            OSError: no process could be made (the pids limit).
-        """
-        argv, env, cwd = request["argv"], request["env"], request["cwd"]
-        try:
-            os.chdir(cwd)  # the child starts where we are
-        except OSError as e:
-            raise SupervisorError("InvalidInput", f"cwd {cwd!r}: {e.strerror}") from e
-        program = find_program(argv[0], env.get("PATH", DEFAULT_PATH))
-        rlimits = needed_rlimits(request["limits"], request["have"])
-        setns_fd(self.pidns, CLONE_NEWPID)  # back to ours: only then may we unshare again
-        unshare(CLONE_NEWPID)  # the next child is pid 1 of a namespace of its own
-        if rlimits:
-            pid = os.fork()
-            if pid == 0:
-                exec_child(program, argv, env, (stdin, out, err), rlimits)
-        else:
+            os.write(info, (json.dumps(msg) + "\n").encode())
+            for fd in fds:
+                os.close(fd)
+            return
+        if pid == 0:
             try:
-                pid = os.posix_spawn(
-                    program, argv, env,
-                    file_actions=[(os.POSIX_SPAWN_DUP2, fd, n)
-                                  for n, fd in enumerate((stdin, out, err))],
-                    setsid=True,  # no controlling terminal: /dev/tty is ENXIO
-                    setsigdef=RESET_SIGNALS,
-                    setsigmask=(),
-                )  # fmt: skip
-            except OSError as e:
-                code = 127 if e.errno == errno.ENOENT else 126
-                raise CommandNotRun(argv[0], e.strerror or str(e), code) from e
-        with contextlib.suppress(OSError):  # the OOM killer may take it, not the holder
-            write_file(f"/proc/{pid}/oom_score_adj", "0")
-        return pid
+                reset_signals()
+                for target, fd in enumerate((stdin, out, err, info)):
+                    os.dup2(fd, target)
+                request = json.loads(os.pread(memfd, os.fstat(memfd).st_size, 0))
+                close_fds_from(4)
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                self.exec_parent(request)
+            except BaseException as e:
+                with contextlib.suppress(OSError):
+                    os.write(3, (json.dumps({"error": f"exec: {e}"}) + "\n").encode())
+            os._exit(127)
+        for fd in fds:  # the info pipe too: its end must come with C's report, not its reaping
+            os.close(fd)
+        self.children[pid] = job
 
-
-class CommandNotRun(Exception):
-    """The program could not be started; the command's result is this exit code."""
-
-    def __init__(self, program: str, reason: str, code: int) -> None:
-        super().__init__(program)
-        self.program, self.reason, self.code = program, reason, code
-
-
-def find_program(name: str, path: str) -> str:
-    """`name` as execvp would find it on `path` (inside the caller's root).
-
-    Raises:
-        CommandNotRun: not found (exit 127).
-    """
-    if "/" in name:
-        return name
-    denied = False
-    for folder in path.split(":"):
-        candidate = os.path.join(folder or ".", name)
-        if os.path.isfile(candidate):
-            if os.access(candidate, os.X_OK):
-                return candidate
-            denied = True
-    if denied:
-        raise CommandNotRun(name, os.strerror(errno.EACCES), 126)
-    raise CommandNotRun(name, os.strerror(errno.ENOENT), 127)
-
-
-def needed_rlimits(limits: dict[str, Any], have: dict[str, bool]) -> list[tuple[int, int]]:
-    """Per-process limits a command needs because no cgroup enforces them for it."""
-    found = []
-    if limits.get("pids") and have.get("nproc"):
-        # In our own user namespace every sandboxed process is one (namespace, uid), so
-        # RLIMIT_NPROC caps them together: shared by the instance, but the host is safe.
-        found.append((resource.RLIMIT_NPROC, int(limits["pids"])))
-    if limits.get("memory_bytes") and not have.get("memory"):
-        # No cgroup: a per-process cap is better than none.
-        found.append((resource.RLIMIT_AS, int(limits["memory_bytes"])))
-    return found
-
-
-def exec_child(
-    program: str,
-    argv: list[str],
-    env: dict[str, str],
-    fds: tuple[int, int, int],
-    rlimits: list[tuple[int, int]],
-) -> None:
-    """A forked command: its session, stdio and limits, then execve. Never returns."""
-    try:
-        reset_signals()
-        os.setsid()
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-        close_fds_from(3)
-        for kind, n in rlimits:
-            resource.setrlimit(kind, (n, n))
-        os.execve(program, argv, env)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.write(2, f"sandbox: cannot run {argv[0]!r}: {e.strerror}\n".encode())
-        os._exit(127 if e.errno == errno.ENOENT else 126)
-    finally:
-        os._exit(127)
+    def exec_parent(self, request: dict[str, Any]) -> None:
+        """C: a fresh mount and pid namespace, the command as its pid 1, then its status."""
+        unshare(CLONE_NEWNS | CLONE_NEWPID)  # its own /proc, and one kill for the tree
+        sync_r, sync_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(sync_w)
+            self.sup.sandbox_init(
+                self.ws, sync_r, request["argv"], request["env"], request["cwd"],
+                request["limits"], request["have"], request.get("user"),
+            )  # fmt: skip
+        os.close(sync_r)
+        os.write(sync_w, b"x")
+        os.close(sync_w)
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        _, status = os.waitpid(pid, 0)  # pid 1 is reaped only once its namespace is empty
+        os.write(3, (json.dumps({"status": status}) + "\n").encode())
+        # Report before exiting: tearing down our mount namespace waits for an RCU grace
+        # period (~5 ms here), which need not delay the reply.
+        os.close(3)
+        os._exit(0)
 
 
 class Supervisor:
@@ -852,8 +743,11 @@ class Supervisor:
     def reply(self, req_id: int, result: dict[str, Any]) -> None:
         self.send({"id": req_id, "ok": True, "result": result})
 
-    def fail(self, req_id: int, kind: str, message: str) -> None:
-        self.send({"id": req_id, "ok": False, "error": {"type": kind, "message": message}})
+    def fail(self, req_id: int, kind: str, message: str, errno_name: str | None = None) -> None:
+        error = {"type": kind, "message": message}
+        if errno_name:
+            error["errno"] = errno_name
+        self.send({"id": req_id, "ok": False, "error": error})
 
     def run(self) -> None:
         rfd, wfd = os.pipe()
@@ -1083,7 +977,7 @@ class Supervisor:
         try:
             self.reply(job.req_id, job.finish(job))
         except SupervisorError as e:
-            self.fail(job.req_id, e.kind, str(e))
+            self.fail(job.req_id, e.kind, str(e), e.errno_name)
         except Exception as e:  # a bug here must fail one request, not the instance
             self.fail(job.req_id, "InfrastructureError", f"supervisor: {e!r}")
 
@@ -1184,7 +1078,10 @@ class Supervisor:
             self.teardown(ws)
             raise
         self.workspaces[name] = ws
-        return {"ws": name, "ms": (time.monotonic() - started) * 1000}
+        # The holder (its pid in our pid namespace) keeps the view at `root` in its mount
+        # namespace: what an operator's shell enters (`nsenter -t PID -m ... chroot ROOT`).
+        ms = (time.monotonic() - started) * 1000
+        return {"ws": name, "ms": ms, "holder_pid": ws.holder_pid, "root": ws.root}
 
     def build_workspace(self, ws: Workspace) -> None:
         limits = ws.limits
@@ -1194,6 +1091,11 @@ class Supervisor:
             mount("tmpfs", ws.path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(disk)},mode=0700")
         for sub in ("upper", "work", "root", "tmp"):
             os.mkdir(os.path.join(ws.path, sub), 0o700)
+        # The merged view's top takes the upper's mode and owner: the lower's, or no user but
+        # root could enter the instance (its files are reached through the store, not here).
+        lower = os.stat("/" if self.cfg["mode"] == "container" else self.cfg["instance"])
+        os.chown(os.path.join(ws.path, "upper"), lower.st_uid, lower.st_gid)
+        os.chmod(os.path.join(ws.path, "upper"), stat.S_IMODE(lower.st_mode))
         os.chmod(os.path.join(ws.path, "tmp"), 0o1777)
         spare = self.spares.pop(0) if self.spares else self.spawn_spare()
         ws.holder_pid, ws.ctl, ws.cgroups = spare
@@ -1206,9 +1108,8 @@ class Supervisor:
             ws.ctl.settimeout(None)
         except OSError as e:
             ack = f"error: holder did not answer ({e})"
-        if not ack.startswith("ok "):
+        if not ack.startswith("ok"):
             raise SupervisorError("InfrastructureError", "workspace mount failed: " + ack.strip())
-        ws.files_ns = int(ack.split()[1])
 
     def spawn_spare(self) -> tuple[int, socket.socket, list[str]]:
         """Forks a holder, ready but for its view: (pid, control socket, cgroup dirs).
@@ -1224,7 +1125,7 @@ class Supervisor:
         self.created += 1  # a new cgroup each time: a reset's old one may await removal
         cgroups = self.cgroups.create(f"holder.{self.created}") if self.cgroups else []
         ctl, holder_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        pid = fork_into(CLONE_NEWPID)  # pid 1 of the workspace's pid namespace
+        pid = os.fork()
         if pid == 0:
             try:
                 self.holder_main(holder_end, cgroups, ctl)
@@ -1238,8 +1139,9 @@ class Supervisor:
         reset_signals()
         other.close()
         close_fds_except({ctl.fileno()})  # not others' pipes
-        # If we died before this, the supervisor's end of ctl is closed: recv ends us below.
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != self.pid:
+            return
         broken = ""
         try:
             for d in cgroups:
@@ -1253,8 +1155,7 @@ class Supervisor:
             socket.sethostname("sandbox")
             if not self.cfg.get("network"):
                 loopback_up()
-            drop_bounding_set()  # effective caps stay until the view is built
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # for every command too
+            drop_bounding_set()  # effective caps stay: execs' parents still mount /proc
         except BaseException as e:
             broken = f"workspace setup failed: {e}"
         assignment = ctl.recv(65536)
@@ -1265,42 +1166,13 @@ class Supervisor:
         try:
             unshare(CLONE_NEWNS)
             self.mount_view(ws)
-            # File tools see the view without processes; the commands' copy of it (a mount
-            # namespace of their own) gets the workspace's /proc. The fd keeps the first.
-            files_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-            unshare(CLONE_NEWNS)
-            self.mount_proc(ws.root + "/proc")
-            pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-            os.chroot(ws.root)
-            os.chdir("/")
-            confine_holder()
-            ctl.send(f"ok {files_ns}".encode())
+            ctl.send(b"ok")
         except BaseException as e:
             ctl.send(f"error: {e}".encode())
             return
-        holder = Holder(ws, ctl, pidns)
+        holder = Holder(self, ws, ctl)
         holder.broken = broken
         holder.run()
-
-    @staticmethod
-    def mount_proc(proc: str) -> None:
-        """The workspace's /proc, mounted by its pid 1: it shows the workspace's processes only.
-
-        Kernel knobs are read-only, and what reveals the host (its memory, keys, timers) is
-        masked.
-        """
-        mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        for name in PROC_READONLY:
-            path = os.path.join(proc, name)
-            if os.path.exists(path):
-                mount(path, path, None, MS_BIND | MS_REC)
-                mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
-        for name in PROC_MASKED:
-            path = os.path.join(proc, name)
-            if os.path.isdir(path):
-                mount("tmpfs", path, "tmpfs", MS_RDONLY, "size=4k")
-            elif os.path.exists(path):
-                mount("/dev/null", path, None, MS_BIND)
 
     def refill_spares(self) -> None:
         while self.frozen and self.running and len(self.spares) < SPARE_HOLDERS:
@@ -1469,7 +1341,7 @@ class Supervisor:
         stdin = base64.b64decode(args["stdin_b64"]) if args.get("stdin_b64") else None
         job = self.spawn_sandboxed(
             req_id, ws, argv, args.get("env") or {}, args.get("cwd"), float(args["timeout"]),
-            int(args.get("output_cap") or 1 << 20), stdin,
+            int(args.get("output_cap") or 1 << 20), stdin, args.get("user"),
         )  # fmt: skip
 
         def finish(job: Job) -> dict[str, Any]:
@@ -1512,11 +1384,14 @@ class Supervisor:
         timeout: float,
         cap: int,
         stdin: bytes | None,
+        user: str | None = None,
     ) -> Job:
         cfg, limits = self.cfg, ws.limits
         full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8",
                     "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
                     "GIT_CONFIG_VALUE_0": "*"}  # fmt: skip
+        if user:
+            del full_env["HOME"]  # the user's own, from the view's passwd (see sandbox_init)
         full_env.update({str(k): str(v) for k, v in env.items()})
         workdir = cfg["workdir"]
         target = os.path.join(workdir, cwd) if cwd else workdir
@@ -1526,6 +1401,7 @@ class Supervisor:
         have["nproc"] = bool(cfg.get("userns")) and not have["pids"]
 
         request = {"argv": argv, "env": full_env, "cwd": target, "limits": limits, "have": have}
+        request["user"] = str(user) if user else None
         if ws.ctl is None:
             raise SupervisorError("NotFound", f"workspace {ws.name!r} is being destroyed")
         # The request travels in a memfd: argv may be larger than a socket message.
@@ -1547,6 +1423,83 @@ class Supervisor:
                 os.close(fd)
         return self.register(Job(req_id, 0, None, ws), pipes, timeout, cap, stdin)
 
+    def sandbox_init(
+        self,
+        ws: Workspace,
+        sync_r: int,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        limits: dict[str, Any],
+        have: dict[str, bool],
+        user: str | None = None,
+    ) -> None:
+        """Pid 1 of the exec's pid namespace; becomes the command. Never returns."""
+        try:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.read(sync_r, 1) != b"x":
+                os._exit(1)  # our parent died before we could arm the death signal
+            os.close(sync_r)
+            os.setsid()  # no controlling terminal: /dev/tty is ENXIO, TIOCSTI has no target
+            fcntl.fcntl(3, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
+            with contextlib.suppress(OSError):
+                write_file("/proc/self/oom_score_adj", "0")  # the holder's -1000 is not for us
+            proc = ws.root + "/proc"
+            mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            for name in PROC_READONLY:
+                path = os.path.join(proc, name)
+                if os.path.exists(path):
+                    mount(path, path, None, MS_BIND | MS_REC)
+                    mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+            for name in PROC_MASKED:
+                path = os.path.join(proc, name)
+                if os.path.isdir(path):
+                    mount("tmpfs", path, "tmpfs", MS_RDONLY, "size=4k")
+                elif os.path.exists(path):
+                    mount("/dev/null", path, None, MS_BIND)
+            self.apply_rlimits(limits, have)
+            os.chroot(ws.root)
+            try:
+                os.chdir(cwd)
+            except OSError as e:
+                msg = {"error": f"cwd {cwd!r}: {e.strerror}", "kind": "InvalidInput"}
+                os.write(3, (json.dumps(msg) + "\n").encode())
+                os._exit(127)
+            ids = None
+            if user:
+                try:
+                    identity = lookup_user(user)
+                except SupervisorError as e:
+                    os.write(3, (json.dumps({"error": str(e), "kind": e.kind}) + "\n").encode())
+                    os._exit(127)
+                ids = identity[:3]
+                env.setdefault("HOME", identity[3])
+            drop_privileges(True, ids)
+            # The command must not be pid 1 of its namespace: the kernel drops the signals
+            # pid 1 sends itself (`kill $$` would do nothing) and nobody would reap orphans.
+            command = os.fork()
+            if command:
+                serve_as_init(command)
+            os.setsid()  # the command leads a session of its own, as pid 1 did before the fork
+        except BaseException as e:
+            os.write(3, (json.dumps({"error": f"sandbox setup: {e}"}) + "\n").encode())
+            os._exit(127)
+        try:
+            os.execvpe(argv[0], argv, env)
+        except OSError as e:
+            os.write(2, (f"sandbox: cannot run {argv[0]!r}: {e.strerror}\n").encode())
+            os._exit(127 if e.errno == errno.ENOENT else 126)
+
+    @staticmethod
+    def apply_rlimits(limits: dict[str, Any], have: dict[str, bool]) -> None:
+        if limits.get("pids") and have.get("nproc"):
+            n = int(limits["pids"])
+            resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+        if limits.get("memory_bytes") and not have["memory"]:
+            n = int(limits["memory_bytes"])  # no cgroup: a per-process cap is better than none
+            resource.setrlimit(resource.RLIMIT_AS, (n, n))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
     # -- files, read and written as the trajectory itself (symlinks resolve inside its view) --
     def files_job(self, req_id: int, args: dict[str, Any], work: Callable[[], Any]) -> None:
         ws = self.workspace(args)
@@ -1554,18 +1507,21 @@ class Supervisor:
 
         def child() -> None:
             os.setsid()
-            setns(f"/proc/{ws.holder_pid}/fd/{ws.files_ns}", CLONE_NEWNS)
+            setns(f"/proc/{ws.holder_pid}/ns/mnt", CLONE_NEWNS)
             os.chroot(ws.root)
             os.chdir(workdir)
             drop_privileges(False)
+            result: dict[str, Any]
             try:
                 result = {"result": work()}
             except FileNotFoundError as e:
                 result = {"error": f"{e.filename}: no such file or directory", "kind": "NotFound"}
+                result["errno"] = "ENOENT"
             except SupervisorError as e:
-                result = {"error": str(e), "kind": e.kind}
+                result = {"error": str(e), "kind": e.kind, "errno": e.errno_name}
             except OSError as e:
                 result = {"error": f"{e.filename}: {e.strerror}", "kind": "InvalidInput"}
+                result["errno"] = errno.errorcode.get(e.errno or 0)
             data = (json.dumps(result) + "\n").encode()
             view = memoryview(data)
             while view:
@@ -1579,7 +1535,9 @@ class Supervisor:
                 raise SupervisorError("InfrastructureError", "file operation died")
             if "error" in msgs[-1]:
                 raise SupervisorError(
-                    msgs[-1].get("kind", "InfrastructureError"), msgs[-1]["error"]
+                    msgs[-1].get("kind", "InfrastructureError"),
+                    msgs[-1]["error"],
+                    msgs[-1].get("errno"),
                 )
             return dict(msgs[-1]["result"])
 

@@ -8,8 +8,11 @@ configuration that rewrites reports. Strict mode closes them:
 - Test infrastructure comes from the instance, not the submission: before the tests run, every
   `conftest.py`, pytest configuration file (`pytest.ini`, `.pytest.ini`, `tox.ini`,
   `setup.cfg`, `pyproject.toml`), `sitecustomize.py`, `usercustomize.py` and `.pth` file that
-  the patch names or git sees changed, and every file a FAIL_TO_PASS / PASS_TO_PASS id names,
-  is put back as the base commit has it (removed if it has none); then the task's
+  the patch names or git sees changed, every file of package metadata (`*.dist-info`,
+  `*.egg-info`: an `entry_points.txt` there registers a pytest plugin) and every root-level
+  stand-in for pytest (`pytest.py`, `_pytest/`, `pluggy/`, ...) the patch names, and every
+  file a FAIL_TO_PASS / PASS_TO_PASS id names, is put back as the base commit has it
+  (removed if it has none); then the task's
   `test_patch` goes in as usual. A fix that needs to change one of those files is not graded
   as it was written (`details.restored` lists what was put back).
 - Results come from pytest's own JUnit XML report (`--junitxml`, via `PYTEST_ADDOPTS`) written
@@ -70,10 +73,27 @@ def junit_options(report_path: str) -> str:
     return f"--junitxml={shlex.quote(report_path)} -o junit_family=xunit1"
 
 
+#: Directories whose files register plugins: an `entry_points.txt` with a `[pytest11]` section
+#: in any `*.dist-info`/`*.egg-info` on `sys.path` (the repository's root is, under
+#: `python -m pytest`) is loaded by pytest as a plugin.
+PACKAGE_METADATA = (".dist-info", ".egg-info")
+#: Modules at the repository's root that would stand in for pytest itself under
+#: `python -m pytest` (the root comes first on `sys.path`).
+PYTEST_SHADOWS = ("pytest", "pytest.py", "_pytest", "pluggy", "pluggy.py", "py.py")
+
+
 def is_infrastructure(path: str) -> bool:
-    """Whether a repository path names a test-infrastructure file."""
-    name = PurePosixPath(path).name
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in TEST_INFRASTRUCTURE)
+    """Whether a repository path names a test-infrastructure file: one of
+    `TEST_INFRASTRUCTURE` anywhere, a file of package metadata, or a root-level stand-in for
+    pytest."""
+    parts = PurePosixPath(path).parts
+    if not parts:
+        return False
+    if parts[0] in PYTEST_SHADOWS:
+        return True
+    if any(part.endswith(PACKAGE_METADATA) for part in parts):
+        return True
+    return any(fnmatch.fnmatchcase(parts[-1], pattern) for pattern in TEST_INFRASTRUCTURE)
 
 
 def infrastructure_in_patch(patch: str) -> list[str]:
@@ -100,6 +120,7 @@ _HEADERS = (
     ("--- ", True),
     ("+++ ", True),
     ("*** ", True),
+    ("Index: ", True),
     ("rename from ", False),
     ("rename to ", False),
     ("copy from ", False),
@@ -125,7 +146,11 @@ def _header_paths(rest: str, strip: bool) -> list[str]:
 def infrastructure_restore_script(paths: Sequence[str]) -> str:
     """A shell script (run in the workdir) that puts `paths`, and every test-infrastructure
     file git sees changed or added, back as the base commit has them (removed if it has
-    none), printing each path it restored."""
+    none), printing each path it restored.
+
+    Package metadata and pytest stand-ins count only when the patch names them: an
+    instance's own untracked `*.egg-info` (an editable install) must survive.
+    """
     names = "|".join(re.escape(name).replace(r"\*", "[^/]*") for name in TEST_INFRASTRUCTURE)
     quoted = " ".join(shlex.quote(path) for path in paths)
     return (

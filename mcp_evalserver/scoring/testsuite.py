@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 import re
 import secrets
-import shlex
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -48,7 +47,7 @@ from mcp_evalserver.scoring.grading import (
     eval_test_section,
     grade_log,
 )
-from mcp_evalserver.scoring.logparsers import SWEBENCH_REPO_PARSERS, LogParser, get_parser
+from mcp_evalserver.scoring.logparsers import LogParser, get_parser
 from mcp_evalserver.scoring.patching import (
     EVAL_DIR,
     apply_patch,
@@ -62,27 +61,8 @@ from mcp_evalserver.scoring.strict import (
     infrastructure_restore_script,
     junit_options,
 )
+from mcp_evalserver.scoring.test_plans import TestPlan, plan_tests
 from mcp_evalserver.spec import Task
-
-
-def pytest_command(task: Task) -> str | None:
-    """`python -m pytest -rA` (python3 where there is no `python`) over the files that
-    FAIL_TO_PASS and PASS_TO_PASS name (pytest ids).
-
-    None when no id names a file (`path::test`), e.g. Django-style ids.
-    """
-    files: dict[str, None] = {}
-    for test in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]:
-        path, separator, _ = test.partition("::")
-        if separator:
-            files.setdefault(path)
-    if not files:
-        return None
-    return (
-        'PY="$(command -v python || command -v python3)"; "$PY" -m pytest -rA -p no:cacheprovider '
-        + " ".join(shlex.quote(f) for f in files)
-    )
-
 
 #: The shell variable the eval script keeps the test command's exit status in.
 EXIT_CODE_VAR = "MCP_EVALSERVER_TEST_EXIT_CODE"
@@ -148,19 +128,21 @@ class TestsScorer(Scorer):
         self.output_cap = output_cap
         self.strict = strict
 
+    def plan(self, task: Task) -> TestPlan:
+        """What runs the task's tests and which parser reads them (`test_plans`): the task's
+        eval_script, else the scorer's test_command, else SWE-bench's command for the repo,
+        else one inferred from the test ids; the parser likewise."""
+        return plan_tests(task, command=self.test_command, parser=self.parser)
+
     def parser_for(self, task: Task) -> LogParser:
         """The configured parser; for `auto`, the task's `metadata.log_parser` (SWE-bench 5
-        instances name theirs), else SWE-bench's for the task's repo, else `pytest`.
+        instances name theirs), else SWE-bench's for the task's repo, else one the test ids
+        call for (`pytest`, `pytest_verbose` for ids with spaces, `unittest`).
 
         Raises:
             InvalidInput: the parser the task names is not one this project has.
         """
-        if self.parser != "auto":
-            return get_parser(self.parser)
-        named = task.metadata.get("log_parser")
-        if isinstance(named, str) and named:
-            return get_parser(named)
-        return get_parser(SWEBENCH_REPO_PARSERS.get(task.repo or "", "pytest"))
+        return get_parser(self.plan(task).parser)
 
     def eval_script(self, task: Task) -> str | None:
         """The shell script that runs the tests between the markers and exits with the test
@@ -172,10 +154,12 @@ class TestsScorer(Scorer):
             else:
                 script = eval_test_section(task.eval_script)
         else:
-            command = self.test_command or pytest_command(task)
-            if not command:
+            plan = self.plan(task)
+            if not plan.command:
                 return None
-            script = eval_test_section(command)
+            script = eval_test_section(plan.command)
+            if plan.preamble:
+                script = f"{plan.preamble}\n{script}"
         return f"{script}\n{EXIT_WITH_TEST_STATUS}"
 
     async def score(self, context: ScoringContext) -> ScoreResult:
@@ -191,7 +175,8 @@ class TestsScorer(Scorer):
         if not patch or not patch.strip():
             return ScoreResult.unresolved("empty", "the submission has no patch; nothing was run")
         # Before anything runs: a task may ask for grading this scorer does not do.
-        parser = self.parser_for(task)
+        plan = self.plan(task)
+        parser = get_parser(plan.parser)
         eval_type = task.metadata.get("eval_type") or "pass_and_fail"
         if eval_type != "pass_and_fail":
             raise InvalidInput(
@@ -201,15 +186,22 @@ class TestsScorer(Scorer):
         if script is None:
             return ScoreResult.unresolved(
                 "no_tests",
-                f"task {task.id} has no eval_script, the scorer no test_command, and its "
-                "test ids name no files for pytest",
+                f"task {task.id} has no eval_script, the scorer no test_command, its repo "
+                f"has no SWE-bench test command, and its test ids call for none ({plan.reason})"
+                "; give the task an `eval_script` or the scorer a `test_command`",
                 outcome="error",
             )
         workspace = await context.sandbox.workspace()
-        log: list[str] = []  # everything, for people; only the test run's output is graded
+        # Everything, for people; only the test run's output is graded. The first line says
+        # which command and parser were chosen, and why.
+        log: list[str] = [f"mcp-evalserver: tests: {plan.reason}\n"]
         applied = await apply_patch(workspace, patch)
         log.append(applied.log)
-        details: dict[str, Any] = {"patch_applied": applied.applied, "apply_command": None}
+        details: dict[str, Any] = {
+            "patch_applied": applied.applied,
+            "apply_command": None,
+            "test_plan": plan.reason,
+        }
         if not applied.applied:
             grade = _grade("", task, parser, patch_applied=False)
             return await self._result(context, grade, log, details)

@@ -108,6 +108,11 @@ def test_infrastructure_is_found_in_every_header_a_patch_tool_reads() -> None:
         "--- a/.git/info/exclude\n"
         "+++ b/lib/site.pth\n"
         "--- a/calc.py\n"
+        "+++ b/evil-1.0.dist-info/entry_points.txt\n"
+        "+++ b/src/pkg.egg-info/entry_points.txt\n"
+        "Index: a/pytest.py\n"
+        "+++ b/_pytest/junitxml.py\n"
+        "+++ b/src/_pytest/junitxml.py\n"
     )
     assert infrastructure_in_patch(patch) == [
         "pkg/conftest.py",
@@ -116,4 +121,8 @@ def test_infrastructure_is_found_in_every_header_a_patch_tool_reads() -> None:
         "setup.cfg",
         "deep/tox.ini",
         "lib/site.pth",
-    ]
+        "evil-1.0.dist-info/entry_points.txt",
+        "src/pkg.egg-info/entry_points.txt",
+        "pytest.py",
+        "_pytest/junitxml.py",
+    ], "pytest's own sources below the root (pytest-dev's src/_pytest) are not stand-ins"

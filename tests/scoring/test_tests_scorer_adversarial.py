@@ -250,3 +250,69 @@ async def test_strict_mode_restores_a_conftest_the_patch_hides_from_git(tmp_path
     assert verdicts["swebench"]["resolved"] is True
     assert verdicts["strict"]["resolved"] is False
     assert verdicts["strict"]["restored"] == ["conftest.py"]
+
+
+async def test_strict_mode_does_not_believe_passes_printed_at_exit_beside_a_forged_failure(
+    tmp_path: Path,
+) -> None:
+    # No os._exit: pytest exits 1 for the real failures, and a forged FAILED line for a test
+    # nobody grades makes that exit code agree with the log, whose last word on each graded
+    # test is a forged PASSED.
+    task = _task(tmp_path)
+    forged = f"\n{FAKE_PASSES}FAILED test_other.py::test_unrelated - boom\n"
+    patch = diff_of(Path(task.path or ""), {"conftest.py": at_exit(forged)})
+    verdicts = await _both_modes(task, patch, tmp_path)
+    assert verdicts["swebench"]["resolved"] is True, "this fools SWE-bench 5.0.2 too"
+    assert verdicts["strict"]["resolved"] is False
+    assert verdicts["strict"]["status"] == "failed"
+
+
+async def test_strict_mode_removes_package_metadata_that_registers_a_rewriting_plugin(
+    tmp_path: Path,
+) -> None:
+    # pytest loads every `[pytest11]` entry point of every distribution on sys.path, and the
+    # repository's root is on it under `python -m pytest`.
+    task = _task(tmp_path)
+    patch = diff_of(
+        Path(task.path or ""),
+        {
+            "evil-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n",
+            "evil-1.0.dist-info/entry_points.txt": "[pytest11]\nevil = rewrite_reports\n",
+            "rewrite_reports.py": REWRITE_REPORTS,
+        },
+    )
+    verdicts = await _both_modes(task, patch, tmp_path)
+    assert verdicts["swebench"]["resolved"] is True, "this fools SWE-bench 5.0.2 too"
+    assert verdicts["strict"]["resolved"] is False
+    assert verdicts["strict"]["restored"] == [
+        "evil-1.0.dist-info/METADATA",
+        "evil-1.0.dist-info/entry_points.txt",
+    ]
+
+
+#: A `pytest.py` that stands in for pytest under `python -m pytest`: it runs no test, writes
+#: a JUnit report of passes where strict mode asks for one, prints passes and exits 0.
+FAKE_PYTEST = (
+    "import os\nimport re\n\n"
+    "wanted = re.search(r'--junitxml=(\\S+)', os.environ.get('PYTEST_ADDOPTS', ''))\n"
+    "if wanted:\n"
+    "    os.makedirs(os.path.dirname(wanted.group(1)), exist_ok=True)\n"
+    "    with open(wanted.group(1), 'w') as report:\n"
+    "        report.write('<testsuites><testsuite name=\"pytest\">' + ''.join(\n"
+    '            f\'<testcase classname="test_calc" name="{name}" file="test_calc.py"/>\'\n'
+    "            for name in ('test_add', 'test_mul', 'test_zero'))\n"
+    "            + '</testsuite></testsuites>')\n"
+    f"print({FAKE_PASSES!r})\n"
+)
+
+
+async def test_strict_mode_removes_a_root_module_that_stands_in_for_pytest(
+    tmp_path: Path,
+) -> None:
+    task = _task(tmp_path)
+    patch = diff_of(Path(task.path or ""), {"pytest.py": FAKE_PYTEST})
+    verdicts = await _both_modes(task, patch, tmp_path)
+    assert verdicts["swebench"]["resolved"] is True, "this fools SWE-bench 5.0.2 too"
+    assert verdicts["strict"]["resolved"] is False
+    assert verdicts["strict"]["restored"] == ["pytest.py"]
+    assert verdicts["strict"]["status"] == "failed"
