@@ -67,6 +67,9 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_CAPBSET_READ, PR_CAPBSET_DROP, CAP_SYS_ADMIN = 1, 23, 24, 21
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 22, 38
+SYSCALL_CLONE = {"x86_64": 56, "aarch64": 220}
+# Signals Python ignores or handles that a command must start with at their defaults.
+RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
 # What a trajectory keeps: root-like access to its own copy-on-write files, nothing else.
 # Never CAP_DAC_READ_SEARCH (open_by_handle_at escapes a chroot), SYS_ADMIN, SYS_CHROOT, KILL.
 KEPT_CAPS = (0, 1, 3, 4)  # CHOWN, DAC_OVERRIDE, FOWNER, FSETID
@@ -191,6 +194,78 @@ def setns(path: str, nstype: int) -> None:
         _check(_libc.setns(fd, nstype), "setns " + path)
     finally:
         os.close(fd)
+
+
+# The GIL stays held across a call through PyDLL: fork_into's clone must not release it.
+_syscall_holding_gil = ctypes.PyDLL(None, use_errno=True).syscall
+
+
+def fork_into(flags: int) -> int:
+    """os.fork() whose child starts in new namespaces (clone(2) `flags`, e.g. CLONE_NEWPID).
+
+    A clone without a new stack is a fork; Python's own before/after-fork hooks run around it
+    exactly as os.fork runs them. One fork where unshare-then-fork took two processes.
+    """
+    number = SYSCALL_CLONE.get(platform.machine())
+    if number is None:
+        raise OSError(errno.ENOSYS, f"no clone syscall number for {platform.machine()}")
+    ctypes.pythonapi.PyOS_BeforeFork()
+    zero = ctypes.c_ulong(0)
+    pid = _syscall_holding_gil(ctypes.c_long(number), ctypes.c_ulong(flags | signal.SIGCHLD),
+                               zero, zero, zero, zero)  # fmt: skip
+    err = ctypes.get_errno()
+    if pid == 0:
+        ctypes.pythonapi.PyOS_AfterFork_Child()
+        return 0
+    ctypes.pythonapi.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(err, f"clone: {os.strerror(err)}")
+    return int(pid)
+
+
+class CommandNotRun(Exception):
+    """The program could not be started; the command's result is this exit code."""
+
+    def __init__(self, program: str, reason: str, code: int) -> None:
+        super().__init__(program)
+        self.program, self.reason, self.code = program, reason, code
+
+
+def find_program(name: str, path: str) -> str:
+    """`name` as execvp would find it on `path` (inside the caller's root).
+
+    Raises:
+        CommandNotRun: not found (exit 127) or not executable (126).
+    """
+    if "/" in name:
+        return name
+    denied = False
+    for folder in path.split(":"):
+        candidate = os.path.join(folder or ".", name)
+        if os.path.isfile(candidate):
+            if os.access(candidate, os.X_OK):
+                return candidate
+            denied = True
+    if denied:
+        raise CommandNotRun(name, os.strerror(errno.EACCES), 126)
+    raise CommandNotRun(name, os.strerror(errno.ENOENT), 127)
+
+
+def spawn_command(argv: list[str], env: dict[str, str]) -> int:
+    """The command as a child of ours with our stdio, leading its own session: `posix_spawn`
+    (vfork semantics: nothing of ours is copied, unlike a Python fork).
+
+    Raises:
+        CommandNotRun: no such program, or it cannot be executed.
+    """
+    program = find_program(argv[0], env.get("PATH", DEFAULT_PATH))
+    try:
+        return os.posix_spawn(
+            program, argv, env, setsid=True, setsigdef=RESET_SIGNALS, setsigmask=()
+        )
+    except OSError as e:
+        code = 127 if e.errno == errno.ENOENT else 126
+        raise CommandNotRun(argv[0], e.strerror or str(e), code) from e
 
 
 def make_readonly_recursive(path: str) -> None:
@@ -601,11 +676,12 @@ class Job:
 
 
 class Holder:
-    """A workspace's holder: keeps its namespaces and forks its execs (a tiny zygote).
+    """A workspace's holder: keeps its namespaces and starts its execs (a tiny zygote).
 
-    Each exec is a child C (in the holder's namespaces and cgroup) that unshares a mount and
-    a pid namespace and forks the command as pid 1 there, reporting its status on the info
-    pipe. Killing C kills the command (death signal) and with it the whole pid namespace.
+    Each exec is one child (in the holder's namespaces and cgroup) cloned straight into a pid
+    namespace of its own, as its pid 1: it makes its own mount namespace and /proc, confines
+    itself, `posix_spawn`s the command (no second Python fork) and serves as its init, then
+    reports the command's status on the info pipe. Killing it kills the whole pid namespace.
     """
 
     def __init__(self, sup: Supervisor, ws: Workspace, ctl: socket.socket) -> None:
@@ -660,7 +736,7 @@ class Holder:
         try:
             if self.broken:
                 raise SupervisorError("InfrastructureError", self.broken)
-            pid = os.fork()
+            pid = fork_into(CLONE_NEWPID)  # pid 1 of its own pid namespace: one kill for all
         except (OSError, SupervisorError) as e:
             msg = {"error": str(e), "kind": getattr(e, "kind", "LimitExceeded")}
             if isinstance(e, OSError):  # typically the workspace's pids limit
@@ -676,39 +752,18 @@ class Holder:
                     os.dup2(fd, target)
                 request = json.loads(os.pread(memfd, os.fstat(memfd).st_size, 0))
                 close_fds_from(4)
-                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-                self.exec_parent(request)
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the holder's death ends the exec
+                self.sup.sandbox_init(
+                    self.ws, request["argv"], request["env"], request["cwd"],
+                    request["limits"], request["have"], request.get("user"),
+                )  # fmt: skip
             except BaseException as e:
                 with contextlib.suppress(OSError):
                     os.write(3, (json.dumps({"error": f"exec: {e}"}) + "\n").encode())
             os._exit(127)
-        for fd in fds:  # the info pipe too: its end must come with C's report, not its reaping
+        for fd in fds:  # the info pipe too: its end comes with the init's report
             os.close(fd)
         self.children[pid] = job
-
-    def exec_parent(self, request: dict[str, Any]) -> None:
-        """C: a fresh mount and pid namespace, the command as its pid 1, then its status."""
-        unshare(CLONE_NEWNS | CLONE_NEWPID)  # its own /proc, and one kill for the tree
-        sync_r, sync_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(sync_w)
-            self.sup.sandbox_init(
-                self.ws, sync_r, request["argv"], request["env"], request["cwd"],
-                request["limits"], request["have"], request.get("user"),
-            )  # fmt: skip
-        os.close(sync_r)
-        os.write(sync_w, b"x")
-        os.close(sync_w)
-        null = os.open("/dev/null", os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        _, status = os.waitpid(pid, 0)  # pid 1 is reaped only once its namespace is empty
-        os.write(3, (json.dumps({"status": status}) + "\n").encode())
-        # Report before exiting: tearing down our mount namespace waits for an RCU grace
-        # period (~5 ms here), which need not delay the reply.
-        os.close(3)
-        os._exit(0)
 
 
 class Supervisor:
@@ -1426,7 +1481,6 @@ class Supervisor:
     def sandbox_init(
         self,
         ws: Workspace,
-        sync_r: int,
         argv: list[str],
         env: dict[str, str],
         cwd: str,
@@ -1434,12 +1488,10 @@ class Supervisor:
         have: dict[str, bool],
         user: str | None = None,
     ) -> None:
-        """Pid 1 of the exec's pid namespace; becomes the command. Never returns."""
+        """Pid 1 of the exec's pid namespace: sets the sandbox up, spawns the command, serves
+        as its init (see serve_as_init). Never returns."""
         try:
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.read(sync_r, 1) != b"x":
-                os._exit(1)  # our parent died before we could arm the death signal
-            os.close(sync_r)
+            unshare(CLONE_NEWNS)  # its own /proc, of this pid namespace
             os.setsid()  # no controlling terminal: /dev/tty is ENXIO, TIOCSTI has no target
             fcntl.fcntl(3, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
             with contextlib.suppress(OSError):
@@ -1475,20 +1527,19 @@ class Supervisor:
                 ids = identity[:3]
                 env.setdefault("HOME", identity[3])
             drop_privileges(True, ids)
-            # The command must not be pid 1 of its namespace: the kernel drops the signals
-            # pid 1 sends itself (`kill $$` would do nothing) and nobody would reap orphans.
-            command = os.fork()
-            if command:
-                serve_as_init(command)
-            os.setsid()  # the command leads a session of its own, as pid 1 did before the fork
         except BaseException as e:
             os.write(3, (json.dumps({"error": f"sandbox setup: {e}"}) + "\n").encode())
             os._exit(127)
+        # The command must not be pid 1 of its namespace: the kernel drops the signals pid 1
+        # sends itself (`kill $$` would do nothing) and nobody would reap orphans.
         try:
-            os.execvpe(argv[0], argv, env)
-        except OSError as e:
-            os.write(2, (f"sandbox: cannot run {argv[0]!r}: {e.strerror}\n").encode())
-            os._exit(127 if e.errno == errno.ENOENT else 126)
+            command = spawn_command(argv, env)
+        except CommandNotRun as e:
+            with contextlib.suppress(OSError):
+                os.write(2, f"sandbox: cannot run {e.program!r}: {e.reason}\n".encode())
+                os.write(3, (json.dumps({"status": e.code << 8}) + "\n").encode())
+            os._exit(0)
+        serve_as_init(command)
 
     @staticmethod
     def apply_rlimits(limits: dict[str, Any], have: dict[str, bool]) -> None:
