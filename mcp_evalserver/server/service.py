@@ -50,6 +50,7 @@ from mcp_evalserver.server.models import (
     ScoringStatus,
 )
 from mcp_evalserver.server.sweeps import Sweeps
+from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
 from mcp_evalserver.spec import CampaignSpec
 from mcp_evalserver.state import INFRA_OUTCOMES, CampaignState
 
@@ -158,7 +159,9 @@ class EvalService:
         """
         resolved = spec.resolved(self.base_dir)
         # Built now so a bad plugin path fails this call, not the background run.
-        build_agent(resolved.agent, claims=self.claims)
+        build_agent(
+            resolved.agent, claims=self.claims, trajectory_endpoints=serve_trajectory_endpoint
+        )
         build_scorer(resolved.scorer)
         new_id = await self.store.create(resolved, campaign_id)
         await self._launch(new_id)
@@ -418,7 +421,9 @@ class EvalService:
         if self._group is None or self._pool is None:
             raise Conflict("the server is not running campaigns (it is starting or stopping)")
         state = self._load(campaign_id)
-        agent = build_agent(state.spec.agent, claims=self.claims)
+        agent = build_agent(
+            state.spec.agent, claims=self.claims, trajectory_endpoints=serve_trajectory_endpoint
+        )
         run = _Run()
         run.runner = CampaignRunner(
             self.store, campaign_id, agent=agent, sandboxes=self._pool, on_record=run.on_record
