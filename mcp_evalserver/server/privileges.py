@@ -5,8 +5,9 @@ plugins, run host programs, name any directory. Over HTTP anyone holding the tok
 so those are off unless the operator turns them on: `--allow-plugins` lets a spec import Python
 modules (`python` agents and scorers), run host programs (`command` agents) and connect the
 server to a Ray cluster of their choosing (not its own `--ray`); `--allow-paths DIR...` lets it
-name host paths (a task's `path`, a task file, a predictions file) under those directories. A path is judged by where it really leads (symlinks followed, `..` resolved), and
-the campaign records that real path, so a later symlink cannot lead it elsewhere.
+name host paths (a task's `path`, a task file, a predictions file) under those directories. A
+path is judged by where it really leads (symlinks followed, `..` resolved), and the campaign
+records that real path, so a later symlink cannot lead it elsewhere.
 """
 
 from __future__ import annotations
