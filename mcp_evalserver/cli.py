@@ -84,9 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--allow-plugins",
         action="store_true",
-        help="--http: let clients' specs load Python plugins (`python` agents and scorers) and "
-        "run host programs (`command` agents), i.e. run code as this server's user; off by "
-        "default over HTTP, always on over --stdio",
+        help="--http: let clients' specs load Python plugins (`python` agents and scorers), "
+        "run host programs (`command` agents) and use a Ray cluster other than --ray's, i.e. "
+        "run code as this server's user; off by default over HTTP, always on over --stdio",
     )
     parser.add_argument(
         "--allow-paths",

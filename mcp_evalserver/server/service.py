@@ -162,7 +162,7 @@ class EvalService:
             InvalidInput: the spec's task file, agent or scorer is invalid, needs a privilege
                 the server does not grant its clients, or the id is taken.
         """
-        resolved = self.privileges.admit(spec, self.base_dir)
+        resolved = self.admit(spec)
         # Built now so a bad plugin path fails this call, not the background run.
         build_agent(
             resolved.agent, claims=self.claims, trajectory_endpoints=serve_trajectory_endpoint
@@ -171,6 +171,15 @@ class EvalService:
         new_id = await self.store.create(resolved, campaign_id)
         await self._launch(new_id)
         return self.status(new_id)
+
+    def admit(self, spec: CampaignSpec) -> CampaignSpec:
+        """The spec resolved, once this server's clients may ask for all of it.
+
+        Raises:
+            InvalidInput: the task file is invalid, or the spec needs a privilege the server
+                does not grant its clients (`Privileges.admit`).
+        """
+        return self.privileges.admit(spec, self.base_dir, ray_address=self._ray_address)
 
     async def resume(self, campaign_id: str) -> CampaignStatus:
         """Continues a campaign that is not finished and not running here; trajectories whose
