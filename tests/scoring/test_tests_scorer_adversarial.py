@@ -112,10 +112,15 @@ async def test_tests_cannot_kill_the_eval_script_to_hide_what_follows_their_forg
         {"conftest.py": at_exit(forged, then="os.kill(os.getppid(), 9)")},
     )
     details, log = await _score(task, patch, tmp_path)
-    # The script is the sandbox's init: SIGKILL from inside is ignored, it runs on and exits
-    # with pytest's status.
-    assert log.rstrip().endswith(">>>>> Test Exit Code: 1")
-    assert (details["status"], details["exit_code"]) == ("exit_code_mismatch", 1)
+    # The kill lands (the script is a child of the sandbox's init, which reaps orphans), so
+    # the forged lines end the log; a script killed by a signal is not graded, whatever it
+    # printed, and is counted like any other miss.
+    assert log.rstrip().endswith(">>>>> Test Exit Code: 0")
+    assert (details["status"], details["outcome"], details["exit_code"]) == (
+        "tests_errored",
+        "error",
+        -9,
+    )
 
 
 # --- strict mode: the four ways that fool SWE-bench 5.0.2 as well -----------------------------
