@@ -47,6 +47,7 @@ from mcp_evalserver.sandboxes import (
     Reprovisioned,
     SandboxPool,
     TrajectorySandbox,
+    require_placement,
     workspace_name,
 )
 from mcp_evalserver.scheduler import Limiters, RetryPolicy
@@ -121,10 +122,12 @@ class CampaignStore:
         whose creation was interrupted can be created again.
 
         Raises:
-            InvalidInput: the id is taken or malformed, or the spec has no tasks loaded.
+            InvalidInput: the id is taken or malformed, the spec has no tasks loaded, or it
+                places instances on Ray and Ray is not installed.
             Conflict: another process holds that campaign's lock (creating or running it).
         """
         spec.task_list()
+        require_placement(spec.sandbox, None)
         if campaign_id is None:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
             campaign_id = f"{spec.name}-{stamp}-{secrets.token_hex(2)}"
@@ -217,7 +220,8 @@ class CampaignRunner:
         Raises:
             NotFound: the campaign does not exist, or its creation was interrupted.
             Conflict: another process is running it.
-            InvalidInput: its agent or scorer cannot be built.
+            InvalidInput: its agent or scorer cannot be built, or it places instances on Ray
+                and Ray is not installed.
         """
         if not (self.directory / LEDGER_FILE).is_file():
             self.store.load(self.campaign_id)  # raises NotFound with the list of campaigns
@@ -258,6 +262,8 @@ class CampaignRunner:
             ledger.recovered = []
             self.state = state
             spec = state.spec
+            # Resumed where Ray is missing: say so before this run records anything.
+            require_placement(spec.sandbox, sandboxes.ray_address)
             agent = self._agent or build_agent(spec.agent)
             scorer = self._scorer or build_scorer(spec.scorer)
             drive = _Drive(
