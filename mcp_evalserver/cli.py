@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import functools
 import json
+import logging
 import signal
 import sys
 import time
@@ -115,7 +116,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrNotes(logging.Handler):
+    """The package's warnings (a task field kept as metadata, a test command chosen) as
+    `mcp-evalserver: ...` lines on whatever `sys.stderr` is when they are emitted."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"mcp-evalserver: {record.getMessage()}", file=sys.stderr)
+
+
+def _say_notes_on_stderr() -> None:
+    package = logging.getLogger("mcp_evalserver")
+    if not any(isinstance(h, _StderrNotes) for h in package.handlers):
+        handler = _StderrNotes(logging.WARNING)
+        package.addHandler(handler)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _say_notes_on_stderr()
     parser = build_parser()
     args = parser.parse_args(argv)
     if (args.stdio or args.http) and args.command is not None:
