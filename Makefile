@@ -48,6 +48,7 @@ bench: venv system
 	$(PY) bench/scheduler.py
 	$(PY) bench/sandbox.py
 	$(PY) bench/mcp.py
+	$(PY) bench/inspect_sandbox.py
 	$(PY) bench/dashboard.py
 	$(PY) bench/scale.py
 
