@@ -90,6 +90,7 @@ async def test_a_sweep_finds_the_errors_past_the_ceiling_and_recommends_the_leve
         assert row["throughput_per_min"] > 0
         assert row["latency_p50_s"] <= row["latency_p95_s"]
         assert row["tokens_per_s"] > 0
+        assert len(row["load_average"]) == 3  # recorded beside the figures it qualifies
     # At or below K: nothing refused, nothing lost.
     for level in (1, 4):
         assert by_level[level]["http_429"] == 0
