@@ -39,6 +39,7 @@ from mcp_evalserver.ledger import (
     LEDGER_FILE,
     LedgerWriter,
     create_ledger,
+    live_writer_pid,
     read_artifact,
     read_ledger,
 )
@@ -137,6 +138,10 @@ class CampaignStore:
             raise InvalidInput(f"campaign {campaign_id!r} exists; resume it instead")
         return campaign_id
 
+    def running_elsewhere(self, campaign_id: str) -> bool:
+        """Whether another live process seems to run the campaign (a hint: see its lock)."""
+        return live_writer_pid(self.directory(campaign_id)) is not None
+
     def never_created(self, campaign_id: str) -> NotFound:
         """The error for a ledger without a first record: its creation was interrupted."""
         return NotFound(
@@ -188,14 +193,20 @@ class CampaignRunner:
         self._on_record = on_record
         self._cancel_scope: anyio.CancelScope | None = None
         self._cancel_requested = False
+        self._stopped_by = "request"
         self.state: CampaignState | None = None
         self.progress: RunProgress | None = None
         #: Trajectories this run sent back because their last outcome was an infrastructure
         #: failure (set once the run has started).
         self.retrying = 0
 
-    def cancel(self) -> None:
-        """Stops the run: in-flight trajectories are cancelled, the ledger stays consistent."""
+    def cancel(self, *, shutdown: bool = False) -> None:
+        """Stops the run: in-flight trajectories are cancelled, the ledger stays consistent.
+
+        `shutdown`: the process is stopping, nobody asked to stop the campaign; the record says
+        so, and a server started with `resume_running` continues it.
+        """
+        self._stopped_by = "shutdown" if shutdown else "request"
         self._cancel_requested = True
         if self._cancel_scope is not None:
             self._cancel_scope.cancel()
@@ -286,7 +297,9 @@ class CampaignRunner:
                     await drive.record(ENDPOINT_CALLS, None, calls=calls)
             if self._cancel_requested and state.status != "finished":
                 with anyio.CancelScope(shield=True):
-                    await drive.record("campaign_cancelled", None, done=state.done_count)
+                    await drive.record(
+                        "campaign_cancelled", None, done=state.done_count, by=self._stopped_by
+                    )
             return state
 
 

@@ -60,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
         "and printed once; required beyond loopback)",
     )
     parser.add_argument(
+        "--no-resume-running",
+        dest="resume_running",
+        action="store_false",
+        help="--stdio/--http: leave interrupted campaigns (their process died, or a server "
+        "stopped) idle until a client calls resume; by default the server resumes them",
+    )
+    parser.add_argument(
         "--ray",
         metavar="ADDRESS",
         help="run instances on this Ray cluster's nodes (`auto`, HOST:PORT or ray://...) unless "
@@ -136,7 +143,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     state_dir = args.state_dir or default_state_dir()
     if args.stdio:
-        anyio.run(serve_stdio, state_dir, args.ray)
+        anyio.run(
+            functools.partial(serve_stdio, state_dir, args.ray, resume_running=args.resume_running)
+        )
         return EXIT_OK
     token = resolve_token(args.token, args.host)
     with contextlib.suppress(KeyboardInterrupt):
@@ -149,6 +158,7 @@ def _serve(args: argparse.Namespace) -> int:
                 token=token,
                 allowed_hosts=args.allow_host,
                 ray_address=args.ray,
+                resume_running=args.resume_running,
             )
         )
     return EXIT_OK

@@ -360,6 +360,27 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def live_writer_pid(directory: Path) -> int | None:
+    """The pid of another live process that last took the campaign's lock, if any.
+
+    A hint, not a lock: the pid is left in the lock file when its process dies (then None, or
+    in rare cases a reused pid).
+    """
+    try:
+        pid = int((directory / LOCK_FILE).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return None
+    if pid <= 0 or pid == os.getpid():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # alive, another user's
+    return pid
+
+
 def _lock_campaign(directory: Path, campaign_id: str) -> int:
     """Takes the campaign's writer lock (flock, not blocking) and records our pid in it.
 

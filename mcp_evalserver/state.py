@@ -21,7 +21,8 @@ Record kinds and what they do to a trajectory:
     endpoint_limit       an adaptive per-endpoint limit changed (a resume starts from the last)
     endpoint_calls       a run's calls per model endpoint, by how they went (ok, HTTP 429, ...)
     judge_calibrated     the judge's agreement with human labels (`calibrate`), for the report
-    campaign_cancelled   the campaign is cancelled until a `run_started` resumes it
+    campaign_cancelled   the campaign is cancelled until a `run_started` resumes it; `by` says
+                         whether a person asked (`request`) or its process stopped (`shutdown`)
     run_started          a process began (or resumed) running the campaign
     ledger_repaired      a torn tail was dropped when the ledger was reopened
 """
@@ -109,6 +110,8 @@ class CampaignState:
     created_ts: float
     trajectories: dict[str, TrajectoryState]
     cancelled: bool = False
+    #: Who cancelled it: `request` (a person), `shutdown` (its server stopped), None if not.
+    cancelled_by: str | None = None
     runs: int = 0
     repaired_bytes: int = 0
     rescores: int = 0
@@ -145,6 +148,14 @@ class CampaignState:
     def infra_failed(self) -> list[str]:
         """Trajectories whose last outcome is an infrastructure failure: a resume runs them."""
         return [t.id for t in self.trajectories.values() if t.outcome in INFRA_OUTCOMES]
+
+    @property
+    def interrupted(self) -> bool:
+        """Unfinished, and stopped by its process dying or its server stopping, not by a person.
+
+        (Whether a process is running it right now is not in the ledger: ask its lock.)
+        """
+        return self.status != "finished" and self.cancelled_by in (None, "shutdown")
 
     def describe_status(self) -> str:
         """The status as a person reads it: a finish with infrastructure failures says so."""
@@ -201,9 +212,12 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     if kind == "run_started":
         state.runs += 1
         state.cancelled = False
+        state.cancelled_by = None
         return
     if kind == "campaign_cancelled":
         state.cancelled = True
+        # Records written before `by` existed were all asked for.
+        state.cancelled_by = record.get("by", "request")
         return
     if kind == "ledger_repaired":
         state.repaired_bytes += int(record.get("dropped_bytes", 0))

@@ -53,6 +53,14 @@ _log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def _image_name(listed: dict[str, Any]) -> str:
+    """A listed image's tag, or its id once untagged (a later commit took its tag): the engine
+    lists such an image as `<none>:<none>`, a name it then refuses to remove.
+    """
+    tags = [t for t in listed.get("RepoTags") or [] if t != "<none>:<none>"]
+    return tags[0] if tags else str(listed["Id"])
+
+
 def _release_frames(exc: BaseException) -> None:
     """Drops the locals of every finished frame in the tracebacks of `exc` and its causes."""
     seen: set[int] = set()
@@ -418,13 +426,7 @@ class DockerEngine:
             images = self.api.images(filters={"label": LABEL_OWNER})
             return (
                 [(c["Id"], (c.get("Labels") or {}).get(LABEL_OWNER, "")) for c in containers],
-                [
-                    (
-                        (i.get("RepoTags") or [i["Id"]])[0],
-                        (i.get("Labels") or {}).get(LABEL_OWNER, ""),
-                    )
-                    for i in images
-                ],
+                [(_image_name(i), (i.get("Labels") or {}).get(LABEL_OWNER, "")) for i in images],
             )
 
         containers, images = await self.call("list labelled containers", find_blocking)

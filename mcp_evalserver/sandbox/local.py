@@ -15,6 +15,7 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import anyio
@@ -53,13 +54,20 @@ class LocalBackend(Backend):
 
     name = "local"
 
-    def __init__(self, *, python: str | None = None, store_root: str = "/run/mcp-evalserver"):
+    def __init__(
+        self,
+        *,
+        python: str | None = None,
+        store_root: str = "/run/mcp-evalserver",
+        set_up: Iterable[str] = (),
+    ):
         self._python = python or sys.executable
         self._store_root = store_root
         self._instances: dict[str, SupervisedInstance] = {}
         self._locks: dict[str, anyio.Lock] = collections.defaultdict(anyio.Lock)
         self._group: anyio.abc.TaskGroup | None = None
-        self._set_up: set[str] = set()  # keys whose setup ran: a directory keeps its changes
+        # Keys whose setup ran: a directory keeps its changes (`set_up`: in another process).
+        self._set_up: set[str] = set(set_up)
 
     async def __aenter__(self) -> LocalBackend:
         await anyio.to_thread.run_sync(sweep_leftovers, self._store_root)

@@ -9,8 +9,10 @@ on that instance's actor: one copy of the repository per node, shared by its wor
 A `path` the node does not have is shipped once through the object store (`shipping.py`).
 
 Faults: when a node dies, its actors die; every call on them (in flight or later) raises
-`SandboxUnavailable`, which the scheduler retries, and the instance's next workspace places it
-again, on a node that is alive. When the cluster is full, an idle instance (no workspace) is
+`SandboxUnavailable`, which the scheduler retries. The instance is then `dead` and stays so; the
+pool asks the backend for it again and gets a new one, placed on a node that is alive. The same
+happens when the node's own instance dies (its supervisor or container) under a live actor.
+When the cluster is full, an idle instance (no workspace) is
 released to make room; it is placed again if it is needed again. A node that joins adds its
 slots, and new instances go there.
 """
@@ -104,6 +106,7 @@ class _Placement:
     node_id: str = ""
     hostname: str = ""
     base_commit: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
     alive: bool = True
     workspaces: set[str] = field(default_factory=set)
     commands: int = 0
@@ -143,6 +146,9 @@ class RayBackend(Backend):
         if self._host_class is None:
             raise errors.Conflict("use the backend as `async with RayBackend(address) as backend`")
         instance = self._instances.get(spec.key)
+        if instance is not None and instance.dead is not None:
+            await instance.evict()  # a dead instance stays dead: its users get a new one
+            instance = None
         if instance is None:
             instance = self._instances[spec.key] = RayInstance(self, spec)
         await instance.placement()
@@ -252,6 +258,7 @@ class RayBackend(Backend):
         placed.node_id = started["node_id"]
         placed.hostname = started["hostname"]
         placed.base_commit = started["base_commit"]
+        placed.info = started["info"]
         return placed
 
     async def _shipment(self, spec: InstanceSpec) -> Shipment | None:
@@ -296,10 +303,22 @@ class RayInstance(Instance):
             return None  # released on purpose (idle) or alive: the next workspace places it
         return f"its actor on node {placed.node_id[:12] or '?'} is gone"
 
+    @property
+    def info(self) -> dict[str, Any]:
+        """The node's instance's own `info` (supervisor pid, version, enforced limits)."""
+        return dict(self.placed.info) if self.placed else {}
+
     async def placement(self) -> _Placement:
-        """The live actor of this instance, placed (again) if it has none."""
+        """The live actor of this instance, placed if it has none (never placed, or released
+        while idle).
+
+        Raises:
+            SandboxUnavailable: its actor died (`dead`): ask the backend for a new instance.
+        """
         async with self._lock:
-            if self.placed is None or not self.placed.alive:
+            if self.placed is not None and not self.placed.alive:
+                raise _gone(self.placed, self.spec.key, "its actor died")
+            if self.placed is None:
                 self.placed = await self.backend._place(self)
             self.placed.last_used = time.monotonic()
             return self.placed
@@ -440,6 +459,12 @@ async def _call(placed: _Placement, key: str, method: str, *args: Any) -> Any:
         error_class = getattr(errors, name, errors.InfrastructureError)
         if not (isinstance(error_class, type) and issubclass(error_class, errors.EvalServerError)):
             error_class = errors.InfrastructureError
+        if issubclass(error_class, errors.SandboxUnavailable):
+            # The node's own instance is gone (its supervisor or container died): so is this
+            # placement. Its slot is freed; the pool asks the backend for a new instance.
+            placed.alive = False
+            with contextlib.suppress(Exception):
+                ray.kill(placed.handle)
         raise error_class(message)
     return value
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec, Workspace
-from mcp_evalserver.sandbox.shipping import Shipment, materialize
+from mcp_evalserver.sandbox.shipping import Shipment, materialize, record_setup, setup_ran
 
 # What an actor call answers: ("ok", value) or ("error", (error class name, message)).
 Reply = tuple[str, Any]
@@ -81,6 +81,7 @@ class InstanceHost:
             {
                 "node_id": ray.get_runtime_context().get_node_id(),
                 "base_commit": self._instance.base_commit,
+                "info": dict(getattr(self._instance, "info", {})),
                 "hostname": socket.gethostname(),
                 "pid": os.getpid(),
             },
@@ -97,9 +98,14 @@ class InstanceHost:
             else:
                 from mcp_evalserver.sandbox.local import LocalBackend
 
-                backend = LocalBackend()
+                path = self._spec.path or ""
+                key = self._spec.key
+                ran = bool(self._spec.setup) and await asyncio.to_thread(setup_ran, path, key)
+                backend = LocalBackend(set_up=[self._spec.key] if ran else [])
             async with backend:
                 instance = await backend.instance(self._spec)
+                if self._spec.setup and self._spec.path is not None:
+                    await asyncio.to_thread(record_setup, self._spec.path, self._spec.key)
                 started.set_result(instance)
                 await self._closing.wait()
         except BaseException as exc:

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import hashlib
 import io
+import json
 import os
 import shutil
 import tarfile
@@ -50,6 +51,30 @@ def identity(path: str) -> tuple[str, int, int] | None:
     return (boot, st.st_dev, st.st_ino)
 
 
+def setup_ran(path: str, key: str) -> bool:
+    """Whether an instance of `key` ran its setup on this node's directory `path` already.
+
+    A directory keeps what its setup did, so the next actor there (after a release or a dead
+    supervisor) must not run it again.
+    """
+    record = _registry() / "setup" / key
+    try:
+        return record.read_text() == json.dumps(identity(path))
+    except OSError:
+        return False
+
+
+def record_setup(path: str, key: str) -> None:
+    """Remembers on this node that `key`'s setup ran on `path` (as it is now: same inode)."""
+    folder = _registry() / "setup"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / key).write_text(json.dumps(identity(path)))
+
+
+def _registry() -> Path:
+    return Path(os.environ.get(SHIPPED_DIR_ENV) or DEFAULT_SHIPPED_DIR)
+
+
 def pack(path: str) -> tuple[bytes, str]:
     """A tar archive of the directory (entries in sorted order, links kept) and its sha256.
 
@@ -77,7 +102,7 @@ async def materialize(path: str, shipment: Shipment) -> None:
     """
     if identity(path) == shipment.source:
         return  # the driver's own directory: this node shares its disk
-    registry = Path(os.environ.get(SHIPPED_DIR_ENV) or DEFAULT_SHIPPED_DIR)
+    registry = _registry()
     if await anyio.to_thread.run_sync(_installed, path, shipment.digest, registry):
         return
     data: bytes = await shipment.archive

@@ -76,11 +76,48 @@ MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 1, 2, 4
 # unshare/clone possible for anyone); per architecture: (audit arch, {name: nr}).
 SECCOMP_TABLES = {
     "x86_64": (0xC000003E, {"mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
-                            "unshare": 272, "setns": 308, "clone": 56, "clone3": 435}),
+                            "unshare": 272, "setns": 308, "clone": 56, "clone3": 435,
+                            "ioctl": 16, "personality": 135}),
     "aarch64": (0xC00000B7, {"mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51,
-                             "unshare": 97, "setns": 268, "clone": 220, "clone3": 435}),
+                             "unshare": 97, "setns": 268, "clone": 220, "clone3": 435,
+                             "ioctl": 29, "personality": 92}),
 }  # fmt: skip
 NEW_MOUNT_API = (428, 429, 430, 431, 432, 433, 442)  # open_tree..fspick, mount_setattr
+# What Docker's default seccomp profile refuses a container without extra capabilities
+# (moby's profiles/seccomp/default.json), by number: the keyring (not namespaced), io_uring
+# (its operations bypass seccomp), modules, kexec, tracing, NUMA, clock and swap calls, file
+# handles, userfaultfd and obsolete calls. Per arch; absent where the arch has no such call.
+DENIED_SYSCALLS = {
+    "x86_64": {"acct": 163, "add_key": 248, "bpf": 321, "clock_adjtime": 305,
+               "clock_settime": 227, "create_module": 174, "delete_module": 176,
+               "fanotify_init": 300, "finit_module": 313, "get_kernel_syms": 177,
+               "get_mempolicy": 239, "init_module": 175, "io_uring_enter": 426,
+               "io_uring_register": 427, "io_uring_setup": 425, "ioperm": 173, "iopl": 172,
+               "kcmp": 312, "kexec_file_load": 320, "kexec_load": 246, "keyctl": 250,
+               "lookup_dcookie": 212, "mbind": 237, "modify_ldt": 154, "move_pages": 279,
+               "name_to_handle_at": 303, "nfsservctl": 180, "open_by_handle_at": 304,
+               "perf_event_open": 298, "pidfd_getfd": 438, "process_madvise": 440,
+               "query_module": 178, "quotactl": 179, "quotactl_fd": 443, "reboot": 169,
+               "request_key": 249, "set_mempolicy": 238, "settimeofday": 164, "swapoff": 168,
+               "swapon": 167, "syslog": 103, "sysfs": 139, "_sysctl": 156, "userfaultfd": 323,
+               "uselib": 134, "ustat": 136, "vhangup": 153},
+    "aarch64": {"acct": 89, "add_key": 217, "bpf": 280, "clock_adjtime": 266,
+                "clock_settime": 112, "delete_module": 106, "fanotify_init": 262,
+                "finit_module": 273, "get_mempolicy": 236, "init_module": 105,
+                "io_uring_enter": 426, "io_uring_register": 427, "io_uring_setup": 425,
+                "kcmp": 272, "kexec_file_load": 294, "kexec_load": 104, "keyctl": 219,
+                "lookup_dcookie": 18, "mbind": 235, "move_pages": 239,
+                "name_to_handle_at": 264, "nfsservctl": 42, "open_by_handle_at": 265,
+                "perf_event_open": 241, "pidfd_getfd": 438, "process_madvise": 440,
+                "quotactl": 60, "quotactl_fd": 443, "reboot": 142, "request_key": 218,
+                "set_mempolicy": 237, "settimeofday": 170, "swapoff": 225, "swapon": 224,
+                "syslog": 116, "userfaultfd": 282, "vhangup": 58},
+}  # fmt: skip
+# ioctls that act on a terminal the process does not own: TIOCSTI pushes input into it,
+# TIOCLINUX (on a virtual console) can paste and read its screen.
+DENIED_IOCTLS = (0x5412, 0x541C)
+# personality(2) values Docker allows: Linux, with UNAME26 and/or ADDR_LIMIT_32BIT, and a query.
+ALLOWED_PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
 # Host mode: directories replaced by an empty tmpfs in the view. Sandboxed processes are uid 0
 # (see drop_privileges), so root-owned secrets and root-reachable unix sockets must go.
 HOST_MASKED = ("/run", "/root", "/home", "/etc/ssh", "/etc/ssl/private", "/var/lib/docker",
@@ -200,31 +237,48 @@ class _CapData(ctypes.Structure):
 
 
 def _seccomp_program() -> bytes | None:
-    """A classic-BPF filter refusing mount/namespace syscalls; None on an unknown arch."""
-    table = SECCOMP_TABLES.get(platform.machine())
+    """A classic-BPF filter refusing mount/namespace/DENIED syscalls; None on an unknown arch.
+
+    Every refusal is EPERM (what Docker answers) but clone3, whose flags hide in a struct:
+    ENOSYS makes libc fall back to clone, whose flags we can read.
+    """
+    machine = platform.machine()
+    table = SECCOMP_TABLES.get(machine)
     if table is None:
         return None
     arch, nrs = table
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    body: list[tuple[int, str, str, int]] = [(ld, "", "", 0)]  # seccomp_data.nr
-    if arch == 0xC000003E:
+    nr, arg0, arg1 = 0, 16, 24  # offsets in seccomp_data (low words of the arguments)
+    # (code, jump-if-true label, jump-if-false label, k); "" = the next instruction.
+    body: list[tuple[int, str, str, int]] = [(ld, "", "", 4), (jeq, "", "enosys", arch)]
+    body.append((ld, "", "", nr))
+    if machine == "x86_64":
         body.append((jge, "eperm", "", 0x40000000))  # the x32 ABI's numbers
     blocked = [nrs[n] for n in ("mount", "umount2", "pivot_root", "chroot", "unshare", "setns")]
-    for nr in blocked + list(NEW_MOUNT_API):
-        body.append((jeq, "eperm", "", nr))
-    body.append((jeq, "enosys", "", nrs["clone3"]))  # flags hidden in a struct: libc falls back
+    for number in blocked + list(NEW_MOUNT_API) + sorted(DENIED_SYSCALLS[machine].values()):
+        body.append((jeq, "eperm", "", number))
+    body.append((jeq, "enosys", "", nrs["clone3"]))
+    body.append((jeq, "ioctl", "", nrs["ioctl"]))
+    body.append((jeq, "personality", "", nrs["personality"]))
     body.append((jeq, "", "allow", nrs["clone"]))
-    body.append((ld, "", "", 16))  # low word of args[0], the clone flags
+    body.append((ld, "", "", arg0))  # the clone flags
     body.append((jset, "eperm", "allow", NS_FLAGS))
-    head = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, enosys)]
-    labels = {"allow": len(head) + len(body), "eperm": len(head) + len(body) + 1}
-    labels["enosys"] = labels["eperm"] + 1
-    prog: list[tuple[int, int, int, int]] = list(head)
+    labels = {"ioctl": len(body)}
+    body.append((ld, "", "", arg1))  # the request
+    body += [(jeq, "eperm", "", request) for request in DENIED_IOCTLS]
+    body.append((ret, "", "", allow))
+    labels["personality"] = len(body)
+    body.append((ld, "", "", arg0))
+    body += [(jeq, "allow", "", persona) for persona in ALLOWED_PERSONALITIES]
+    body.append((ret, "", "", eperm))
+    labels.update(allow=len(body), eperm=len(body) + 1, enosys=len(body) + 2)
+    prog: list[tuple[int, int, int, int]] = []
     for code, jt, jf, k in body:
         here = len(prog) + 1
         prog.append((code, labels[jt] - here if jt else 0, labels[jf] - here if jf else 0, k))
     prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm), (ret, 0, 0, enosys)]
+    assert all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in prog)
     return b"".join(struct.pack("HBBI", *ins) for ins in prog)
 
 
@@ -1107,13 +1161,30 @@ class Supervisor:
             mount("tmpfs", store, "tmpfs", nodev | MS_RDONLY, "size=4k,mode=0555")
 
     def mount_dev(self, ws: Workspace) -> None:
+        """A minimal /dev of the view's own: nothing in it can be chmod'ed, chown'ed or added.
+
+        Nodes are made afresh (or, where mknod is refused, as in a user namespace, read-only
+        binds) on a tmpfs that is then remounted read-only: the host's and the container's
+        device inodes are never reachable for a metadata change. /dev/shm is the
+        workspace's own directory (its bytes count in the disk cap).
+        """
         dev = ws.root + "/dev"
         os.makedirs(dev, exist_ok=True)
         mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
         for name in DEVICES:
-            with open(os.path.join(dev, name), "w"):
-                pass
-            mount("/dev/" + name, os.path.join(dev, name), None, MS_BIND)
+            source, node = "/dev/" + name, os.path.join(dev, name)
+            try:
+                rdev = os.stat(source).st_rdev
+            except OSError:
+                continue
+            try:
+                os.mknod(node, stat.S_IFCHR | 0o666, rdev)
+                os.chmod(node, 0o666)  # past our umask
+            except PermissionError:
+                with open(node, "w"):
+                    pass
+                mount(source, node, None, MS_BIND)
+                mount("none", node, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
         links = {"fd": "", "stdin": "/0", "stdout": "/1", "stderr": "/2"}
         for name, suffix in links.items():
             target = "/proc/self/fd" + suffix
@@ -1123,6 +1194,7 @@ class Supervisor:
         os.makedirs(os.path.join(ws.path, "shm"), exist_ok=True)
         os.chmod(os.path.join(ws.path, "shm"), 0o1777)
         mount(os.path.join(ws.path, "shm"), os.path.join(dev, "shm"), None, MS_BIND)
+        mount("none", dev, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
 
     def teardown(self, ws: Workspace) -> None:
         for req_id in list(ws.jobs):
@@ -1297,6 +1369,7 @@ class Supervisor:
             if os.read(sync_r, 1) != b"x":
                 os._exit(1)  # our parent died before we could arm the death signal
             os.close(sync_r)
+            os.setsid()  # no controlling terminal: /dev/tty is ENXIO, TIOCSTI has no target
             fcntl.fcntl(3, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
             with contextlib.suppress(OSError):
                 write_file("/proc/self/oom_score_adj", "0")  # the holder's -1000 is not for us
@@ -1347,6 +1420,7 @@ class Supervisor:
         workdir = self.cfg["workdir"]
 
         def child() -> None:
+            os.setsid()
             setns(f"/proc/{ws.holder_pid}/ns/mnt", CLONE_NEWNS)
             os.chroot(ws.root)
             os.chdir(workdir)
@@ -1382,9 +1456,11 @@ class Supervisor:
         path, limit = str(args["path"]), int(args.get("max_bytes") or 16 << 20)
 
         def work() -> dict[str, Any]:
-            with open(path, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    raise SupervisorError("InvalidInput", f"{path} is not a regular file")
+            require_regular(path, os.stat(path).st_mode, "read")
+            # O_NONBLOCK: a FIFO swapped in meanwhile must not hang us; fstat catches it.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                require_regular(path, os.fstat(fd).st_mode, "read")
                 data = f.read(limit + 1)
             if len(data) > limit:
                 raise SupervisorError("LimitExceeded", f"{path} is larger than {limit} bytes")
@@ -1400,8 +1476,13 @@ class Supervisor:
             parent = os.path.dirname(path)
             if parent:
                 os.makedirs(parent, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            with contextlib.suppress(FileNotFoundError):
+                require_regular(path, os.stat(path).st_mode, "write")
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+            fd = os.open(path, flags, 0o644)
             with os.fdopen(fd, "wb") as f:
+                require_regular(path, os.fstat(fd).st_mode, "write")
+                os.ftruncate(fd, 0)
                 f.write(data)
             if mode is not None:
                 os.chmod(path, int(mode))
@@ -1465,7 +1546,24 @@ class Supervisor:
         job.finish = finish
 
 
+def require_regular(path: str, mode: int, verb: str) -> None:
+    """File tools touch regular files only: never a terminal, a device, a FIFO or a socket."""
+    if stat.S_ISREG(mode):
+        return
+    kinds = {stat.S_ISDIR: "a directory", stat.S_ISCHR: "a character device",
+             stat.S_ISBLK: "a block device", stat.S_ISFIFO: "a FIFO",
+             stat.S_ISSOCK: "a socket"}  # fmt: skip
+    kind = next((name for test, name in kinds.items() if test(mode)), "not a regular file")
+    raise SupervisorError(
+        "InvalidInput",
+        f"{path} is {kind}: the file tools {verb} regular files only; use a command for others",
+    )
+
+
 def main() -> None:
+    # No controlling terminal for anything we start: not the operator's, whatever started us.
+    with contextlib.suppress(OSError):  # EPERM: we already lead a process group (or session)
+        os.setsid()
     # The protocol owns the original stdin/stdout; stray prints go to stderr instead.
     proto_in, proto_out = os.dup(0), os.dup(1)
     os.dup2(os.open("/dev/null", os.O_RDONLY), 0)

@@ -215,6 +215,7 @@ async def serve_http(
     token: str,
     allowed_hosts: Sequence[str] = (),
     ray_address: str | None = None,
+    resume_running: bool = False,
     stderr: TextIO = sys.stderr,
 ) -> None:
     """Serves until cancelled or signalled; prints the URL once listening (port 0 = any free).
@@ -227,7 +228,12 @@ async def serve_http(
     sock = listening_socket(host, port)
     bound_port = sock.getsockname()[1]
     app = build_http_app(
-        state_dir, host=host, token=token, allowed_hosts=allowed_hosts, ray_address=ray_address
+        state_dir,
+        host=host,
+        token=token,
+        allowed_hosts=allowed_hosts,
+        ray_address=ray_address,
+        resume_running=resume_running,
     )
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
     display = f"[{host}]" if ":" in host else host
@@ -245,11 +251,12 @@ def build_http_app(
     token: str,
     allowed_hosts: Sequence[str] = (),
     ray_address: str | None = None,
+    resume_running: bool = False,
 ) -> ASGIApp:
     """MCP at `/mcp`, the dashboard at `/`, `/healthz`: behind the Host check and the token."""
     from mcp_evalserver.server.dashboard.web import dashboard_routes
     from mcp_evalserver.server.mcp_app import http_app
 
-    app = http_app(state_dir, host, allowed_hosts, ray_address)
+    app = http_app(state_dir, host, allowed_hosts, ray_address, resume_running=resume_running)
     app.router.routes.extend(dashboard_routes(state_dir, token))
     return HostGuard(BearerAuth(app, token), allowed_host_names(host, allowed_hosts))

@@ -113,17 +113,25 @@ def _trajectories(ctx: Context[EvalService, Any]) -> ExternalTrajectories:
 
 
 def create_server(
-    state_dir: Path, *, base_dir: Path | None = None, ray_address: str | None = None
+    state_dir: Path,
+    *,
+    base_dir: Path | None = None,
+    ray_address: str | None = None,
+    resume_running: bool = False,
 ) -> MCPServer[EvalService]:
     """The MCP server; its lifespan owns an `EvalService` over `state_dir`.
 
     `base_dir` resolves relative task file paths in specs (default: the working directory);
-    with `ray_address`, instances run on that Ray cluster unless a campaign says otherwise.
+    with `ray_address`, instances run on that Ray cluster unless a campaign says otherwise;
+    with `resume_running`, campaigns that were interrupted resume when the server starts.
     """
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[EvalService]) -> AsyncIterator[EvalService]:
-        async with EvalService(state_dir, base_dir=base_dir, ray_address=ray_address) as service:
+        service = EvalService(
+            state_dir, base_dir=base_dir, ray_address=ray_address, resume_running=resume_running
+        )
+        async with service:
             yield service
 
     app: MCPServer[EvalService] = MCPServer(
@@ -387,9 +395,12 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         return await _trajectories(ctx).submit(claim_id, answer)
 
 
-async def serve_stdio(state_dir: Path, ray_address: str | None = None) -> None:
+async def serve_stdio(
+    state_dir: Path, ray_address: str | None = None, *, resume_running: bool = False
+) -> None:
     """Serves MCP over this process's stdin/stdout until the client closes it."""
-    await create_server(state_dir, ray_address=ray_address).run_stdio_async()
+    server = create_server(state_dir, ray_address=ray_address, resume_running=resume_running)
+    await server.run_stdio_async()
 
 
 def http_app(
@@ -397,6 +408,8 @@ def http_app(
     host: str,
     allowed_hosts: Sequence[str] = (),
     ray_address: str | None = None,
+    *,
+    resume_running: bool = False,
 ) -> Starlette:
     """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on.
 
@@ -410,7 +423,7 @@ def http_app(
         allowed_hosts=hosts,
         allowed_origins=sorted({f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")}),
     )
-    server = create_server(state_dir, ray_address=ray_address)
+    server = create_server(state_dir, ray_address=ray_address, resume_running=resume_running)
     return server.streamable_http_app(host=host, transport_security=security)
 
 

@@ -29,6 +29,11 @@ class CampaignStatus(BaseModel):
         description="From the ledger: `running` means unfinished and not cancelled."
     )
     active: bool = Field(description="Whether this server is running it right now.")
+    interrupted: bool = Field(
+        False,
+        description="Unfinished and running nowhere: its process died or its server stopped "
+        "(not cancelled by a person). Call resume to continue it.",
+    )
     trajectories: int
     done: int
     phases: dict[str, int] = Field(description="Trajectories per phase (pending ... done).")
@@ -76,6 +81,11 @@ class CampaignList(BaseModel):
 
     campaigns: list[CampaignStatus]
     total: int = Field(description="How many campaigns exist (the list may be shortened).")
+    interrupted: list[str] = Field(
+        default_factory=list,
+        description="Listed campaigns that were interrupted: resume continues each.",
+    )
+    hint: str | None = Field(None, description="What to do about interrupted campaigns.")
 
 
 class ClaimedTrajectory(BaseModel):

@@ -83,7 +83,12 @@ class EvalService:
     """Campaigns and external trajectories for one server. Use as `async with`."""
 
     def __init__(
-        self, state_dir: Path, *, base_dir: Path | None = None, ray_address: str | None = None
+        self,
+        state_dir: Path,
+        *,
+        base_dir: Path | None = None,
+        ray_address: str | None = None,
+        resume_running: bool = False,
     ) -> None:
         self.store = CampaignStore(state_dir)
         self.claims = ClaimBoard()
@@ -93,6 +98,7 @@ class EvalService:
         self._group: anyio.abc.TaskGroup | None = None
         self._pool: SandboxPool | None = None
         self._ray_address = ray_address
+        self._resume_running = resume_running
         self.sweeps: Sweeps | None = None
 
     async def __aenter__(self) -> Self:
@@ -103,6 +109,8 @@ class EvalService:
             self.sweeps = Sweeps(self.store, self._group, self._pool)
             stack.callback(self.sweeps.cancel_all)
             stack.callback(self._cancel_all)
+            if self._resume_running:
+                self._group.start_soon(self._resume_interrupted)
             self._stack = stack.pop_all()
         return self
 
@@ -118,9 +126,27 @@ class EvalService:
         self._group = self._pool = None
 
     def _cancel_all(self) -> None:
-        # Cancelled runs record `campaign_cancelled`; `resume` picks them up after a restart.
+        # Cancelled runs record `campaign_cancelled` by `shutdown`: the next server started
+        # with `resume_running` continues them, and list_campaigns shows them as interrupted.
         for run in self._runs.values():
-            run.runner.cancel()
+            run.runner.cancel(shutdown=True)
+
+    async def _resume_interrupted(self) -> None:
+        """Resumes, one after the other, the campaigns an earlier process left unfinished."""
+        for campaign_id in self.store.list_ids():
+            try:
+                if self._interrupted(self.store.load(campaign_id)):
+                    await self._launch(campaign_id)
+                    logger.info("resumed interrupted campaign %s", campaign_id)
+            except EvalServerError as exc:
+                logger.warning("could not resume interrupted campaign %s: %s", campaign_id, exc)
+
+    def _interrupted(self, state: CampaignState) -> bool:
+        return (
+            state.interrupted
+            and not self._active(state.id)
+            and not self.store.running_elsewhere(state.id)
+        )
 
     # Campaigns.
 
@@ -202,11 +228,13 @@ class EvalService:
         graded = sum(n for outcome, n in outcomes.items() if outcome not in INFRA_OUTCOMES)
         resolved = outcomes["resolved"]
         error = run.error if run is not None else None
+        interrupted = self._interrupted(state)
         return CampaignStatus(
             campaign_id=state.id,
             name=state.spec.name,
             status=state.status,
             active=active,
+            interrupted=interrupted,
             trajectories=len(state.trajectories),
             done=phases["done"],
             phases=dict(sorted(phases.items())),
@@ -222,7 +250,9 @@ class EvalService:
             retrying=run.runner.retrying if run is not None else 0,
             reprovisioned=[InstanceReprovisioned(**event) for event in state.reprovisioned[-20:]],
             endpoint_limits={key: e.limit for key, e in state.endpoint_limits.items()},
-            next_step=_next_step(state, active=active, awaiting=awaiting, error=error),
+            next_step=_next_step(
+                state, active=active, awaiting=awaiting, error=error, interrupted=interrupted
+            ),
         )
 
     def list(self, limit: int = 50) -> CampaignList:
@@ -234,7 +264,15 @@ class EvalService:
                 listed.append(self.status(campaign_id))
             except EvalServerError as exc:
                 logger.warning("campaign %s is unreadable: %s", campaign_id, exc)
-        return CampaignList(campaigns=listed, total=len(ids))
+        interrupted = [status.campaign_id for status in listed if status.interrupted]
+        hint = None
+        if interrupted:
+            hint = (
+                f"{len(interrupted)} campaign(s) were interrupted (their process died or their "
+                "server stopped): call resume with each id to continue it; a server started "
+                "without --no-resume-running resumes them itself"
+            )
+        return CampaignList(campaigns=listed, total=len(ids), interrupted=interrupted, hint=hint)
 
     async def wait(self, campaign_id: str, wait_s: float, progress: ProgressFn) -> CampaignStatus:
         """Waits up to `wait_s` for the campaign to stop, reporting progress on every change.
@@ -425,7 +463,9 @@ def _progress_line(status: CampaignStatus) -> str:
     )
 
 
-def _next_step(state: CampaignState, *, active: bool, awaiting: int, error: str | None) -> str:
+def _next_step(
+    state: CampaignState, *, active: bool, awaiting: int, error: str | None, interrupted: bool
+) -> str:
     cid = state.id
     if state.status == "finished" and state.infra_failed and not active:
         return (
@@ -440,4 +480,9 @@ def _next_step(state: CampaignState, *, active: bool, awaiting: int, error: str 
         return "running: call campaign_status with wait_s > 0 to follow its progress"
     if error:
         return f"stopped by an error; fix the cause, then call resume with {cid!r}"
+    if interrupted:
+        return (
+            f"interrupted (its process died or its server stopped): call resume with {cid!r} "
+            "to continue it"
+        )
     return f"not running in this server: call resume with {cid!r} to continue it"

@@ -29,6 +29,7 @@ from mcp_evalserver.sandbox.local import LocalBackend
 from mcp_evalserver.sandbox.supervised import SupervisedInstance, SupervisedWorkspace
 from mcp_evalserver.sandboxes import SandboxPool
 from mcp_evalserver.scoring.config import TestsScorerConfig
+from mcp_evalserver.server.service import EvalService
 from mcp_evalserver.spec import CampaignSpec, Limits, Task
 from mcp_evalserver.state import CampaignState
 from tests.sandbox.conftest import require_root
@@ -210,6 +211,10 @@ async def _chaos(kind: str, fault: WorkspaceFault, tmp_path: Path, *, heals_inst
     if heals_instance:
         assert state.reprovisioned, "the re-provisioning is recorded"
         assert state.reprovisioned[0]["task"] == "calc0"
+        # campaign_status shows it, from the ledger.
+        shown = EvalService(tmp_path / "chaos").status(runner.campaign_id).reprovisioned
+        assert shown[0].task == "calc0"
+        assert shown[0].reason
 
 
 def _instance_fault(fault: Callable[..., Awaitable[None]]) -> WorkspaceFault:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.cli import main
 from mcp_evalserver.errors import InfrastructureError, SandboxUnavailable
 from mcp_evalserver.ledger import LEDGER_FILE, read_ledger
 from mcp_evalserver.report import build_report, render_markdown
@@ -183,3 +185,32 @@ async def test_the_resume_tool_runs_infrastructure_failures_again_and_says_how_m
     assert after.status_text == "finished"
     assert after.outcomes == {"resolved": 2}
     assert after.infra_failures == 0
+
+
+def test_the_cli_says_how_many_it_reruns_and_what_the_infrastructure_did(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fields = spec_of(numbered_tasks(2), max_attempts=2).model_dump(mode="json")
+    fields["agent"] = {"type": "python", "factory": "tests.plugins.scripted:agent"}
+    spec = CampaignSpec.model_validate(fields)
+    runner, _ = anyio.run(run_campaign, tmp_path, spec, RefusingBackendAgent({"t1"}))
+    cid = runner.campaign_id
+    state_dir = str(tmp_path)
+
+    assert main(["--state-dir", state_dir, "status"]) == 0
+    listing = capsys.readouterr().out
+    assert f"{cid}  finished with 1 infrastructure failure — resume to retry them  2/2" in listing
+    assert main(["--state-dir", state_dir, "status", cid]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["infrastructure"]["failed_attempts_by_cause"] == {
+        "generation: SandboxUnavailable": 2
+    }
+
+    assert main(["--state-dir", state_dir, "resume", cid, "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "running 1 trajectory(ies) again: their last outcome was an infrastructure" in err
+    assert "status: **finished**" in out
+    assert "2 failed attempt(s) in 1 trajectory(ies)" in out, "the report keeps the history"
+    assert "1 retried by resume" in out
+    assert main(["--state-dir", state_dir, "resume", cid, "--no-progress"]) == 0
+    assert "running" not in capsys.readouterr().err, "nothing left to run again"

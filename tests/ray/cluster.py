@@ -12,11 +12,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mcp_evalserver.sandbox.shipping import SHIPPED_DIR_ENV
 from tests.ray.loopback import in_loopback_namespace, interfaces
 
 SLOTS = "sandbox_slots"
@@ -92,6 +94,9 @@ def loopback_cluster(workers: int, slots: int) -> Iterator[LoopbackCluster]:
     import ray
     from ray.cluster_utils import Cluster
 
+    # The nodes' records (shipped directories, setups that ran) stay with this cluster.
+    records = tempfile.TemporaryDirectory(prefix="ray-nodes-")
+    os.environ[SHIPPED_DIR_ENV] = records.name
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 0, "resources": {SLOTS: 0}, "include_dashboard": False},
@@ -104,3 +109,4 @@ def loopback_cluster(workers: int, slots: int) -> Iterator[LoopbackCluster]:
     finally:
         ray.shutdown()
         cluster.shutdown()  # type: ignore[no-untyped-call]
+        records.cleanup()

@@ -99,10 +99,15 @@ async def test_a_dead_node_fails_its_calls_as_unavailable_and_the_instance_moves
             await workspace.exec("true")
         await workspace.destroy()  # a no-op on a dead node, not an error
         survivor = ray_cluster.add_worker(1, resource)  # Ray starts nodes from the main thread only
-        again = await instance.workspace("again")  # placed anew, on the node that is alive
+        with pytest.raises(errors.SandboxUnavailable):  # a dead instance stays dead
+            await instance.workspace("again")
+        assert instance.dead is not None
+        fresh = await backend.instance(spec)  # asked again, it comes back on a live node
+        again = await fresh.workspace("again")
         moved = await again.exec("cat a.txt")
         await again.destroy()
     assert isinstance(outcome.get("in_flight"), errors.SandboxUnavailable)
+    assert fresh is not instance
     assert again.node == survivor.node_id
     assert moved.stdout == "hello\n"
     await anyio.to_thread.run_sync(ray_cluster.kill_worker, survivor)

@@ -14,9 +14,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import pytest
 
-from mcp_evalserver.sandbox.base import Backend, InstanceSpec
+from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec
 from mcp_evalserver.sandbox.docker import DockerBackend
 from mcp_evalserver.sandbox.local import LocalBackend
 from tests.sandbox.docker_support import require_docker
@@ -68,13 +69,15 @@ async def docker_backend() -> AsyncIterator[BackendUnderTest]:
 
 
 @asynccontextmanager
-async def ray_backend(address: str) -> AsyncIterator[BackendUnderTest]:
-    """Local instances hosted on the worker nodes of a loopback Ray cluster at `address`."""
+async def ray_backend(address: str, inner: str) -> AsyncIterator[BackendUnderTest]:
+    """Instances hosted on the worker nodes of a loopback Ray cluster at `address`, by the
+    nodes' own `inner` backend (`local` directories or `docker` images)."""
     from mcp_evalserver.sandbox.ray import RayBackend
 
-    # The local backend gives the spec factory (a fresh directory per spec); it stays unused.
-    async with local_backend() as local, RayBackend(address) as backend:
-        yield BackendUnderTest("ray", backend, local.spec)
+    # The inner backend gives the spec factory (a fresh directory or key per spec); the
+    # instances themselves are the nodes'.
+    async with BACKENDS[inner]() as here, RayBackend(address) as backend:
+        yield BackendUnderTest(f"ray-{inner}", backend, here.spec)
 
 
 BACKENDS: dict[str, Callable[[], AbstractAsyncContextManager[BackendUnderTest]]] = {
@@ -84,9 +87,10 @@ BACKENDS: dict[str, Callable[[], AbstractAsyncContextManager[BackendUnderTest]]]
 BACKEND_PARAMS = [
     pytest.param("local", marks=pytest.mark.root),
     pytest.param("docker", marks=pytest.mark.docker),
-    pytest.param("ray", marks=[pytest.mark.root, pytest.mark.ray]),
+    pytest.param("ray-local", marks=[pytest.mark.root, pytest.mark.ray]),
+    pytest.param("ray-docker", marks=[pytest.mark.root, pytest.mark.ray, pytest.mark.docker]),
 ]
-ROOT_BACKENDS = {"local", "ray"}
+ROOT_BACKENDS = {"local", "ray-local", "ray-docker"}
 
 
 @pytest.fixture(scope="module")
@@ -100,12 +104,34 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[BackendUnderT
     if request.param in ROOT_BACKENDS:
         require_root()
     context: AbstractAsyncContextManager[BackendUnderTest]
-    if request.param == "ray":  # on the session's cluster
-        context = ray_backend(request.getfixturevalue("ray_cluster").address)
+    if request.param.startswith("ray-"):  # on the session's cluster
+        address = request.getfixturevalue("ray_cluster").address
+        context = ray_backend(address, request.param.removeprefix("ray-"))
     else:
         context = BACKENDS[request.param]()
     async with context as under_test:
         yield under_test
+
+
+LIMITED = {"pids_limit": 64, "memory_bytes": 128 << 20, "disk_bytes": 32 << 20}
+
+
+@pytest.fixture(scope="module")
+async def instance(backend: BackendUnderTest) -> AsyncIterator[Instance]:
+    """One shared instance (per test module) with default limits; tests make workspaces."""
+    with anyio.fail_after(60):
+        instance = await backend.backend.instance(backend.spec())
+    yield instance
+    await instance.aclose()
+
+
+@pytest.fixture(scope="module")
+async def limited(backend: BackendUnderTest) -> AsyncIterator[Instance]:
+    """An instance with small pids, memory and disk limits, for the exhaustion attacks."""
+    with anyio.fail_after(60):
+        instance = await backend.backend.instance(backend.spec(**LIMITED))
+    yield instance
+    await instance.aclose()
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import anyio
 import anyio.lowlevel
+import docker.errors
 import pytest
 
 from mcp_evalserver.errors import InfrastructureError, InvalidInput, SandboxUnavailable
@@ -154,6 +155,33 @@ async def test_leftovers_of_a_dead_run_are_removed_and_a_live_runs_are_kept(
         await live.remove_container(live_id)
     assert dead_id not in left
     assert live_id in left
+
+
+async def test_an_untagged_leftover_image_of_a_dead_run_is_removed_by_its_id(
+    engine: DockerEngine, base_image: str
+) -> None:
+    finished = await anyio.run_process(["sh", "-c", "echo $$"])
+    host = owner_id().split(":")[0]
+    dead = DockerEngine(
+        engine.client, engine.url, engine.apparmor, owner=f"{host}:{int(finished.stdout)}:1"
+    )
+    repository = f"mcp-evalserver/test-untagged-{os.getpid()}"
+    with anyio.fail_after(120):
+        images: list[str] = []
+        for _ in range(2):  # the second commit takes the tag: the first is left `<none>`
+            container = await dead.run_container(
+                base_image, instance_key="test-untagged", role="probe",
+                limits=ContainerLimits(memory="256m", pids=64), network=False,
+                sys_admin=False, store=None,
+            )  # fmt: skip
+            await dead.exec(container, ["sh", "-c", f"echo {len(images)} > /marker"])
+            images.append(await dead.commit(container, repository, "test-untagged"))
+            images[-1] = engine.client.images.get(images[-1]).id
+            await dead.remove_container(container)
+        await DockerEngine(engine.client, engine.url, engine.apparmor).remove_leftovers()
+    for image in images:
+        with pytest.raises(docker.errors.ImageNotFound):
+            engine.client.images.get(image)
 
 
 async def test_no_engine_is_reported_with_how_to_start_one(tmp_path: anyio.Path) -> None:

@@ -15,6 +15,7 @@ from tests.server.helpers import (
     TOKEN,
     answer_spec,
     call,
+    call_error,
     http_client,
     http_server,
     stdio_client,
@@ -104,8 +105,12 @@ async def test_a_stdio_server_whose_client_leaves_cancels_its_campaigns_cleanly(
         ledger = tmp_path / "campaigns" / "left" / "ledger.jsonl"
         kinds = [json.loads(line)["kind"] for line in ledger.read_text().splitlines()]
         assert kinds[-1] == "campaign_cancelled"
+        assert json.loads(ledger.read_text().splitlines()[-1])["by"] == "shutdown"
+        # A new server resumes it by itself (no `resume` call): its trajectories wait again.
         async with stdio_client(tmp_path) as client:
-            resumed = await call(client, "resume", campaign_id="left")
-            assert resumed["active"] is True
             claim = await call(client, "claim_trajectory", campaign_id="left", wait_s=30)
             assert claim["trajectory_id"] in ("t1@0", "t2@0")
+            resumed = await call(client, "campaign_status", campaign_id="left")
+            assert resumed["active"] is True
+            refused = await call_error(client, "resume", campaign_id="left")
+            assert "already running" in refused
