@@ -40,7 +40,9 @@ def _provider(headers: dict[str, str]) -> FakeOpenAI:
         then=call("submit", answer="16"),
         capacity=CEILING,
         over_capacity=Failure(429, headers, message="Rate limit reached"),
-        service_s=0.2,
+        # Long beside the client's own work per call (which grows with the machine's load), as
+        # a model's answer is: the server then sees the client's concurrency, not a fraction.
+        service_s=0.5,
     )
 
 
