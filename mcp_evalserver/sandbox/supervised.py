@@ -18,6 +18,7 @@ from mcp_evalserver.sandbox.client import SupervisorClient
 # How long past a command's own timeout we wait for the supervisor before calling it lost.
 REPLY_GRACE_S = 30.0
 FILE_OP_TIMEOUT_S = 60.0
+CHECKPOINT_TIMEOUT_S = 300.0  # a checkpoint that squashes a deep chain copies its old layers
 
 
 class SupervisedInstance(Instance):
@@ -180,6 +181,17 @@ class SupervisedWorkspace(Workspace):
 
     async def reset(self) -> None:
         await self._call("ws_reset", 60)
+
+    async def checkpoint(self) -> str:
+        result = await self._call("ws_checkpoint", CHECKPOINT_TIMEOUT_S)
+        return str(result["checkpoint"])
+
+    async def restore(self, checkpoint: str) -> None:
+        await self._call("ws_restore", CHECKPOINT_TIMEOUT_S, checkpoint=checkpoint)
+
+    async def fork(self, name: str, *, checkpoint: str | None = None) -> SupervisedWorkspace:
+        await self._call("ws_fork", CHECKPOINT_TIMEOUT_S, name=name, checkpoint=checkpoint)
+        return SupervisedWorkspace(self.instance, name)
 
     async def destroy(self) -> None:
         """Removes the workspace; a no-op if it or its instance is already gone."""
