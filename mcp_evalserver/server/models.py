@@ -109,6 +109,32 @@ class ClaimedTrajectory(BaseModel):
     )
 
 
+class Checkpoint(BaseModel):
+    """A checkpoint of a trajectory's workspace: name it in `restore`."""
+
+    checkpoint_id: str
+
+
+class Restored(BaseModel):
+    """The workspace's files are as they were at the checkpoint."""
+
+    checkpoint_id: str
+
+
+class Branches(BaseModel):
+    """The new trajectories a fork made, each already claimed by this client."""
+
+    branches: list[ClaimedTrajectory] = Field(
+        description="One per branch: its own claim_id, trajectory_id `<parent>.<n>`, workspace."
+    )
+
+
+class BranchIds(BaseModel):
+    """The trajectories a fork made; the agent's program runs again in each."""
+
+    trajectory_ids: list[str]
+
+
 class ExecOutput(BaseModel):
     """What a command did. A non-zero exit code is a result, not an error."""
 
