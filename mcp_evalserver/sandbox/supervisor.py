@@ -7,19 +7,19 @@ and many may be in flight, each answered once:
 
     -> {"id": 7, "op": "exec", "args": {"ws": "t1", "argv": ["true"], "timeout": 10}}
     <- {"id": 7, "ok": true, "result": {"exit_code": 0, ...}}
-    <- {"id": 8, "ok": false, "error": {"type": "NotFound", "message": "..."}}
+    <- {"id": 8, "ok": false, "error": {"type": "NotFound", "message": "...", "errno": "ENOENT"}}
 
 Ops and their args (results in brackets):
   init       mode ("host"|"container"), store, store_tmpfs, instance, workdir, network
              [version, pid, python, cgroups, cgroup_dirs, limits: which are enforced]
   freeze     setup: [shell lines], timeout            [base: HEAD of workdir or null]
-  ws_create  ws, limits: {pids, memory_bytes, disk_bytes}                  [ws, ms]
-  exec       ws, argv, env, cwd, stdin_b64, timeout, output_cap
+  ws_create  ws, limits: {pids, memory_bytes, disk_bytes}    [ws, ms, holder_pid, root]
+  exec       ws, argv, env, cwd, stdin_b64, timeout, output_cap, user (name or uid in the view)
              [exit_code (-signal), stdout_b64, stderr_b64, *_truncated, duration_s, timed_out]
   read       ws, path, max_bytes [data_b64]     write  ws, path, data_b64, mode [bytes]
   list       ws, path [entries: {name, kind, size}, truncated]
   diff       ws, timeout, max_bytes [patch_b64]  ws_reset, ws_destroy  ws
-  ws_checkpoint  ws [checkpoint, depth]           ws_restore  ws, checkpoint
+  ws_checkpoint  ws [checkpoint, depth, holder_pid]  ws_restore  ws, checkpoint [holder_pid]
   ws_fork    ws, name, checkpoint (none: a new one) [ws, ms, checkpoint]
   cancel     target (a request id)               shutdown
 One thread runs a selectors loop and never waits on a command: every sandboxed thing runs in
@@ -83,11 +83,48 @@ MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 1, 2, 4
 # unshare/clone possible for anyone); per architecture: (audit arch, {name: nr}).
 SECCOMP_TABLES = {
     "x86_64": (0xC000003E, {"mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
-                            "unshare": 272, "setns": 308, "clone": 56, "clone3": 435}),
+                            "unshare": 272, "setns": 308, "clone": 56, "clone3": 435,
+                            "ioctl": 16, "personality": 135}),
     "aarch64": (0xC00000B7, {"mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51,
-                             "unshare": 97, "setns": 268, "clone": 220, "clone3": 435}),
+                             "unshare": 97, "setns": 268, "clone": 220, "clone3": 435,
+                             "ioctl": 29, "personality": 92}),
 }  # fmt: skip
 NEW_MOUNT_API = (428, 429, 430, 431, 432, 433, 442)  # open_tree..fspick, mount_setattr
+# What Docker's default seccomp profile refuses a container without extra capabilities
+# (moby's profiles/seccomp/default.json), by number: the keyring (not namespaced), io_uring
+# (its operations bypass seccomp), modules, kexec, tracing, NUMA, clock and swap calls, file
+# handles, userfaultfd and obsolete calls. Per arch; absent where the arch has no such call.
+DENIED_SYSCALLS = {
+    "x86_64": {"acct": 163, "add_key": 248, "bpf": 321, "clock_adjtime": 305,
+               "clock_settime": 227, "create_module": 174, "delete_module": 176,
+               "fanotify_init": 300, "finit_module": 313, "get_kernel_syms": 177,
+               "get_mempolicy": 239, "init_module": 175, "io_uring_enter": 426,
+               "io_uring_register": 427, "io_uring_setup": 425, "ioperm": 173, "iopl": 172,
+               "kcmp": 312, "kexec_file_load": 320, "kexec_load": 246, "keyctl": 250,
+               "lookup_dcookie": 212, "mbind": 237, "modify_ldt": 154, "move_pages": 279,
+               "name_to_handle_at": 303, "nfsservctl": 180, "open_by_handle_at": 304,
+               "perf_event_open": 298, "pidfd_getfd": 438, "process_madvise": 440,
+               "query_module": 178, "quotactl": 179, "quotactl_fd": 443, "reboot": 169,
+               "request_key": 249, "set_mempolicy": 238, "settimeofday": 164, "swapoff": 168,
+               "swapon": 167, "syslog": 103, "sysfs": 139, "_sysctl": 156, "userfaultfd": 323,
+               "uselib": 134, "ustat": 136, "vhangup": 153},
+    "aarch64": {"acct": 89, "add_key": 217, "bpf": 280, "clock_adjtime": 266,
+                "clock_settime": 112, "delete_module": 106, "fanotify_init": 262,
+                "finit_module": 273, "get_mempolicy": 236, "init_module": 105,
+                "io_uring_enter": 426, "io_uring_register": 427, "io_uring_setup": 425,
+                "kcmp": 272, "kexec_file_load": 294, "kexec_load": 104, "keyctl": 219,
+                "lookup_dcookie": 18, "mbind": 235, "move_pages": 239,
+                "name_to_handle_at": 264, "nfsservctl": 42, "open_by_handle_at": 265,
+                "perf_event_open": 241, "pidfd_getfd": 438, "process_madvise": 440,
+                "quotactl": 60, "quotactl_fd": 443, "reboot": 142, "request_key": 218,
+                "set_mempolicy": 237, "settimeofday": 170, "swapoff": 225, "swapon": 224,
+                "syslog": 116, "userfaultfd": 282, "vhangup": 58},
+}  # fmt: skip
+# ioctls that act on a terminal the process does not own: TIOCSTI pushes input into it,
+# TIOCLINUX (on a virtual console) can paste and read its screen.
+DENIED_IOCTLS = (0x5412, 0x541C)
+# personality(2) values Docker allows: Linux, with UNAME26 and/or ADDR_LIMIT_32BIT, and a query.
+ALLOWED_PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
 # Host mode: directories replaced by an empty tmpfs in the view. Sandboxed processes are uid 0
 # (see drop_privileges), so root-owned secrets and root-reachable unix sockets must go.
 HOST_MASKED = ("/run", "/root", "/home", "/etc/ssh", "/etc/ssl/private", "/var/lib/docker",
@@ -119,11 +156,14 @@ CAP_LAST_CAP = _cap_last_cap()
 
 
 class SupervisorError(Exception):
-    """An error answered to the client; `kind` names a class of mcp_evalserver.errors."""
+    """An error answered to the client; `kind` names a class of mcp_evalserver.errors.
 
-    def __init__(self, kind: str, message: str) -> None:
+    `errno_name` ("EACCES", ...) says which system call failure it was, when one was.
+    """
+
+    def __init__(self, kind: str, message: str, errno_name: str | None = None) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind, self.errno_name = kind, errno_name
 
 
 def _check(ret: int, what: str) -> int:
@@ -207,31 +247,48 @@ class _CapData(ctypes.Structure):
 
 
 def _seccomp_program() -> bytes | None:
-    """A classic-BPF filter refusing mount/namespace syscalls; None on an unknown arch."""
-    table = SECCOMP_TABLES.get(platform.machine())
+    """A classic-BPF filter refusing mount/namespace/DENIED syscalls; None on an unknown arch.
+
+    Every refusal is EPERM (what Docker answers) but clone3, whose flags hide in a struct:
+    ENOSYS makes libc fall back to clone, whose flags we can read.
+    """
+    machine = platform.machine()
+    table = SECCOMP_TABLES.get(machine)
     if table is None:
         return None
     arch, nrs = table
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    body: list[tuple[int, str, str, int]] = [(ld, "", "", 0)]  # seccomp_data.nr
-    if arch == 0xC000003E:
+    nr, arg0, arg1 = 0, 16, 24  # offsets in seccomp_data (low words of the arguments)
+    # (code, jump-if-true label, jump-if-false label, k); "" = the next instruction.
+    body: list[tuple[int, str, str, int]] = [(ld, "", "", 4), (jeq, "", "enosys", arch)]
+    body.append((ld, "", "", nr))
+    if machine == "x86_64":
         body.append((jge, "eperm", "", 0x40000000))  # the x32 ABI's numbers
     blocked = [nrs[n] for n in ("mount", "umount2", "pivot_root", "chroot", "unshare", "setns")]
-    for nr in blocked + list(NEW_MOUNT_API):
-        body.append((jeq, "eperm", "", nr))
-    body.append((jeq, "enosys", "", nrs["clone3"]))  # flags hidden in a struct: libc falls back
+    for number in blocked + list(NEW_MOUNT_API) + sorted(DENIED_SYSCALLS[machine].values()):
+        body.append((jeq, "eperm", "", number))
+    body.append((jeq, "enosys", "", nrs["clone3"]))
+    body.append((jeq, "ioctl", "", nrs["ioctl"]))
+    body.append((jeq, "personality", "", nrs["personality"]))
     body.append((jeq, "", "allow", nrs["clone"]))
-    body.append((ld, "", "", 16))  # low word of args[0], the clone flags
+    body.append((ld, "", "", arg0))  # the clone flags
     body.append((jset, "eperm", "allow", NS_FLAGS))
-    head = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, enosys)]
-    labels = {"allow": len(head) + len(body), "eperm": len(head) + len(body) + 1}
-    labels["enosys"] = labels["eperm"] + 1
-    prog: list[tuple[int, int, int, int]] = list(head)
+    labels = {"ioctl": len(body)}
+    body.append((ld, "", "", arg1))  # the request
+    body += [(jeq, "eperm", "", request) for request in DENIED_IOCTLS]
+    body.append((ret, "", "", allow))
+    labels["personality"] = len(body)
+    body.append((ld, "", "", arg0))
+    body += [(jeq, "allow", "", persona) for persona in ALLOWED_PERSONALITIES]
+    body.append((ret, "", "", eperm))
+    labels.update(allow=len(body), eperm=len(body) + 1, enosys=len(body) + 2)
+    prog: list[tuple[int, int, int, int]] = []
     for code, jt, jf, k in body:
         here = len(prog) + 1
         prog.append((code, labels[jt] - here if jt else 0, labels[jf] - here if jf else 0, k))
     prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm), (ret, 0, 0, enosys)]
+    assert all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in prog)
     return b"".join(struct.pack("HBBI", *ins) for ins in prog)
 
 
@@ -247,18 +304,26 @@ def drop_bounding_set() -> None:
             prctl(PR_CAPBSET_DROP, cap)
 
 
-def drop_privileges(filter_syscalls: bool) -> None:
+def drop_privileges(filter_syscalls: bool, ids: tuple[int, int, list[int]] | None = None) -> None:
     """Keep uid 0 but only KEPT_CAPS; no_new_privs; optionally the seccomp filter.
 
     Why uid 0 and not a uid per workspace: tasks' files are root-owned, and access(2) ignores
     capabilities for any other real uid, so git and pip would see a read-only repository.
     Per-workspace process caps therefore come from the pids cgroup, not RLIMIT_NPROC.
+    `ids` (uid, gid, groups; see `lookup_user`) asks for another user of the view: a non-zero
+    uid keeps no capability at all.
     """
     keep_mask = sum(1 << c for c in KEPT_CAPS)
     drop_bounding_set()
-    header = _CapHeader(0x20080522, 0)
-    data = (_CapData * 2)(_CapData(keep_mask, keep_mask, keep_mask), _CapData(0, 0, 0))
-    _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+    if ids is not None:
+        uid, gid, groups = ids
+        os.setgroups(groups)
+        os.setgid(gid)
+        os.setuid(uid)  # from uid 0 to another: the kernel clears every capability set
+    if ids is None or ids[0] == 0:
+        header = _CapHeader(0x20080522, 0)
+        data = (_CapData * 2)(_CapData(keep_mask, keep_mask, keep_mask), _CapData(0, 0, 0))
+        _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # setuid binaries and file caps grant nothing more
     program = SECCOMP_PROGRAM if filter_syscalls else None
     if program is not None:
@@ -266,6 +331,50 @@ def drop_privileges(filter_syscalls: bool) -> None:
         fprog = struct.pack("HxxxxxxQ", len(program) // 8, ctypes.addressof(buf))
         fbuf = ctypes.create_string_buffer(fprog)
         _check(_libc.prctl(PR_SET_SECCOMP, 2, ctypes.addressof(fbuf), 0, 0), "seccomp")
+
+
+def lookup_user(user: str) -> tuple[int, int, list[int], str]:
+    """(uid, gid, groups, home) of a user name or uid, from the view's /etc/passwd and group.
+
+    Called after chroot: the workspace's own files decide (a sample may add users). A uid
+    absent from passwd runs with gid 0 and home /, as `docker exec --user` does.
+    """
+    entries = []
+    with contextlib.suppress(OSError), open("/etc/passwd", errors="replace") as f:
+        entries = [line.rstrip("\n").split(":") for line in f]
+    found = next(
+        (e for e in entries if len(e) >= 7 and (e[0] == user or (user.isdigit() and e[2] == user))),
+        None,
+    )
+    if found is None:
+        if not user.isdigit():
+            raise SupervisorError(
+                "InvalidInput", f"unable to find user {user}: no matching entries in passwd file"
+            )
+        return int(user), 0, [0], "/"
+    name, uid, gid, home = found[0], int(found[2]), int(found[3]), found[5] or "/"
+    groups = {gid}
+    with contextlib.suppress(OSError), open("/etc/group", errors="replace") as f:
+        for line in f:
+            fields = line.rstrip("\n").split(":")
+            if len(fields) >= 4 and fields[2].isdigit() and name in fields[3].split(","):
+                groups.add(int(fields[2]))
+    return uid, gid, sorted(groups), home
+
+
+def serve_as_init(command: int) -> None:
+    """Pid 1 of an exec: reaps every orphan until `command` exits, reports its status."""
+    for fd in (0, 1, 2):  # the command's pipes end with the command, not with us
+        os.close(fd)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if pid == command:
+            break
+    os.write(3, (json.dumps({"status": status}) + "\n").encode())
+    os._exit(0)  # and the kernel kills whatever the command left running
 
 
 def enter_user_namespace() -> None:
@@ -595,7 +704,7 @@ class Holder:
             os.close(sync_w)
             self.sup.sandbox_init(
                 self.ws, sync_r, request["argv"], request["env"], request["cwd"],
-                request["limits"], request["have"],
+                request["limits"], request["have"], request.get("user"),
             )  # fmt: skip
         os.close(sync_r)
         os.write(sync_w, b"x")
@@ -644,8 +753,11 @@ class Supervisor:
     def reply(self, req_id: int, result: dict[str, Any]) -> None:
         self.send({"id": req_id, "ok": True, "result": result})
 
-    def fail(self, req_id: int, kind: str, message: str) -> None:
-        self.send({"id": req_id, "ok": False, "error": {"type": kind, "message": message}})
+    def fail(self, req_id: int, kind: str, message: str, errno_name: str | None = None) -> None:
+        error = {"type": kind, "message": message}
+        if errno_name:
+            error["errno"] = errno_name
+        self.send({"id": req_id, "ok": False, "error": error})
 
     def run(self) -> None:
         rfd, wfd = os.pipe()
@@ -875,7 +987,7 @@ class Supervisor:
         try:
             self.reply(job.req_id, job.finish(job))
         except SupervisorError as e:
-            self.fail(job.req_id, e.kind, str(e))
+            self.fail(job.req_id, e.kind, str(e), e.errno_name)
         except Exception as e:  # a bug here must fail one request, not the instance
             self.fail(job.req_id, "InfrastructureError", f"supervisor: {e!r}")
 
@@ -994,7 +1106,10 @@ class Supervisor:
             self.teardown(ws)
             raise
         self.workspaces[name] = ws
-        return {"ws": name, "ms": (time.monotonic() - started) * 1000}
+        # The holder (its pid in our pid namespace) keeps the view at `root` in its mount
+        # namespace: what an operator's shell enters (`nsenter -t PID -m ... chroot ROOT`).
+        ms = (time.monotonic() - started) * 1000
+        return {"ws": name, "ms": ms, "holder_pid": ws.holder_pid, "root": ws.root}
 
     def build_workspace(self, ws: Workspace) -> None:
         os.makedirs(ws.root, 0o700)
@@ -1138,13 +1253,30 @@ class Supervisor:
             mount("tmpfs", store, "tmpfs", nodev | MS_RDONLY, "size=4k,mode=0555")
 
     def mount_dev(self, ws: Workspace) -> None:
+        """A minimal /dev of the view's own: nothing in it can be chmod'ed, chown'ed or added.
+
+        Nodes are made afresh (or, where mknod is refused, as in a user namespace, read-only
+        binds) on a tmpfs that is then remounted read-only: the host's and the container's
+        device inodes are never reachable for a metadata change. /dev/shm is the
+        workspace's own directory (its bytes count in the disk cap).
+        """
         dev = ws.root + "/dev"
         os.makedirs(dev, exist_ok=True)
         mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
         for name in DEVICES:
-            with open(os.path.join(dev, name), "w"):
-                pass
-            mount("/dev/" + name, os.path.join(dev, name), None, MS_BIND)
+            source, node = "/dev/" + name, os.path.join(dev, name)
+            try:
+                rdev = os.stat(source).st_rdev
+            except OSError:
+                continue
+            try:
+                os.mknod(node, stat.S_IFCHR | 0o666, rdev)
+                os.chmod(node, 0o666)  # past our umask
+            except PermissionError:
+                with open(node, "w"):
+                    pass
+                mount(source, node, None, MS_BIND)
+                mount("none", node, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
         links = {"fd": "", "stdin": "/0", "stdout": "/1", "stderr": "/2"}
         for name, suffix in links.items():
             target = "/proc/self/fd" + suffix
@@ -1154,6 +1286,7 @@ class Supervisor:
         os.makedirs(os.path.join(ws.path, "shm"), exist_ok=True)
         os.chmod(os.path.join(ws.path, "shm"), 0o1777)
         mount(os.path.join(ws.path, "shm"), os.path.join(dev, "shm"), None, MS_BIND)
+        mount("none", dev, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
 
     def teardown(self, ws: Workspace) -> None:
         for req_id in list(ws.jobs):
@@ -1232,14 +1365,15 @@ class Supervisor:
     def op_ws_checkpoint(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
         ws = self.idle_workspace(args, "checkpoint")
         cid = self.checkpoint(ws)
-        return {"checkpoint": cid, "depth": len(ws.layers.stack) if ws.layers else 0}
+        depth = len(ws.layers.stack) if ws.layers else 0
+        return {"checkpoint": cid, "depth": depth, "holder_pid": ws.holder_pid}
 
     def op_ws_restore(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
         ws = self.idle_workspace(args, "restore")
         assert ws.layers is not None
         ws.layers.restore(str(args["checkpoint"]))
         self.remount(ws)
-        return {}
+        return {"holder_pid": ws.holder_pid}
 
     def op_ws_fork(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
         """A new workspace `name` on a checkpoint of `ws` (a new one of its current state)."""
@@ -1251,7 +1385,7 @@ class Supervisor:
         if not cid:
             cid = self.checkpoint(parent)
         result = self.create_workspace(name, dict(parent.limits), (parent, str(cid)))
-        result["checkpoint"] = cid
+        result.update(checkpoint=cid, parent_holder_pid=parent.holder_pid)
         return result
 
     def op_cancel(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
@@ -1293,7 +1427,7 @@ class Supervisor:
         stdin = base64.b64decode(args["stdin_b64"]) if args.get("stdin_b64") else None
         job = self.spawn_sandboxed(
             req_id, ws, argv, args.get("env") or {}, args.get("cwd"), float(args["timeout"]),
-            int(args.get("output_cap") or 1 << 20), stdin,
+            int(args.get("output_cap") or 1 << 20), stdin, args.get("user"),
         )  # fmt: skip
 
         def finish(job: Job) -> dict[str, Any]:
@@ -1336,11 +1470,14 @@ class Supervisor:
         timeout: float,
         cap: int,
         stdin: bytes | None,
+        user: str | None = None,
     ) -> Job:
         cfg, limits = self.cfg, ws.limits
         full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8",
                     "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
                     "GIT_CONFIG_VALUE_0": "*"}  # fmt: skip
+        if user:
+            del full_env["HOME"]  # the user's own, from the view's passwd (see sandbox_init)
         full_env.update({str(k): str(v) for k, v in env.items()})
         workdir = cfg["workdir"]
         target = os.path.join(workdir, cwd) if cwd else workdir
@@ -1350,6 +1487,7 @@ class Supervisor:
         have["nproc"] = bool(cfg.get("userns")) and not have["pids"]
 
         request = {"argv": argv, "env": full_env, "cwd": target, "limits": limits, "have": have}
+        request["user"] = str(user) if user else None
         if ws.ctl is None:
             raise SupervisorError("NotFound", f"workspace {ws.name!r} is being destroyed")
         # The request travels in a memfd: argv may be larger than a socket message.
@@ -1380,6 +1518,7 @@ class Supervisor:
         cwd: str,
         limits: dict[str, Any],
         have: dict[str, bool],
+        user: str | None = None,
     ) -> None:
         """Pid 1 of the exec's pid namespace; becomes the command. Never returns."""
         try:
@@ -1387,6 +1526,7 @@ class Supervisor:
             if os.read(sync_r, 1) != b"x":
                 os._exit(1)  # our parent died before we could arm the death signal
             os.close(sync_r)
+            os.setsid()  # no controlling terminal: /dev/tty is ENXIO, TIOCSTI has no target
             fcntl.fcntl(3, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
             with contextlib.suppress(OSError):
                 write_file("/proc/self/oom_score_adj", "0")  # the holder's -1000 is not for us
@@ -1411,7 +1551,22 @@ class Supervisor:
                 msg = {"error": f"cwd {cwd!r}: {e.strerror}", "kind": "InvalidInput"}
                 os.write(3, (json.dumps(msg) + "\n").encode())
                 os._exit(127)
-            drop_privileges(True)
+            ids = None
+            if user:
+                try:
+                    identity = lookup_user(user)
+                except SupervisorError as e:
+                    os.write(3, (json.dumps({"error": str(e), "kind": e.kind}) + "\n").encode())
+                    os._exit(127)
+                ids = identity[:3]
+                env.setdefault("HOME", identity[3])
+            drop_privileges(True, ids)
+            # The command must not be pid 1 of its namespace: the kernel drops the signals
+            # pid 1 sends itself (`kill $$` would do nothing) and nobody would reap orphans.
+            command = os.fork()
+            if command:
+                serve_as_init(command)
+            os.setsid()  # the command leads a session of its own, as pid 1 did before the fork
         except BaseException as e:
             os.write(3, (json.dumps({"error": f"sandbox setup: {e}"}) + "\n").encode())
             os._exit(127)
@@ -1437,18 +1592,22 @@ class Supervisor:
         workdir = self.cfg["workdir"]
 
         def child() -> None:
+            os.setsid()
             setns(f"/proc/{ws.holder_pid}/ns/mnt", CLONE_NEWNS)
             os.chroot(ws.root)
             os.chdir(workdir)
             drop_privileges(False)
+            result: dict[str, Any]
             try:
                 result = {"result": work()}
             except FileNotFoundError as e:
                 result = {"error": f"{e.filename}: no such file or directory", "kind": "NotFound"}
+                result["errno"] = "ENOENT"
             except SupervisorError as e:
-                result = {"error": str(e), "kind": e.kind}
+                result = {"error": str(e), "kind": e.kind, "errno": e.errno_name}
             except OSError as e:
                 result = {"error": f"{e.filename}: {e.strerror}", "kind": "InvalidInput"}
+                result["errno"] = errno.errorcode.get(e.errno or 0)
             data = (json.dumps(result) + "\n").encode()
             view = memoryview(data)
             while view:
@@ -1462,7 +1621,9 @@ class Supervisor:
                 raise SupervisorError("InfrastructureError", "file operation died")
             if "error" in msgs[-1]:
                 raise SupervisorError(
-                    msgs[-1].get("kind", "InfrastructureError"), msgs[-1]["error"]
+                    msgs[-1].get("kind", "InfrastructureError"),
+                    msgs[-1]["error"],
+                    msgs[-1].get("errno"),
                 )
             return dict(msgs[-1]["result"])
 
@@ -1472,9 +1633,11 @@ class Supervisor:
         path, limit = str(args["path"]), int(args.get("max_bytes") or 16 << 20)
 
         def work() -> dict[str, Any]:
-            with open(path, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    raise SupervisorError("InvalidInput", f"{path} is not a regular file")
+            require_regular(path, os.stat(path).st_mode, "read")
+            # O_NONBLOCK: a FIFO swapped in meanwhile must not hang us; fstat catches it.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                require_regular(path, os.fstat(fd).st_mode, "read")
                 data = f.read(limit + 1)
             if len(data) > limit:
                 raise SupervisorError("LimitExceeded", f"{path} is larger than {limit} bytes")
@@ -1490,8 +1653,13 @@ class Supervisor:
             parent = os.path.dirname(path)
             if parent:
                 os.makedirs(parent, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            with contextlib.suppress(FileNotFoundError):
+                require_regular(path, os.stat(path).st_mode, "write")
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+            fd = os.open(path, flags, 0o644)
             with os.fdopen(fd, "wb") as f:
+                require_regular(path, os.fstat(fd).st_mode, "write")
+                os.ftruncate(fd, 0)
                 f.write(data)
             if mode is not None:
                 os.chmod(path, int(mode))
@@ -1555,7 +1723,24 @@ class Supervisor:
         job.finish = finish
 
 
+def require_regular(path: str, mode: int, verb: str) -> None:
+    """File tools touch regular files only: never a terminal, a device, a FIFO or a socket."""
+    if stat.S_ISREG(mode):
+        return
+    kinds = {stat.S_ISDIR: "a directory", stat.S_ISCHR: "a character device",
+             stat.S_ISBLK: "a block device", stat.S_ISFIFO: "a FIFO",
+             stat.S_ISSOCK: "a socket"}  # fmt: skip
+    kind = next((name for test, name in kinds.items() if test(mode)), "not a regular file")
+    raise SupervisorError(
+        "InvalidInput",
+        f"{path} is {kind}: the file tools {verb} regular files only; use a command for others",
+    )
+
+
 def main() -> None:
+    # No controlling terminal for anything we start: not the operator's, whatever started us.
+    with contextlib.suppress(OSError):  # EPERM: we already lead a process group (or session)
+        os.setsid()
     # The protocol owns the original stdin/stdout; stray prints go to stderr instead.
     proto_in, proto_out = os.dup(0), os.dup(1)
     os.dup2(os.open("/dev/null", os.O_RDONLY), 0)

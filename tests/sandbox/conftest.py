@@ -14,9 +14,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import pytest
 
-from mcp_evalserver.sandbox.base import Backend, InstanceSpec
+from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec
 from mcp_evalserver.sandbox.docker import DockerBackend
 from mcp_evalserver.sandbox.local import LocalBackend
 from tests.sandbox.docker_support import require_docker
@@ -110,6 +111,27 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[BackendUnderT
         context = BACKENDS[request.param]()
     async with context as under_test:
         yield under_test
+
+
+LIMITED = {"pids_limit": 64, "memory_bytes": 128 << 20, "disk_bytes": 32 << 20}
+
+
+@pytest.fixture(scope="module")
+async def instance(backend: BackendUnderTest) -> AsyncIterator[Instance]:
+    """One shared instance (per test module) with default limits; tests make workspaces."""
+    with anyio.fail_after(60):
+        instance = await backend.backend.instance(backend.spec())
+    yield instance
+    await instance.aclose()
+
+
+@pytest.fixture(scope="module")
+async def limited(backend: BackendUnderTest) -> AsyncIterator[Instance]:
+    """An instance with small pids, memory and disk limits, for the exhaustion attacks."""
+    with anyio.fail_after(60):
+        instance = await backend.backend.instance(backend.spec(**LIMITED))
+    yield instance
+    await instance.aclose()
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """Conformance of checkpoints, restores and forks on every backend, and the isolation attacks
-of test_conformance.py replayed on forked workspaces.
+of test_conformance.py and test_attacks.py replayed on forked workspaces.
 
 A fork shares its parent's frozen layers, so every test here is also a test that nothing a
 workspace does reaches a layer another workspace stands on.
@@ -17,8 +17,9 @@ import pytest
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import Instance, Workspace
 
+from . import test_attacks as attacks
 from . import test_conformance as conformance
-from .conftest import REPO_SETUP, BackendUnderTest
+from .conftest import LIMITED, REPO_SETUP, BackendUnderTest
 
 pytestmark = pytest.mark.anyio
 
@@ -288,7 +289,7 @@ async def forked(backend: BackendUnderTest) -> AsyncIterator[Instance]:
 @pytest.fixture(scope="module")
 async def forked_limited(backend: BackendUnderTest) -> AsyncIterator[Instance]:
     with anyio.fail_after(60):
-        instance = await backend.backend.instance(backend.spec(**conformance.LIMITED))
+        instance = await backend.backend.instance(backend.spec(**LIMITED))
         wrapper = await forking(instance)
     yield wrapper
     await wrapper.aclose()
@@ -303,6 +304,10 @@ ATTACKS: Sequence[Attack] = (
     conformance.test_host_unix_sockets_are_out_of_reach,
     conformance.test_a_trajectory_cannot_mount_unmount_or_unshare,
     conformance.test_setsid_and_nohup_children_die_with_their_command,
+    attacks.test_a_command_runs_in_a_session_of_its_own_without_a_terminal,
+    attacks.test_calls_dockers_default_profile_refuses_are_refused,
+    attacks.test_device_nodes_cannot_be_changed_and_still_work,
+    attacks.test_file_tools_refuse_devices_fifos_and_sockets,
 )
 LIMIT_ATTACKS: Sequence[Attack] = (
     conformance.test_a_fork_bomb_hits_the_pids_limit_and_the_instance_survives,

@@ -1,0 +1,204 @@
+"""Attacks on the host from inside a trajectory: terminal, keyring, kernel calls, device inodes.
+
+Each test runs against each param of the `backend` fixture (see conftest.py), as a misbehaving
+agent would attack: through its commands and through the file tools. Waits are bounded with
+`anyio.fail_after`; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import platform
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcp_evalserver import errors
+from mcp_evalserver.sandbox.base import Instance
+
+from .conftest import BackendUnderTest
+
+pytestmark = pytest.mark.anyio
+
+# Numbers from the kernel's syscall tables, written out here so that a wrong number in the
+# supervisor's filter cannot make this test agree with it.
+SYSCALLS = {
+    "x86_64": {"keyctl": 250, "add_key": 248, "request_key": 249, "io_uring_setup": 425,
+               "io_uring_enter": 426, "io_uring_register": 427, "userfaultfd": 323,
+               "perf_event_open": 298, "bpf": 321, "open_by_handle_at": 304,
+               "name_to_handle_at": 303, "kexec_load": 246, "init_module": 175,
+               "personality": 135, "ioctl": 16},
+    "aarch64": {"keyctl": 219, "add_key": 217, "request_key": 218, "io_uring_setup": 425,
+                "io_uring_enter": 426, "io_uring_register": 427, "userfaultfd": 282,
+                "perf_event_open": 241, "bpf": 280, "open_by_handle_at": 265,
+                "name_to_handle_at": 264, "kexec_load": 104, "init_module": 105,
+                "personality": 92, "ioctl": 29},
+}  # fmt: skip
+
+# Calls each refused one with arguments it would otherwise accept (or fail on for another
+# reason than EPERM), and prints "name errno" per call.
+SYSCALL_PROBE = """
+import ctypes, json, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+nrs = json.loads(sys.argv[1])
+buf = ctypes.create_string_buffer(4096)
+calls = {
+    "keyctl": (0, -4, 0),  # KEYCTL_GET_KEYRING_ID of the user keyring: the host user's
+    "add_key": (b"user", b"evs-planted", b"secret", 6, -4),
+    "request_key": (b"user", b"evs-planted", None, -4),
+    "io_uring_setup": (4, buf),
+    "io_uring_enter": (0, 0, 0, 0, None, 0),
+    "io_uring_register": (0, 0, None, 0),
+    "userfaultfd": (0,),
+    "perf_event_open": (buf, 0, -1, -1, 0),
+    "bpf": (0, buf, 64),
+    "open_by_handle_at": (-100, buf, 0),
+    "name_to_handle_at": (-100, b"/", buf, buf, 0),
+    "kexec_load": (0, 0, None, 0),
+    "init_module": (buf, 16, b""),
+    "personality": (0x0040000,),  # ADDR_NO_RANDOMIZE: Docker allows only a few personas
+}
+for name, args in calls.items():
+    ctypes.set_errno(0)
+    ret = libc.syscall(ctypes.c_long(nrs[name]), *args)
+    print(name, ctypes.get_errno() if ret == -1 else "ok")
+ret = libc.syscall(ctypes.c_long(nrs["ioctl"]), 0, 0x5412, b"x")  # TIOCSTI on stdin
+print("TIOCSTI", ctypes.get_errno() if ret == -1 else "ok")
+ret = libc.syscall(ctypes.c_long(nrs["ioctl"]), 0, 0x541C, buf)  # TIOCLINUX
+print("TIOCLINUX", ctypes.get_errno() if ret == -1 else "ok")
+"""
+
+
+async def test_a_command_runs_in_a_session_of_its_own_without_a_terminal(
+    instance: Instance,
+) -> None:
+    probe = (
+        "import os\n"
+        "print(os.getsid(0) == os.getpid())\n"
+        "try:\n"
+        "    open('/dev/tty', 'wb')\n"
+        "    print('tty-opened')\n"
+        "except OSError as e:\n"
+        "    print(e.errno)\n"
+    )
+    with anyio.fail_after(20):
+        async with await instance.workspace("session") as ws:
+            result = await ws.exec(["python3", "-c", probe])
+    assert result.stdout.split() == ["True", str(errno.ENXIO)], result.stderr
+
+
+async def test_calls_dockers_default_profile_refuses_are_refused(instance: Instance) -> None:
+    nrs = SYSCALLS.get(platform.machine())
+    if nrs is None:
+        pytest.fail(f"no syscall numbers for {platform.machine()} in this test: add them")
+    with anyio.fail_after(20):
+        async with await instance.workspace("syscalls") as ws:
+            result = await ws.exec(["python3", "-c", SYSCALL_PROBE, json.dumps(nrs)])
+    outcome = dict(line.split() for line in result.stdout.splitlines())
+    assert result.exit_code == 0, result.stderr
+    assert outcome == {name: str(errno.EPERM) for name in outcome}
+    assert len(outcome) == len(nrs) + 1  # every call was tried, ioctl twice
+
+
+async def test_device_nodes_cannot_be_changed_and_still_work(instance: Instance) -> None:
+    vandal = (
+        "chmod 000 /dev/null; chown 65534 /dev/null; chmod 000 /dev/zero; "
+        "mknod /dev/evs-mem c 1 1; ln -s /proc/1/root /dev/evs-link; rm -f /dev/urandom; "
+        "echo x > /dev/evs-file; stat -c '%a %u' /dev/null /dev/zero; ls /dev | sort"
+    )
+    host_before = {name: os.stat(f"/dev/{name}") for name in ("null", "zero", "urandom")}
+    try:
+        with anyio.fail_after(20):
+            async with await instance.workspace("devices") as ws:
+                vandalised = await ws.exec(vandal)
+                works = await ws.exec("echo gone > /dev/null && head -c 4 /dev/zero | wc -c")
+            async with await instance.workspace("devices-after") as ws:
+                after = await ws.exec("stat -c '%a %u' /dev/null /dev/zero; ls /dev | sort")
+    finally:
+        for name, before in host_before.items():  # if the attack did get through, undo it
+            os.chmod(f"/dev/{name}", stat.S_IMODE(before.st_mode))
+            os.chown(f"/dev/{name}", before.st_uid, before.st_gid)
+    for name, before in host_before.items():
+        now = os.stat(f"/dev/{name}")
+        assert (now.st_mode, now.st_uid) == (before.st_mode, before.st_uid), name
+    expected = "666 0\n666 0\n"
+    assert vandalised.stdout.startswith(expected), vandalised.stdout
+    listing = vandalised.stdout.removeprefix(expected).split()
+    assert not {"evs-mem", "evs-link", "evs-file"} & set(listing)
+    assert "urandom" in listing
+    assert works.stdout == "4\n"
+    assert after.stdout == vandalised.stdout
+
+
+async def test_file_tools_refuse_devices_fifos_and_sockets(instance: Instance) -> None:
+    make = (
+        'mkfifo /tmp/fifo && python3 -c "import socket; '
+        "socket.socket(socket.AF_UNIX).bind('/tmp/sock')\" && ln -s /dev/zero /tmp/zero-link"
+    )
+    refusals: dict[str, str] = {}
+    with anyio.fail_after(30):
+        async with await instance.workspace("special") as ws:
+            assert (await ws.exec(make)).exit_code == 0
+            for path in ("/tmp/fifo", "/tmp/sock", "/dev/null", "/dev/tty", "/tmp/zero-link"):
+                with pytest.raises(errors.InvalidInput) as read:
+                    await ws.read_file(path)
+                with pytest.raises(errors.InvalidInput) as written:
+                    await ws.write_file(path, "attack\n")
+                refusals[path] = f"{read.value} | {written.value}"
+            still = await ws.exec("test -p /tmp/fifo && test -S /tmp/sock && echo intact")
+    assert "is a FIFO" in refusals["/tmp/fifo"]
+    assert "is a socket" in refusals["/tmp/sock"]
+    assert "is a character device" in refusals["/dev/null"]
+    assert "is a character device" in refusals["/tmp/zero-link"]
+    assert all("regular files only" in text for text in refusals.values()), refusals
+    assert still.stdout == "intact\n"
+
+
+@pytest.mark.root
+async def test_the_operators_terminal_is_out_of_reach(backend: BackendUnderTest) -> None:
+    """A local backend run from a terminal: nothing of a trajectory's reaches that terminal."""
+    if backend.name != "local":
+        pytest.skip("only the local backend runs in the operator's session")
+    script = Path(__file__).with_name("terminal_attack.py")
+    master, slave = os.openpty()
+    try:
+        with tempfile.TemporaryDirectory(prefix="evs-tty-") as instance_dir:
+            with anyio.fail_after(60):
+                done = await anyio.to_thread.run_sync(
+                    lambda: subprocess.run(
+                        [sys.executable, str(script), str(slave), instance_dir],
+                        pass_fds=[slave],
+                        capture_output=True,
+                        text=True,
+                        timeout=60,
+                        check=False,
+                    )
+                )
+        os.close(slave)
+        slave = -1
+        seen = b""
+        os.set_blocking(master, False)
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except (BlockingIOError, OSError):  # EIO: the terminal has no other end left
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout.splitlines()[-1])
+    assert b"PWNED" not in seen, (seen, outcome)
+    assert outcome["write_file"].startswith("InvalidInput"), outcome
