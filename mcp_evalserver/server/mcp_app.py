@@ -422,9 +422,10 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
     ) -> Branches:
         """Branch the claimed trajectory into n new trajectories of the same task, each with
         a copy-on-write copy of the workspace as it is now and a claim_id of its own, already
-        held by you. Each branch is submitted and scored on its own; the report groups
+        held by you (branches beyond the campaign's free slots are listed as waiting: claim
+        them later). Each branch is submitted and scored on its own; the report groups
         branches under their root (best of branches). The original claim stays yours."""
-        return Branches(branches=await _trajectories(ctx).fork(claim_id, n))
+        return await _trajectories(ctx).fork(claim_id, n)
 
     @app.tool(annotations=_MUTATES)
     @tool_errors

@@ -127,6 +127,11 @@ class Branches(BaseModel):
     branches: list[ClaimedTrajectory] = Field(
         description="One per branch: its own claim_id, trajectory_id `<parent>.<n>`, workspace."
     )
+    waiting: list[str] = Field(
+        default_factory=list,
+        description="Branches made but not started yet: the campaign's limits (concurrency, "
+        "per_instance) had no free slot. Claim them with claim_trajectory once one frees.",
+    )
 
 
 class BranchIds(BaseModel):

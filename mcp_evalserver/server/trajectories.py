@@ -7,9 +7,12 @@ destroyed by the runner once the submission is recorded.
 
 from __future__ import annotations
 
+import time
+
 from mcp_evalserver.agents.external import ClaimBoard, ExternalTrajectory
-from mcp_evalserver.errors import Conflict
+from mcp_evalserver.errors import Conflict, NotFound
 from mcp_evalserver.server.models import (
+    Branches,
     Checkpoint,
     ClaimedTrajectory,
     Diff,
@@ -122,11 +125,13 @@ class ExternalTrajectories:
         async with self.board.use(claim_id) as trajectory:
             return await TrajectoryTools(trajectory.context).restore(checkpoint_id)
 
-    async def fork(self, claim_id: str, n: int, wait_s: float = 60.0) -> list[ClaimedTrajectory]:
+    async def fork(self, claim_id: str, n: int, wait_s: float = 60.0) -> Branches:
         """Forks the claimed trajectory into `n` new ones, each claimed for this client.
 
         Each starts with the workspace as it is now, is submitted and scored on its own, and
-        is recorded in the ledger with its parent and the checkpoint it started from.
+        is recorded in the ledger with its parent and the checkpoint it started from. Branches
+        count against the campaign's limits: those that found no free slot within `wait_s`
+        are listed as `waiting` (claim them later with claim_trajectory).
 
         Raises:
             NotFound: no such claim.
@@ -140,13 +145,20 @@ class ExternalTrajectories:
                 raise Conflict(f"trajectory {context.trajectory_id} cannot be forked here")
             TrajectoryTools(context).require_workspace()
             branches = await context.branch(n)
-        claimed = []
+        claimed, waiting = [], []
+        deadline = time.monotonic() + wait_s
         for branch_id in branches:
-            found, branch_claim = await self.board.claim(
-                context.campaign_id, wait_s, trajectory_id=branch_id
-            )
+            try:
+                found, branch_claim = await self.board.claim(
+                    context.campaign_id,
+                    max(0.0, deadline - time.monotonic()),
+                    trajectory_id=branch_id,
+                )
+            except NotFound:
+                waiting.append(branch_id)
+                continue
             claimed.append(self._claimed(found, branch_claim))
-        return claimed
+        return Branches(branches=claimed, waiting=waiting)
 
     async def submit(self, claim_id: str, answer: str | None) -> Submitted:
         """Hands in the workspace's diff (when it has one) and the answer, if any.

@@ -46,6 +46,7 @@ async def test_a_client_forks_a_trajectory_into_three_and_only_the_fixed_branch_
             await call(client, "write_file", claim_id=root_claim, path="notes.txt", content="n\n")
             forked = await call(client, "fork_trajectory", claim_id=root_claim, n=3)
             branches = forked["branches"]
+            assert forked["waiting"] == []
             ids = [b["trajectory_id"] for b in branches]
             await call(client, "write_file", claim_id=root_claim, path="late.txt", content="l\n")
             seen = []
