@@ -419,13 +419,14 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         claim_id: ClaimId,
         n: Annotated[int, Field(ge=1, le=64, description="How many branches.")],
         ctx: Context[EvalService, Any],
+        wait_s: WaitSeconds = 60.0,
     ) -> Branches:
         """Branch the claimed trajectory into n new trajectories of the same task, each with
         a copy-on-write copy of the workspace as it is now and a claim_id of its own, already
         held by you (branches beyond the campaign's free slots are listed as waiting: claim
         them later). Each branch is submitted and scored on its own; the report groups
         branches under their root (best of branches). The original claim stays yours."""
-        return await _trajectories(ctx).fork(claim_id, n)
+        return await _trajectories(ctx).fork(claim_id, n, wait_s)
 
     @app.tool(annotations=_MUTATES)
     @tool_errors

@@ -102,3 +102,30 @@ async def test_fork_checkpoint_and_restore_say_what_went_wrong(tmp_path: Path) -
     assert saved["checkpoint_id"] in unknown  # it lists the checkpoints there are
     assert "64" in too_many
     assert "claim_trajectory" in no_claim
+
+
+async def test_branches_beyond_the_campaigns_free_slots_wait_and_are_claimed_later(
+    tmp_path: Path,
+) -> None:
+    spec = fork_spec(tmp_path / "repos")
+    spec["limits"].update(concurrency=1, per_instance=1)  # the root holds the only slot
+    async with Client(create_server(tmp_path / "state")) as client:
+        started = await call(client, "start_campaign", spec=spec)
+        with anyio.fail_after(120):
+            root = await call(client, "claim_trajectory", wait_s=30)
+            forked = await call(client, "fork_trajectory", claim_id=root["claim_id"], n=2, wait_s=0)
+            await call(client, "submit", claim_id=root["claim_id"])
+            later = []
+            for _ in forked["waiting"]:
+                claim = await call(client, "claim_trajectory", wait_s=60)
+                later.append(claim["trajectory_id"])
+                await call(client, "write_file", claim_id=claim["claim_id"], path="calc.py",
+                           content=FIXED)  # fmt: skip
+                await call(client, "submit", claim_id=claim["claim_id"])
+            status = await call(
+                client, "campaign_status", campaign_id=started["campaign_id"], wait_s=60
+            )
+    assert forked["branches"] == []
+    assert forked["waiting"] == [f"{root['trajectory_id']}.1", f"{root['trajectory_id']}.2"]
+    assert later == forked["waiting"]
+    assert status["status"] == "finished"
