@@ -3,12 +3,14 @@ and the report counts a tree once."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from mcp_evalserver.agents.config import OracleAgentConfig
 from mcp_evalserver.campaigns import CampaignRunner
+from mcp_evalserver.cli import main
 from mcp_evalserver.errors import LedgerCorrupt
 from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_ledger
 from mcp_evalserver.report import build_report, render_markdown
@@ -47,6 +49,13 @@ async def test_resume_runs_the_unfinished_branches_and_keeps_every_finished_traj
     assert (tree["root"], len(tree["branches"]), tree["resolved_branches"]) == ("t1@0", 3, 3)
     assert "| t1@0 | 3 | 3 of 3 | yes |" in render_markdown(report)
     assert build_report(resumed, branches_as_samples=True)["graded"] == 5
+    # The CLI counts branches as samples only when asked.
+    state_dir = str(tmp_path)
+    for flags, graded in (([], 2), (["--branches-as-samples"], 5)):
+        out = tmp_path / f"report{len(flags)}.json"
+        args = ["report", runner.campaign_id, "--format", "json", "--out", str(out), *flags]
+        assert main(["--state-dir", state_dir, *args]) == 0
+        assert json.loads(out.read_text())["graded"] == graded
 
 
 def test_a_branch_of_an_unknown_parent_or_a_second_branch_of_one_name_is_corruption() -> None:
