@@ -194,7 +194,6 @@ class Workspace(ABC):
         Raises:
             Conflict: a command is running in it (checkpoint between commands), or this
                 backend cannot checkpoint.
-            LimitExceeded: merging old layers (a deep chain of checkpoints) found no room.
             SandboxUnavailable: the instance is gone.
         """
         raise errors.Conflict(f"workspaces of {type(self).__name__} cannot checkpoint or fork")

@@ -221,12 +221,15 @@ class WorkspaceLayers:
             stack = (layer, *self.stack)
             self.store.hold(stack)
             self.store.release(self.stack)
+            self.stack = stack
             if len(stack) > self.store.max_depth:
-                squashed = self.store.squash(stack, self.area)
+                try:
+                    squashed = self.store.squash(stack, self.area)
+                except LayerError:
+                    squashed = stack  # no room to merge yet: deeper, still mountable
                 self.store.hold(squashed)
                 self.store.release(stack)
-                stack = squashed
-            self.stack = stack
+                self.stack = squashed
             shutil.rmtree(self.work, ignore_errors=True)
             self.upper, self.work = self._fresh_upper()
         cid = self.store.new_checkpoint_id()
