@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 
 from mcp_evalserver.campaigns import CampaignStore
+from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
 from mcp_evalserver.spec import load_spec
 from mcp_evalserver.sweep import (
     DEFAULT_LEVELS,
@@ -62,7 +63,11 @@ def dispatch_sweep(args: argparse.Namespace, store: CampaignStore) -> int | None
     async def announce(level: int, campaign_id: str) -> None:
         print(f"level {level}: campaign {campaign_id}", file=sys.stderr)
 
-    result = anyio.run(lambda: run_sweep(store, plan, on_level=announce))
+    result = anyio.run(
+        lambda: run_sweep(
+            store, plan, on_level=announce, trajectory_endpoints=serve_trajectory_endpoint
+        )
+    )
     print(render_sweep(result), end="")
     plot = directory / PLOT_FILE
     print(f"\n{directory / SWEEP_FILE}" + (f"\n{plot}" if plot.is_file() else ""), file=sys.stderr)
@@ -75,8 +80,8 @@ def render_sweep(result: dict[str, Any]) -> str:
         f"# Concurrency sweep {result['id']}",
         "",
         "| level | trajectories/min | error rate | task errors | infra errors | 429 | 5xx |"
-        " p50 | p95 | tokens/s |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " p50 | p95 | tokens/s | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["levels"]:
         lines.append(
@@ -85,12 +90,13 @@ def render_sweep(result: dict[str, Any]) -> str:
             f" {_percent(row['infra_error_rate'])} | {row['http_429']} | {row['http_5xx']} |"
             f" {_number(row['latency_p50_s'], 's')} | {_number(row['latency_p95_s'], 's')} |"
             f" {_number(row['tokens_per_s'])} |"
+            f" {_number(row['load_average'][0]) if row.get('load_average') else '-'} |"
         )
     load = ", ".join(f"{x:.2f}" for x in result["load_average"])
     lines += [
         "",
         f"recommended concurrency: {result['recommended']}: {result['reason']}",
-        f"(load average while measured: {load})",
+        f"(load: the 1-minute load average after each level ran; {load} when summarised)",
     ]
     return "\n".join(lines) + "\n"
 
