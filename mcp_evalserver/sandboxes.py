@@ -52,6 +52,7 @@ def instance_spec(task: Task) -> InstanceSpec:
             path=task.path,
             workdir=task.workdir or "",
             setup=tuple(task.setup),
+            paths=tuple(task.paths),
             network=task.network,
         )
     except ValueError as exc:
