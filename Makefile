@@ -4,6 +4,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# The package alone (what `make demo` needs); the test stamp implies it.
+PACKAGE_STAMP := $(VENV)/.package-stamp
 
 .PHONY: demo test lint typecheck pytest bench venv system clean
 
@@ -13,13 +15,20 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
-	@touch $(STAMP)
+	@touch $(STAMP) $(PACKAGE_STAMP)
+
+# Not the test extra: SWE-bench, Ray, scipy and Playwright are for the tests, not the demo.
+$(PACKAGE_STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	@touch $(PACKAGE_STAMP)
 
 # System packages and services the tests need (docker engine, base image, debootstrap, git).
 system:
 	bash scripts/ensure-system.sh
 
-demo: venv
+demo: $(PACKAGE_STAMP)
 	bash scripts/demo.sh
 
 test: venv system lint typecheck pytest
@@ -39,6 +48,7 @@ bench: venv system
 	$(PY) bench/scheduler.py
 	$(PY) bench/sandbox.py
 	$(PY) bench/mcp.py
+	$(PY) bench/inspect_sandbox.py
 	$(PY) bench/dashboard.py
 	$(PY) bench/scale.py
 

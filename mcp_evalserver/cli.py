@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import functools
 import json
+import logging
 import signal
 import sys
 import time
@@ -79,6 +80,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="--http: another Host header to accept (DNS-rebinding protection); repeatable",
     )
+    parser.add_argument(
+        "--allow-plugins",
+        action="store_true",
+        help="--http: let clients' specs load Python plugins (`python` agents and scorers) and "
+        "run host programs (`command` agents), i.e. run code as this server's user; off by "
+        "default over HTTP, always on over --stdio",
+    )
+    parser.add_argument(
+        "--allow-paths",
+        nargs="+",
+        action="extend",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="--http: let clients' specs name host paths (a task's `path`, a task file, a "
+        "predictions file) under these directories (symlinks and `..` resolved first); none "
+        "by default over HTTP, any over --stdio",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = commands.add_parser("run", help="start a campaign from a spec file and run it")
@@ -114,7 +133,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrNotes(logging.Handler):
+    """The package's warnings (a task field kept as metadata, a test command chosen) as
+    `mcp-evalserver: ...` lines on whatever `sys.stderr` is when they are emitted."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"mcp-evalserver: {record.getMessage()}", file=sys.stderr)
+
+
+def _say_notes_on_stderr() -> None:
+    package = logging.getLogger("mcp_evalserver")
+    if not any(isinstance(h, _StderrNotes) for h in package.handlers):
+        handler = _StderrNotes(logging.WARNING)
+        package.addHandler(handler)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _say_notes_on_stderr()
     parser = build_parser()
     args = parser.parse_args(argv)
     if (args.stdio or args.http) and args.command is not None:
@@ -140,6 +175,7 @@ def _serve(args: argparse.Namespace) -> int:
     # Imported here: the campaign commands need neither the MCP SDK nor uvicorn.
     from mcp_evalserver.server.http import resolve_token, serve_http
     from mcp_evalserver.server.mcp_app import serve_stdio
+    from mcp_evalserver.server.privileges import Privileges
 
     state_dir = args.state_dir or default_state_dir()
     if args.stdio:
@@ -148,6 +184,7 @@ def _serve(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     token = resolve_token(args.token, args.host)
+    privileges = Privileges.for_http(allow_plugins=args.allow_plugins, allow_paths=args.allow_paths)
     with contextlib.suppress(KeyboardInterrupt):
         anyio.run(
             functools.partial(
@@ -159,6 +196,7 @@ def _serve(args: argparse.Namespace) -> int:
                 allowed_hosts=args.allow_host,
                 ray_address=args.ray,
                 resume_running=args.resume_running,
+                privileges=privileges,
             )
         )
     return EXIT_OK

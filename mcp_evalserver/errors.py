@@ -24,6 +24,10 @@ class EvalServerError(Exception):
     The message is written for a person (or a model) and says what to do next.
     """
 
+    # The errno name ("EACCES", "EISDIR", ...) when a failed system call in the sandbox was
+    # the cause: lets an adapter raise the matching OSError without parsing the message.
+    errno_name: str | None = None
+
 
 class InvalidInput(EvalServerError):
     """The input is wrong; the message names the field and why."""

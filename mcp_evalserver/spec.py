@@ -2,13 +2,18 @@
 
 A campaign is tasks × samples × one agent configuration × one scorer, with limits. Tasks accept
 SWE-bench instance fields exactly as they are published (`instance_id`, `FAIL_TO_PASS` as a JSON
-string, ...), so a SWE-bench JSONL file is a valid task file.
+string, ...), so a SWE-bench JSONL file is a valid task file. One rule for every way tasks come
+in (a spec, a task file, `import-predictions`): a field a task does not know is kept in its
+`metadata` (published datasets add columns), and the task file's loader says which were.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -27,6 +32,10 @@ from mcp_evalserver.sandbox.base import HostPath
 from mcp_evalserver.scoring.config import ExactScorerConfig, ScorerConfig
 
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/]*$")
+#: Names a task accepts as given, the SWE-bench aliases included.
+_ALIASES = {"instance_id": "id", "problem_statement": "prompt"}
+
+logger = logging.getLogger(__name__)
 
 
 class _Strict(BaseModel):
@@ -43,8 +52,24 @@ def _json_list(value: Any) -> Any:
     return value
 
 
-class Task(_Strict):
+def _refuse_a_misspelt_field(name: str) -> None:
+    """Keeping every unknown field would turn `promt` into a task with no prompt: a field that
+    is nearly the name of a task field is an error, anything else is the dataset's own column."""
+    known = {field.lower(): field for field in [*Task.model_fields, *_ALIASES]}
+    close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.85)
+    if close:
+        raise ValueError(
+            f"unknown task field {name!r}: did you mean {known[close[0]]!r}? (fields that "
+            "resemble no task field are kept in `metadata`)"
+        )
+
+
+class Task(BaseModel):
     """One problem: an environment, a prompt, an evaluation and optionally a gold solution."""
+
+    # Not `forbid`: a field a task does not know goes to `metadata` (below), so the schema
+    # must not tell clients that such a field is refused.
+    model_config = ConfigDict(extra="ignore")
 
     id: str = Field(description="Unique task id; `instance_id` is accepted as an alias.")
     prompt: str = Field("", description="What the agent is asked to do (`problem_statement`).")
@@ -60,7 +85,11 @@ class Task(_Strict):
         description="Host paths a local instance's view shows besides `path`, read-only unless "
         '`"writable": true` (then copy-on-write per trajectory). A string is a read-only path.',
     )
-    network: bool = Field(False, description="Whether trajectories may reach the network.")
+    network: bool = Field(
+        False,
+        description="Whether trajectories may reach the network, from a namespace of their own "
+        "(docker backend on a bridge network; refused elsewhere).",
+    )
     # SWE-bench fields, as published.
     repo: str | None = None
     base_commit: str | None = None
@@ -89,6 +118,14 @@ class Task(_Strict):
             if "problem_statement" in data:
                 statement = data.pop("problem_statement")
                 data.setdefault("prompt", statement)
+            extra = {k: v for k, v in data.items() if k not in cls.model_fields}
+            for name in extra:
+                _refuse_a_misspelt_field(name)
+            if extra:
+                # Kept, not refused: the task's own `metadata` wins over a same-named field.
+                metadata = data.get("metadata")
+                kept = {**extra, **metadata} if isinstance(metadata, dict) else extra
+                data = {k: v for k, v in data.items() if k not in extra} | {"metadata": kept}
         return data
 
     @field_validator("id")
@@ -255,6 +292,24 @@ class CampaignSpec(_Strict):
         return self.tasks
 
 
+def extra_task_fields(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The fields of raw task records that a task does not know (kept as its metadata)."""
+    known = set(Task.model_fields) | set(_ALIASES)
+    return sorted({key for row in rows for key in row if key not in known})
+
+
+def note_extra_task_fields(rows: Iterable[Mapping[str, Any]], source: object) -> None:
+    """Says (a warning on stderr or in the server's log) which fields went to metadata."""
+    extra = extra_task_fields(rows)
+    if extra:
+        logger.warning(
+            "%s: %s %s not task field(s); kept in each task's `metadata`",
+            source,
+            ", ".join(extra),
+            "is" if len(extra) == 1 else "are",
+        )
+
+
 def trajectory_id(task_id: str, sample: int) -> str:
     """Deterministic, so a resumed campaign names the same trajectories."""
     return f"{task_id}@{sample}"
@@ -283,6 +338,7 @@ def load_tasks(path: Path) -> list[Task]:
             ]
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"{path} is not JSON or JSONL: {exc}") from exc
+    note_extra_task_fields((row for _, row in rows if isinstance(row, dict)), path)
     tasks: list[Task] = []
     for where, row in rows:
         try:
@@ -304,6 +360,7 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> CampaignSpec:
     Raises:
         InvalidInput: naming the field and the reason.
     """
+    _note_inline_extra_fields(data)
     try:
         if isinstance(data, str | bytes):
             spec = CampaignSpec.model_validate_json(data)
@@ -312,6 +369,18 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> CampaignSpec:
     except ValidationError as exc:
         raise InvalidInput(f"invalid campaign spec: {describe_validation_error(exc)}") from exc
     return spec.resolved(base_dir)
+
+
+def _note_inline_extra_fields(data: Any) -> None:
+    """The note `load_tasks` gives for a task file, for tasks written in the spec itself."""
+    if isinstance(data, str | bytes):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return  # validation names the JSON error
+    tasks = data.get("tasks") if isinstance(data, dict) else None
+    if isinstance(tasks, list):
+        note_extra_task_fields((t for t in tasks if isinstance(t, dict)), "the spec's tasks")
 
 
 def load_spec(path: Path) -> CampaignSpec:

@@ -21,6 +21,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from mcp_evalserver.errors import InvalidInput, NotFound
 from mcp_evalserver.ledger import read_artifact
 from mcp_evalserver.scoring.grading import (
@@ -43,10 +45,16 @@ from mcp_evalserver.scoring.swebench_compat import (
     run_summary_filename,
     write_instance_report,
 )
-from mcp_evalserver.spec import CampaignSpec, Task, parse_spec, trajectory_id
+from mcp_evalserver.spec import (
+    CampaignSpec,
+    Task,
+    describe_validation_error,
+    note_extra_task_fields,
+    parse_spec,
+    trajectory_id,
+)
 from mcp_evalserver.state import CampaignState, TrajectoryState
 
-_TASK_FIELDS = frozenset(Task.model_fields) | {"instance_id", "problem_statement"}
 #: Evaluations SWE-bench ends with an `EvaluationError` before writing report.json.
 _NO_REPORT = frozenset({EvalStatus.PATCH_APPLY_FAILED, EvalStatus.TIMEOUT})
 
@@ -61,10 +69,7 @@ def instance_task(
     `path` field is used.
     """
     fields = instance.model_dump()
-    task = {k: v for k, v in fields.items() if k in _TASK_FIELDS}
-    extra = {k: v for k, v in fields.items() if k not in _TASK_FIELDS}
-    if extra:
-        task["metadata"] = {**extra, **task.get("metadata", {})}
+    task = dict(fields)  # the task keeps what it does not know in `metadata`
     if image is not None:
         task["image"] = image.format(**fields)
     if path is not None:
@@ -101,17 +106,26 @@ def predictions_spec(
             f"{', '.join(unknown[:5])}"
         )
     wanted = {p.instance_id for p in chosen}
+    note_extra_task_fields((i.model_dump() for i in loaded if i.instance_id in wanted), instances)
     models = sorted({p.model_name_or_path for p in chosen})
     if name is None:
         label = models[0] if len(models) == 1 else "predictions"
         name = re.sub(r"[^A-Za-z0-9._-]", "_", label.rsplit("/", 1)[-1])[:64] or "predictions"
     source = str(predictions) if str(predictions) == GOLD else str(Path(predictions).resolve())
+    tasks: list[Task] = []
+    for instance in loaded:
+        if instance.instance_id in wanted:
+            try:
+                tasks.append(Task.model_validate(instance_task(instance, image=image, path=path)))
+            except ValidationError as exc:
+                raise InvalidInput(
+                    f"{instances}: instance {instance.instance_id}: "
+                    f"{describe_validation_error(exc)}"
+                ) from exc
     return parse_spec(
         {
             "name": name,
-            "tasks": [
-                instance_task(i, image=image, path=path) for i in loaded if i.instance_id in wanted
-            ],
+            "tasks": tasks,  # validated above, so the note names the instances file
             "agent": {"type": "predictions", "path": source},
             "scorer": scorer or {"type": "tests"},
             "limits": limits or {},

@@ -131,14 +131,18 @@ class Workspace(ABC):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         output_cap: int = 1 << 20,
+        user: str | None = None,
     ) -> ExecResult:
         """Runs a command (a string goes to `/bin/sh -c`) in a fresh pid/net namespace.
 
         Output beyond `output_cap` bytes per stream keeps its head and tail. On timeout every
-        process the command started is killed and `timed_out` is set.
+        process the command started is killed and `timed_out` is set. `user` (a name or uid
+        of the view's own /etc/passwd) runs it as that user, without capabilities; by default
+        it runs as uid 0 with the few capabilities a workspace keeps.
 
         Raises:
-            InvalidInput: empty command or `cwd` that does not exist in the view.
+            InvalidInput: empty command, `cwd` that does not exist in the view, or a `user`
+                the view's /etc/passwd does not know.
             NotFound: the workspace was destroyed.
             SandboxUnavailable: the instance is gone.
         """

@@ -192,6 +192,8 @@ class SupervisorClient:
             err = msg.get("error") or {}
             cls = _ERROR_TYPES.get(str(err.get("type")), errors.InfrastructureError)
             pending.error = cls(str(err.get("message", "supervisor error")))
+            if err.get("errno"):
+                pending.error.errno_name = str(err["errno"])
         pending.done.set()
 
     def _fail_all(self, reason: str) -> None:

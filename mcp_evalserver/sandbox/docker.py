@@ -1,9 +1,10 @@
 """The `docker` backend: one long-lived container per instance, the supervisor over one exec.
 
 An instance is a container started from the task's image with `--cap-add SYS_ADMIN` (workspaces
-are overlay mounts in their own namespaces), `--network none` unless the task asks for network,
-memory/pids/cpu limits, and a tmpfs at `/trajs` for the workspaces' upper layers (an overlay
-upper cannot live on the container's own overlayfs root). The supervisor is copied in with
+are overlay mounts in their own namespaces), `--network none` unless the task asks for network
+(then a bridge network of the engine's: never the host's), memory/pids/cpu limits, and a tmpfs
+at `/trajs` for the workspaces' upper layers (an overlay upper cannot live on the container's
+own overlayfs root). The supervisor is copied in with
 `put_archive` and started by ONE `docker exec -i`, whose stdio carries every request of every
 workspace; the setup runs once inside it, then the container's filesystem is frozen.
 
@@ -51,6 +52,9 @@ class DockerBackend(Backend):
         base_url: the engine (default: `DOCKER_HOST`, else the local socket).
         provisioning: instances provisioned concurrently.
         limits: resource limits of each instance container.
+        network: the engine network that containers of tasks with `network: true` join
+            (default `$MCP_EVALSERVER_DOCKER_NETWORK`, else `bridge`); it must exist and
+            isolate (not `host`), else such a task is refused.
     """
 
     name = "docker"
@@ -61,8 +65,10 @@ class DockerBackend(Backend):
         base_url: str | None = None,
         provisioning: int = 2,
         limits: ContainerLimits | None = None,
+        network: str | None = None,
     ) -> None:
         self._base_url = base_url
+        self._network = network
         self._limiter = anyio.CapacityLimiter(provisioning)
         self._limits = limits or ContainerLimits()
         self._instances: dict[str, Instance] = {}
@@ -83,6 +89,8 @@ class DockerBackend(Backend):
             SandboxUnavailable: no engine answers (the message says how to start one).
         """
         self._engine = await DockerEngine.connect(self._base_url)
+        if self._network is not None:
+            self._engine.task_network = self._network
         try:
             await self._engine.remove_leftovers()
         except BaseException:

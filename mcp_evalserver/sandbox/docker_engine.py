@@ -31,6 +31,7 @@ from mcp_evalserver.errors import InvalidInput, SandboxUnavailable
 __all__ = [
     "LABEL_INSTANCE",
     "LABEL_OWNER",
+    "NETWORK_ENV",
     "ContainerLimits",
     "DockerEngine",
     "ExecOutput",
@@ -40,6 +41,10 @@ __all__ = [
 LABEL_INSTANCE = "mcp-evalserver.instance"
 LABEL_OWNER = "mcp-evalserver.owner"
 LABEL_ROLE = "mcp-evalserver.role"
+#: Names the engine's network that containers of `network: true` tasks join (default `bridge`).
+NETWORK_ENV = "MCP_EVALSERVER_DOCKER_NETWORK"
+# Drivers that give a container no namespace of its own (`host`) or no way out (`null`).
+_NOT_ISOLATED_DRIVERS = frozenset({"host", "null"})
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _BUILD_BASE = _REPO_ROOT / "sandbox_images" / "build-base.sh"
@@ -136,13 +141,16 @@ class ExecOutput:
 class DockerEngine:
     """An SDK client plus the facts about its engine the backend needs.
 
-    Build with `await DockerEngine.connect()`.
+    Build with `await DockerEngine.connect()`. `task_network` is the engine network that
+    containers of tasks with `network: true` join (`$MCP_EVALSERVER_DOCKER_NETWORK`, else
+    `bridge`).
     """
 
     client: Any
     url: str
     apparmor: bool
     owner: str = field(default_factory=owner_id)
+    task_network: str = field(default_factory=lambda: os.environ.get(NETWORK_ENV) or "bridge")
 
     @classmethod
     async def connect(cls, base_url: str | None = None) -> DockerEngine:
@@ -295,13 +303,38 @@ class DockerEngine:
         return container_id
 
     async def _network_mode(self, network: bool) -> str:
+        """`none`, or for a task that asks for network the engine's `task_network`.
+
+        Never the host's network namespace: a trajectory there sees the host's interfaces and
+        reaches every service listening on its loopback.
+
+        Raises:
+            InvalidInput: the engine has no such network, or it is not an isolated one.
+        """
         if not network:
             return "none"
-        # Engines started with --bridge=none (as ours is) have no bridge: share the host's.
-        names = await self.call(
-            "list networks", lambda: [n.name for n in self.client.networks.list(names=["bridge"])]
-        )
-        return "bridge" if "bridge" in names else "host"
+        name = self.task_network
+
+        def drivers_blocking() -> dict[str, str]:
+            # The name filter matches substrings: keep the exact name only.
+            listed = self.client.networks.list(names=[name])
+            return {n.name: str(n.attrs.get("Driver")) for n in listed if n.name == name}
+
+        driver = (await self.call("list networks", drivers_blocking)).get(name)
+        if driver is None or driver in _NOT_ISOLATED_DRIVERS:
+            problem = (
+                f"has no network {name!r}"
+                if driver is None
+                else f"network {name!r} uses the {driver!r} driver, which isolates nothing"
+            )
+            raise InvalidInput(
+                f"the task asks for network, and the Docker engine at {self.url} {problem}. "
+                "A task with network gets a network namespace of its own, never the host's: "
+                "start dockerd with its default bridge (not --bridge=none), or create a bridge "
+                "network (`docker network create --driver bridge NAME`) and name it in "
+                f"${NETWORK_ENV}; or set the task's `network` to false"
+            )
+        return name
 
     async def require_shell(self, container_id: str, image: str) -> None:
         """Raises InvalidInput when the image has no `/bin/sh` (the container cannot idle).

@@ -83,12 +83,13 @@ async def _run(
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     output_cap: int = 1 << 20,
+    user: str = "root",
 ) -> tuple[ExecResult, bytes]:
     """One command by `docker exec`; returns the result and the (capped) raw stdout."""
     started = time.monotonic()
     stdout, stderr = _Capped(output_cap), _Capped(output_cap)
     stream = await open_exec_stream(
-        engine.api, container, argv, workdir=cwd, environment=env, on_stderr=stderr.feed
+        engine.api, container, argv, user=user, workdir=cwd, environment=env, on_stderr=stderr.feed
     )
     timed_out = False
     async with stream:
@@ -241,6 +242,7 @@ class ContainerWorkspace(Workspace):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         output_cap: int = 1 << 20,
+        user: str | None = None,
     ) -> ExecResult:
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
         if not argv or (isinstance(cmd, str) and not cmd.strip()):
@@ -258,6 +260,7 @@ class ContainerWorkspace(Workspace):
             env=env,
             cwd=f"{workdir}/{cwd}" if cwd and not cwd.startswith("/") else (cwd or workdir),
             output_cap=output_cap,
+            user=user or "root",
         )
         return result
 

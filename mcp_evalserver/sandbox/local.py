@@ -6,6 +6,8 @@ overlay at its own path, the system directories read-only, the task's declared p
 /tmp, /root, /dev and /proc; its own pid, net, ipc and uts namespaces, and no capabilities but
 the file ones. Root is needed, or an unprivileged user where user namespaces are allowed (then
 cgroup limits are not available: `instance.info["limits"]` says which are enforced).
+
+A task that asks for network is refused: its trajectories would share the host's network.
 """
 
 from __future__ import annotations
@@ -81,6 +83,15 @@ class LocalBackend(Backend):
             raise errors.Conflict("use the backend as `async with LocalBackend() as backend`")
         if spec.path is None:
             raise errors.InvalidInput("the local backend runs directories: give `path`")
+        if spec.network:
+            # Its trajectories would share the host's network namespace: its interfaces, and
+            # every service listening on its loopback. Building a private one with a way out
+            # needs a bridge and NAT (or a user-mode stack) that only the docker engine has.
+            raise errors.InvalidInput(
+                "the task asks for network, which the local backend cannot give without "
+                "sharing the host's network: run it on the docker backend (give the task an "
+                "`image`) with an engine that has a bridge network, or set `network` to false"
+            )
         async with self._locks[spec.key]:
             existing = self._instances.get(spec.key)
             if existing is not None:

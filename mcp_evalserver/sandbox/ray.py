@@ -387,6 +387,7 @@ class RayWorkspace(Workspace):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         output_cap: int = 1 << 20,
+        user: str | None = None,
     ) -> ExecResult:
         result = await self._op(
             "exec",
@@ -396,6 +397,7 @@ class RayWorkspace(Workspace):
             env=dict(env) if env is not None else None,
             cwd=cwd,
             output_cap=output_cap,
+            user=user,
         )
         return ExecResult.model_validate(result)
 

@@ -91,8 +91,9 @@ class SupervisedInstance(Instance):
         return self.client.dead
 
     async def workspace(self, name: str) -> SupervisedWorkspace:
-        await self.client.request("ws_create", reply_timeout=60, ws=name, limits=self.spec.limits())
-        return SupervisedWorkspace(self, name)
+        limits = self.spec.limits()
+        info = await self.client.request("ws_create", reply_timeout=60, ws=name, limits=limits)
+        return SupervisedWorkspace(self, name, info)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -112,9 +113,12 @@ class SupervisedInstance(Instance):
 class SupervisedWorkspace(Workspace):
     """One workspace of a `SupervisedInstance`."""
 
-    def __init__(self, instance: SupervisedInstance, name: str) -> None:
+    def __init__(
+        self, instance: SupervisedInstance, name: str, info: Mapping[str, Any] | None = None
+    ) -> None:
         self.instance = instance
         self.name = name
+        self.info = dict(info or {})  # holder_pid and root: where an operator's shell enters
 
     async def _call(self, op: str, reply_timeout: float, **args: Any) -> dict[str, Any]:
         client = self.instance.client
@@ -129,6 +133,7 @@ class SupervisedWorkspace(Workspace):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         output_cap: int = 1 << 20,
+        user: str | None = None,
     ) -> ExecResult:
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
         if not argv or (isinstance(cmd, str) and not cmd.strip()):
@@ -150,6 +155,7 @@ class SupervisedWorkspace(Workspace):
             stdin_b64=base64.b64encode(data).decode() if data else None,
             timeout=timeout,
             output_cap=output_cap,
+            user=user,
         )
         return ExecResult(
             exit_code=int(result["exit_code"]),

@@ -7,14 +7,14 @@ and many may be in flight, each answered once:
 
     -> {"id": 7, "op": "exec", "args": {"ws": "t1", "argv": ["true"], "timeout": 10}}
     <- {"id": 7, "ok": true, "result": {"exit_code": 0, ...}}
-    <- {"id": 8, "ok": false, "error": {"type": "NotFound", "message": "..."}}
+    <- {"id": 8, "ok": false, "error": {"type": "NotFound", "message": "...", "errno": "ENOENT"}}
 
 Ops and their args (results in brackets):
   init       mode ("host"|"container"), store, store_tmpfs, instance, workdir, network
              [version, pid, python, cgroups, cgroup_dirs, limits: which are enforced]
   freeze     setup: [shell lines], timeout            [base: HEAD of workdir or null]
-  ws_create  ws, limits: {pids, memory_bytes, disk_bytes}                  [ws, ms]
-  exec       ws, argv, env, cwd, stdin_b64, timeout, output_cap
+  ws_create  ws, limits: {pids, memory_bytes, disk_bytes}    [ws, ms, holder_pid, root]
+  exec       ws, argv, env, cwd, stdin_b64, timeout, output_cap, user (name or uid in the view)
              [exit_code (-signal), stdout_b64, stderr_b64, *_truncated, duration_s, timed_out]
   read       ws, path, max_bytes [data_b64]     write  ws, path, data_b64, mode [bytes]
   list       ws, path [entries: {name, kind, size}, truncated]
@@ -158,11 +158,14 @@ CAP_LAST_CAP = _cap_last_cap()
 
 
 class SupervisorError(Exception):
-    """An error answered to the client; `kind` names a class of mcp_evalserver.errors."""
+    """An error answered to the client; `kind` names a class of mcp_evalserver.errors.
 
-    def __init__(self, kind: str, message: str) -> None:
+    `errno_name` ("EACCES", ...) says which system call failure it was, when one was.
+    """
+
+    def __init__(self, kind: str, message: str, errno_name: str | None = None) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind, self.errno_name = kind, errno_name
 
 
 def _check(ret: int, what: str) -> int:
@@ -308,18 +311,26 @@ def drop_bounding_set() -> None:
             prctl(PR_CAPBSET_DROP, cap)
 
 
-def drop_privileges(filter_syscalls: bool) -> None:
+def drop_privileges(filter_syscalls: bool, ids: tuple[int, int, list[int]] | None = None) -> None:
     """Keep uid 0 but only KEPT_CAPS; no_new_privs; optionally the seccomp filter.
 
     Why uid 0 and not a uid per workspace: tasks' files are root-owned, and access(2) ignores
     capabilities for any other real uid, so git and pip would see a read-only repository.
     Per-workspace process caps therefore come from the pids cgroup, not RLIMIT_NPROC.
+    `ids` (uid, gid, groups; see `lookup_user`) asks for another user of the view: a non-zero
+    uid keeps no capability at all.
     """
     keep_mask = sum(1 << c for c in KEPT_CAPS)
     drop_bounding_set()
-    header = _CapHeader(0x20080522, 0)
-    data = (_CapData * 2)(_CapData(keep_mask, keep_mask, keep_mask), _CapData(0, 0, 0))
-    _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+    if ids is not None:
+        uid, gid, groups = ids
+        os.setgroups(groups)
+        os.setgid(gid)
+        os.setuid(uid)  # from uid 0 to another: the kernel clears every capability set
+    if ids is None or ids[0] == 0:
+        header = _CapHeader(0x20080522, 0)
+        data = (_CapData * 2)(_CapData(keep_mask, keep_mask, keep_mask), _CapData(0, 0, 0))
+        _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # setuid binaries and file caps grant nothing more
     program = SECCOMP_PROGRAM if filter_syscalls else None
     if program is not None:
@@ -327,6 +338,50 @@ def drop_privileges(filter_syscalls: bool) -> None:
         fprog = struct.pack("HxxxxxxQ", len(program) // 8, ctypes.addressof(buf))
         fbuf = ctypes.create_string_buffer(fprog)
         _check(_libc.prctl(PR_SET_SECCOMP, 2, ctypes.addressof(fbuf), 0, 0), "seccomp")
+
+
+def lookup_user(user: str) -> tuple[int, int, list[int], str]:
+    """(uid, gid, groups, home) of a user name or uid, from the view's /etc/passwd and group.
+
+    Called after chroot: the workspace's own files decide (a sample may add users). A uid
+    absent from passwd runs with gid 0 and home /, as `docker exec --user` does.
+    """
+    entries = []
+    with contextlib.suppress(OSError), open("/etc/passwd", errors="replace") as f:
+        entries = [line.rstrip("\n").split(":") for line in f]
+    found = next(
+        (e for e in entries if len(e) >= 7 and (e[0] == user or (user.isdigit() and e[2] == user))),
+        None,
+    )
+    if found is None:
+        if not user.isdigit():
+            raise SupervisorError(
+                "InvalidInput", f"unable to find user {user}: no matching entries in passwd file"
+            )
+        return int(user), 0, [0], "/"
+    name, uid, gid, home = found[0], int(found[2]), int(found[3]), found[5] or "/"
+    groups = {gid}
+    with contextlib.suppress(OSError), open("/etc/group", errors="replace") as f:
+        for line in f:
+            fields = line.rstrip("\n").split(":")
+            if len(fields) >= 4 and fields[2].isdigit() and name in fields[3].split(","):
+                groups.add(int(fields[2]))
+    return uid, gid, sorted(groups), home
+
+
+def serve_as_init(command: int) -> None:
+    """Pid 1 of an exec: reaps every orphan until `command` exits, reports its status."""
+    for fd in (0, 1, 2):  # the command's pipes end with the command, not with us
+        os.close(fd)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if pid == command:
+            break
+    os.write(3, (json.dumps({"status": status}) + "\n").encode())
+    os._exit(0)  # and the kernel kills whatever the command left running
 
 
 def enter_user_namespace() -> None:
@@ -654,7 +709,7 @@ class Holder:
             os.close(sync_w)
             self.sup.sandbox_init(
                 self.ws, sync_r, request["argv"], request["env"], request["cwd"],
-                request["limits"], request["have"],
+                request["limits"], request["have"], request.get("user"),
             )  # fmt: skip
         os.close(sync_r)
         os.write(sync_w, b"x")
@@ -704,8 +759,11 @@ class Supervisor:
     def reply(self, req_id: int, result: dict[str, Any]) -> None:
         self.send({"id": req_id, "ok": True, "result": result})
 
-    def fail(self, req_id: int, kind: str, message: str) -> None:
-        self.send({"id": req_id, "ok": False, "error": {"type": kind, "message": message}})
+    def fail(self, req_id: int, kind: str, message: str, errno_name: str | None = None) -> None:
+        error = {"type": kind, "message": message}
+        if errno_name:
+            error["errno"] = errno_name
+        self.send({"id": req_id, "ok": False, "error": error})
 
     def run(self) -> None:
         rfd, wfd = os.pipe()
@@ -935,7 +993,7 @@ class Supervisor:
         try:
             self.reply(job.req_id, job.finish(job))
         except SupervisorError as e:
-            self.fail(job.req_id, e.kind, str(e))
+            self.fail(job.req_id, e.kind, str(e), e.errno_name)
         except Exception as e:  # a bug here must fail one request, not the instance
             self.fail(job.req_id, "InfrastructureError", f"supervisor: {e!r}")
 
@@ -1047,7 +1105,10 @@ class Supervisor:
             self.teardown(ws)
             raise
         self.workspaces[name] = ws
-        return {"ws": name, "ms": (time.monotonic() - started) * 1000}
+        # The holder (its pid in our pid namespace) keeps the view at `root` in its mount
+        # namespace: what an operator's shell enters (`nsenter -t PID -m ... chroot ROOT`).
+        ms = (time.monotonic() - started) * 1000
+        return {"ws": name, "ms": ms, "holder_pid": ws.holder_pid, "root": ws.root}
 
     def build_workspace(self, ws: Workspace) -> None:
         limits = ws.limits
@@ -1057,6 +1118,11 @@ class Supervisor:
             mount("tmpfs", ws.path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(disk)},mode=0700")
         for sub in ("upper", "work", "root", "tmp"):
             os.mkdir(os.path.join(ws.path, sub), 0o700)
+        # The merged view's top takes the upper's mode and owner: the lower's, or no user but
+        # root could enter the instance (its files are reached through the store, not here).
+        lower = os.stat("/" if self.cfg["mode"] == "container" else self.cfg["instance"])
+        os.chown(os.path.join(ws.path, "upper"), lower.st_uid, lower.st_gid)
+        os.chmod(os.path.join(ws.path, "upper"), stat.S_IMODE(lower.st_mode))
         os.chmod(os.path.join(ws.path, "tmp"), 0o1777)
         spare = self.spares.pop(0) if self.spares else self.spawn_spare()
         ws.holder_pid, ws.ctl, ws.cgroups = spare
@@ -1368,7 +1434,7 @@ class Supervisor:
         stdin = base64.b64decode(args["stdin_b64"]) if args.get("stdin_b64") else None
         job = self.spawn_sandboxed(
             req_id, ws, argv, args.get("env") or {}, args.get("cwd"), float(args["timeout"]),
-            int(args.get("output_cap") or 1 << 20), stdin,
+            int(args.get("output_cap") or 1 << 20), stdin, args.get("user"),
         )  # fmt: skip
 
         def finish(job: Job) -> dict[str, Any]:
@@ -1411,11 +1477,14 @@ class Supervisor:
         timeout: float,
         cap: int,
         stdin: bytes | None,
+        user: str | None = None,
     ) -> Job:
         cfg, limits = self.cfg, ws.limits
         full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8",
                     "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
                     "GIT_CONFIG_VALUE_0": "*"}  # fmt: skip
+        if user:
+            del full_env["HOME"]  # the user's own, from the view's passwd (see sandbox_init)
         full_env.update({str(k): str(v) for k, v in env.items()})
         workdir = cfg["workdir"]
         target = os.path.join(workdir, cwd) if cwd else workdir
@@ -1425,6 +1494,7 @@ class Supervisor:
         have["nproc"] = bool(cfg.get("userns")) and not have["pids"]
 
         request = {"argv": argv, "env": full_env, "cwd": target, "limits": limits, "have": have}
+        request["user"] = str(user) if user else None
         if ws.ctl is None:
             raise SupervisorError("NotFound", f"workspace {ws.name!r} is being destroyed")
         # The request travels in a memfd: argv may be larger than a socket message.
@@ -1455,6 +1525,7 @@ class Supervisor:
         cwd: str,
         limits: dict[str, Any],
         have: dict[str, bool],
+        user: str | None = None,
     ) -> None:
         """Pid 1 of the exec's pid namespace; becomes the command. Never returns."""
         try:
@@ -1485,7 +1556,22 @@ class Supervisor:
                 msg = {"error": f"cwd {cwd!r}: {e.strerror}", "kind": "InvalidInput"}
                 os.write(3, (json.dumps(msg) + "\n").encode())
                 os._exit(127)
-            drop_privileges(True)
+            ids = None
+            if user:
+                try:
+                    identity = lookup_user(user)
+                except SupervisorError as e:
+                    os.write(3, (json.dumps({"error": str(e), "kind": e.kind}) + "\n").encode())
+                    os._exit(127)
+                ids = identity[:3]
+                env.setdefault("HOME", identity[3])
+            drop_privileges(True, ids)
+            # The command must not be pid 1 of its namespace: the kernel drops the signals
+            # pid 1 sends itself (`kill $$` would do nothing) and nobody would reap orphans.
+            command = os.fork()
+            if command:
+                serve_as_init(command)
+            os.setsid()  # the command leads a session of its own, as pid 1 did before the fork
         except BaseException as e:
             os.write(3, (json.dumps({"error": f"sandbox setup: {e}"}) + "\n").encode())
             os._exit(127)
@@ -1516,14 +1602,17 @@ class Supervisor:
             os.chroot(ws.root)
             os.chdir(workdir)
             drop_privileges(False)
+            result: dict[str, Any]
             try:
                 result = {"result": work()}
             except FileNotFoundError as e:
                 result = {"error": f"{e.filename}: no such file or directory", "kind": "NotFound"}
+                result["errno"] = "ENOENT"
             except SupervisorError as e:
-                result = {"error": str(e), "kind": e.kind}
+                result = {"error": str(e), "kind": e.kind, "errno": e.errno_name}
             except OSError as e:
                 result = {"error": f"{e.filename}: {e.strerror}", "kind": "InvalidInput"}
+                result["errno"] = errno.errorcode.get(e.errno or 0)
             data = (json.dumps(result) + "\n").encode()
             view = memoryview(data)
             while view:
@@ -1537,7 +1626,9 @@ class Supervisor:
                 raise SupervisorError("InfrastructureError", "file operation died")
             if "error" in msgs[-1]:
                 raise SupervisorError(
-                    msgs[-1].get("kind", "InfrastructureError"), msgs[-1]["error"]
+                    msgs[-1].get("kind", "InfrastructureError"),
+                    msgs[-1]["error"],
+                    msgs[-1].get("errno"),
                 )
             return dict(msgs[-1]["result"])
 

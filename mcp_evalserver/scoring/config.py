@@ -82,6 +82,12 @@ class TestsScorerConfig(_Strict):
         1800.0, gt=0, description="Past it: status timeout, the submission's failure."
     )
     output_cap: int = Field(8 << 20, ge=1 << 10, description="Bytes of test log kept per stream.")
+    strict: bool = Field(
+        False,
+        description="Grade from pytest's JUnit report, not the log, with conftest.py, pytest "
+        "configuration and the test ids' files restored from the instance (scoring/strict.py); "
+        "false: exactly SWE-bench 5.0.2.",
+    )
 
 
 class LlmJudgeScorerConfig(_Strict):

@@ -59,6 +59,7 @@ def build_scorer(config: ScorerConfig) -> Scorer:
                 test_command=config.test_command,
                 timeout_s=config.timeout_s,
                 output_cap=config.output_cap,
+                strict=config.strict,
             )
         case LlmJudgeScorerConfig():
             # Imported here: the openai client is only loaded by campaigns that use a judge.

@@ -333,22 +333,22 @@ def grade_log(
     p2p = parse_test_list(pass_to_pass, "PASS_TO_PASS")
     exit_code = parse_test_exit_code(log) if exit_status is None else exit_status
     if not patch_applied or APPLY_PATCH_FAIL in log:
-        return _ungraded(EvalStatus.PATCH_APPLY_FAILED, "the patch did not apply", exit_code)
+        return ungraded(EvalStatus.PATCH_APPLY_FAILED, "the patch did not apply", exit_code)
     if timed_out or TESTS_TIMEOUT in log:
-        return _ungraded(EvalStatus.TIMEOUT, "the tests ran past the time limit", exit_code)
+        return ungraded(EvalStatus.TIMEOUT, "the tests ran past the time limit", exit_code)
     if RESET_FAILED in log or TESTS_ERROR in log:
-        return _ungraded(EvalStatus.TESTS_ERRORED, "the harness reported an error", exit_code)
+        return ungraded(EvalStatus.TESTS_ERRORED, "the harness reported an error", exit_code)
     if exit_code is not None and exit_code < 0:
         # Only a signal stops the eval script before its last line; what it printed so far
         # (perhaps a forged end marker) does not describe a finished run.
-        return _ungraded(
+        return ungraded(
             EvalStatus.TESTS_ERRORED,
             f"the eval script was killed by signal {-exit_code} before it finished",
             exit_code,
         )
     section = extract_test_output(log)
     if section is None:
-        return _ungraded(
+        return ungraded(
             EvalStatus.TESTS_ERRORED,
             "no test-output section: the eval script stopped before or during the tests",
             exit_code,
@@ -357,7 +357,7 @@ def grade_log(
     # the whole log rather than calling a run with results empty.
     statuses = parser(section) or parser(log)
     if not statuses and not _SUITE_RAN.search(log):
-        return _ungraded(
+        return ungraded(
             EvalStatus.TESTS_ERRORED,
             "no test results in the log and no sign the suite ran",
             exit_code,
@@ -384,7 +384,8 @@ def grade_log(
     )
 
 
-def _ungraded(status: EvalStatus, explanation: str, exit_code: int | None) -> Grade:
+def ungraded(status: EvalStatus, explanation: str, exit_code: int | None) -> Grade:
+    """A grade for a run that could not be graded (`status` says why); never resolved."""
     return Grade(
         status=status, resolution=ResolutionStatus.NO, explanation=explanation, exit_code=exit_code
     )

@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
+import secrets
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.errors import InvalidInput, LimitExceeded, NotFound
 from mcp_evalserver.sandbox.base import Workspace
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.grading import (
@@ -47,34 +47,22 @@ from mcp_evalserver.scoring.grading import (
     eval_test_section,
     grade_log,
 )
-from mcp_evalserver.scoring.logparsers import SWEBENCH_REPO_PARSERS, LogParser, get_parser
+from mcp_evalserver.scoring.logparsers import LogParser, get_parser
 from mcp_evalserver.scoring.patching import (
     EVAL_DIR,
     apply_patch,
     patched_files,
     restore_files,
 )
+from mcp_evalserver.scoring.strict import (
+    files_named_by,
+    grade_report,
+    infrastructure_in_patch,
+    infrastructure_restore_script,
+    junit_options,
+)
+from mcp_evalserver.scoring.test_plans import TestPlan, plan_tests
 from mcp_evalserver.spec import Task
-
-
-def pytest_command(task: Task) -> str | None:
-    """`python -m pytest -rA` (python3 where there is no `python`) over the files that
-    FAIL_TO_PASS and PASS_TO_PASS name (pytest ids).
-
-    None when no id names a file (`path::test`), e.g. Django-style ids.
-    """
-    files: dict[str, None] = {}
-    for test in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]:
-        path, separator, _ = test.partition("::")
-        if separator:
-            files.setdefault(path)
-    if not files:
-        return None
-    return (
-        'PY="$(command -v python || command -v python3)"; "$PY" -m pytest -rA -p no:cacheprovider '
-        + " ".join(shlex.quote(f) for f in files)
-    )
-
 
 #: The shell variable the eval script keeps the test command's exit status in.
 EXIT_CODE_VAR = "MCP_EVALSERVER_TEST_EXIT_CODE"
@@ -85,6 +73,8 @@ EXIT_WITH_TEST_STATUS = f'exit "${{{EXIT_CODE_VAR}:-3}}"'
 #: Every pytest run under the scorer prints without colour codes, whatever the project's
 #: configuration says (`addopts = --color=yes` would hide every result from the parsers).
 PYTEST_ENV = {"PYTEST_ADDOPTS": "--color=no"}
+_RESTORE_TIMEOUT_S = 120.0
+_REPORT_CAP = 64 << 20
 _STATUS_SAVED = re.compile(r"^\s*(\w+)=\$\?\s*$")
 
 
@@ -123,6 +113,7 @@ class TestsScorer(Scorer):
         test_command: str | None = None,
         timeout_s: float = 1800.0,
         output_cap: int = 8 << 20,
+        strict: bool = False,
     ) -> None:
         """Checks the parser name now, so a typo fails the campaign before it starts.
 
@@ -135,20 +126,23 @@ class TestsScorer(Scorer):
         self.test_command = test_command
         self.timeout_s = timeout_s
         self.output_cap = output_cap
+        self.strict = strict
+
+    def plan(self, task: Task) -> TestPlan:
+        """What runs the task's tests and which parser reads them (`test_plans`): the task's
+        eval_script, else the scorer's test_command, else SWE-bench's command for the repo,
+        else one inferred from the test ids; the parser likewise."""
+        return plan_tests(task, command=self.test_command, parser=self.parser)
 
     def parser_for(self, task: Task) -> LogParser:
         """The configured parser; for `auto`, the task's `metadata.log_parser` (SWE-bench 5
-        instances name theirs), else SWE-bench's for the task's repo, else `pytest`.
+        instances name theirs), else SWE-bench's for the task's repo, else one the test ids
+        call for (`pytest`, `pytest_verbose` for ids with spaces, `unittest`).
 
         Raises:
             InvalidInput: the parser the task names is not one this project has.
         """
-        if self.parser != "auto":
-            return get_parser(self.parser)
-        named = task.metadata.get("log_parser")
-        if isinstance(named, str) and named:
-            return get_parser(named)
-        return get_parser(SWEBENCH_REPO_PARSERS.get(task.repo or "", "pytest"))
+        return get_parser(self.plan(task).parser)
 
     def eval_script(self, task: Task) -> str | None:
         """The shell script that runs the tests between the markers and exits with the test
@@ -160,10 +154,12 @@ class TestsScorer(Scorer):
             else:
                 script = eval_test_section(task.eval_script)
         else:
-            command = self.test_command or pytest_command(task)
-            if not command:
+            plan = self.plan(task)
+            if not plan.command:
                 return None
-            script = eval_test_section(command)
+            script = eval_test_section(plan.command)
+            if plan.preamble:
+                script = f"{plan.preamble}\n{script}"
         return f"{script}\n{EXIT_WITH_TEST_STATUS}"
 
     async def score(self, context: ScoringContext) -> ScoreResult:
@@ -179,7 +175,8 @@ class TestsScorer(Scorer):
         if not patch or not patch.strip():
             return ScoreResult.unresolved("empty", "the submission has no patch; nothing was run")
         # Before anything runs: a task may ask for grading this scorer does not do.
-        parser = self.parser_for(task)
+        plan = self.plan(task)
+        parser = get_parser(plan.parser)
         eval_type = task.metadata.get("eval_type") or "pass_and_fail"
         if eval_type != "pass_and_fail":
             raise InvalidInput(
@@ -189,19 +186,30 @@ class TestsScorer(Scorer):
         if script is None:
             return ScoreResult.unresolved(
                 "no_tests",
-                f"task {task.id} has no eval_script, the scorer no test_command, and its "
-                "test ids name no files for pytest",
+                f"task {task.id} has no eval_script, the scorer no test_command, its repo "
+                f"has no SWE-bench test command, and its test ids call for none ({plan.reason})"
+                "; give the task an `eval_script` or the scorer a `test_command`",
                 outcome="error",
             )
         workspace = await context.sandbox.workspace()
-        log: list[str] = []  # everything, for people; only the test run's output is graded
+        # Everything, for people; only the test run's output is graded. The first line says
+        # which command and parser were chosen, and why.
+        log: list[str] = [f"mcp-evalserver: tests: {plan.reason}\n"]
         applied = await apply_patch(workspace, patch)
         log.append(applied.log)
-        details: dict[str, Any] = {"patch_applied": applied.applied, "apply_command": None}
+        details: dict[str, Any] = {
+            "patch_applied": applied.applied,
+            "apply_command": None,
+            "test_plan": plan.reason,
+        }
         if not applied.applied:
             grade = _grade("", task, parser, patch_applied=False)
             return await self._result(context, grade, log, details)
         details["apply_command"] = applied.command
+        report_path = None
+        if self.strict:
+            details["restored"] = await self._restore_infrastructure(workspace, task, patch, log)
+            report_path = f"{EVAL_DIR}/{secrets.token_hex(16)}/report.xml"
         if task.test_patch:
             await restore_files(workspace, patched_files(task.test_patch))
             tests_applied = await apply_patch(workspace, task.test_patch, "test_patch.diff")
@@ -214,7 +222,7 @@ class TestsScorer(Scorer):
                     outcome="error",
                     details={**details, "log": ref},
                 )
-        run = await self._run_tests(workspace, script)
+        run = await self._run_tests(workspace, script, report_path)
         log.append(run.output)
         if run.timed_out:
             # SWE-bench's own line, so its failure classifier reads our logs as it reads its own.
@@ -222,29 +230,58 @@ class TestsScorer(Scorer):
                 f"\n{TESTS_TIMEOUT} after {self.timeout_s:g}s\n\n"
                 f"Timeout error: {math.ceil(self.timeout_s)} seconds exceeded."
             )
-        grade = _grade(
-            run.output,
-            task,
-            parser,
-            patch_applied=True,
-            timed_out=run.timed_out,
-            exit_status=run.exit_status,
-        )
+        if report_path is not None and run.exit_status is not None:
+            grade = grade_report(
+                await _read_report(workspace, report_path),
+                fail_to_pass=task.FAIL_TO_PASS,
+                pass_to_pass=task.PASS_TO_PASS,
+                exit_status=run.exit_status,
+            )
+        else:
+            grade = _grade(
+                run.output,
+                task,
+                parser,
+                patch_applied=True,
+                timed_out=run.timed_out,
+                exit_status=run.exit_status,
+            )
         details["test_output"] = await context.store_artifact(
             run.output.encode(errors="replace"), ".log"
         )
         return await self._result(context, grade, log, details)
 
-    async def _run_tests(self, workspace: Workspace, script: str) -> _TestRun:
+    async def _restore_infrastructure(
+        self, workspace: Workspace, task: Task, patch: str, log: list[str]
+    ) -> list[str]:
+        """Strict mode: test infrastructure and the files the test ids name, back to the base."""
+        paths = [
+            *infrastructure_in_patch(patch),
+            *files_named_by([*task.FAIL_TO_PASS, *task.PASS_TO_PASS]),
+        ]
+        script = infrastructure_restore_script(paths)
+        result = await workspace.exec(script, timeout=_RESTORE_TIMEOUT_S)
+        restored = [line for line in result.stdout.splitlines() if line]
+        log.append(f"strict: restored from the base commit: {restored or 'nothing'}\n")
+        if result.exit_code != 0:
+            log.append(f"strict: restoring exited {result.exit_code}: {result.stderr}\n")
+        return restored
+
+    async def _run_tests(
+        self, workspace: Workspace, script: str, report_path: str | None
+    ) -> _TestRun:
         """Runs the eval script; its output (stderr folded into stdout) and exit status."""
         path = f"{EVAL_DIR}/eval.sh"
         await workspace.write_file(path, script + "\n")
+        env = dict(PYTEST_ENV)
+        if report_path is not None:
+            env["PYTEST_ADDOPTS"] += " " + junit_options(report_path)
         # No shell in between: a script killed by a signal must show as one (-signum).
         result = await workspace.exec(
             ["bash", "-c", 'exec bash "$0" 2>&1', path],
             timeout=self.timeout_s,
             output_cap=self.output_cap,
-            env=PYTEST_ENV,
+            env=env,
         )
         output = result.stdout + result.stderr
         if result.stdout_truncated:
@@ -259,6 +296,7 @@ class TestsScorer(Scorer):
     ) -> ScoreResult:
         details = {
             **details,
+            "mode": "strict" if self.strict else "swebench",
             "eval_status": grade.status.value,
             "resolution": grade.resolution.value,
             "exit_code": grade.exit_code,
@@ -281,6 +319,13 @@ class TestsScorer(Scorer):
             score=_share(grade),
             details=details,
         )
+
+
+async def _read_report(workspace: Workspace, path: str) -> bytes | None:
+    try:
+        return await workspace.read_file(path, max_bytes=_REPORT_CAP)
+    except (NotFound, InvalidInput, LimitExceeded):
+        return None
 
 
 @dataclass(frozen=True)

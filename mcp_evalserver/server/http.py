@@ -29,6 +29,7 @@ from typing import TextIO
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.server.privileges import Privileges
 
 TOKEN_ENV = "MCP_EVALSERVER_TOKEN"
 
@@ -216,9 +217,12 @@ async def serve_http(
     allowed_hosts: Sequence[str] = (),
     ray_address: str | None = None,
     resume_running: bool = False,
+    privileges: Privileges | None = None,
     stderr: TextIO = sys.stderr,
 ) -> None:
     """Serves until cancelled or signalled; prints the URL once listening (port 0 = any free).
+
+    Clients get `privileges` (default: no plugins, no host paths).
 
     Raises:
         InvalidInput: the address cannot be bound.
@@ -234,6 +238,7 @@ async def serve_http(
         allowed_hosts=allowed_hosts,
         ray_address=ray_address,
         resume_running=resume_running,
+        privileges=privileges,
     )
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
     display = f"[{host}]" if ":" in host else host
@@ -252,11 +257,22 @@ def build_http_app(
     allowed_hosts: Sequence[str] = (),
     ray_address: str | None = None,
     resume_running: bool = False,
+    privileges: Privileges | None = None,
 ) -> ASGIApp:
-    """MCP at `/mcp`, the dashboard at `/`, `/healthz`: behind the Host check and the token."""
+    """MCP at `/mcp`, the dashboard at `/`, `/healthz`: behind the Host check and the token.
+
+    Token holders get `privileges` (default: no plugins, no host paths).
+    """
     from mcp_evalserver.server.dashboard.web import dashboard_routes
     from mcp_evalserver.server.mcp_app import http_app
 
-    app = http_app(state_dir, host, allowed_hosts, ray_address, resume_running=resume_running)
+    app = http_app(
+        state_dir,
+        host,
+        allowed_hosts,
+        ray_address,
+        resume_running=resume_running,
+        privileges=privileges,
+    )
     app.router.routes.extend(dashboard_routes(state_dir, token))
     return HostGuard(BearerAuth(app, token), allowed_host_names(host, allowed_hosts))

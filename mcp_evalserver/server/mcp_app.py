@@ -45,6 +45,7 @@ from mcp_evalserver.server.models import (
     Submitted,
     SweepStatus,
 )
+from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.server.scoped import ScopedTrajectory
 from mcp_evalserver.server.service import EvalService
 from mcp_evalserver.server.sweeps import Sweeps
@@ -118,18 +119,25 @@ def create_server(
     base_dir: Path | None = None,
     ray_address: str | None = None,
     resume_running: bool = False,
+    privileges: Privileges | None = None,
 ) -> MCPServer[EvalService]:
     """The MCP server; its lifespan owns an `EvalService` over `state_dir`.
 
     `base_dir` resolves relative task file paths in specs (default: the working directory);
     with `ray_address`, instances run on that Ray cluster unless a campaign says otherwise;
-    with `resume_running`, campaigns that were interrupted resume when the server starts.
+    with `resume_running`, campaigns that were interrupted resume when the server starts;
+    `privileges` says what clients may make it do on its host (default: everything, as for
+    the user's own process over stdio).
     """
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[EvalService]) -> AsyncIterator[EvalService]:
         service = EvalService(
-            state_dir, base_dir=base_dir, ray_address=ray_address, resume_running=resume_running
+            state_dir,
+            base_dir=base_dir,
+            ray_address=ray_address,
+            resume_running=resume_running,
+            privileges=privileges,
         )
         async with service:
             yield service
@@ -216,8 +224,9 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         infrastructure error rates, 429/5xx counts, latency, tokens/s per level) and sweep.png,
         and recommend the level where errors start to climb. Returns at once; follow it with
         sweep_status (wait_s > 0), or a level's campaign with campaign_status."""
+        service = _service(ctx)
         return _sweeps(ctx).start(
-            spec.resolved(_service(ctx).base_dir),
+            service.privileges.admit(spec, service.base_dir),
             levels=levels or list(DEFAULT_LEVELS),
             tasks=tasks,
             samples=samples,
@@ -410,12 +419,14 @@ def http_app(
     ray_address: str | None = None,
     *,
     resume_running: bool = False,
+    privileges: Privileges | None = None,
 ) -> Starlette:
     """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on.
 
     Requests must name a loopback host, the bound host, or one of `allowed_hosts` (`name` or
     `name:port`) in their Host header, and a matching Origin if they send one: a web page the
-    user visits cannot reach the server through a rebound DNS name.
+    user visits cannot reach the server through a rebound DNS name. Its clients get
+    `privileges` (default: no plugins, no host paths; see `privileges.py`).
     """
     hosts = allowed_host_names(host, allowed_hosts)
     security = TransportSecuritySettings(
@@ -423,7 +434,12 @@ def http_app(
         allowed_hosts=hosts,
         allowed_origins=sorted({f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")}),
     )
-    server = create_server(state_dir, ray_address=ray_address, resume_running=resume_running)
+    server = create_server(
+        state_dir,
+        ray_address=ray_address,
+        resume_running=resume_running,
+        privileges=privileges or Privileges.for_http(),
+    )
     return server.streamable_http_app(host=host, transport_security=security)
 
 

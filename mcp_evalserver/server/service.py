@@ -49,6 +49,7 @@ from mcp_evalserver.server.models import (
     InstanceReprovisioned,
     ScoringStatus,
 )
+from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.server.sweeps import Sweeps
 from mcp_evalserver.spec import CampaignSpec
 from mcp_evalserver.state import INFRA_OUTCOMES, CampaignState
@@ -89,8 +90,11 @@ class EvalService:
         base_dir: Path | None = None,
         ray_address: str | None = None,
         resume_running: bool = False,
+        privileges: Privileges | None = None,
     ) -> None:
         self.store = CampaignStore(state_dir)
+        #: What clients may make the server do on its host (everything, unless told).
+        self.privileges = privileges or Privileges()
         self.claims = ClaimBoard()
         self.base_dir = base_dir or Path.cwd()
         self._runs: dict[str, _Run] = {}
@@ -154,9 +158,10 @@ class EvalService:
         """Records a campaign and starts running it in the background.
 
         Raises:
-            InvalidInput: the spec's task file, agent or scorer is invalid, or the id is taken.
+            InvalidInput: the spec's task file, agent or scorer is invalid, needs a privilege
+                the server does not grant its clients, or the id is taken.
         """
-        resolved = spec.resolved(self.base_dir)
+        resolved = self.privileges.admit(spec, self.base_dir)
         # Built now so a bad plugin path fails this call, not the background run.
         build_agent(resolved.agent, claims=self.claims)
         build_scorer(resolved.scorer)
@@ -319,8 +324,11 @@ class EvalService:
         Raises:
             NotFound: no such campaign.
             Conflict: re-scoring while the campaign runs (here or elsewhere).
-            InvalidInput: the scorer cannot be built.
+            InvalidInput: the scorer cannot be built, or needs a privilege the server does not
+                grant its clients.
         """
+        if scorer is not None:
+            self.privileges.admit_plugins(scorer, "scorer")
         chosen: list[str] = []
         if rescore:
             if self._active(campaign_id):

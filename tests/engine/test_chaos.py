@@ -10,6 +10,9 @@ no sleeps); the agent then goes on, meets the fault, and the runner takes over.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import subprocess
 from collections import Counter
@@ -21,6 +24,7 @@ import pytest
 
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.cli import main
 from mcp_evalserver.errors import SandboxUnavailable
 from mcp_evalserver.ledger import LEDGER_FILE, read_ledger
 from mcp_evalserver.sandbox.base import InstanceSpec
@@ -215,6 +219,17 @@ async def _chaos(kind: str, fault: WorkspaceFault, tmp_path: Path, *, heals_inst
         shown = EvalService(tmp_path / "chaos").status(runner.campaign_id).reprovisioned
         assert shown[0].task == "calc0"
         assert shown[0].reason
+        # So does the CLI's `status ID`.
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            cli_status = main(
+                ["--state-dir", str(tmp_path / "chaos"), "status", runner.campaign_id]
+            )
+        assert cli_status == 0
+        health = json.loads(printed.getvalue())["infrastructure"]
+        assert health["instances_reprovisioned"] == len(state.reprovisioned)
+        assert health["reprovisioned"][0]["task"] == "calc0"
+        assert health["reprovisioned"][0]["reason"] == shown[0].reason
 
 
 def _instance_fault(fault: Callable[..., Awaitable[None]]) -> WorkspaceFault:
@@ -239,6 +254,13 @@ async def test_a_campaign_survives_a_sigkilled_supervisor(tmp_path: Path) -> Non
 @pytest.mark.usefixtures("root_only")
 async def test_a_campaign_survives_a_killed_workspace_holder(tmp_path: Path) -> None:
     await _chaos("local", kill_holder, tmp_path, heals_instance=False)
+
+
+@pytest.mark.docker
+async def test_a_campaign_survives_a_sigkilled_supervisor_in_a_live_container(
+    tmp_path: Path,
+) -> None:
+    await _chaos("docker", _instance_fault(sigkill_supervisor), tmp_path, heals_instance=True)
 
 
 @pytest.mark.docker

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mcp_evalserver.campaigns import CampaignStore
 from mcp_evalserver.cli import main
 
 
@@ -173,3 +174,45 @@ def test_an_error_inside_a_run_prints_one_line_that_says_what_to_do(
     assert expected in err
     assert advice in err
     assert "Traceback" not in err
+
+
+_INSTANCE = {
+    "instance_id": "owner__project-1",
+    "repo": "owner/project",
+    "base_commit": "0" * 40,
+    "patch": "",
+    "test_patch": "",
+    "problem_statement": "fix it",
+    "FAIL_TO_PASS": "[]",
+    "PASS_TO_PASS": "[]",
+    # Columns a published dataset adds that a task does not know.
+    "repo_language": "Python",
+    "difficulty_band": 3,
+}
+
+
+def test_run_and_import_predictions_keep_a_task_files_extra_fields_as_metadata_with_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    instances = tmp_path / "instances.jsonl"
+    instances.write_text(json.dumps(_INSTANCE) + "\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"tasks": "instances.jsonl", "agent": {"type": "noop"}}))
+    state = str(tmp_path / "state")
+
+    assert main(["--state-dir", state, "run", str(spec), "--id", "r", "--no-progress"]) == 0
+    run_err = capsys.readouterr().err
+    assert main(
+        ["--state-dir", state, "import-predictions", "gold", "--instances", str(instances),
+         "--id", "i", "--no-run"]
+    ) == 0  # fmt: skip
+    import_err = capsys.readouterr().err
+
+    for err in (run_err, import_err):
+        assert "difficulty_band, repo_language are not task field(s)" in err
+        assert "kept in each task's `metadata`" in err
+    store = CampaignStore(Path(state))
+    for campaign_id in ("r", "i"):
+        (task,) = store.load(campaign_id).spec.task_list()
+        assert task.id == "owner__project-1"
+        assert task.metadata == {"repo_language": "Python", "difficulty_band": 3}

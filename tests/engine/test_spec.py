@@ -50,9 +50,17 @@ def test_a_published_swe_bench_instance_is_a_valid_task() -> None:
     assert instance_spec(with_image).workdir == "/testbed"
 
 
-def test_an_unknown_field_is_rejected_with_its_name() -> None:
-    with pytest.raises(InvalidInput, match=r"tasks\.0\.Task\.promt|promt"):
-        parse_spec({"tasks": [{"id": "a", "promt": "typo"}]})
+@pytest.mark.parametrize(
+    ("field", "meant"),
+    [("promt", "prompt"), ("fail_to_pass", "FAIL_TO_PASS"), ("eval_scrpt", "eval_script")],
+)
+def test_a_misspelt_task_field_is_rejected_with_the_field_it_resembles(
+    field: str, meant: str
+) -> None:
+    with pytest.raises(
+        InvalidInput, match=rf"unknown task field '{field}': did you mean '{meant}'"
+    ):
+        parse_spec({"tasks": [{"id": "a", field: "typo"}]})
 
 
 def test_a_bad_limit_names_the_field_and_the_reason() -> None:
@@ -89,8 +97,8 @@ def test_a_json_list_task_file_is_loaded(tmp_path: Path) -> None:
 
 
 def test_a_bad_task_line_is_named_with_its_line_number(tmp_path: Path) -> None:
-    (tmp_path / "tasks.jsonl").write_text('{"id": "a"}\n{"id": "b", "samples": 3}\n')
-    with pytest.raises(InvalidInput, match=r"line 2: samples: Extra inputs are not permitted"):
+    (tmp_path / "tasks.jsonl").write_text('{"id": "a"}\n{"id": "b@1"}\n')
+    with pytest.raises(InvalidInput, match=r"line 2: id: .*task ids may hold"):
         load_tasks(tmp_path / "tasks.jsonl")
 
 
@@ -118,3 +126,19 @@ def test_a_campaign_chooses_its_sandbox_by_type_and_a_wrong_one_is_named() -> No
     assert CampaignSpec.model_validate({"tasks": [{"id": "a"}]}).sandbox is None
     with pytest.raises(InvalidInput, match="sandbox"):
         parse_spec({"tasks": [{"id": "a"}], "sandbox": {"type": "kubernetes"}})
+
+
+def test_a_task_keeps_fields_it_does_not_know_in_its_metadata_its_own_metadata_first(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    row = {"id": "a", "language": "Python", "source": "row", "metadata": {"source": "own"}}
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(row) + "\n")
+    (task,) = load_tasks(tmp_path / "tasks.jsonl")
+    assert task.metadata == {"language": "Python", "source": "own"}
+    assert "language, source are not task field(s)" in caplog.text
+    caplog.clear()
+    inline = parse_spec(json.dumps({"tasks": [row]})).task_list()[0]
+    assert inline.metadata == task.metadata, "a spec's inline tasks follow the same rule"
+    assert "the spec's tasks: language, source are not task field(s)" in caplog.text
+    task_schema = spec_json_schema()["$defs"]["Task"]
+    assert task_schema.get("additionalProperties", True), "the schema must not refuse them"

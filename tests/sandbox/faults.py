@@ -22,8 +22,17 @@ Fault = Callable[[SupervisedInstance], Awaitable[None]]
 
 
 async def sigkill_supervisor(instance: SupervisedInstance) -> None:
-    """What an OOM kill or a crash does to a local instance's supervisor."""
-    os.kill(int(instance.info["pid"]), signal.SIGKILL)
+    """What an OOM kill or a crash does to an instance's supervisor (its container, if it has
+    one, lives on: only the supervisor's stream ends)."""
+    pid = int(instance.info["pid"])  # in the supervisor's own pid namespace
+    container = instance.info.get("container")
+    if container is None:
+        os.kill(pid, signal.SIGKILL)
+        return
+    # The shell's builtin `kill`: the image need not have procps.
+    await anyio.to_thread.run_sync(
+        _docker, "exec", str(container), "/bin/sh", "-c", f"kill -KILL {pid}"
+    )
 
 
 def _docker(*args: str) -> None:

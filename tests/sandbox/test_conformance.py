@@ -576,5 +576,5 @@ async def test_an_unprivileged_supervisor_isolates_through_a_user_namespace() ->
     assert "Read-only file system" in wrote.stderr
     assert "Operation not permitted" in wrote.stderr
     assert other.stdout.split()[0] == "hello"
-    assert int(other.stdout.split()[1]) <= 4  # header, sh, ps, wc: nothing of a's
+    assert int(other.stdout.split()[1]) <= 5  # header, init, sh, ps, wc: nothing of a's
     assert "+mine" in patch

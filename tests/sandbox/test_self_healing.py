@@ -29,6 +29,9 @@ FAULTS = [
     pytest.param(
         "local", sigkill_supervisor, id="local-sigkill-supervisor", marks=pytest.mark.root
     ),
+    pytest.param(
+        "docker", sigkill_supervisor, id="docker-sigkill-supervisor", marks=pytest.mark.docker
+    ),
     pytest.param("docker", docker_kill, id="docker-kill", marks=pytest.mark.docker),
     pytest.param("docker", docker_rm_f, id="docker-rm-f", marks=pytest.mark.docker),
 ]

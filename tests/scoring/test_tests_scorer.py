@@ -15,9 +15,10 @@ from mcp_evalserver.scheduler import Limiters
 from mcp_evalserver.scoring.base import ScoringContext
 from mcp_evalserver.scoring.config import TestsScorerConfig
 from mcp_evalserver.scoring.factory import build_scorer
-from mcp_evalserver.scoring.testsuite import TestsScorer, pytest_command
+from mcp_evalserver.scoring.testsuite import TestsScorer
 from mcp_evalserver.spec import Limits, Task
 from tests.scoring.sandboxed import (
+    PYTEST_DEPS_DIR,
     PYTHON_PYTEST,
     diff_of,
     git_repo,
@@ -180,57 +181,122 @@ async def test_without_an_eval_script_pytest_runs_the_files_the_test_ids_name(
     async with scoring_in_workspaces(tmp_path / "campaign") as scoring:
         result = await scoring.score(scorer, task, Submission(patch=task.patch))
     assert result.resolved, result.explanation
-    assert pytest_command(task) == (
+    assert scorer.plan(task).reason.startswith("the scorer's test_command; parser pytest")
+    assert TestsScorer().plan(task).command == (
         'PY="$(command -v python || command -v python3)"; '
         '"$PY" -m pytest -rA -p no:cacheprovider test_calc.py'
     )
 
 
-async def test_a_swebench_5_eval_script_runs_as_shipped_with_its_exit_code_recorded(
+def _pytest_at_the_root(repo: Path) -> Path:
+    """`python3 -m pytest` (the default command) imports pytest from the working directory."""
+    vendored = sorted((repo / PYTEST_DEPS_DIR).iterdir())
+    for package in vendored:
+        (repo / package.name).symlink_to(package)
+    with open(repo / ".git" / "info" / "exclude", "a") as exclude:
+        exclude.writelines(f"/{package.name}\n" for package in vendored)
+    return repo
+
+
+SPACED_TESTS = (
+    "import pytest\n\nfrom calc import add, mul\n\n\n"
+    '@pytest.mark.parametrize("words", ["two and two", "two times three"])\n'
+    "def test_words(words):\n"
+    '    assert (add(2, 2) if "and" in words else mul(2, 3)) in (4, 6)\n\n\n'
+    "def test_zero():\n    assert add(0, 0) == 0\n"
+)
+
+
+async def test_ids_with_spaces_are_graded_by_a_parser_that_keeps_them_and_the_log_says_so(
     tmp_path: Path,
 ) -> None:
-    task = _task(tmp_path)
-    # The shape SWE-bench 5 instances ship: xtrace on, markers as `:` commands (seen through
-    # the trace), the test patch applied by the script itself, test files reset at the end.
-    script = "\n".join(
-        [
-            "#!/bin/bash",
-            "set -uxo pipefail",
-            "git checkout -q HEAD -- test_calc.py",
-            "git apply -v - <<'EOF_114329324912'",
-            (task.test_patch or "").rstrip("\n"),
-            "EOF_114329324912",
-            ": '>>>>> Start Test Output'",
-            PYTEST,
-            ": '>>>>> End Test Output'",
-            "git checkout -q HEAD -- test_calc.py",
-        ]
+    repo = _pytest_at_the_root(
+        git_repo(tmp_path / "repo", {"calc.py": BUGGY, "test_calc.py": OLD_TESTS})
     )
-    task = task.model_copy(
-        update={"eval_script": script, "metadata": {"log_parser": "parse_log_pytest"}}
+    task = Task(
+        id="spaced",
+        repo="someone/calc",
+        path=str(repo),
+        patch=diff_of(repo, {"calc.py": FIXED}),
+        test_patch=diff_of(repo, {"test_calc.py": SPACED_TESTS}),
+        FAIL_TO_PASS=[
+            "test_calc.py::test_words[two and two]",
+            "test_calc.py::test_words[two times three]",
+        ],
+        PASS_TO_PASS=["test_calc.py::test_zero"],
     )
-    patch = diff_of(Path(task.path or ""), {"calc.py": HALF_FIXED})
     async with scoring_in_workspaces(tmp_path / "campaign") as scoring:
-        result = await scoring.score(TestsScorer(), task, Submission(patch=patch))
-    assert result.details["resolution"] == "RESOLVED_PARTIAL"
-    assert result.details["exit_code"] == 1, "the tests' status, not the final checkout's"
+        gold = await scoring.score(TestsScorer(), task, Submission(patch=task.patch))
+        log = scoring.artifact(gold.details["log"])
+        half = diff_of(repo, {"calc.py": HALF_FIXED})
+        partial = await scoring.score(TestsScorer(), task, Submission(patch=half))
+    assert gold.resolved, gold.explanation
+    assert log.startswith(
+        "mcp-evalserver: tests: python -m pytest over the test ids' files; "
+        "parser pytest_verbose (a test id holds a space)\n"
+    )
+    assert gold.details["test_plan"] in log
+    assert partial.details["tests_status"]["FAIL_TO_PASS"] == {
+        "success": ["test_calc.py::test_words[two and two]"],
+        "failure": ["test_calc.py::test_words[two times three]"],
+    }
 
 
-async def test_a_task_naming_a_parser_this_project_lacks_is_an_error_before_anything_runs(
+DOCTESTED = FIXED.replace(
+    "return a * b", '"""\n    >>> mul(2, 3)\n    6\n    """\n    return a * b'
+)
+
+
+async def test_doctest_ids_are_collected_with_doctest_modules(tmp_path: Path) -> None:
+    repo = _pytest_at_the_root(
+        git_repo(tmp_path / "repo", {"calc.py": BUGGY, "test_calc.py": OLD_TESTS})
+    )
+    task = Task(
+        id="doctested",
+        path=str(repo),
+        patch=diff_of(repo, {"calc.py": DOCTESTED}),
+        FAIL_TO_PASS=["calc.py::calc.mul"],
+        PASS_TO_PASS=["test_calc.py::test_zero"],
+    )
+    async with scoring_in_workspaces(tmp_path / "campaign") as scoring:
+        result = await scoring.score(TestsScorer(), task, Submission(patch=task.patch))
+    assert result.resolved, result.explanation
+    assert "--doctest-modules" in (TestsScorer().plan(task).command or "")
+
+
+async def test_a_project_that_configures_colour_output_is_still_graded(tmp_path: Path) -> None:
+    colour = "[pytest]\naddopts = --color=yes\n"
+    repo = git_repo(
+        tmp_path / "repo", {"calc.py": BUGGY, "test_calc.py": NEW_TESTS, "pytest.ini": colour}
+    )
+    task = Task(
+        id="colour",
+        path=str(repo),
+        patch=diff_of(repo, {"calc.py": FIXED}),
+        FAIL_TO_PASS=["test_calc.py::test_add", "test_calc.py::test_mul"],
+        PASS_TO_PASS=["test_calc.py::test_zero"],
+        eval_script=PYTEST,
+    )
+    async with scoring_in_workspaces(tmp_path / "campaign") as scoring:
+        result = await scoring.score(TestsScorer(), task, Submission(patch=task.patch))
+        output = scoring.artifact(result.details["test_output"])
+    assert result.resolved, result.explanation
+    assert "\x1b[" not in output
+
+
+def test_a_task_whose_ids_name_nothing_runnable_has_no_default_command() -> None:
+    task = Task(id="d", FAIL_TO_PASS=json.dumps(["test_x"]))
+    assert TestsScorer().plan(task).command is None
+    assert TestsScorer().eval_script(task) is None
+
+
+async def test_a_task_with_no_test_command_is_an_error_that_says_what_to_give(
     tmp_path: Path,
 ) -> None:
-    task = _task(tmp_path).model_copy(update={"metadata": {"log_parser": "parse_log_jest"}})
-    with pytest.raises(InvalidInput, match="unknown log parser 'parse_log_jest'"):
-        await TestsScorer().score(_no_sandbox(task))
-    fail_only = task.model_copy(update={"metadata": {"eval_type": "fail_only"}})
-    with pytest.raises(InvalidInput, match="eval_type 'fail_only' is not supported"):
-        await TestsScorer().score(_no_sandbox(fail_only))
-
-
-def test_a_task_whose_ids_name_no_files_has_no_default_pytest_command() -> None:
-    task = Task(id="d", FAIL_TO_PASS=json.dumps(["test_x (app.tests.T)"]))
-    assert pytest_command(task) is None
-    assert TestsScorer().eval_script(task) is None
+    task = Task(id="d", path=str(tmp_path), FAIL_TO_PASS=["test_x"], patch="diff --git a/x b/x\n")
+    result = await TestsScorer().score(_no_sandbox(task))
+    assert (result.status, result.outcome) == ("no_tests", "error")
+    assert "give the task an `eval_script` or the scorer a `test_command`" in result.explanation
 
 
 def test_an_unknown_parser_name_is_rejected_when_the_scorer_is_built() -> None:

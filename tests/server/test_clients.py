@@ -79,7 +79,12 @@ async def test_the_ci_client_exits_zero_above_the_threshold_and_non_zero_below_o
 async def test_the_example_agent_fixes_a_trajectory_through_the_tools(tmp_path: Path) -> None:
     require_root()
     spec = repo_spec(tmp_path / "repos", 1)
-    async with http_server(tmp_path / "state") as url, http_client(url) as client:
+    # repo_spec's scorer is a plugin and its tasks host directories: the token holder needs both.
+    privileges = ("--allow-plugins", "--allow-paths", str(tmp_path))
+    async with (
+        http_server(tmp_path / "state", *privileges) as url,
+        http_client(url) as client,
+    ):
         started = await call(client, "start_campaign", spec=spec)
         agent = await _run(
             "clients/example_agent.py", "--http", url, "--token", TOKEN,

@@ -25,6 +25,8 @@ from tests.server.helpers import (
 pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
 
 CLIENTS = 50
+# The spec's scorer is a plugin and its task a host directory: token holders need both.
+_PRIVILEGES = ("--allow-plugins", "--allow-paths")
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +50,7 @@ async def test_fifty_clients_drive_fifty_trajectories_and_every_diff_is_its_own(
 ) -> None:
     repo = git_repo(tmp_path / "repo")
     state_dir = tmp_path / "state"
-    async with http_server(state_dir) as url:
+    async with http_server(state_dir, *_PRIVILEGES, str(tmp_path)) as url:
         async with http_client(url) as admin:
             started = await call(admin, "start_campaign", spec=_spec(repo, CLIENTS, 300.0))
         campaign_id = started["campaign_id"]
@@ -92,7 +94,10 @@ async def test_a_client_killed_mid_call_leaves_the_server_serving_and_its_lease_
     tmp_path: Path,
 ) -> None:
     repo = git_repo(tmp_path / "repo")
-    async with http_server(tmp_path / "state") as url, http_client(url) as client:
+    async with (
+        http_server(tmp_path / "state", *_PRIVILEGES, str(tmp_path)) as url,
+        http_client(url) as client,
+    ):
         started = await call(client, "start_campaign", spec=_spec(repo, 1, 1.0))
         campaign_id = started["campaign_id"]
         command = [sys.executable, "-m", "tests.server.killed_client", url, TOKEN, campaign_id]

@@ -1,0 +1,1 @@
+"""Adapters that give other frameworks our sandboxes; each sits above the sandbox seam."""

@@ -1,0 +1,275 @@
+"""The `tests` scorer's strict mode: grading that does not trust the test run's printed text.
+
+SWE-bench 5.0.2 reads results from text the tests print, so four known tricks fool it: printing
+PASSED lines at exit and then `os._exit(0)`, neutering a FAIL_TO_PASS test when the task has
+no `test_patch`, a failing subtest under a passing parent, and a conftest.py or pytest
+configuration that rewrites reports. Strict mode closes them:
+
+- Test infrastructure comes from the instance, not the submission: before the tests run, every
+  `conftest.py`, pytest configuration file (`pytest.ini`, `.pytest.ini`, `tox.ini`,
+  `setup.cfg`, `pyproject.toml`), `sitecustomize.py`, `usercustomize.py` and `.pth` file that
+  the patch names or git sees changed, every file of package metadata (`*.dist-info`,
+  `*.egg-info`: an `entry_points.txt` there registers a pytest plugin) and every root-level
+  stand-in for pytest (`pytest.py`, `_pytest/`, `pluggy/`, ...) the patch names, and every
+  file a FAIL_TO_PASS / PASS_TO_PASS id names, is put back as the base commit has it
+  (removed if it has none); then the task's
+  `test_patch` goes in as usual. A fix that needs to change one of those files is not graded
+  as it was written (`details.restored` lists what was put back).
+- Results come from pytest's own JUnit XML report (`--junitxml`, via `PYTEST_ADDOPTS`) written
+  to a fresh, randomly named path that did not exist before the run, never from the log.
+  A test id passes only if every report entry for it passed (a failing subtest fails it).
+- The report must agree with the process's exit status (0 exactly when nothing failed or
+  errored), and a run that wrote no report is `tests_errored`.
+
+Limits (said plainly): the submission's code runs inside the pytest process, so code that sets
+out to forge strict mode's report from inside that process (monkeypatching pytest at import
+time) is not excluded; only running the code under test outside the test process would. Strict
+mode needs pytest: a runner that writes no JUnit report is `tests_errored`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Sequence
+from pathlib import PurePosixPath
+
+from mcp_evalserver.scoring.grading import (
+    EvalStatus,
+    Grade,
+    ResolutionStatus,
+    grade_tests,
+    parse_test_list,
+    ungraded,
+)
+from mcp_evalserver.scoring.logparsers import StatusMap, TestStatus
+
+#: File names whose content changes how pytest collects, runs or reports tests.
+TEST_INFRASTRUCTURE = (
+    "conftest.py",
+    "pytest.ini",
+    ".pytest.ini",
+    "tox.ini",
+    "setup.cfg",
+    "pyproject.toml",
+    "sitecustomize.py",
+    "usercustomize.py",
+    "*.pth",
+)
+# Worst first: one failing entry (a subtest, a teardown error) decides the test's status.
+_RANK = {
+    TestStatus.ERROR: 0,
+    TestStatus.FAILED: 1,
+    TestStatus.SKIPPED: 2,
+    TestStatus.XFAIL: 3,
+    TestStatus.PASSED: 4,
+}
+
+
+def junit_options(report_path: str) -> str:
+    """What strict mode adds to `PYTEST_ADDOPTS`: a JUnit report with file names (xunit1)."""
+    return f"--junitxml={shlex.quote(report_path)} -o junit_family=xunit1"
+
+
+#: Directories whose files register plugins: an `entry_points.txt` with a `[pytest11]` section
+#: in any `*.dist-info`/`*.egg-info` on `sys.path` (the repository's root is, under
+#: `python -m pytest`) is loaded by pytest as a plugin.
+PACKAGE_METADATA = (".dist-info", ".egg-info")
+#: Modules at the repository's root that would stand in for pytest itself under
+#: `python -m pytest` (the root comes first on `sys.path`).
+PYTEST_SHADOWS = ("pytest", "pytest.py", "_pytest", "pluggy", "pluggy.py", "py.py")
+
+
+def is_infrastructure(path: str) -> bool:
+    """Whether a repository path names a test-infrastructure file: one of
+    `TEST_INFRASTRUCTURE` anywhere, a file of package metadata, or a root-level stand-in for
+    pytest."""
+    parts = PurePosixPath(path).parts
+    if not parts:
+        return False
+    if parts[0] in PYTEST_SHADOWS:
+        return True
+    if any(part.endswith(PACKAGE_METADATA) for part in parts):
+        return True
+    return any(fnmatch.fnmatchcase(parts[-1], pattern) for pattern in TEST_INFRASTRUCTURE)
+
+
+def infrastructure_in_patch(patch: str) -> list[str]:
+    """The test-infrastructure paths a patch names in any header `git apply` or `patch -p1`
+    reads (git, unified and context headers, renames, copies), in order, unique.
+
+    Read from the patch itself, not only from git, because GNU `patch` also writes inside
+    `.git` (an `info/exclude` entry would hide a new conftest.py from `git status`).
+    """
+    found: dict[str, None] = {}
+    for line in patch.splitlines():
+        for prefix, strip in _HEADERS:
+            if line.startswith(prefix):
+                for path in _header_paths(line.removeprefix(prefix), strip):
+                    if is_infrastructure(path):
+                        found.setdefault(path)
+                break
+    return list(found)
+
+
+# Header prefixes and whether `-p1` strips a leading component from the paths after them.
+_HEADERS = (
+    ("diff --git ", True),
+    ("--- ", True),
+    ("+++ ", True),
+    ("*** ", True),
+    ("Index: ", True),
+    ("rename from ", False),
+    ("rename to ", False),
+    ("copy from ", False),
+    ("copy to ", False),
+)
+
+
+def _header_paths(rest: str, strip: bool) -> list[str]:
+    rest = rest.split("\t", 1)[0].strip()
+    # `diff --git a/x b/x` names two paths; a quoted one ("a/con\146test.py") is unescaped.
+    parts = re.findall(r'"(?:[^"\\]|\\.)*"|\S+', rest) if rest.startswith(("a/", '"')) else [rest]
+    paths = []
+    for part in parts:
+        if len(part) >= 2 and part[0] == part[-1] == '"':
+            raw = part[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
+            part = raw.encode("latin-1", "replace").decode("utf-8", "replace")
+        if strip and "/" in part:
+            part = part.split("/", 1)[1]
+        paths.append(part)
+    return paths
+
+
+def infrastructure_restore_script(paths: Sequence[str]) -> str:
+    """A shell script (run in the workdir) that puts `paths`, and every test-infrastructure
+    file git sees changed or added, back as the base commit has them (removed if it has
+    none), printing each path it restored.
+
+    Package metadata and pytest stand-ins count only when the patch names them: an
+    instance's own untracked `*.egg-info` (an editable install) must survive.
+    """
+    names = "|".join(re.escape(name).replace(r"\*", "[^/]*") for name in TEST_INFRASTRUCTURE)
+    quoted = " ".join(shlex.quote(path) for path in paths)
+    return (
+        "{ git ls-files -m -o --exclude-standard | "
+        f"grep -E {shlex.quote(f'(^|/)({names})$')}; "
+        f'for f in {quoted}; do echo "$f"; done; }} | sort -u | while IFS= read -r f; do '
+        'if git cat-file -e "HEAD:$f" 2>/dev/null; then '
+        'git show "HEAD:$f" | cmp -s - "$f" || { git checkout -q HEAD -- "$f" && echo "$f"; }; '
+        'elif [ -e "$f" ] || [ -L "$f" ]; then rm -rf -- "$f" && echo "$f"; fi; done'
+    )
+
+
+def files_named_by(test_ids: Sequence[str]) -> list[str]:
+    """The files pytest ids (`path::test`) name, in order, unique."""
+    files: dict[str, None] = {}
+    for test in test_ids:
+        path, separator, _ = test.partition("::")
+        if separator and path:
+            files.setdefault(path)
+    return list(files)
+
+
+def parse_junit(xml: bytes) -> StatusMap:
+    """pytest's xunit1 JUnit report as a status map keyed by pytest node id.
+
+    Raises:
+        ValueError: not a JUnit report (malformed, a DOCTYPE, no test suite).
+    """
+    if b"<!DOCTYPE" in xml or b"<!ENTITY" in xml:
+        raise ValueError("the report declares a DOCTYPE or entities")
+    root = ElementTree.fromstring(xml)
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    if not suites:
+        raise ValueError("no <testsuite> in the report")
+    statuses: StatusMap = {}
+    for suite in suites:
+        for case in suite.iter("testcase"):
+            test_id = _node_id(case)
+            status = _case_status(case)
+            known = statuses.get(test_id)
+            if known is None or _RANK[status] < _RANK[known]:
+                statuses[test_id] = status
+    return statuses
+
+
+def _node_id(case: ElementTree.Element) -> str:
+    name = case.get("name", "")
+    classname = case.get("classname", "")
+    path = case.get("file", "")
+    if not path:
+        return f"{classname}::{name}" if classname else name
+    module = path.removesuffix(".py").replace("/", ".")
+    rest = classname[len(module) :].lstrip(".") if classname.startswith(module) else ""
+    return "::".join([path, *(part for part in rest.split(".") if part), name])
+
+
+def _case_status(case: ElementTree.Element) -> TestStatus:
+    tags = {child.tag for child in case}
+    if "error" in tags:
+        return TestStatus.ERROR
+    if "failure" in tags:
+        return TestStatus.FAILED
+    skipped = case.find("skipped")
+    if skipped is not None:
+        return TestStatus.XFAIL if skipped.get("type") == "pytest.xfail" else TestStatus.SKIPPED
+    return TestStatus.PASSED
+
+
+def grade_report(
+    report: bytes | None,
+    *,
+    fail_to_pass: str | Sequence[str] | None,
+    pass_to_pass: str | Sequence[str] | None,
+    exit_status: int,
+) -> Grade:
+    """Grades a run from its JUnit report and its exit status (see the module docstring).
+
+    Raises:
+        InvalidInput: a test list is malformed.
+    """
+    f2p = parse_test_list(fail_to_pass, "FAIL_TO_PASS")
+    p2p = parse_test_list(pass_to_pass, "PASS_TO_PASS")
+    if report is None:
+        return ungraded(
+            EvalStatus.TESTS_ERRORED,
+            "strict: the tests wrote no JUnit report (pytest did not finish, or the runner "
+            "is not pytest)",
+            exit_status,
+        )
+    try:
+        statuses = parse_junit(report)
+    except (ValueError, ElementTree.ParseError) as error:
+        explanation = f"strict: the JUnit report is unreadable: {error}"
+        return ungraded(EvalStatus.TESTS_ERRORED, explanation, exit_status)
+    failing = {TestStatus.FAILED, TestStatus.ERROR} & set(statuses.values())
+    tests = grade_tests(statuses, f2p, p2p)
+    if bool(failing) != (exit_status != 0):
+        return Grade(
+            status=EvalStatus.EXIT_CODE_MISMATCH,
+            resolution=ResolutionStatus.NO,
+            explanation=f"strict: tests exited {exit_status} but the JUnit report has "
+            f"{'failures' if failing else 'no failure'}",
+            tests=tests,
+            statuses=statuses,
+            exit_code=exit_status,
+        )
+    f2p_group, p2p_group = tests.fail_to_pass, tests.pass_to_pass
+    explanation = (
+        f"strict: FAIL_TO_PASS {len(f2p_group.success)}/{len(f2p)} pass, "
+        f"PASS_TO_PASS {len(p2p_group.success)}/{len(p2p)} pass (JUnit report)"
+    )
+    failures = [*f2p_group.failure, *p2p_group.failure]
+    if failures:
+        explanation += f"; first failing: {failures[0]}"
+    return Grade(
+        status=EvalStatus.GRADED,
+        resolution=tests.resolution,
+        explanation=explanation,
+        tests=tests,
+        statuses=statuses,
+        exit_code=exit_status,
+    )

@@ -1,0 +1,128 @@
+"""Strict mode's parts: the JUnit report as results, and what counts as test infrastructure.
+
+The scorer in strict mode, against real submissions in real workspaces, is in
+test_tests_scorer_adversarial.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcp_evalserver.scoring.grading import EvalStatus
+from mcp_evalserver.scoring.logparsers import TestStatus
+from mcp_evalserver.scoring.strict import (
+    grade_report,
+    infrastructure_in_patch,
+    junit_options,
+    parse_junit,
+)
+
+
+def junit_of_a_real_run(tmp_path: Path, tests: str) -> tuple[bytes, int]:
+    """pytest's own xunit1 report and exit status for a test module."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "test_m.py").write_text(tests)
+    report = tmp_path / "report.xml"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "pkg/test_m.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        env={"PATH": "/usr/bin:/bin", "PYTEST_ADDOPTS": junit_options(str(report))},
+        check=False,
+    )
+    return report.read_bytes(), run.returncode
+
+
+def test_a_real_pytest_report_maps_to_node_ids_and_statuses(tmp_path: Path) -> None:
+    tests = (
+        "import pytest\n\n\n"
+        "class TestK:\n    def test_ok(self):\n        pass\n\n\n"
+        "@pytest.mark.parametrize('x', ['a b', 'c'])\ndef test_p(x):\n    assert x != 'c'\n\n\n"
+        "@pytest.mark.skip\ndef test_s():\n    pass\n\n\n"
+        "@pytest.mark.xfail\ndef test_x():\n    assert False\n\n\n"
+        "@pytest.fixture\ndef broken():\n    raise RuntimeError\n\n\n"
+        "def test_e(broken):\n    pass\n"
+    )
+    report, status = junit_of_a_real_run(tmp_path, tests)
+    assert status == 1
+    assert parse_junit(report) == {
+        "pkg/test_m.py::TestK::test_ok": TestStatus.PASSED,
+        "pkg/test_m.py::test_p[a b]": TestStatus.PASSED,
+        "pkg/test_m.py::test_p[c]": TestStatus.FAILED,
+        "pkg/test_m.py::test_s": TestStatus.SKIPPED,
+        "pkg/test_m.py::test_x": TestStatus.XFAIL,
+        "pkg/test_m.py::test_e": TestStatus.ERROR,
+    }
+
+
+def test_a_failing_subtest_fails_its_passing_parent() -> None:
+    # pytest-subtests on pytest 7/8 reports the parent PASSED and the subtest as a second
+    # entry of the same test (SUBFAIL in the log, which SWE-bench's parsers skip).
+    report = (
+        b'<testsuites><testsuite name="pytest" tests="2">'
+        b'<testcase classname="test_m" name="test_a" file="test_m.py">'
+        b'<failure message="subtest">x</failure></testcase>'
+        b'<testcase classname="test_m" name="test_a" file="test_m.py"/>'
+        b"</testsuite></testsuites>"
+    )
+    assert parse_junit(report) == {"test_m.py::test_a": TestStatus.FAILED}
+    grade = grade_report(report, fail_to_pass=["test_m.py::test_a"], pass_to_pass=[], exit_status=1)
+    assert (grade.status, grade.resolved) == (EvalStatus.GRADED, False)
+
+
+def test_a_report_that_disagrees_with_the_exit_status_is_not_graded() -> None:
+    passing = b'<testsuite><testcase classname="t" name="test_a" file="t.py"/></testsuite>'
+    grade = grade_report(passing, fail_to_pass=["t.py::test_a"], pass_to_pass=[], exit_status=1)
+    assert (grade.status, grade.resolved) == (EvalStatus.EXIT_CODE_MISMATCH, False)
+    clean = grade_report(passing, fail_to_pass=["t.py::test_a"], pass_to_pass=[], exit_status=0)
+    assert clean.resolved
+
+
+@pytest.mark.parametrize(
+    ("report", "why"),
+    [
+        (None, "wrote no JUnit report"),
+        (b"<testsuite><testcase", "unreadable"),
+        (b"<html/>", "no <testsuite>"),
+        (b'<!DOCTYPE x [<!ENTITY a "b">]><testsuite/>', "DOCTYPE"),
+    ],
+)
+def test_a_missing_or_unreadable_report_is_tests_errored(report: bytes | None, why: str) -> None:
+    grade = grade_report(report, fail_to_pass=["t.py::test_a"], pass_to_pass=[], exit_status=0)
+    assert grade.status is EvalStatus.TESTS_ERRORED
+    assert why in grade.explanation
+
+
+def test_infrastructure_is_found_in_every_header_a_patch_tool_reads() -> None:
+    patch = (
+        "diff --git a/pkg/conftest.py b/pkg/conftest.py\n"
+        "--- x/pytest.ini\t2026-01-01\n"
+        "+++ y/pytest.ini\t2026-01-01\n"
+        '+++ "b/con\\146test.py"\n'
+        "rename to setup.cfg\n"
+        "*** q/deep/tox.ini\n"
+        "--- a/.git/info/exclude\n"
+        "+++ b/lib/site.pth\n"
+        "--- a/calc.py\n"
+        "+++ b/evil-1.0.dist-info/entry_points.txt\n"
+        "+++ b/src/pkg.egg-info/entry_points.txt\n"
+        "Index: a/pytest.py\n"
+        "+++ b/_pytest/junitxml.py\n"
+        "+++ b/src/_pytest/junitxml.py\n"
+    )
+    assert infrastructure_in_patch(patch) == [
+        "pkg/conftest.py",
+        "pytest.ini",
+        "conftest.py",
+        "setup.cfg",
+        "deep/tox.ini",
+        "lib/site.pth",
+        "evil-1.0.dist-info/entry_points.txt",
+        "src/pkg.egg-info/entry_points.txt",
+        "pytest.py",
+        "_pytest/junitxml.py",
+    ], "pytest's own sources below the root (pytest-dev's src/_pytest) are not stand-ins"

@@ -1,0 +1,269 @@
+"""Least privilege for token holders, over a real HTTP server (uvicorn on loopback, bearer
+token, the SDK's client): no plugins and no host paths unless the operator allows them, and
+no way out of the allowed directories through symlinks or `..`. Over stdio (the user's own
+process) both stay on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mcp_evalserver.campaigns import CampaignStore
+from mcp_evalserver.cli import main
+from tests.server.helpers import (
+    FIXED,
+    TOKEN,
+    answer_spec,
+    call,
+    call_error,
+    git_repo,
+    http_client,
+    http_server,
+    require_root,
+    stdio_client,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+MARKER_ENV = "MCP_EVALSERVER_TEST_IMPORT_MARKER"
+PLUGIN = "tests.plugins.import_marker"
+GOLD_PATCH = (
+    "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
+    " def add(a, b):\n-    return a - b\n+    return a + b\n"
+)
+
+
+@pytest.fixture
+def marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file the plugin module leaves when a server (a child of this test) imports it."""
+    path = tmp_path / "imported"
+    monkeypatch.setenv(MARKER_ENV, str(path))
+    return path
+
+
+def recorded(state_dir: Path) -> list[str]:
+    return CampaignStore(state_dir).list_ids()
+
+
+def answers(count: int, **fields: Any) -> dict[str, Any]:
+    """Answer tasks t1..tN with the given agent/scorer configs."""
+    return {**answer_spec(count), **fields}
+
+
+async def test_a_token_holder_cannot_make_the_server_import_a_module_or_run_a_program(
+    tmp_path: Path, marker: Path
+) -> None:
+    state_dir = tmp_path / "state"
+    ran = tmp_path / "ran"
+    python_agent = {"type": "python", "factory": f"{PLUGIN}:agent"}
+    python_scorer = {"type": "python", "factory": f"{PLUGIN}:scorer"}
+    hidden_scorer = {"type": "all_of", "scorers": [{"type": "exact"}, python_scorer]}
+    command_agent = {"type": "command", "command": ["touch", str(ran)]}
+    attempts: list[tuple[str, dict[str, Any]]] = [
+        ("start_campaign", {"spec": answers(2, agent=python_agent)}),
+        ("start_campaign", {"spec": answers(2, scorer=python_scorer)}),
+        ("start_campaign", {"spec": answers(2, scorer=hidden_scorer)}),
+        ("start_campaign", {"spec": answers(2, agent=command_agent)}),
+        ("sweep_concurrency", {"spec": answers(2, agent=python_agent), "levels": [1]}),
+    ]
+    with anyio.fail_after(120):
+        async with http_server(state_dir) as url, http_client(url) as client:
+            errors = [await call_error(client, tool, **arguments) for tool, arguments in attempts]
+            # A campaign it may run, then an attempt to re-score it with a plugin.
+            started = await call(client, "start_campaign", spec=answer_spec(2))
+            campaign_id = started["campaign_id"]
+            status = await call(client, "campaign_status", campaign_id=campaign_id, wait_s=60)
+            assert status["status"] == "finished"
+            ledger = (CampaignStore(state_dir).directory(campaign_id) / "ledger.jsonl").read_text()
+            errors.append(
+                await call_error(
+                    client, "score", campaign_id=campaign_id, rescore=True, scorer=python_scorer
+                )
+            )
+            listed = await call(client, "list_campaigns")
+    for error in errors:
+        assert "--allow-plugins" in error, error
+        assert "HTTP clients" in error, error
+    assert "imports a Python module into the server" in errors[0]
+    assert "the scorer {'type': 'python'}" in errors[2], "found inside a combined scorer"
+    assert "runs a program on the server's host" in errors[3]
+    assert not marker.exists(), "the server imported the client's module"
+    assert not ran.exists(), "the server ran the client's program"
+    # Nothing recorded: one campaign (the allowed one), its ledger as it was, no sweep.
+    assert recorded(state_dir) == [campaign_id]
+    assert [c["campaign_id"] for c in listed["campaigns"]] == [campaign_id]
+    assert (CampaignStore(state_dir).directory(campaign_id) / "ledger.jsonl").read_text() == ledger
+    assert not (state_dir / "sweeps").exists() or not any((state_dir / "sweeps").iterdir())
+
+
+async def test_with_allow_plugins_a_token_holder_runs_python_agents_and_scorers(
+    tmp_path: Path, marker: Path
+) -> None:
+    spec = answers(
+        3,
+        agent={"type": "python", "factory": f"{PLUGIN}:agent"},
+        scorer={"type": "python", "factory": f"{PLUGIN}:scorer"},
+    )
+    with anyio.fail_after(120):
+        async with (
+            http_server(tmp_path / "state", "--allow-plugins") as url,
+            http_client(url) as client,
+        ):
+            started = await call(client, "start_campaign", spec=spec)
+            status = await call(
+                client, "campaign_status", campaign_id=started["campaign_id"], wait_s=60
+            )
+    assert marker.exists()
+    assert status["status"] == "finished"
+    assert status["resolved"] == 2  # the scripted agent answers t3 wrongly
+
+
+async def test_a_token_holder_cannot_name_host_paths_without_allow_paths(
+    tmp_path: Path,
+) -> None:
+    repo = git_repo(tmp_path / "repo")
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text(json.dumps({"id": "t1", "prompt": "1 squared?", "answer": "1"}) + "\n")
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text("")
+    specs = [
+        {
+            "tasks": [{"id": "calc", "path": str(repo)}],
+            "scorer": {"type": "command", "command": "true"},
+        },
+        {"tasks": str(task_file)},
+        answers(1, agent={"type": "predictions", "path": str(predictions)}),
+    ]
+    state_dir = tmp_path / "state"
+    with anyio.fail_after(60):
+        async with (
+            http_server(state_dir, "--allow-plugins") as url,
+            http_client(url) as client,
+        ):
+            errors = [await call_error(client, "start_campaign", spec=spec) for spec in specs]
+    assert "task calc: path" in errors[0]
+    assert "task file" in errors[1]
+    assert "predictions file" in errors[2]
+    for error in errors:
+        assert "does not let its HTTP clients name host paths" in error, error
+        assert "--allow-paths" in error, error
+    assert recorded(state_dir) == []
+
+
+async def test_symlinks_and_dotdot_do_not_lead_out_of_the_allowed_directories(
+    tmp_path: Path,
+) -> None:
+    allowed, outside = tmp_path / "allowed", tmp_path / "outside"
+    allowed.mkdir()
+    secret_repo = git_repo(outside / "repo")
+    (outside / "tasks.jsonl").write_text(json.dumps({"id": "t1", "answer": "1"}) + "\n")
+    (allowed / "repo-link").symlink_to(secret_repo)
+    (allowed / "tasks.jsonl").symlink_to(outside / "tasks.jsonl")
+    inner = git_repo(allowed / "inner")
+    (inner / "escape").symlink_to(outside)
+
+    def path_task(path: str, **fields: str) -> dict[str, Any]:
+        task = {"id": "calc", "path": path, **fields}
+        return {"tasks": [task], "scorer": {"type": "command", "command": "true"}}
+
+    specs = [
+        path_task(f"{allowed}/../outside/repo"),
+        path_task(f"{allowed}/repo-link"),
+        path_task(str(inner), workdir=f"{inner}/escape"),
+        {"tasks": f"{allowed}/tasks.jsonl"},
+        {"tasks": f"{allowed}/../outside/tasks.jsonl"},
+    ]
+    state_dir = tmp_path / "state"
+    with anyio.fail_after(60):
+        async with (
+            http_server(state_dir, "--allow-paths", str(allowed)) as url,
+            http_client(url) as client,
+        ):
+            errors = [await call_error(client, "start_campaign", spec=spec) for spec in specs]
+    real_allowed = os.path.realpath(allowed)
+    for error in errors:
+        assert (
+            f"is outside the directories this server lets its HTTP clients use ({real_allowed})"
+            in error
+        ), error
+        assert "it leads to" in error, error
+    assert f"it leads to {os.path.realpath(secret_repo)}" in errors[1]
+    assert "workdir" in errors[2]
+    assert recorded(state_dir) == []
+
+
+@pytest.mark.root
+async def test_with_allow_paths_a_task_under_the_root_runs_and_its_real_path_is_recorded(
+    tmp_path: Path,
+) -> None:
+    require_root()
+    allowed = tmp_path / "allowed"
+    repo = git_repo(allowed / "real" / "repo")
+    (allowed / "alias").symlink_to(allowed / "real")  # a symlink that stays inside
+    task = {
+        "id": "calc",
+        "prompt": "make add() add",
+        "path": f"{allowed}/alias/repo",
+        "patch": GOLD_PATCH,
+    }
+    task_file = allowed / "tasks.jsonl"
+    task_file.write_text(json.dumps(task) + "\n")
+    spec = {
+        "name": "paths",
+        "tasks": str(task_file),
+        "agent": {"type": "oracle"},
+        "scorer": {
+            "type": "command",
+            "command": "python3 -c 'import calc; assert calc.add(2, 2) == 4'",
+        },
+    }
+    state_dir = tmp_path / "state"
+    with anyio.fail_after(120):
+        async with (
+            http_server(state_dir, "--allow-paths", str(allowed)) as url,
+            http_client(url) as client,
+        ):
+            started = await call(client, "start_campaign", spec=spec)
+            status = await call(
+                client, "campaign_status", campaign_id=started["campaign_id"], wait_s=90
+            )
+    assert status["status"] == "finished"
+    assert status["resolved"] == 1, status
+    recorded_tasks = CampaignStore(state_dir).load(started["campaign_id"]).spec.task_list()
+    assert recorded_tasks[0].path == os.path.realpath(repo)
+    assert (repo / "calc.py").read_text() != FIXED, "the instance directory stays untouched"
+
+
+async def test_over_stdio_plugins_and_any_path_stay_on(tmp_path: Path, marker: Path) -> None:
+    task_file = tmp_path / "anywhere" / "tasks.jsonl"
+    task_file.parent.mkdir()
+    task_file.write_text(json.dumps({"id": "t1", "prompt": "1 squared?", "answer": "1"}) + "\n")
+    spec = {
+        "name": "stdio",
+        "tasks": str(task_file),
+        "agent": {"type": "python", "factory": f"{PLUGIN}:agent"},
+        "scorer": {"type": "python", "factory": f"{PLUGIN}:scorer"},
+    }
+    with anyio.fail_after(120):
+        async with stdio_client(tmp_path / "state") as client:
+            started = await call(client, "start_campaign", spec=spec)
+            status = await call(
+                client, "campaign_status", campaign_id=started["campaign_id"], wait_s=60
+            )
+    assert marker.exists()
+    assert status["resolved"] == 1
+
+
+def test_an_allowed_path_that_is_no_directory_stops_the_server_with_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-dir"
+    argv = ["--state-dir", str(tmp_path), "--http", "--port", "0", "--token", TOKEN]
+    assert main([*argv, "--allow-paths", str(missing)]) == 2
+    assert f"--allow-paths {missing}: not a directory" in capsys.readouterr().err
