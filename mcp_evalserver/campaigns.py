@@ -27,6 +27,7 @@ import anyio.lowlevel
 
 from mcp_evalserver.adaptive import LimitChange
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
+from mcp_evalserver.agents.command import EndpointFactory
 from mcp_evalserver.agents.factory import build_agent
 from mcp_evalserver.errors import (
     EvalServerError,
@@ -182,8 +183,12 @@ class CampaignRunner:
         on_record: Callable[[CampaignState, dict[str, Any]], None] | None = None,
         sandboxes: SandboxPool | None = None,
         ray_address: str | None = None,
+        trajectory_endpoints: EndpointFactory | None = None,
     ) -> None:
+        """`trajectory_endpoints` serves a `command` agent's MCP endpoints (given by the CLI
+        and the server, the layers that know MCP)."""
         self.store = store
+        self._trajectory_endpoints = trajectory_endpoints
         self._ray_address = ray_address  # for a pool of its own, when not given one
         self._sandboxes = sandboxes
         self.campaign_id = campaign_id
@@ -258,7 +263,9 @@ class CampaignRunner:
             ledger.recovered = []
             self.state = state
             spec = state.spec
-            agent = self._agent or build_agent(spec.agent)
+            agent = self._agent or build_agent(
+                spec.agent, trajectory_endpoints=self._trajectory_endpoints
+            )
             scorer = self._scorer or build_scorer(spec.scorer)
             drive = _Drive(
                 ledger=ledger,

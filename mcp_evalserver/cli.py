@@ -30,6 +30,7 @@ from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
 from mcp_evalserver.progress import progress_line, show_progress
 from mcp_evalserver.report import build_report, render_markdown
 from mcp_evalserver.server.http import TOKEN_ENV
+from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
 from mcp_evalserver.spec import load_spec, spec_json_schema
 from mcp_evalserver.state import CampaignState
 
@@ -83,9 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--allow-plugins",
         action="store_true",
-        help="--http: let clients' specs load Python plugins (`python` agents and scorers) and "
-        "run host programs (`command` agents), i.e. run code as this server's user; off by "
-        "default over HTTP, always on over --stdio",
+        help="--http: let clients' specs load Python plugins (`python` agents and scorers), "
+        "run host programs (`command` agents) and use a Ray cluster other than --ray's, i.e. "
+        "run code as this server's user; off by default over HTTP, always on over --stdio",
     )
     parser.add_argument(
         "--allow-paths",
@@ -266,7 +267,9 @@ def _write(text: str, out: Path | None) -> None:
 def _run(
     store: CampaignStore, campaign_id: str, *, progress: bool, ray_address: str | None = None
 ) -> int:
-    runner = CampaignRunner(store, campaign_id, ray_address=ray_address)
+    runner = CampaignRunner(
+        store, campaign_id, ray_address=ray_address, trajectory_endpoints=serve_trajectory_endpoint
+    )
 
     async def supervise() -> CampaignState:
         # Caught inside the group so the user sees the error itself, not an ExceptionGroup.

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 
 from mcp_evalserver.campaigns import CampaignStore
+from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
 from mcp_evalserver.spec import load_spec
 from mcp_evalserver.sweep import (
     DEFAULT_LEVELS,
@@ -62,7 +63,11 @@ def dispatch_sweep(args: argparse.Namespace, store: CampaignStore) -> int | None
     async def announce(level: int, campaign_id: str) -> None:
         print(f"level {level}: campaign {campaign_id}", file=sys.stderr)
 
-    result = anyio.run(lambda: run_sweep(store, plan, on_level=announce))
+    result = anyio.run(
+        lambda: run_sweep(
+            store, plan, on_level=announce, trajectory_endpoints=serve_trajectory_endpoint
+        )
+    )
     print(render_sweep(result), end="")
     plot = directory / PLOT_FILE
     print(f"\n{directory / SWEEP_FILE}" + (f"\n{plot}" if plot.is_file() else ""), file=sys.stderr)

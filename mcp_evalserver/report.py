@@ -115,6 +115,13 @@ def build_report(state: CampaignState) -> dict[str, Any]:
             "scoring": _percentiles(t.scoring_s for t in state.trajectories.values()),
         },
         "score_statuses": dict(sorted(Counter(str(s.get("status")) for s in scores).items())),
+        # Which grading mode decided the scores (the `tests` scorer's `details.mode`:
+        # `swebench` or `strict`); a rescore may grade in another mode than the first run.
+        "grading_modes": dict(
+            sorted(
+                Counter(m for s in scores if (m := (s.get("details") or {}).get("mode"))).items()
+            )
+        ),
         "partially_resolved": sum(
             (s.get("details") or {}).get("resolution") == "RESOLVED_PARTIAL" for s in scores
         ),
@@ -203,7 +210,12 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- status: **{report['status_text']}** ({report['done']}/{report['trajectories']} done,"
         f" {report['runs']} run(s)"
         + (f", rescored {report['rescores']} time(s)" if report["rescores"] else "")
-        + f"; agent `{report['agent']}`, scorer `{report['scorer']}`)",
+        + f"; agent `{report['agent']}`, scorer `{report['scorer']}`"
+        + "".join(
+            f", {count} graded in mode `{mode}`"
+            for mode, count in report.get("grading_modes", {}).items()
+        )
+        + ")",
         f"- pass rate: **{_percent(report['pass_rate'])}** ({report['resolved']}/"
         f"{report['graded']} graded trajectories; infrastructure errors excluded)"
         + (

@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from mcp_evalserver.agents.command import EndpointFactory
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.report import build_report
@@ -126,8 +127,11 @@ async def run_sweep(
     *,
     sandboxes: SandboxPool | None = None,
     on_level: LevelStarted | None = None,
+    trajectory_endpoints: EndpointFactory | None = None,
 ) -> dict[str, Any]:
     """Runs (or resumes) every level's campaign, then writes sweep.json and sweep.png.
+
+    `trajectory_endpoints` serves a `command` agent's endpoints (see `CampaignRunner`).
 
     Raises:
         InvalidInput: the spec's agent or scorer cannot be built.
@@ -142,7 +146,9 @@ async def run_sweep(
         # A finished level is measured as it is: resuming it would retry its infrastructure
         # failures and change what the sweep measures.
         if store.load(campaign_id).status != "finished":
-            await CampaignRunner(store, campaign_id, sandboxes=sandboxes).run()
+            await CampaignRunner(
+                store, campaign_id, sandboxes=sandboxes, trajectory_endpoints=trajectory_endpoints
+            ).run()
     result = summarise(store, plan)
     directory = sweeps_dir(store) / plan["id"]
     _write(directory / SWEEP_FILE, json.dumps(result, indent=1))

@@ -1,8 +1,10 @@
 """The `command` agent: a user's program, run once per trajectory, acting through MCP.
 
-For each trajectory it serves an MCP endpoint (streamable HTTP on 127.0.0.1, a random port and a
-fresh bearer token) whose tools reach that trajectory's workspace only, then runs the program
-with the endpoint and the task in its environment. What the program submits is the submission;
+For each trajectory it has an MCP endpoint served (streamable HTTP on 127.0.0.1, a random port
+and a fresh bearer token) whose tools reach that trajectory's workspace only, then runs the
+program with the endpoint and the task in its environment. The endpoint comes from a factory
+handed in where the server is assembled (`server.trajectory_endpoint`): agents never import the
+protocol layer. What the program submits is the submission;
 a program that exits 0 without submitting hands in its workspace's diff, and one that exits
 otherwise without submitting is the trajectory's error. The program runs in a process group of
 its own, killed when the program exits (no leftover children) or the trajectory times out.
@@ -12,24 +14,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
-import uvicorn
 
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.agents.config import CommandAgentConfig
 from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput
-from mcp_evalserver.server.http import BearerAuth, listening_socket
-from mcp_evalserver.server.mcp_app import trajectory_http_app
-from mcp_evalserver.server.scoped import ScopedTrajectory
 
 #: What the transcript keeps of each of the program's output streams (head and tail).
 OUTPUT_CAP = 64 << 10
@@ -68,69 +66,63 @@ class _Output:
         return self.head.decode(errors="replace") + middle + self.tail.decode(errors="replace")
 
 
-class _QuietServer(uvicorn.Server):
-    """A uvicorn server that leaves signals alone: it lives inside another process's run."""
+class TrajectoryEndpoint(Protocol):
+    """One trajectory's MCP endpoint while it is served."""
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # uvicorn would take over SIGINT/SIGTERM while it serves; a trajectory's endpoint must
-        # not swallow the Ctrl-C meant for the CLI or the main server.
-        yield
+    @property
+    def url(self) -> str:
+        """Where the program reaches it."""
+        ...
+
+    @property
+    def token(self) -> str:
+        """The bearer token it accepts (this trajectory's only)."""
+        ...
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """The tool calls made through it, for the transcript."""
+        ...
+
+    @property
+    def submission(self) -> Submission | None:
+        """What the program submitted, if it did."""
+        ...
+
+    @property
+    def submitted(self) -> anyio.Event:
+        """Set once the program has submitted."""
+        ...
+
+
+#: Serves a trajectory's endpoint for the life of the `async with`.
+EndpointFactory = Callable[[TrajectoryContext], AbstractAsyncContextManager[TrajectoryEndpoint]]
 
 
 class CommandAgent(Agent):
     """Runs the configured program once per trajectory."""
 
-    def __init__(self, config: CommandAgentConfig) -> None:
+    def __init__(self, config: CommandAgentConfig, endpoints: EndpointFactory) -> None:
         self.config = config
+        self.endpoints = endpoints
 
     async def generate(self, context: TrajectoryContext) -> Submission:
-        """Serves the trajectory's endpoint, runs the program, returns what it handed in.
+        """Has the trajectory's endpoint served, runs the program, returns what it handed in.
 
         Raises:
             ProgramFailed: the program exited non-zero without submitting.
             InvalidInput: the program cannot be started (not found, not executable).
             InfrastructureError: the sandbox is gone (when handing in the workspace's diff).
         """
-        trajectory = ScopedTrajectory(context)
-        token = secrets.token_urlsafe(32)
-        sock = listening_socket("127.0.0.1", 0)
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
-        server = _QuietServer(
-            uvicorn.Config(
-                BearerAuth(trajectory_http_app(trajectory), token),
-                log_level="warning",
-                # None: uvicorn leaves the process's logging configuration as it is.
-                log_config=None,
-                lifespan="on",
-                timeout_graceful_shutdown=2,
-            )
-        )
-
-        async def serve() -> None:
-            # Shielded: the endpoint always stops through `should_exit`, which closes its
-            # socket and sessions, even when the trajectory is cancelled (its timeout).
-            with anyio.CancelScope(shield=True):
-                await server.serve(sockets=[sock])
-
+        async with self.endpoints(context) as endpoint:
+            exit_code, stdout, stderr = await self._run(context, endpoint)
         transcript: list[dict[str, Any]] = [
-            {"event": "started", "command": self.config.command, "url": url}
+            {"event": "started", "command": self.config.command, "url": endpoint.url},
+            *endpoint.calls,
+            {"event": "exited", "exit_code": exit_code, "stdout": stdout, "stderr": stderr},
         ]
-        try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(serve)
-                try:
-                    exit_code, stdout, stderr = await self._run(trajectory, url, token)
-                finally:
-                    server.should_exit = True
-        finally:
-            sock.close()
-        transcript += trajectory.calls
-        transcript.append(
-            {"event": "exited", "exit_code": exit_code, "stdout": stdout, "stderr": stderr}
-        )
-        if trajectory.submission is not None:
-            return trajectory.submission.model_copy(update={"transcript": transcript})
+        if endpoint.submission is not None:
+            return endpoint.submission.model_copy(update={"transcript": transcript})
         if exit_code != 0:
             raise ProgramFailed(
                 f"the agent program exited with status {exit_code} without submitting; "
@@ -140,18 +132,17 @@ class CommandAgent(Agent):
         return Submission(patch=await _workspace_diff(context), transcript=transcript)
 
     async def _run(
-        self, trajectory: ScopedTrajectory, url: str, token: str
+        self, context: TrajectoryContext, endpoint: TrajectoryEndpoint
     ) -> tuple[int, str, str]:
         """Runs the program to its end; returns its exit status and its (capped) output.
 
         Raises:
             InvalidInput: the program cannot be started.
         """
-        context = trajectory.context
         with tempfile.TemporaryDirectory(prefix="mcp-evalserver-command-") as scratch:
             prompt_file = Path(scratch, "prompt.txt")
             await anyio.Path(prompt_file).write_text(context.task.prompt)
-            env = _environment(context, url, token, prompt_file, self.config.env)
+            env = _environment(context, endpoint, prompt_file, self.config.env)
             stdout, stderr = _Output(), _Output()
             try:
                 process = await anyio.open_process(
@@ -170,7 +161,7 @@ class CommandAgent(Agent):
                     assert process.stderr is not None
                     group.start_soon(_drain, process.stdout, stdout, drained[0])
                     group.start_soon(_drain, process.stderr, stderr, drained[1])
-                    group.start_soon(_stop_after_submit, trajectory, process.pid)
+                    group.start_soon(_stop_after_submit, endpoint, process.pid)
                     exit_code = await process.wait()
                     _kill_group(process.pid)
                     with anyio.move_on_after(_DRAIN_GRACE_S):
@@ -186,8 +177,7 @@ class CommandAgent(Agent):
 
 def _environment(
     context: TrajectoryContext,
-    url: str,
-    token: str,
+    endpoint: TrajectoryEndpoint,
     prompt_file: Path,
     extra: Mapping[str, str],
 ) -> dict[str, str]:
@@ -196,8 +186,8 @@ def _environment(
     return {
         **os.environ,
         **extra,
-        "MCP_EVALSERVER_URL": url,
-        "MCP_EVALSERVER_TOKEN": token,
+        "MCP_EVALSERVER_URL": endpoint.url,
+        "MCP_EVALSERVER_TOKEN": endpoint.token,
         "MCP_EVALSERVER_CAMPAIGN": context.campaign_id,
         "MCP_EVALSERVER_TRAJECTORY": context.trajectory_id,
         "MCP_EVALSERVER_ATTEMPT": str(context.attempt),
@@ -208,8 +198,8 @@ def _environment(
     }
 
 
-async def _stop_after_submit(trajectory: ScopedTrajectory, pid: int) -> None:
-    await trajectory.submitted.wait()
+async def _stop_after_submit(endpoint: TrajectoryEndpoint, pid: int) -> None:
+    await endpoint.submitted.wait()
     await anyio.sleep(EXIT_GRACE_S)
     _kill_group(pid)
 

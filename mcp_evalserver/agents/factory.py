@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mcp_evalserver.agents.base import Agent
 from mcp_evalserver.agents.builtin import NoopAgent, OracleAgent
+from mcp_evalserver.agents.command import EndpointFactory
 from mcp_evalserver.agents.config import (
     AgentConfig,
     CommandAgentConfig,
@@ -19,12 +20,20 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.plugins import load_factory
 
 
-def build_agent(config: AgentConfig, *, claims: ClaimBoard | None = None) -> Agent:
-    """Makes the agent a config describes; external agents publish on `claims`.
+def build_agent(
+    config: AgentConfig,
+    *,
+    claims: ClaimBoard | None = None,
+    trajectory_endpoints: EndpointFactory | None = None,
+) -> Agent:
+    """Makes the agent a config describes; external agents publish on `claims`, `command`
+    agents have their programs' MCP endpoints served by `trajectory_endpoints` (both come from
+    where the server is assembled: agents never import it).
 
     Raises:
         InvalidInput: a plugin factory cannot be loaded or returns something not an Agent, or
-            an external agent has no claim board (only the MCP server has one).
+            an external agent has no claim board (only the MCP server has one), or a command
+            agent no endpoint factory.
     """
     if isinstance(config, ExternalAgentConfig):
         if claims is None:
@@ -46,10 +55,14 @@ def build_agent(config: AgentConfig, *, claims: ClaimBoard | None = None) -> Age
     if isinstance(config, PredictionsAgentConfig):
         return PredictionsAgent(config)
     if isinstance(config, CommandAgentConfig):
-        # Imported here: it pulls in the MCP SDK and uvicorn, which most campaigns never need.
+        if trajectory_endpoints is None:
+            raise InvalidInput(
+                "agent type 'command' serves its program an MCP endpoint, which this caller "
+                "cannot: run the campaign with `mcp-evalserver run`/`resume` or through the server"
+            )
         from mcp_evalserver.agents.command import CommandAgent
 
-        return CommandAgent(config)
+        return CommandAgent(config, trajectory_endpoints)
     agent = load_factory(config.factory)(config.options)
     if not isinstance(agent, Agent):
         raise InvalidInput(f"factory {config.factory!r} returned {type(agent).__name__}, not Agent")

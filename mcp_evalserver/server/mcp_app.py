@@ -224,9 +224,8 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         infrastructure error rates, 429/5xx counts, latency, tokens/s per level) and sweep.png,
         and recommend the level where errors start to climb. Returns at once; follow it with
         sweep_status (wait_s > 0), or a level's campaign with campaign_status."""
-        service = _service(ctx)
         return _sweeps(ctx).start(
-            service.privileges.admit(spec, service.base_dir),
+            _service(ctx).admit(spec),
             levels=levels or list(DEFAULT_LEVELS),
             tasks=tasks,
             samples=samples,

@@ -3,10 +3,11 @@
 Over stdio the client is the user's own process, and may do what the user may: load Python
 plugins, run host programs, name any directory. Over HTTP anyone holding the token is a client,
 so those are off unless the operator turns them on: `--allow-plugins` lets a spec import Python
-modules (`python` agents and scorers) and run host programs (`command` agents); `--allow-paths
-DIR...` lets it name host paths (a task's `path` and `paths`, a task file, a predictions file)
-under those directories. A path is judged by where it really leads (symlinks followed, `..`
-resolved), and the campaign records that real path, so a later symlink cannot lead it elsewhere.
+modules (`python` agents and scorers), run host programs (`command` agents) and connect the
+server to a Ray cluster of their choosing (not its own `--ray`); `--allow-paths DIR...` lets it
+name host paths (a task's `path` and `paths`, a task file, a predictions file) under those
+directories. A path is judged by where it really leads (symlinks followed, `..` resolved), and
+the campaign records that real path, so a later symlink cannot lead it elsewhere.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from mcp_evalserver.agents.config import (
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.config import PythonScorerConfig
 from mcp_evalserver.scoring.swebench_compat import GOLD
-from mcp_evalserver.spec import CampaignSpec, Task
+from mcp_evalserver.spec import CampaignSpec, RaySandboxConfig, Task
 
 # The configs that make the server import a module or run a program of the client's choosing
 # (a `command` scorer runs in the sandbox: it is not one of them).
@@ -66,9 +67,12 @@ class Privileges:
             roots.append(real)
         return cls(plugins=allow_plugins, path_roots=tuple(roots))
 
-    def admit(self, spec: CampaignSpec, base_dir: Path) -> CampaignSpec:
+    def admit(
+        self, spec: CampaignSpec, base_dir: Path, *, ray_address: str | None = None
+    ) -> CampaignSpec:
         """The spec with its task file loaded, once the client may ask for all of it; host
         paths are recorded as the real paths they lead to when paths are restricted.
+        `ray_address` is the server's own cluster, which every client's spec may use.
 
         Raises:
             InvalidInput: it needs a privilege this server does not grant (the message says
@@ -76,6 +80,16 @@ class Privileges:
         """
         self.admit_plugins(spec.agent, "agent")
         self.admit_plugins(spec.scorer, "scorer")
+        placement = spec.sandbox
+        if isinstance(placement, RaySandboxConfig) and placement.address != ray_address:
+            # Ray's client and driver unpickle what the cluster sends: a cluster of the
+            # client's choosing runs code in the server.
+            self._refuse_plugin(
+                f"sandbox {{'type': 'ray', 'address': {placement.address!r}}}",
+                "connects the server to a Ray cluster of the spec's choosing (which runs code "
+                "in it)",
+                also=" or --ray ADDRESS (a cluster every client's spec may use)",
+            )
         if isinstance(spec.tasks, str):
             spec = spec.model_copy(
                 update={"tasks": self.host_path(spec.tasks, "task file", base_dir)}
@@ -101,13 +115,16 @@ class Privileges:
         for part in _configs(config):
             does = _PLUGINS.get(type(part))
             if does is not None:
-                kind = getattr(part, "type", "?")
-                raise InvalidInput(
-                    f"the {where} {{'type': {kind!r}}} {does}, which this server does not let "
-                    "its HTTP clients do: its operator can allow it with --allow-plugins (then "
-                    "whoever holds the token runs code as the server's user), or run the "
-                    "campaign over stdio or with the CLI"
-                )
+                self._refuse_plugin(f"the {where} {{'type': {getattr(part, 'type', '?')!r}}}", does)
+
+    def _refuse_plugin(self, what: str, does: str, also: str = "") -> None:
+        if self.plugins:
+            return
+        raise InvalidInput(
+            f"{what} {does}, which this server does not let its HTTP clients do: its operator "
+            f"can allow it with --allow-plugins (then whoever holds the token runs code as the "
+            f"server's user){also}, or run the campaign over stdio or with the CLI"
+        )
 
     def host_path(self, given: str, what: str, base_dir: Path) -> str:
         """`given` (relative to `base_dir`) if clients may name it: unchanged when any path is
@@ -143,9 +160,8 @@ class Privileges:
             update["path"] = self.host_path(task.path, f"task {task.id}: path", base_dir)
         if task.workdir is not None and task.path is not None:
             update["workdir"] = self.host_path(task.workdir, f"task {task.id}: workdir", base_dir)
-        if (
-            task.paths
-        ):  # what the view shows besides the instance (README, "What a trajectory sees")
+        # What the view shows besides the instance (README, "What a trajectory sees").
+        if task.paths:
             update["paths"] = [
                 entry.model_copy(
                     update={"path": self.host_path(entry.path, f"task {task.id}: paths", base_dir)}

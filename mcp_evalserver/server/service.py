@@ -51,6 +51,7 @@ from mcp_evalserver.server.models import (
 )
 from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.server.sweeps import Sweeps
+from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
 from mcp_evalserver.spec import CampaignSpec
 from mcp_evalserver.state import INFRA_OUTCOMES, CampaignState
 
@@ -161,13 +162,24 @@ class EvalService:
             InvalidInput: the spec's task file, agent or scorer is invalid, needs a privilege
                 the server does not grant its clients, or the id is taken.
         """
-        resolved = self.privileges.admit(spec, self.base_dir)
+        resolved = self.admit(spec)
         # Built now so a bad plugin path fails this call, not the background run.
-        build_agent(resolved.agent, claims=self.claims)
+        build_agent(
+            resolved.agent, claims=self.claims, trajectory_endpoints=serve_trajectory_endpoint
+        )
         build_scorer(resolved.scorer)
         new_id = await self.store.create(resolved, campaign_id)
         await self._launch(new_id)
         return self.status(new_id)
+
+    def admit(self, spec: CampaignSpec) -> CampaignSpec:
+        """The spec resolved, once this server's clients may ask for all of it.
+
+        Raises:
+            InvalidInput: the task file is invalid, or the spec needs a privilege the server
+                does not grant its clients (`Privileges.admit`).
+        """
+        return self.privileges.admit(spec, self.base_dir, ray_address=self._ray_address)
 
     async def resume(self, campaign_id: str) -> CampaignStatus:
         """Continues a campaign that is not finished and not running here; trajectories whose
@@ -426,7 +438,9 @@ class EvalService:
         if self._group is None or self._pool is None:
             raise Conflict("the server is not running campaigns (it is starting or stopping)")
         state = self._load(campaign_id)
-        agent = build_agent(state.spec.agent, claims=self.claims)
+        agent = build_agent(
+            state.spec.agent, claims=self.claims, trajectory_endpoints=serve_trajectory_endpoint
+        )
         run = _Run()
         run.runner = CampaignRunner(
             self.store, campaign_id, agent=agent, sandboxes=self._pool, on_record=run.on_record

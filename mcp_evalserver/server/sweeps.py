@@ -21,6 +21,7 @@ from mcp_evalserver.campaigns import CampaignStore
 from mcp_evalserver.errors import Conflict, EvalServerError, NotFound
 from mcp_evalserver.sandboxes import SandboxPool
 from mcp_evalserver.server.models import SweepStatus
+from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
 from mcp_evalserver.spec import CampaignSpec
 from mcp_evalserver.sweep import (
     PLAN_FILE,
@@ -128,7 +129,13 @@ class Sweeps:
 
         try:
             with sweep.scope:
-                await run_sweep(self.store, sweep.plan, sandboxes=self._pool, on_level=on_level)
+                await run_sweep(
+                    self.store,
+                    sweep.plan,
+                    sandboxes=self._pool,
+                    on_level=on_level,
+                    trajectory_endpoints=serve_trajectory_endpoint,
+                )
         except EvalServerError as exc:
             sweep.error = str(exc)
             logger.warning("sweep %s stopped: %s", sweep.plan["id"], exc)

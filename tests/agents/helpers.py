@@ -8,6 +8,7 @@ from typing import Any
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.ledger import LEDGER_FILE, Record, read_artifact, read_ledger
 from mcp_evalserver.scoring.base import Scorer
+from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
 from mcp_evalserver.spec import CampaignSpec
 from mcp_evalserver.state import CampaignState
 
@@ -55,7 +56,9 @@ async def run(
     """Runs a campaign built from its spec alone (the agent comes from `build_agent`)."""
     store = CampaignStore(state_dir)
     campaign_id = await store.create(campaign)
-    state = await CampaignRunner(store, campaign_id, scorer=scorer).run()
+    state = await CampaignRunner(
+        store, campaign_id, scorer=scorer, trajectory_endpoints=serve_trajectory_endpoint
+    ).run()
     return state, store.directory(campaign_id)
 
 

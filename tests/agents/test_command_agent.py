@@ -15,8 +15,10 @@ from mcp_evalserver.agents import command
 from mcp_evalserver.agents.command import CommandAgent
 from mcp_evalserver.agents.config import CommandAgentConfig
 from mcp_evalserver.agents.factory import build_agent
+from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.config import CommandScorerConfig
 from mcp_evalserver.scoring.factory import build_scorer
+from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
 from tests.agents.helpers import artifact_text, records, run, spec
 from tests.server.helpers import BUGGY, git_repo, require_root
 
@@ -178,7 +180,14 @@ def test_the_readmes_command_agent_example_builds_a_command_agent() -> None:
     example = section.split("```json\n", 1)[1].split("```", 1)[0]
     campaign = spec([ANSWER_TASK], json.loads("{" + example + "}")["agent"])
     assert isinstance(campaign.agent, CommandAgentConfig)
-    assert isinstance(build_agent(campaign.agent), CommandAgent)
+    built = build_agent(campaign.agent, trajectory_endpoints=serve_trajectory_endpoint)
+    assert isinstance(built, CommandAgent)
+
+
+def test_a_command_agent_without_an_endpoint_factory_is_refused_with_what_to_do() -> None:
+    campaign = spec([ANSWER_TASK], program("answer", "/nonexistent"))
+    with pytest.raises(InvalidInput, match="run the campaign with `mcp-evalserver run`"):
+        build_agent(campaign.agent)
 
 
 def _gone(pid: int) -> bool:

@@ -99,6 +99,7 @@ def test_predictions_are_evaluated_and_reported_in_swebench_shape(
     assert _cli(state, "report", "p", "--swebench", str(out), "--format", "json") == 0
     report = json.loads(capsys.readouterr().out)
     assert report["score_statuses"] == {"empty": 1, "failed": 1, "resolved": 1}
+    assert report["grading_modes"] == {"swebench": 2}, "the empty patch was not graded"
     assert report["partially_resolved"] == 1
     summary = json.loads((out / "model-x.p.json").read_text())
     assert summary["failure_reasons"] == {}
@@ -148,9 +149,11 @@ def test_gold_predictions_resolve_every_instance_and_compare_with_a_model(
     environment = ["--path", str(tmp_path / "{instance_id}")]
     assert _cli(
         state, "import-predictions", "gold", "--instances", str(instances), *environment,
-        "--id", "gold", "--no-progress",
+        "--id", "gold", "--no-progress", "--scorer", '{"type": "tests", "strict": true}',
     ) == 0  # fmt: skip
-    assert "pass rate: **100.0%** (3/3" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "pass rate: **100.0%** (3/3" in out
+    assert "scorer `tests`, 3 graded in mode `strict`)" in out
     predictions = tmp_path / "preds.json"
     predictions.write_text(
         json.dumps(

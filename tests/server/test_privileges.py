@@ -16,6 +16,9 @@ import pytest
 
 from mcp_evalserver.campaigns import CampaignStore
 from mcp_evalserver.cli import main
+from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.server.privileges import Privileges
+from mcp_evalserver.spec import CampaignSpec, RaySandboxConfig
 from tests.server.helpers import (
     FIXED,
     TOKEN,
@@ -71,6 +74,7 @@ async def test_a_token_holder_cannot_make_the_server_import_a_module_or_run_a_pr
         ("start_campaign", {"spec": answers(2, scorer=hidden_scorer)}),
         ("start_campaign", {"spec": answers(2, agent=command_agent)}),
         ("sweep_concurrency", {"spec": answers(2, agent=python_agent), "levels": [1]}),
+        ("start_campaign", {"spec": answers(2, sandbox={"type": "ray", "address": "10.9.9.9:1"})}),
     ]
     with anyio.fail_after(120):
         async with http_server(state_dir) as url, http_client(url) as client:
@@ -93,6 +97,8 @@ async def test_a_token_holder_cannot_make_the_server_import_a_module_or_run_a_pr
     assert "imports a Python module into the server" in errors[0]
     assert "the scorer {'type': 'python'}" in errors[2], "found inside a combined scorer"
     assert "runs a program on the server's host" in errors[3]
+    assert "connects the server to a Ray cluster of the spec's choosing" in errors[5]
+    assert "--ray ADDRESS" in errors[5]
     assert not marker.exists(), "the server imported the client's module"
     assert not ran.exists(), "the server ran the client's program"
     # Nothing recorded: one campaign (the allowed one), its ledger as it was, no sweep.
@@ -278,3 +284,13 @@ def test_an_allowed_path_that_is_no_directory_stops_the_server_with_a_clear_erro
     argv = ["--state-dir", str(tmp_path), "--http", "--port", "0", "--token", TOKEN]
     assert main([*argv, "--allow-paths", str(missing)]) == 2
     assert f"--allow-paths {missing}: not a directory" in capsys.readouterr().err
+
+
+def test_a_spec_may_use_the_servers_own_ray_cluster_without_allow_plugins(tmp_path: Path) -> None:
+    own = answers(1, sandbox={"type": "ray", "address": "10.9.9.9:6379"})
+    admitted = Privileges.for_http().admit(
+        CampaignSpec.model_validate(own), tmp_path, ray_address="10.9.9.9:6379"
+    )
+    assert admitted.sandbox == RaySandboxConfig(address="10.9.9.9:6379")
+    with pytest.raises(InvalidInput, match="--allow-plugins"):
+        Privileges.for_http().admit(CampaignSpec.model_validate(own), tmp_path, ray_address=None)
