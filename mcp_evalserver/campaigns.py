@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 
 from mcp_evalserver.adaptive import LimitChange
@@ -30,6 +31,7 @@ from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.agents.command import EndpointFactory
 from mcp_evalserver.agents.factory import build_agent
 from mcp_evalserver.errors import (
+    Conflict,
     EvalServerError,
     InfrastructureError,
     InvalidInput,
@@ -44,6 +46,7 @@ from mcp_evalserver.ledger import (
     read_artifact,
     read_ledger,
 )
+from mcp_evalserver.sandbox.base import Workspace
 from mcp_evalserver.sandboxes import (
     Reprovisioned,
     SandboxPool,
@@ -59,6 +62,7 @@ from mcp_evalserver.state import (
     ENDPOINT_LIMIT,
     INSTANCE_REPROVISIONED,
     RETRY_REQUESTED,
+    TRAJECTORY_BRANCHED,
     CampaignState,
     TrajectoryState,
     apply_record,
@@ -66,6 +70,8 @@ from mcp_evalserver.state import (
 )
 
 STATE_DIR_ENV = "MCP_EVALSERVER_STATE_DIR"
+#: Branches one `fork_trajectory` call may make.
+MAX_BRANCHES = 64
 
 
 def default_state_dir() -> Path:
@@ -290,6 +296,7 @@ class CampaignRunner:
                 async with anyio.create_task_group() as watching:
                     watching.start_soon(self._write_nodes, sandboxes)
                     async with anyio.create_task_group() as group:
+                        drive.group = group  # branches join the run's trajectories
                         unfinished = [t for t in state.trajectories.values() if not t.done]
                         for number, trajectory in enumerate(unfinished, start=1):
                             group.start_soon(drive.trajectory, trajectory)
@@ -345,6 +352,9 @@ class _Drive:
     on_record: Callable[[CampaignState, dict[str, Any]], None] | None
     sandboxes: SandboxPool
     fresh_submissions: dict[str, Submission] = field(default_factory=dict)
+    group: anyio.abc.TaskGroup | None = None
+    #: Forked workspaces waiting for the first attempt of their branch.
+    forks: dict[str, Workspace] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.limiters.on_endpoint_limit = self._endpoint_limit_changed
@@ -387,6 +397,12 @@ class _Drive:
         tid = trajectory.id
         await self.record("attempt_started", tid, durable=False, attempt=attempt)
         sandbox = self._sandbox(task, tid, f"a{attempt}")
+        if (fork := self.forks.pop(tid, None)) is not None:
+            sandbox.adopt(fork)  # a branch starts from its parent's checkpoint
+
+        async def branch(n: int) -> list[str]:
+            return await self.branch(trajectory, sandbox, n)
+
         context = TrajectoryContext(
             campaign_id=self.state.id,
             trajectory_id=tid,
@@ -396,6 +412,7 @@ class _Drive:
             campaign_dir=self.directory,
             limiters=self.limiters,
             sandbox=sandbox,
+            branch=branch,
         )
         started = time.monotonic()
         timeout = self.state.spec.limits.trajectory_timeout_s
@@ -490,6 +507,35 @@ class _Drive:
         score = result.model_dump(mode="json")
         await self.record("scored", tid, score=score, duration_s=duration, **_where(sandbox))
         return 0.0
+
+    async def branch(
+        self, parent: TrajectoryState, sandbox: TrajectorySandbox, n: int
+    ) -> list[str]:
+        """Forks `parent` into `n` new trajectories at a checkpoint of its workspace.
+
+        Each branch (`<parent>.<k>`) is recorded before it runs and is then driven like any
+        trajectory of the run, starting in its own fork of the workspace.
+
+        Raises:
+            InvalidInput: `n` out of range, or the task has no workspace.
+            Conflict: the run is not accepting trajectories, or a command is running.
+        """
+        if not 1 <= n <= MAX_BRANCHES:
+            raise InvalidInput(f"n must be between 1 and {MAX_BRANCHES}, got {n}")
+        if self.group is None:
+            raise Conflict("this run does not start new trajectories now; try again shortly")
+        workspace = await sandbox.workspace()
+        checkpoint = await workspace.checkpoint()
+        siblings = sum(t.parent == parent.id for t in self.state.trajectories.values())
+        branches = []
+        for k in range(siblings + 1, siblings + n + 1):
+            tid = f"{parent.id}.{k}"
+            name = workspace_name(self.state.id, tid, "a1")
+            self.forks[tid] = await workspace.fork(name, checkpoint=checkpoint)
+            await self.record(TRAJECTORY_BRANCHED, tid, parent=parent.id, checkpoint=checkpoint)
+            self.group.start_soon(self.trajectory, self.state.trajectories[tid])
+            branches.append(tid)
+        return branches
 
     def _sandbox(self, task: Task, trajectory_id: str, step: str) -> TrajectorySandbox:
         name = workspace_name(self.state.id, trajectory_id, step)

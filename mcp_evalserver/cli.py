@@ -126,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="html: the dashboard's campaign page as one self-contained file",
     )
     report.add_argument("--out", type=Path, metavar="FILE", help="write to FILE, not stdout")
+    report.add_argument(
+        "--branches-as-samples",
+        action="store_true",
+        help="count forked branches as samples of their own (default: a root and its branches "
+        "count once, resolved when any is)",
+    )
     add_scoring_commands(commands)
     add_sweep_command(commands)
     add_calibrate_command(commands)
@@ -238,18 +244,21 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
             print(json.dumps(status, indent=2))
         return EXIT_OK
     if args.command == "report":
-        _write(_report_text(store, args.campaign_id, args.format), args.out)
+        text = _report_text(store, args.campaign_id, args.format, args.branches_as_samples)
+        _write(text, args.out)
         return EXIT_OK
     raise AssertionError(f"unhandled command {args.command}")
 
 
-def _report_text(store: CampaignStore, campaign_id: str, output: str) -> str:
+def _report_text(
+    store: CampaignStore, campaign_id: str, output: str, branches_as_samples: bool = False
+) -> str:
     if output == "html":
         # Imported here: the other commands need no template engine.
         from mcp_evalserver.server.dashboard.render import static_report
 
         return static_report(store, campaign_id)
-    report = build_report(store.load(campaign_id))
+    report = build_report(store.load(campaign_id), branches_as_samples=branches_as_samples)
     return json.dumps(report, indent=2) + "\n" if output == "json" else render_markdown(report)
 
 

@@ -280,6 +280,11 @@ class TrajectorySandbox:
                 self.node = self._workspace.node
             return self._workspace
 
+    def adopt(self, workspace: Workspace) -> None:
+        """Makes `workspace` (a fork made for this step) the step's workspace; closed with it."""
+        self._workspace = workspace
+        self.node = workspace.node
+
     async def aclose(self) -> None:
         """Destroys the workspace if one was made (shielded: cleanup survives cancellation)."""
         workspace, self._workspace = self._workspace, None
