@@ -45,6 +45,7 @@ from mcp_evalserver.ledger import (
     read_ledger,
 )
 from mcp_evalserver.sandboxes import (
+    InstanceCheck,
     Reprovisioned,
     SandboxPool,
     TrajectorySandbox,
@@ -345,9 +346,14 @@ class _Drive:
     on_record: Callable[[CampaignState, dict[str, Any]], None] | None
     sandboxes: SandboxPool
     fresh_submissions: dict[str, Submission] = field(default_factory=dict)
+    #: Per task, what the scorer checks on each new instance (before generation uses it).
+    instance_checks: dict[str, InstanceCheck | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.limiters.on_endpoint_limit = self._endpoint_limit_changed
+        self.instance_checks = {
+            t: self.scorer.instance_check(task) for t, task in self.tasks.items()
+        }
 
     async def _endpoint_limit_changed(self, change: LimitChange) -> None:
         await self.record(ENDPOINT_LIMIT, None, durable=False, **dataclasses.asdict(change))
@@ -495,7 +501,13 @@ class _Drive:
         name = workspace_name(self.state.id, trajectory_id, step)
         provisioning = self.limiters.provisioning
         return TrajectorySandbox(
-            self.sandboxes, task, name, provisioning, self._reprovisioned, self.state.spec.sandbox
+            self.sandboxes,
+            task,
+            name,
+            provisioning,
+            self._reprovisioned,
+            self.state.spec.sandbox,
+            self.instance_checks.get(task.id),
         )
 
     async def _reprovisioned(self, event: Reprovisioned) -> None:
