@@ -13,6 +13,12 @@ bench/results/sandbox.json.
   `docker exec` (the SDK's `exec_run`).
 - throughput_64_per_s, docker_exec_throughput_64_per_s: `true` commands per second with 64 in
   flight.
+- checkpoint_p50_ms, fork_p50_ms: with 1,000 files of the project changed in a parent workspace,
+  `checkpoint()` after one more change, and `fork()` of its current state (a checkpoint of the
+  parent plus the new workspace); fork_at_checkpoint_p50_ms: a fork at an existing checkpoint
+  (the n branches of `fork_trajectory`); fork_copy_p50_ms: `cp -a` of that same workspace's
+  /testbed. The same figures on a small repository (small_*) show whether they are flat in
+  the repository's size.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from typing import Any
 
 import anyio
 
-from mcp_evalserver.sandbox.base import Instance, InstanceSpec
+from mcp_evalserver.sandbox.base import Instance, InstanceSpec, Workspace
 from mcp_evalserver.sandbox.docker import DockerBackend
 from mcp_evalserver.sandbox.docker_engine import DockerEngine
 from mcp_evalserver.sandbox.supervised import SupervisedInstance
@@ -43,6 +49,11 @@ PROJECT = "django==5.2.19"
 CREATES, FRESH_CONTAINERS, COPIES = 30, 15, 5
 EXECS, DOCKER_EXECS = 300, 50
 IN_FLIGHT, THROUGHPUT_COMMANDS, DOCKER_THROUGHPUT_COMMANDS = 64, 1280, 320
+FORKS, CHANGED_FILES = 30, 1000
+SMALL_REPO_SETUP = (
+    "mkdir -p /testbed && cd /testbed && git init -q && printf 'x\\n' > README",
+    "git add -A && git -c user.email=b@b -c user.name=bench commit -qm base",
+)
 
 
 def p50(samples: list[float]) -> float:
@@ -116,6 +127,21 @@ async def timed(fn: Callable[[], Awaitable[Any]]) -> float:
     return (time.perf_counter() - started) * 1000
 
 
+async def copies_ms(ws: Workspace) -> list[float]:
+    """`cp -a` of the workspace's /testbed, COPIES times, timed inside the sandbox (so the
+    figure is the copy alone)."""
+    copies = []
+    for i in range(COPIES):
+        result = await ws.exec(
+            f"s=$(date +%s%N); cp -a /testbed /tmp/copy{i}; e=$(date +%s%N); "
+            f"rm -rf /tmp/copy{i}; echo $(( (e - s) / 1000 ))",
+            timeout=600,
+        )
+        assert result.exit_code == 0, result.stderr
+        copies.append(int(result.stdout) / 1000)
+    return copies
+
+
 async def measure(engine: DockerEngine, instance: Instance, image: str) -> dict[str, float]:
     assert isinstance(instance, SupervisedInstance), "the bench image must run the supervisor"
     container = instance.info["container"]
@@ -144,17 +170,7 @@ async def measure(engine: DockerEngine, instance: Instance, image: str) -> dict[
     figures["fresh_container_p50_ms"] = p50(fresh)
 
     ws = await instance.workspace("bench")
-    copies = []
-    for i in range(COPIES):
-        # Timed inside the sandbox, so the figure is the copy alone.
-        result = await ws.exec(
-            f"s=$(date +%s%N); cp -a /testbed /tmp/copy{i}; e=$(date +%s%N); "
-            f"rm -rf /tmp/copy{i}; echo $(( (e - s) / 1000 ))",
-            timeout=600,
-        )
-        assert result.exit_code == 0, result.stderr
-        copies.append(int(result.stdout) / 1000)
-    figures["copy_p50_ms"] = p50(copies)
+    figures["copy_p50_ms"] = p50(await copies_ms(ws))
 
     execs = [await timed(lambda: ws.exec("true")) for _ in range(EXECS)]
     figures["exec_overhead_p50_ms"] = p50(execs)
@@ -197,6 +213,58 @@ async def measure(engine: DockerEngine, instance: Instance, image: str) -> dict[
     return figures
 
 
+async def measure_forks(instance: Instance, prefix: str = "") -> dict[str, float]:
+    """Checkpoint and fork of a workspace with CHANGED_FILES changed files, beside `cp -a`."""
+    parent = await instance.workspace("fork-parent")
+    # The project's first files get a line each; a repository with fewer gets new files.
+    change = (
+        f"cd /testbed && find . -path ./.git -prune -o -type f -print | head -n {CHANGED_FILES} "
+        '| xargs sh -c \'for f; do echo "# changed" >> "$f"; done\' _; '
+        f"seq $(git status --porcelain | wc -l) {CHANGED_FILES - 1} | "
+        "while read -r i; do echo $i > new$i.txt; done"
+    )
+    done = await parent.exec(change, timeout=600)
+    assert done.exit_code == 0, done.stderr
+    changed = await parent.exec("git status --porcelain | wc -l")
+    assert int(changed.stdout) >= CHANGED_FILES, changed.stdout
+
+    checkpoints, forks, at_checkpoint, children = [], [], [], []
+    for i in range(FORKS):
+        await parent.exec(f"echo {i} > step.txt")  # something to freeze each time
+        checkpoints.append(await timed(parent.checkpoint))
+    for i in range(FORKS):
+        await parent.exec(f"echo {i} > step.txt")
+
+        async def fork(i: int = i) -> None:
+            children.append(await parent.fork(f"fork-{i}"))
+
+        forks.append(await timed(fork))
+    checkpoint = await parent.checkpoint()
+    for i in range(FORKS):
+
+        async def branch(i: int = i) -> None:
+            children.append(await parent.fork(f"branch-{i}", checkpoint=checkpoint))
+
+        at_checkpoint.append(await timed(branch))
+    seen = await children[-1].exec("git status --porcelain | wc -l")
+    assert int(seen.stdout) >= CHANGED_FILES, "a fork must see the parent's changes"
+    for child in children:
+        await child.destroy()
+    copies = await copies_ms(parent)
+    await parent.destroy()
+    print(
+        f"  ({prefix or 'large '}forks p95: checkpoint {p95(checkpoints):.1f} ms, fork "
+        f"{p95(forks):.1f} ms, fork at a checkpoint {p95(at_checkpoint):.1f} ms; max "
+        f"{max(checkpoints + forks + at_checkpoint):.0f} ms: a squash of old layers)"
+    )
+    return {
+        f"{prefix}checkpoint_p50_ms": p50(checkpoints),
+        f"{prefix}fork_p50_ms": p50(forks),
+        f"{prefix}fork_at_checkpoint_p50_ms": p50(at_checkpoint),
+        f"{prefix}fork_copy_p50_ms": p50(copies),
+    }
+
+
 def report(figures: dict[str, float], project: str, files: int) -> None:
     f = figures
     rows = [
@@ -207,6 +275,12 @@ def report(figures: dict[str, float], project: str, files: int) -> None:
         ("exec `true` by docker exec", f["docker_exec_p50_ms"], "ms p50"),
         ("supervisor, 64 in flight", f["throughput_64_per_s"], "cmd/s"),
         ("docker exec, 64 in flight", f["docker_exec_throughput_64_per_s"], "cmd/s"),
+        (f"checkpoint, {CHANGED_FILES} files changed", f["checkpoint_p50_ms"], "ms p50"),
+        (f"fork, {CHANGED_FILES} files changed", f["fork_p50_ms"], "ms p50"),
+        ("fork at an existing checkpoint", f["fork_at_checkpoint_p50_ms"], "ms p50"),
+        ("cp -a of that workspace's /testbed", f["fork_copy_p50_ms"], "ms p50"),
+        ("checkpoint, small repository", f["small_checkpoint_p50_ms"], "ms p50"),
+        ("fork, small repository", f["small_fork_p50_ms"], "ms p50"),
     ]
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\nsandbox benchmark: one instance holding {project} ({files} files)")
@@ -225,6 +299,10 @@ def report(figures: dict[str, float], project: str, files: int) -> None:
          f["exec_overhead_p50_ms"] <= 10),
         (f"exec >= 5x faster than docker exec ({exec_x:.1f}x)", exec_x >= 5),
         (f"throughput at 64 in flight >= 5x docker exec's ({flight_x:.1f}x)", flight_x >= 5),
+        (f"checkpoint p50 <= 10 ms ({f['checkpoint_p50_ms']:.1f})", f["checkpoint_p50_ms"] <= 10),
+        (f"fork p50 <= 10 ms ({f['fork_p50_ms']:.1f})", f["fork_p50_ms"] <= 10),
+        (f"fork flat in repository size ({f['fork_p50_ms']:.1f} vs small "
+         f"{f['small_fork_p50_ms']:.1f} ms)", f["fork_p50_ms"] <= 1.5 * f["small_fork_p50_ms"]),
     ]  # fmt: skip
     print("\ntargets:")
     for text, met in checks:
@@ -241,6 +319,12 @@ async def main() -> None:
         with anyio.fail_after(300):
             instance = await backend.instance(spec)
         figures = await measure(engine, instance, image)
+        figures.update(await measure_forks(instance))
+        await instance.aclose()
+        small = InstanceSpec(image=base, key=f"bench-small-{os.getpid()}", setup=SMALL_REPO_SETUP)
+        with anyio.fail_after(300):
+            small_instance = await backend.instance(small)
+        figures.update(await measure_forks(small_instance, "small_"))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({k: round(v, 3) for k, v in figures.items()}, indent=2) + "\n")
     report(figures, tree.name, files)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 
 from mcp_evalserver.adaptive import LimitChange
@@ -30,6 +31,7 @@ from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.agents.command import EndpointFactory
 from mcp_evalserver.agents.factory import build_agent
 from mcp_evalserver.errors import (
+    Conflict,
     EvalServerError,
     InfrastructureError,
     InvalidInput,
@@ -44,11 +46,13 @@ from mcp_evalserver.ledger import (
     read_artifact,
     read_ledger,
 )
+from mcp_evalserver.sandbox.base import Workspace
 from mcp_evalserver.sandboxes import (
     InstanceCheck,
     Reprovisioned,
     SandboxPool,
     TrajectorySandbox,
+    require_placement,
     workspace_name,
 )
 from mcp_evalserver.scheduler import Limiters, RetryPolicy
@@ -60,6 +64,7 @@ from mcp_evalserver.state import (
     ENDPOINT_LIMIT,
     INSTANCE_REPROVISIONED,
     RETRY_REQUESTED,
+    TRAJECTORY_BRANCHED,
     CampaignState,
     TrajectoryState,
     apply_record,
@@ -67,6 +72,8 @@ from mcp_evalserver.state import (
 )
 
 STATE_DIR_ENV = "MCP_EVALSERVER_STATE_DIR"
+#: Branches one `fork_trajectory` call may make.
+MAX_BRANCHES = 64
 
 
 def default_state_dir() -> Path:
@@ -123,10 +130,12 @@ class CampaignStore:
         whose creation was interrupted can be created again.
 
         Raises:
-            InvalidInput: the id is taken or malformed, or the spec has no tasks loaded.
+            InvalidInput: the id is taken or malformed, the spec has no tasks loaded, or it
+                places instances on Ray and Ray is not installed.
             Conflict: another process holds that campaign's lock (creating or running it).
         """
         spec.task_list()
+        require_placement(spec.sandbox, None)
         if campaign_id is None:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
             campaign_id = f"{spec.name}-{stamp}-{secrets.token_hex(2)}"
@@ -223,7 +232,8 @@ class CampaignRunner:
         Raises:
             NotFound: the campaign does not exist, or its creation was interrupted.
             Conflict: another process is running it.
-            InvalidInput: its agent or scorer cannot be built.
+            InvalidInput: its agent or scorer cannot be built, or it places instances on Ray
+                and Ray is not installed.
         """
         if not (self.directory / LEDGER_FILE).is_file():
             self.store.load(self.campaign_id)  # raises NotFound with the list of campaigns
@@ -264,6 +274,8 @@ class CampaignRunner:
             ledger.recovered = []
             self.state = state
             spec = state.spec
+            # Resumed where Ray is missing: say so before this run records anything.
+            require_placement(spec.sandbox, sandboxes.ray_address)
             agent = self._agent or build_agent(
                 spec.agent, trajectory_endpoints=self._trajectory_endpoints
             )
@@ -291,6 +303,7 @@ class CampaignRunner:
                 async with anyio.create_task_group() as watching:
                     watching.start_soon(self._write_nodes, sandboxes)
                     async with anyio.create_task_group() as group:
+                        drive.group = group  # branches join the run's trajectories
                         unfinished = [t for t in state.trajectories.values() if not t.done]
                         for number, trajectory in enumerate(unfinished, start=1):
                             group.start_soon(drive.trajectory, trajectory)
@@ -348,6 +361,9 @@ class _Drive:
     fresh_submissions: dict[str, Submission] = field(default_factory=dict)
     #: Per task, what the scorer checks on each new instance (before generation uses it).
     instance_checks: dict[str, InstanceCheck | None] = field(default_factory=dict)
+    group: anyio.abc.TaskGroup | None = None
+    #: Forked workspaces waiting for the first attempt of their branch.
+    forks: dict[str, Workspace] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.limiters.on_endpoint_limit = self._endpoint_limit_changed
@@ -393,6 +409,12 @@ class _Drive:
         tid = trajectory.id
         await self.record("attempt_started", tid, durable=False, attempt=attempt)
         sandbox = self._sandbox(task, tid, f"a{attempt}")
+        if (fork := self.forks.pop(tid, None)) is not None:
+            sandbox.adopt(fork)  # a branch starts from its parent's checkpoint
+
+        async def branch(n: int) -> list[str]:
+            return await self.branch(trajectory, sandbox, n)
+
         context = TrajectoryContext(
             campaign_id=self.state.id,
             trajectory_id=tid,
@@ -402,6 +424,7 @@ class _Drive:
             campaign_dir=self.directory,
             limiters=self.limiters,
             sandbox=sandbox,
+            branch=branch,
         )
         started = time.monotonic()
         timeout = self.state.spec.limits.trajectory_timeout_s
@@ -496,6 +519,35 @@ class _Drive:
         score = result.model_dump(mode="json")
         await self.record("scored", tid, score=score, duration_s=duration, **_where(sandbox))
         return 0.0
+
+    async def branch(
+        self, parent: TrajectoryState, sandbox: TrajectorySandbox, n: int
+    ) -> list[str]:
+        """Forks `parent` into `n` new trajectories at a checkpoint of its workspace.
+
+        Each branch (`<parent>.<k>`) is recorded before it runs and is then driven like any
+        trajectory of the run, starting in its own fork of the workspace.
+
+        Raises:
+            InvalidInput: `n` out of range, or the task has no workspace.
+            Conflict: the run is not accepting trajectories, or a command is running.
+        """
+        if not 1 <= n <= MAX_BRANCHES:
+            raise InvalidInput(f"n must be between 1 and {MAX_BRANCHES}, got {n}")
+        if self.group is None:
+            raise Conflict("this run does not start new trajectories now; try again shortly")
+        workspace = await sandbox.workspace()
+        checkpoint = await workspace.checkpoint()
+        siblings = sum(t.parent == parent.id for t in self.state.trajectories.values())
+        branches = []
+        for k in range(siblings + 1, siblings + n + 1):
+            tid = f"{parent.id}.{k}"
+            name = workspace_name(self.state.id, tid, "a1")
+            self.forks[tid] = await workspace.fork(name, checkpoint=checkpoint)
+            await self.record(TRAJECTORY_BRANCHED, tid, parent=parent.id, checkpoint=checkpoint)
+            self.group.start_soon(self.trajectory, self.state.trajectories[tid])
+            branches.append(tid)
+        return branches
 
     def _sandbox(self, task: Task, trajectory_id: str, step: str) -> TrajectorySandbox:
         name = workspace_name(self.state.id, trajectory_id, step)

@@ -29,6 +29,7 @@ from mcp_evalserver.cli_sweep import add_sweep_command, dispatch_sweep
 from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
 from mcp_evalserver.progress import progress_line, show_progress
 from mcp_evalserver.report import build_report, render_markdown
+from mcp_evalserver.sandboxes import require_placement
 from mcp_evalserver.server.http import TOKEN_ENV
 from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
 from mcp_evalserver.spec import load_spec, spec_json_schema
@@ -126,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="html: the dashboard's campaign page as one self-contained file",
     )
     report.add_argument("--out", type=Path, metavar="FILE", help="write to FILE, not stdout")
+    report.add_argument(
+        "--branches-as-samples",
+        action="store_true",
+        help="count forked branches as samples of their own (default: a root and its branches "
+        "count once, resolved when any is)",
+    )
     add_scoring_commands(commands)
     add_sweep_command(commands)
     add_calibrate_command(commands)
@@ -155,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.stdio or args.http) and args.command is not None:
         parser.error(f"--stdio/--http serve MCP; they do not combine with {args.command!r}")
+    try:
+        require_placement(None, args.ray)  # `--ray` without Ray: say so before anything runs
+    except InvalidInput as exc:
+        print(f"mcp-evalserver: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if args.stdio or args.http:
         try:
             return _serve(args)
@@ -238,18 +250,21 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
             print(json.dumps(status, indent=2))
         return EXIT_OK
     if args.command == "report":
-        _write(_report_text(store, args.campaign_id, args.format), args.out)
+        text = _report_text(store, args.campaign_id, args.format, args.branches_as_samples)
+        _write(text, args.out)
         return EXIT_OK
     raise AssertionError(f"unhandled command {args.command}")
 
 
-def _report_text(store: CampaignStore, campaign_id: str, output: str) -> str:
+def _report_text(
+    store: CampaignStore, campaign_id: str, output: str, branches_as_samples: bool = False
+) -> str:
     if output == "html":
         # Imported here: the other commands need no template engine.
         from mcp_evalserver.server.dashboard.render import static_report
 
         return static_report(store, campaign_id)
-    report = build_report(store.load(campaign_id))
+    report = build_report(store.load(campaign_id), branches_as_samples=branches_as_samples)
     return json.dumps(report, indent=2) + "\n" if output == "json" else render_markdown(report)
 
 

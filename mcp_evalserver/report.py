@@ -9,10 +9,16 @@ infrastructure let run, and the infrastructure's error rate is shown beside the 
 Trajectories not finished yet are left out (the report of a running campaign is partial).
 Intervals are 95%: a bootstrap over tasks with seed 0 (so the same ledger gives the same
 report), and Wilson's when every task has exactly one attempt.
+
+Branches (trajectories forked from another, `fork_trajectory`) are not samples: a root and
+its branches count once, resolved when any of them is (best of branches), and only once all of
+them are finished. `branches` lists each root's tree; `branches_as_samples=True` counts every
+trajectory on its own instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -32,23 +38,69 @@ SEED = 0
 RESAMPLES = 2000
 
 
-def verdicts(state: CampaignState) -> list[Verdict]:
-    """The finished trajectories as the statistics take them.
+def samples(
+    state: CampaignState, *, branches_as_samples: bool = False
+) -> list[tuple[TrajectoryState, list[TrajectoryState]]]:
+    """(trajectory, its branches) per sample the statistics count: every root with its tree,
+    or (`branches_as_samples`) every trajectory alone."""
+    if branches_as_samples:
+        return [(t, []) for t in state.trajectories.values()]
+    return [
+        (t, [state.trajectories[b] for b in state.branches(t.id)])
+        for t in state.trajectories.values()
+        if t.parent is None
+    ]
+
+
+def best_of(root: TrajectoryState, branches: list[TrajectoryState]) -> TrajectoryState:
+    """The tree as one trajectory: finished when all are, resolved when any is."""
+    if not branches:
+        return root
+    members = [root, *branches]
+    if not all(m.done for m in members):
+        return dataclasses.replace(root, phase="generating", outcome=None)
+    resolved = [m for m in members if m.outcome == "resolved"]
+    real = [m for m in members if m.outcome not in INFRA_OUTCOMES]
+    best = resolved[0] if resolved else (real[0] if real else root)
+    usage: dict[str, Any] = {}
+    for m in members:
+        for key, value in (m.usage or {}).items():
+            if isinstance(value, int | float):
+                usage[key] = usage.get(key, 0) + value
+    generation = [m.generation_s for m in members if m.generation_s is not None]
+    scoring = [m.scoring_s for m in members if m.scoring_s is not None]
+    return dataclasses.replace(
+        best,
+        id=root.id,
+        usage=usage or None,
+        generation_s=sum(generation) if generation else None,
+        scoring_s=sum(scoring) if scoring else None,
+        finished_ts=max(m.finished_ts or 0.0 for m in members) or None,
+    )
+
+
+def verdicts(state: CampaignState, *, branches_as_samples: bool = False) -> list[Verdict]:
+    """The finished trajectories as the statistics take them (a tree of branches as one).
 
     A verdict's latency is the trajectory's active time (generation plus scoring, the last
     attempt of each), ending when its final record was written.
     """
     found = []
-    for trajectory in state.trajectories.values():
+    numbers: Counter[str] = Counter()  # counted as samples, branches are numbered after
+    for root, branches in samples(state, branches_as_samples=branches_as_samples):
+        trajectory = best_of(root, branches)
         if not trajectory.done or trajectory.outcome is None:
             continue
+        numbers[trajectory.task_id] += 1
         usage = trajectory.usage or {}
         active = _active_s(trajectory)
         finished = trajectory.finished_ts
         found.append(
             Verdict(
                 task_id=trajectory.task_id,
-                sample=trajectory.sample,
+                sample=numbers[trajectory.task_id] - 1
+                if branches_as_samples
+                else trajectory.sample,
                 outcome=trajectory.outcome,
                 started_at=finished - active if finished is not None and active else None,
                 finished_at=finished if active else None,
@@ -65,16 +117,62 @@ def _active_s(trajectory: TrajectoryState) -> float | None:
     return sum(parts) if parts else None
 
 
-def build_report(state: CampaignState) -> dict[str, Any]:
-    """The figures of a campaign (JSON-ready). Infrastructure failures are counted apart."""
+def branch_trees(state: CampaignState) -> dict[str, Any] | None:
+    """Each root that has branches: how many, how many resolved, and the best of them."""
+    roots: list[dict[str, Any]] = []
+    for root, branches in samples(state):
+        if not branches:
+            continue
+        best = best_of(root, branches)
+        roots.append(
+            {
+                "root": root.id,
+                "task": root.task_id,
+                "root_outcome": root.outcome,
+                "branches": [
+                    {
+                        "trajectory": b.id,
+                        "parent": b.parent,
+                        "checkpoint": b.checkpoint,
+                        "branched_ts": b.branched_ts,
+                        "outcome": b.outcome or b.phase,
+                    }
+                    for b in branches
+                ],
+                "resolved_branches": sum(b.outcome == "resolved" for b in branches),
+                "resolved": best.outcome == "resolved",
+                "finished": best.done,
+            }
+        )
+    if not roots:
+        return None
+    finished = [r for r in roots if r["finished"]]
+    resolved = sum(bool(r["resolved"]) for r in finished)
+    return {
+        "roots": roots,
+        "best_of_branches": {
+            "roots": len(finished),
+            "resolved": resolved,
+            "pass_rate": resolved / len(finished) if finished else None,
+        },
+    }
+
+
+def build_report(state: CampaignState, *, branches_as_samples: bool = False) -> dict[str, Any]:
+    """The figures of a campaign (JSON-ready). Infrastructure failures are counted apart.
+
+    A root and its branches count as one sample (best of branches) unless
+    `branches_as_samples`.
+    """
     outcomes = Counter(t.outcome or t.phase for t in state.trajectories.values())
-    finished = verdicts(state)
+    finished = verdicts(state, branches_as_samples=branches_as_samples)
     summary = summarise_campaign(
         finished, confidence=CONFIDENCE, resamples=RESAMPLES, seed=SEED
     ).model_dump(mode="json")
     stats_by_task = {s.task_id: s for s in task_stats(finished)}
     per_task: dict[str, dict[str, Any]] = {}
-    for trajectory in state.trajectories.values():
+    for root, branches in samples(state, branches_as_samples=branches_as_samples):
+        trajectory = best_of(root, branches)
         row = per_task.setdefault(
             trajectory.task_id, {"samples": 0, "resolved": 0, "graded": 0, "infra_errors": 0}
         )
@@ -132,21 +230,29 @@ def build_report(state: CampaignState) -> dict[str, Any]:
         "confidence": {"level": CONFIDENCE, "bootstrap_seed": SEED, "resamples": RESAMPLES},
         "nodes": where_it_ran(state),
         "tasks": per_task,
+        "branches": branch_trees(state),
+        "branches_as_samples": branches_as_samples,
     }
 
 
-def where_it_ran(state: CampaignState) -> dict[str, dict[str, int]] | None:
-    """Per cluster node, the steps that ran there (None: every step ran on one machine)."""
-    nodes: dict[str, dict[str, int]] = {}
+def where_it_ran(state: CampaignState) -> dict[str, dict[str, Any]] | None:
+    """Per cluster node, the instances (task ids) and the steps that ran there (None: every
+    step ran on one machine)."""
+    nodes: dict[str, Counter[str]] = {}
+    instances: dict[str, set[str]] = {}
     for trajectory in state.trajectories.values():
         for node in {node for _, node in trajectory.nodes}:
             nodes.setdefault(node, Counter())["trajectories"] += 1
+            instances.setdefault(node, set()).add(trajectory.task_id)
         for kind, node in trajectory.nodes:
             nodes[node][_STEP_COLUMNS.get(kind, "failed_steps")] += 1
     if not nodes:
         return None
     columns = ("trajectories", "generated", "scored", "failed_steps")
-    return {node: {c: counts.get(c, 0) for c in columns} for node, counts in sorted(nodes.items())}
+    return {
+        node: {"instances": sorted(instances[node]), **{c: counts.get(c, 0) for c in columns}}
+        for node, counts in sorted(nodes.items())
+    }
 
 
 _STEP_COLUMNS = {"generated": "generated", "scored": "scored"}
@@ -284,7 +390,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(
             "- where it ran: "
             + "; ".join(
-                f"node {node[:12]} {row['trajectories']} trajectories ({row['generated']} "
+                f"node {node[:12]} {len(row['instances'])} instance(s),"
+                f" {row['trajectories']} trajectories ({row['generated']} "
                 f"generated, {row['scored']} scored, {row['failed_steps']} failed steps)"
                 for node, row in report["nodes"].items()
             )
@@ -307,6 +414,23 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {task_id} | {row['samples']} | {row['resolved']} | {_percent(row['pass_rate'])}"
             f" | {_percent(row['pass_at_k'].get('1'))} | {row['infra_errors']} |"
         )
+    if (trees := report.get("branches")) is not None:
+        best = trees["best_of_branches"]
+        lines += [
+            "",
+            f"Branches (forked trajectories; a root and its branches count once, resolved when"
+            f" any is): best of branches {best['resolved']}/{best['roots']} roots"
+            f" ({_percent(best['pass_rate'])})",
+            "",
+            "| root | branches | resolved branches | root resolved |",
+            "|---|---:|---:|---|",
+        ]
+        for tree in trees["roots"]:
+            verdict = ("yes" if tree["resolved"] else "no") if tree["finished"] else "running"
+            lines.append(
+                f"| {tree['root']} | {len(tree['branches'])} | {tree['resolved_branches']} of"
+                f" {len(tree['branches'])} | {verdict} |"
+            )
     return "\n".join(lines) + "\n"
 
 

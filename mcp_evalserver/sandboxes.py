@@ -85,6 +85,21 @@ def make_backend(name: BackendName, ray_address: str = "auto") -> Backend:
     return DockerBackend()
 
 
+def require_placement(placement: SandboxConfig | None, ray_address: str | None) -> None:
+    """Checks now, before anything is recorded or run, that this process can place instances
+    where a campaign asks (`placement`, else the process's `ray_address`).
+
+    Raises:
+        InvalidInput: Ray is chosen and not installed; the message says how to install it.
+    """
+    if placement is not None:
+        ray_address = placement.address if isinstance(placement, RaySandboxConfig) else None
+    if ray_address is not None:
+        from mcp_evalserver.sandbox.ray import import_ray
+
+        import_ray()
+
+
 @dataclass(frozen=True)
 class Reprovisioned:
     """An instance found dead and provisioned again (a health event)."""
@@ -117,6 +132,7 @@ class SandboxPool:
         *,
         backends: Callable[[BackendName, str], Backend] = make_backend,
     ) -> None:
+        require_placement(None, ray_address)
         self.ray_address = ray_address
         self._make_backend = backends
         self._backends: dict[BackendName, Backend] = {}
@@ -304,6 +320,11 @@ class TrajectorySandbox:
                 self._workspace = await instance.workspace(self._name)
                 self.node = self._workspace.node
             return self._workspace
+
+    def adopt(self, workspace: Workspace) -> None:
+        """Makes `workspace` (a fork made for this step) the step's workspace; closed with it."""
+        self._workspace = workspace
+        self.node = workspace.node
 
     async def aclose(self) -> None:
         """Destroys the workspace if one was made (shielded: cleanup survives cancellation)."""

@@ -25,6 +25,9 @@ Record kinds and what they do to a trajectory:
                          whether a person asked (`request`) or its process stopped (`shutdown`)
     run_started          a process began (or resumed) running the campaign
     ledger_repaired      a torn tail was dropped when the ledger was reopened
+    trajectory_branched  a new trajectory (`<parent>.<n>`) forked from `parent` at its
+                         workspace's `checkpoint`: same task and sample, pending, scored on
+                         its own; replay rebuilds the tree of branches from these
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ INSTANCE_REPROVISIONED = "instance_reprovisioned"
 ENDPOINT_LIMIT = "endpoint_limit"
 ENDPOINT_CALLS = "endpoint_calls"
 JUDGE_CALIBRATED = "judge_calibrated"
+TRAJECTORY_BRANCHED = "trajectory_branched"
 #: How much of an error message the history of a trajectory's failures keeps.
 HISTORY_MESSAGE_CHARS = 300
 SCORER_ADAPTER = TypeAdapter[ScorerConfig](ScorerConfig)
@@ -85,6 +89,10 @@ class TrajectoryState:
     failure_causes: dict[str, int] = field(default_factory=dict)
     #: Every infrastructure failure it went through, oldest first: phase, type, message.
     infra_history: list[dict[str, Any]] = field(default_factory=list)
+    #: For a branch: the trajectory it was forked from, at which checkpoint, and when.
+    parent: str | None = None
+    checkpoint: str | None = None
+    branched_ts: float | None = None
 
     @property
     def done(self) -> bool:
@@ -136,6 +144,23 @@ class CampaignState:
         if all(t.done for t in self.trajectories.values()):
             return "finished"
         return "cancelled" if self.cancelled else "running"
+
+    def root_of(self, trajectory_id: str) -> str:
+        """The trajectory a branch descends from (itself when it is no branch)."""
+        while (parent := self.trajectories[trajectory_id].parent) is not None:
+            trajectory_id = parent
+        return trajectory_id
+
+    def branches(self, trajectory_id: str) -> list[str]:
+        """Every trajectory forked from this one, directly or not, in the order they were."""
+        found = []
+        for tid in self.trajectories:
+            ancestor = self.trajectories[tid].parent
+            while ancestor is not None and ancestor != trajectory_id:
+                ancestor = self.trajectories[ancestor].parent
+            if ancestor is not None:
+                found.append(tid)
+        return found
 
     def count(self, *outcomes: Outcome) -> int:
         return sum(1 for t in self.trajectories.values() if t.outcome in outcomes)
@@ -238,6 +263,9 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     if kind == JUDGE_CALIBRATED:
         state.calibrations.append({"ts": record["ts"], **record.get("calibration", {})})
         return
+    if kind == TRAJECTORY_BRANCHED:
+        _branched(state, record)
+        return
     if kind == ENDPOINT_CALLS:
         for endpoint, counts in record.get("calls", {}).items():
             summed = state.endpoint_calls.setdefault(endpoint, {})
@@ -256,6 +284,23 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     handler(trajectory, record)
     if isinstance(node := record.get("node"), str):
         trajectory.nodes.append((kind, node))
+
+
+def _branched(state: CampaignState, record: dict[str, Any]) -> None:
+    tid, parent = record.get("trajectory"), state.trajectories.get(str(record.get("parent")))
+    if parent is None or not isinstance(tid, str) or tid in state.trajectories:
+        raise LedgerCorrupt(
+            f"record seq {record['seq']} ({TRAJECTORY_BRANCHED}) branches {tid!r} from "
+            f"{record.get('parent')!r}: the parent must exist and the branch must not"
+        )
+    state.trajectories[tid] = TrajectoryState(
+        tid,
+        parent.task_id,
+        parent.sample,
+        parent=parent.id,
+        checkpoint=record.get("checkpoint"),
+        branched_ts=record["ts"],
+    )
 
 
 def _endpoint_limit(state: CampaignState, record: dict[str, Any]) -> None:

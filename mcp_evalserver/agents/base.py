@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,9 @@ class TrajectoryContext:
     campaign_dir: Path
     limiters: Limiters
     sandbox: TrajectorySandbox
+    #: Forks this trajectory into n new ones (their ids) at a checkpoint of its workspace;
+    #: None where the run cannot start new trajectories.
+    branch: Callable[[int], Awaitable[list[str]]] | None = None
 
     @property
     def idempotency_key(self) -> str:

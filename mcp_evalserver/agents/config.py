@@ -70,6 +70,9 @@ class OpenAIAgentConfig(_Strict):
     system_prompt: str | None = None
     request_timeout_s: float = Field(600.0, gt=0, description="Per HTTP request to the model.")
     command_timeout_s: float = Field(120.0, gt=0, description="Per `exec` tool call.")
+    checkpoints: bool = Field(
+        False, description="Offer the model `checkpoint` and `restore` tools on its workspace."
+    )
     tool_output_bytes: int = Field(
         16_384, ge=256, description="Cap on what one tool call shows the model (head and tail)."
     )

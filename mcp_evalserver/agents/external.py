@@ -88,9 +88,10 @@ class ClaimBoard:
         return claimable, len(mine) - claimable
 
     async def claim(
-        self, campaign_id: str | None = None, wait_s: float = 0.0
+        self, campaign_id: str | None = None, wait_s: float = 0.0, trajectory_id: str | None = None
     ) -> tuple[ExternalTrajectory, str]:
-        """Claims a trajectory (of one campaign, or any), waiting up to `wait_s` for one.
+        """Claims a trajectory (of one campaign, or any; or that one trajectory), waiting up to
+        `wait_s` for one.
 
         Returns the trajectory and the new claim id, which every later call names.
 
@@ -101,7 +102,11 @@ class ClaimBoard:
         while True:
             now = time.monotonic()
             for trajectory in self._open.values():
-                if campaign_id in (None, trajectory.campaign_id) and trajectory.claimable(now):
+                if (
+                    campaign_id in (None, trajectory.campaign_id)
+                    and trajectory_id in (None, trajectory.trajectory_id)
+                    and trajectory.claimable(now)
+                ):
                     return trajectory, self._take(trajectory, now)
             if now >= deadline:
                 where = f"campaign {campaign_id!r}" if campaign_id else "any campaign"

@@ -114,6 +114,7 @@ class OpenAIAgent(Agent):
             workspace,
             command_timeout_s=config.command_timeout_s,
             output_bytes=config.tool_output_bytes,
+            checkpoints=config.checkpoints,
         )
         default_system = _SYSTEM_REPO if workspace is not None else _SYSTEM_ANSWER
         messages: list[dict[str, Any]] = [
@@ -124,9 +125,8 @@ class OpenAIAgent(Agent):
         # usage per call); `messages` is only what the endpoint is sent.
         transcript: list[dict[str, Any]] = [dict(m) for m in messages]
         usage = Usage()
-        session = _Session(
-            config, self.policy, tool_schemas(workspace is not None), transcript, usage
-        )
+        schemas = tool_schemas(workspace is not None, config.checkpoints)
+        session = _Session(config, self.policy, schemas, transcript, usage)
         limiter = context.limiters.endpoint(base_url)
         # A client per trajectory, closed with it: no connection outlives the campaign run.
         async with openai.AsyncOpenAI(

@@ -1,4 +1,5 @@
-"""The tools a model-driven agent gets: exec, read_file, write_file in its workspace, and submit.
+"""The tools a model-driven agent gets: exec, read_file, write_file in its workspace, and submit
+(and checkpoint/restore of the workspace when its configuration enables them).
 
 Schemas are OpenAI function-tool JSON (what every OpenAI-compatible endpoint accepts). A tool's
 result is text for the model: a command that fails, a missing file or bad arguments are told to
@@ -95,10 +96,38 @@ _WORKSPACE_TOOLS: list[dict[str, Any]] = [
 ]
 
 
-def tool_schemas(with_workspace: bool) -> list[dict[str, Any]]:
+_CHECKPOINT_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "checkpoint",
+            "description": (
+                "Save the repository's files as they are now (instant). Returns an id that "
+                "restore takes: try something risky, and go back if it fails."
+            ),
+            "parameters": {"type": "object", "properties": {}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "restore",
+            "description": "Put the files back as they were at a checkpoint; later edits go.",
+            "parameters": {
+                "type": "object",
+                "properties": {"checkpoint_id": {"type": "string"}},
+                "required": ["checkpoint_id"],
+            },
+        },
+    },
+]
+
+
+def tool_schemas(with_workspace: bool, checkpoints: bool = False) -> list[dict[str, Any]]:
     """The tools offered to the model: answer-only tasks get `submit` alone."""
     if with_workspace:
-        return [*_WORKSPACE_TOOLS, _SUBMIT_REPO]
+        extra = _CHECKPOINT_TOOLS if checkpoints else []
+        return [*_WORKSPACE_TOOLS, *extra, _SUBMIT_REPO]
     return [_SUBMIT_ANSWER_ONLY]
 
 
@@ -115,11 +144,17 @@ class WorkspaceTools:
     """Runs the model's tool calls against one workspace (None for answer-only tasks)."""
 
     def __init__(
-        self, workspace: Workspace | None, *, command_timeout_s: float, output_bytes: int
+        self,
+        workspace: Workspace | None,
+        *,
+        command_timeout_s: float,
+        output_bytes: int,
+        checkpoints: bool = False,
     ) -> None:
         self.workspace = workspace
         self.command_timeout_s = command_timeout_s
         self.output_bytes = output_bytes
+        self.checkpoints = checkpoints
 
     async def call(self, name: str, raw_arguments: str) -> ToolOutcome:
         """Runs one tool call; mistakes come back as text the model can act on.
@@ -139,10 +174,18 @@ class WorkspaceTools:
                 answer = json.dumps(answer)
             return ToolOutcome("submitted", submitted=True, answer=answer)
         workspace = self.workspace
-        if workspace is None or name not in ("exec", "read_file", "write_file"):
-            offered = ", ".join(t["function"]["name"] for t in tool_schemas(workspace is not None))
-            return ToolOutcome(f"error: no tool named {name!r}; the tools are: {offered}")
+        offered = [t["function"]["name"] for t in tool_schemas(workspace is not None,
+                                                                self.checkpoints)]  # fmt: skip
+        if workspace is None or name == SUBMIT or name not in offered:
+            listed = ", ".join(offered)
+            return ToolOutcome(f"error: no tool named {name!r}; the tools are: {listed}")
         try:
+            if name == "checkpoint":
+                return ToolOutcome(f"checkpoint id: {await workspace.checkpoint()}")
+            if name == "restore":
+                checkpoint_id = _text_argument(arguments, "checkpoint_id")
+                await workspace.restore(checkpoint_id)
+                return ToolOutcome(f"restored checkpoint {checkpoint_id}")
             if name == "exec":
                 command = _text_argument(arguments, "command")
                 result = await workspace.exec(

@@ -18,6 +18,8 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mcp_evalserver import errors
+
 DEFAULT_WORKDIR = "/testbed"
 
 
@@ -181,6 +183,44 @@ class Workspace(ABC):
             NotFound: the workspace was destroyed.
             SandboxUnavailable: the instance is gone.
         """
+
+    async def checkpoint(self) -> str:
+        """Freezes the workspace's files as they are now; returns the checkpoint's id.
+
+        Cheap whatever the workspace holds: the changes so far become a read-only layer and
+        later writes go to a fresh one. Modes, symlinks, deletions and binary content are kept
+        exactly; running processes are not part of a checkpoint.
+
+        Raises:
+            Conflict: a command is running in it (checkpoint between commands), or this
+                backend cannot checkpoint.
+            SandboxUnavailable: the instance is gone.
+        """
+        raise errors.Conflict(f"workspaces of {type(self).__name__} cannot checkpoint or fork")
+
+    async def restore(self, checkpoint: str) -> None:
+        """Returns the files to checkpoint `checkpoint` (its own, or one it was forked with).
+
+        Everything written after it is discarded; later checkpoints stay restorable.
+
+        Raises:
+            NotFound: no such checkpoint here (the message lists the known ones).
+            Conflict: a command is running in it.
+            SandboxUnavailable: the instance is gone.
+        """
+        raise errors.Conflict(f"workspaces of {type(self).__name__} cannot checkpoint or fork")
+
+    async def fork(self, name: str, *, checkpoint: str | None = None) -> Workspace:
+        """A new workspace `name` holding this one's files at `checkpoint` (None: now, through
+        a new checkpoint of this one). Parent and fork never see each other's later writes;
+        the fork may restore any checkpoint this one had.
+
+        Raises:
+            Conflict: `name` exists, or (no `checkpoint`) a command is running here.
+            NotFound: no such checkpoint.
+            SandboxUnavailable: the instance is gone.
+        """
+        raise errors.Conflict(f"workspaces of {type(self).__name__} cannot checkpoint or fork")
 
     @abstractmethod
     async def destroy(self) -> None:

@@ -11,7 +11,8 @@ to its stdin/stdout):
     ...
     await instance.aclose()                       # destroys workspaces, shuts down, closes stream
 
-`SUPERVISOR_SOURCE` is the path of the file to copy into an instance (docker: `put_archive`).
+`SUPERVISOR_SOURCE` is the path of the file to run in an instance; `SUPERVISOR_FILES` are the
+files to copy beside one another into it (docker: `put_archive`).
 Standalone use: `async with SupervisorClient(stream) as client:` owns its own task group.
 
 Wire format, one JSON object per line: requests `{"id", "op", "args"}`; replies
@@ -36,6 +37,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp_evalserver import errors
 
 SUPERVISOR_SOURCE = Path(__file__).with_name("supervisor.py")
+SUPERVISOR_FILES = (SUPERVISOR_SOURCE, Path(__file__).with_name("supervisor_layers.py"))
 MAX_LINE_BYTES = 512 << 20  # a diff or a file travels base64 in one line
 
 _ERROR_TYPES: dict[str, type[errors.EvalServerError]] = {

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 
 import anyio
 import anyio.abc
 
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec
-from mcp_evalserver.sandbox.client import SUPERVISOR_SOURCE, SupervisorClient
+from mcp_evalserver.sandbox.client import SUPERVISOR_FILES, SupervisorClient
 from mcp_evalserver.sandbox.docker_engine import ContainerLimits, DockerEngine, base_image_tag
 from mcp_evalserver.sandbox.docker_fallback import NOTE as FALLBACK_NOTE
 from mcp_evalserver.sandbox.docker_fallback import PerTrajectoryInstance
@@ -151,8 +152,11 @@ class DockerBackend(Backend):
             if python.exit_code != 0:
                 log.warning("instance %s (%s): %s", spec.key, image, FALLBACK_NOTE)
                 return await PerTrajectoryInstance.provision(engine, spec, container)
-            source = await anyio.Path(SUPERVISOR_SOURCE).read_bytes()
-            await engine.put_files(container, {SUPERVISOR_PATH: source})
+            home = os.path.dirname(SUPERVISOR_PATH)
+            sources = {
+                f"{home}/{f.name}": await anyio.Path(f).read_bytes() for f in SUPERVISOR_FILES
+            }
+            await engine.put_files(container, sources)
             # The supervisor changes into the workdir before running setup; an image without
             # it (the bare base image) gets an empty one.
             await engine.exec(container, ["mkdir", "-p", spec.workdir])

@@ -419,6 +419,27 @@ class RayWorkspace(Workspace):
     async def reset(self) -> None:
         await self._op("reset")
 
+    async def checkpoint(self) -> str:
+        checkpoint: str = await self._op("checkpoint")
+        return checkpoint
+
+    async def restore(self, checkpoint: str) -> None:
+        await self._op("restore", checkpoint=checkpoint)
+
+    async def fork(self, name: str, *, checkpoint: str | None = None) -> RayWorkspace:
+        """A fork on the same node (its layers are there), counted like any workspace."""
+        placed = self._placed
+        if name in placed.workspaces:
+            raise errors.Conflict(f"workspace {name!r} exists")
+        placed.workspaces.add(name)
+        try:
+            await _call(placed, self.instance.spec.key, "fork", self.name, name, checkpoint)
+        except BaseException:
+            placed.workspaces.discard(name)
+            self.instance.backend.release()
+            raise
+        return RayWorkspace(self.instance, placed, name)
+
     async def destroy(self) -> None:
         """Removes the workspace; a no-op if it or its node is already gone."""
         placed = self._placed

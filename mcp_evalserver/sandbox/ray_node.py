@@ -24,7 +24,9 @@ from mcp_evalserver.sandbox.shipping import Shipment, materialize, record_setup,
 # What an actor call answers: ("ok", value) or ("error", (error class name, message)).
 Reply = tuple[str, Any]
 
-WORKSPACE_OPS = frozenset({"exec", "read_file", "write_file", "list", "diff", "reset"})
+WORKSPACE_OPS = frozenset(
+    {"exec", "read_file", "write_file", "list", "diff", "reset", "checkpoint", "restore"}
+)
 
 
 def _error(exc: BaseException) -> Reply:
@@ -124,6 +126,17 @@ class InstanceHost:
             return ("error", ("SandboxUnavailable", "the instance was not started"))
         try:
             self._workspaces[name] = await self._instance.workspace(name)
+        except Exception as exc:
+            return _error(exc)
+        return ("ok", None)
+
+    async def fork(self, parent: str, name: str, checkpoint: str | None) -> Reply:
+        """Creates the workspace `name` as a fork of `parent` (at `checkpoint`, or now)."""
+        workspace = self._workspaces.get(parent)
+        if workspace is None:
+            return ("error", ("NotFound", f"no workspace {parent!r} on this instance"))
+        try:
+            self._workspaces[name] = await workspace.fork(name, checkpoint=checkpoint)
         except Exception as exc:
             return _error(exc)
         return ("ok", None)

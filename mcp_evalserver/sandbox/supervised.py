@@ -18,6 +18,7 @@ from mcp_evalserver.sandbox.client import SupervisorClient
 # How long past a command's own timeout we wait for the supervisor before calling it lost.
 REPLY_GRACE_S = 30.0
 FILE_OP_TIMEOUT_S = 60.0
+CHECKPOINT_TIMEOUT_S = 300.0  # a checkpoint that squashes a deep chain copies its old layers
 
 
 class SupervisedInstance(Instance):
@@ -186,6 +187,20 @@ class SupervisedWorkspace(Workspace):
 
     async def reset(self) -> None:
         await self._call("ws_reset", 60)
+
+    async def checkpoint(self) -> str:
+        result = await self._call("ws_checkpoint", CHECKPOINT_TIMEOUT_S)
+        self.info["holder_pid"] = result["holder_pid"]  # a new holder mounts the new stack
+        return str(result["checkpoint"])
+
+    async def restore(self, checkpoint: str) -> None:
+        result = await self._call("ws_restore", CHECKPOINT_TIMEOUT_S, checkpoint=checkpoint)
+        self.info["holder_pid"] = result["holder_pid"]
+
+    async def fork(self, name: str, *, checkpoint: str | None = None) -> SupervisedWorkspace:
+        info = await self._call("ws_fork", CHECKPOINT_TIMEOUT_S, name=name, checkpoint=checkpoint)
+        self.info["holder_pid"] = info.pop("parent_holder_pid", self.info.get("holder_pid"))
+        return SupervisedWorkspace(self.instance, name, info)
 
     async def destroy(self) -> None:
         """Removes the workspace; a no-op if it or its instance is already gone."""

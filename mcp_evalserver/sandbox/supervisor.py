@@ -19,6 +19,8 @@ Ops and their args (results in brackets):
   read       ws, path, max_bytes [data_b64]     write  ws, path, data_b64, mode [bytes]
   list       ws, path [entries: {name, kind, size}, truncated]
   diff       ws, timeout, max_bytes [patch_b64]  ws_reset, ws_destroy  ws
+  ws_checkpoint  ws [checkpoint, depth, holder_pid]  ws_restore  ws, checkpoint [holder_pid]
+  ws_fork    ws, name, checkpoint (none: a new one) [ws, ms, checkpoint]
   cancel     target (a request id)               shutdown
 One thread runs a selectors loop and never waits on a command: every sandboxed thing runs in
 a forked child (so no fork races another thread's locks), and each workspace has a holder
@@ -44,7 +46,6 @@ import os
 import platform
 import resource
 import selectors
-import shutil
 import signal
 import socket
 import stat
@@ -53,6 +54,12 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+try:
+    from mcp_evalserver.sandbox import supervisor_layers as layers
+except ImportError:  # run as a script (`-I` leaves our own directory off the path)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import supervisor_layers as layers  # type: ignore[import-not-found, no-redef]
 
 PROTOCOL_VERSION = 1
 
@@ -558,10 +565,12 @@ class Workspace:
         self.name, self.path = name, path
         self.holder_pid = 0
         self.ctl: socket.socket | None = None  # to the holder; closing it ends the workspace
-        self.root = os.path.join(path, "root")
+        self.root = os.path.join(path, "r", name)  # the name shows in its mounts
         self.cgroups: list[str] = []
         self.jobs: set[int] = set()  # request ids running in this workspace
         self.limits: dict[str, Any] = {}
+        self.layers: layers.WorkspaceLayers | None = None  # its stack (supervisor side)
+        self.overlay: dict[str, Any] = {}  # what its holder mounts: layers.overlay()
 
 
 class Job:
@@ -728,6 +737,7 @@ class Supervisor:
         self.running = True
         self.pid = os.getpid()
         self.created = 0  # holders forked so far
+        self.layer_store: layers.LayerStore | None = None  # every workspace's layers
         self.spares: list[tuple[int, socket.socket, list[str]]] = []  # see spawn_spare
 
     # -- plumbing --
@@ -817,7 +827,7 @@ class Supervisor:
             result = handler(req_id, req.get("args") or {})
             if result is not None:
                 self.reply(req_id, result)
-        except SupervisorError as e:
+        except (SupervisorError, layers.LayerError) as e:
             self.fail(req_id, e.kind, str(e))
         except OSError as e:
             self.fail(req_id, "InfrastructureError", f"supervisor: {e}")
@@ -1006,6 +1016,8 @@ class Supervisor:
         if cfg.get("store_tmpfs"):
             mount("tmpfs", store, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
         self.cfg = cfg
+        base = "/" if mode == "container" else cfg["instance"].rstrip("/") or "/"
+        self.layer_store = layers.LayerStore(store, base)
         self.cgroups = Cgroups(in_container=mode == "container")
         return {
             "version": PROTOCOL_VERSION,
@@ -1061,17 +1073,33 @@ class Supervisor:
         return ws
 
     def op_ws_create(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
+        return self.create_workspace(str(args["ws"]), dict(args.get("limits") or {}))
+
+    def create_workspace(
+        self, name: str, limits: dict[str, Any], fork: tuple[Workspace, str] | None = None
+    ) -> dict[str, Any]:
+        """A workspace on a fresh area; `fork`: (parent, checkpoint) it starts from."""
         self.require_init()
-        if not self.frozen:
+        if not self.frozen or self.layer_store is None:
             raise SupervisorError("Conflict", "freeze the instance before creating workspaces")
-        name = str(args["ws"])
         if not name or "/" in name or name.startswith(".") or len(name) > 128:
             raise SupervisorError("InvalidInput", f"workspace name {name!r} not allowed")
         if name in self.workspaces:
             raise SupervisorError("Conflict", f"workspace {name!r} exists")
         started = time.monotonic()
-        ws = Workspace(name, os.path.join(self.cfg["store"], name))
-        ws.limits = dict(args.get("limits") or {})
+        # A tmpfs per workspace (its area) is its disk cap.
+        area = self.layer_store.open_area(limits.get("disk_bytes"))
+        ws = Workspace(name, area.path)
+        ws.limits = limits
+        try:
+            if fork is None:
+                ws.layers = layers.WorkspaceLayers(self.layer_store, area)
+            else:
+                assert fork[0].layers is not None
+                ws.layers = fork[0].layers.fork(fork[1], area)
+        except BaseException:
+            self.layer_store.retire(area)
+            raise
         try:
             self.build_workspace(ws)
         except BaseException:
@@ -1084,26 +1112,23 @@ class Supervisor:
         return {"ws": name, "ms": ms, "holder_pid": ws.holder_pid, "root": ws.root}
 
     def build_workspace(self, ws: Workspace) -> None:
-        limits = ws.limits
-        os.makedirs(ws.path, mode=0o700)
-        disk = limits.get("disk_bytes")
-        if disk:  # a tmpfs per workspace is its disk cap
-            mount("tmpfs", ws.path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(disk)},mode=0700")
-        for sub in ("upper", "work", "root", "tmp"):
-            os.mkdir(os.path.join(ws.path, sub), 0o700)
-        # The merged view's top takes the upper's mode and owner: the lower's, or no user but
-        # root could enter the instance (its files are reached through the store, not here).
-        lower = os.stat("/" if self.cfg["mode"] == "container" else self.cfg["instance"])
-        os.chown(os.path.join(ws.path, "upper"), lower.st_uid, lower.st_gid)
-        os.chmod(os.path.join(ws.path, "upper"), stat.S_IMODE(lower.st_mode))
+        os.makedirs(ws.root, 0o700)
+        os.mkdir(os.path.join(ws.path, "tmp"), 0o1777)
         os.chmod(os.path.join(ws.path, "tmp"), 0o1777)
+        self.attach_holder(ws)
+
+    def attach_holder(self, ws: Workspace) -> None:
+        """Gives `ws` a holder that mounts its view on its current stack."""
+        limits = ws.limits
+        assert ws.layers is not None
         spare = self.spares.pop(0) if self.spares else self.spawn_spare()
         ws.holder_pid, ws.ctl, ws.cgroups = spare
         if self.cgroups is not None:
             self.cgroups.limit(ws.cgroups, limits.get("pids"), limits.get("memory_bytes"))
         try:
             ws.ctl.settimeout(60)
-            ws.ctl.send(json.dumps({"ws": ws.name, "path": ws.path}).encode())
+            view = {"ws": ws.name, "path": ws.path, "overlay": ws.layers.overlay()}
+            ws.ctl.send(json.dumps(view).encode())
             ack = ws.ctl.recv(4096).decode(errors="replace")
             ws.ctl.settimeout(None)
         except OSError as e:
@@ -1163,6 +1188,7 @@ class Supervisor:
             return  # never used: the supervisor is shutting down
         request = json.loads(assignment)
         ws = Workspace(str(request["ws"]), str(request["path"]))
+        ws.overlay = dict(request["overlay"])
         try:
             unshare(CLONE_NEWNS)
             self.mount_view(ws)
@@ -1196,7 +1222,7 @@ class Supervisor:
                     continue
                 if masked in ("/root", "/home"):  # homes (HOME=/root) count in the disk cap
                     private = os.path.join(ws.path, "home" + masked.replace("/", "-"))
-                    os.mkdir(private, 0o755)
+                    os.makedirs(private, 0o755, exist_ok=True)  # kept across checkpoints
                     mount(private, root + masked, None, MS_BIND)
                 else:
                     mount("tmpfs", root + masked, "tmpfs", nodev, "size=16m,mode=0755")
@@ -1209,7 +1235,7 @@ class Supervisor:
             lower = cfg["instance"].rstrip("/") or "/"
             target = root + lower
             os.makedirs(target, exist_ok=True)
-        opts = f"lowerdir={lower},upperdir={ws.path}/upper,workdir={ws.path}/work"
+        opts = layers.overlay_options(lower, ws.overlay)
         try:
             mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts + ",redirect_dir=on")
         except OSError:
@@ -1267,6 +1293,13 @@ class Supervisor:
             job = self.by_req.get(req_id)
             if job is not None:
                 self.kill(job)
+        self.detach_holder(ws)
+        if ws.layers is not None:  # frees its area, but for layers other workspaces hold
+            ws.layers.close()
+            ws.layers = None
+
+    def detach_holder(self, ws: Workspace) -> None:
+        """Ends the holder of `ws` (and with it the mounts of its view)."""
         if ws.ctl is not None:
             ws.ctl.close()
             ws.ctl = None
@@ -1274,10 +1307,8 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 os.kill(ws.holder_pid, signal.SIGKILL)
             ws.holder_pid = 0
-        with contextlib.suppress(OSError):
-            umount(ws.path)
-        shutil.rmtree(ws.path, ignore_errors=True)
         self.stale_cgroups.extend(ws.cgroups)
+        ws.cgroups = []
         self.remove_stale_cgroups()
 
     def remove_stale_cgroups(self) -> None:
@@ -1301,6 +1332,61 @@ class Supervisor:
         limits = ws.limits
         self.op_ws_destroy(req_id, args)
         return self.op_ws_create(req_id, {"ws": ws.name, "limits": limits})
+
+    # -- checkpoints and forks (the stacking itself is supervisor_layers') --
+    def idle_workspace(self, args: dict[str, Any], what: str) -> Workspace:
+        """The workspace, if no command runs in it: its upper is about to freeze or go."""
+        ws = self.workspace(args)
+        if ws.jobs:
+            raise SupervisorError(
+                "Conflict",
+                f"workspace {ws.name!r} has {len(ws.jobs)} command(s) running; {what} it when "
+                "they finish (or cancel them)",
+            )
+        return ws
+
+    def remount(self, ws: Workspace) -> None:
+        """A new holder mounts the workspace's current stack; on failure the workspace goes."""
+        self.detach_holder(ws)
+        try:
+            self.attach_holder(ws)
+        except BaseException:
+            del self.workspaces[ws.name]
+            self.teardown(ws)
+            raise
+
+    def checkpoint(self, ws: Workspace) -> str:
+        assert ws.layers is not None
+        cid, changed = ws.layers.checkpoint()
+        if changed:
+            self.remount(ws)
+        return cid
+
+    def op_ws_checkpoint(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
+        ws = self.idle_workspace(args, "checkpoint")
+        cid = self.checkpoint(ws)
+        depth = len(ws.layers.stack) if ws.layers else 0
+        return {"checkpoint": cid, "depth": depth, "holder_pid": ws.holder_pid}
+
+    def op_ws_restore(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
+        ws = self.idle_workspace(args, "restore")
+        assert ws.layers is not None
+        ws.layers.restore(str(args["checkpoint"]))
+        self.remount(ws)
+        return {"holder_pid": ws.holder_pid}
+
+    def op_ws_fork(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
+        """A new workspace `name` on a checkpoint of `ws` (a new one of its current state)."""
+        cid = args.get("checkpoint")
+        parent = self.workspace(args) if cid else self.idle_workspace(args, "fork")
+        name = str(args["name"])
+        if name in self.workspaces:  # before a checkpoint remounts the parent for nothing
+            raise SupervisorError("Conflict", f"workspace {name!r} exists")
+        if not cid:
+            cid = self.checkpoint(parent)
+        result = self.create_workspace(name, dict(parent.limits), (parent, str(cid)))
+        result.update(checkpoint=cid, parent_holder_pid=parent.holder_pid)
+        return result
 
     def op_cancel(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
         job = self.by_req.pop(int(args["target"]), None)

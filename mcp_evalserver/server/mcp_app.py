@@ -33,14 +33,18 @@ from mcp_evalserver.errors import Conflict, EvalServerError
 from mcp_evalserver.scoring.config import ScorerConfig
 from mcp_evalserver.server.http import allowed_host_names
 from mcp_evalserver.server.models import (
+    Branches,
+    BranchIds,
     CampaignList,
     CampaignStatus,
+    Checkpoint,
     ClaimedTrajectory,
     Comparison,
     Diff,
     ExecOutput,
     FileContent,
     FileWritten,
+    Restored,
     ScoringStatus,
     Submitted,
     SweepStatus,
@@ -65,7 +69,8 @@ workspaces, recorded in a crash-safe ledger.
 To evaluate: start_campaign, then campaign_status with wait_s to follow progress, then read \
 campaign://<id>/report or call score.
 To act as the agent of a campaign whose agent is {"type": "external"}: claim_trajectory, work \
-with sandbox_exec / read_file / write_file / get_diff, then submit."""
+with sandbox_exec / read_file / write_file / get_diff, then submit. checkpoint / restore roll \
+a workspace back; fork_trajectory branches a trajectory into several, each scored."""
 
 CampaignId = Annotated[str, Field(description="A campaign id, as list_campaigns shows them.")]
 ClaimId = Annotated[str, Field(description="The claim id that claim_trajectory returned.")]
@@ -391,6 +396,39 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
 
     @app.tool(annotations=_MUTATES)
     @tool_errors
+    async def checkpoint(claim_id: ClaimId, ctx: Context[EvalService, Any]) -> Checkpoint:
+        """Freeze the claimed trajectory's workspace files as they are now (milliseconds,
+        whatever their size); restore returns to them. Call it between commands."""
+        return await _trajectories(ctx).checkpoint(claim_id)
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def restore(
+        claim_id: ClaimId,
+        checkpoint_id: Annotated[str, Field(description="What checkpoint returned.")],
+        ctx: Context[EvalService, Any],
+    ) -> Restored:
+        """Return the claimed trajectory's workspace files to a checkpoint: everything
+        written after it is discarded (later checkpoints stay restorable)."""
+        return await _trajectories(ctx).restore(claim_id, checkpoint_id)
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def fork_trajectory(
+        claim_id: ClaimId,
+        n: Annotated[int, Field(ge=1, le=64, description="How many branches.")],
+        ctx: Context[EvalService, Any],
+        wait_s: WaitSeconds = 60.0,
+    ) -> Branches:
+        """Branch the claimed trajectory into n new trajectories of the same task, each with
+        a copy-on-write copy of the workspace as it is now and a claim_id of its own, already
+        held by you (branches beyond the campaign's free slots are listed as waiting: claim
+        them later). Each branch is submitted and scored on its own; the report groups
+        branches under their root (best of branches). The original claim stays yours."""
+        return await _trajectories(ctx).fork(claim_id, n, wait_s)
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
     async def submit(
         claim_id: ClaimId,
         ctx: Context[EvalService, Any],
@@ -491,6 +529,29 @@ def create_trajectory_server(trajectory: ScopedTrajectory) -> MCPServer[Any]:
         """The changes made in this trajectory's workspace so far, as a git patch against the
         task's base commit (what submit will hand in)."""
         return await trajectory.diff()
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def checkpoint() -> Checkpoint:
+        """Freeze this trajectory's workspace files as they are now; restore returns to them."""
+        return await trajectory.checkpoint()
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def restore(
+        checkpoint_id: Annotated[str, Field(description="What checkpoint returned.")],
+    ) -> Restored:
+        """Return the workspace files to a checkpoint; later writes are discarded."""
+        return await trajectory.restore(checkpoint_id)
+
+    @app.tool(annotations=_MUTATES)
+    @tool_errors
+    async def fork_trajectory(
+        n: Annotated[int, Field(ge=1, le=64, description="How many branches.")],
+    ) -> BranchIds:
+        """Branch this trajectory into n new ones of the same task: each runs this program
+        again in a copy of the workspace as it is now, and is scored on its own."""
+        return BranchIds(trajectory_ids=await trajectory.fork(n))
 
     @app.tool(annotations=_MUTATES)
     @tool_errors

@@ -109,6 +109,37 @@ class ClaimedTrajectory(BaseModel):
     )
 
 
+class Checkpoint(BaseModel):
+    """A checkpoint of a trajectory's workspace: name it in `restore`."""
+
+    checkpoint_id: str
+
+
+class Restored(BaseModel):
+    """The workspace's files are as they were at the checkpoint."""
+
+    checkpoint_id: str
+
+
+class Branches(BaseModel):
+    """The new trajectories a fork made, each already claimed by this client."""
+
+    branches: list[ClaimedTrajectory] = Field(
+        description="One per branch: its own claim_id, trajectory_id `<parent>.<n>`, workspace."
+    )
+    waiting: list[str] = Field(
+        default_factory=list,
+        description="Branches made but not started yet: the campaign's limits (concurrency, "
+        "per_instance) had no free slot. Claim them with claim_trajectory once one frees.",
+    )
+
+
+class BranchIds(BaseModel):
+    """The trajectories a fork made; the agent's program runs again in each."""
+
+    trajectory_ids: list[str]
+
+
 class ExecOutput(BaseModel):
     """What a command did. A non-zero exit code is a result, not an error."""
 

@@ -13,7 +13,15 @@ import anyio
 
 from mcp_evalserver.agents.base import Submission, TrajectoryContext
 from mcp_evalserver.errors import Conflict
-from mcp_evalserver.server.models import Diff, ExecOutput, FileContent, FileWritten, Submitted
+from mcp_evalserver.server.models import (
+    Checkpoint,
+    Diff,
+    ExecOutput,
+    FileContent,
+    FileWritten,
+    Restored,
+    Submitted,
+)
 from mcp_evalserver.server.trajectory_tools import TrajectoryTools
 
 # What one transcript entry keeps of a long argument (a file's content, a command).
@@ -60,6 +68,25 @@ class ScopedTrajectory:
         """The workspace's changes against the base commit."""
         self._log("get_diff")
         return await self.tools.diff()
+
+    async def checkpoint(self) -> Checkpoint:
+        """Freezes the workspace's files now."""
+        self._log("checkpoint")
+        return await self.tools.checkpoint()
+
+    async def restore(self, checkpoint_id: str) -> Restored:
+        """Returns the workspace's files to a checkpoint."""
+        self._log("restore", checkpoint_id=checkpoint_id)
+        return await self.tools.restore(checkpoint_id)
+
+    async def fork(self, n: int) -> list[str]:
+        """Forks this trajectory into `n` new ones (their ids): each runs the agent's program
+        again, in a copy of this workspace as it is now, and is scored on its own."""
+        self._log("fork_trajectory", n=str(n))
+        self.tools.require_workspace()
+        if self.context.branch is None:
+            raise Conflict(f"trajectory {self.context.trajectory_id} cannot be forked here")
+        return await self.context.branch(n)
 
     async def submit(self, answer: str | None) -> Submitted:
         """Hands in the workspace's diff (when there is one) and the answer, if any."""

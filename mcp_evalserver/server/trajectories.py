@@ -7,13 +7,19 @@ destroyed by the runner once the submission is recorded.
 
 from __future__ import annotations
 
-from mcp_evalserver.agents.external import ClaimBoard
+import time
+
+from mcp_evalserver.agents.external import ClaimBoard, ExternalTrajectory
+from mcp_evalserver.errors import Conflict, NotFound
 from mcp_evalserver.server.models import (
+    Branches,
+    Checkpoint,
     ClaimedTrajectory,
     Diff,
     ExecOutput,
     FileContent,
     FileWritten,
+    Restored,
     Submitted,
 )
 from mcp_evalserver.server.trajectory_tools import TrajectoryTools
@@ -32,6 +38,9 @@ class ExternalTrajectories:
             NotFound: none is waiting (after `wait_s`).
         """
         trajectory, claim_id = await self.board.claim(campaign_id, wait_s)
+        return self._claimed(trajectory, claim_id)
+
+    def _claimed(self, trajectory: ExternalTrajectory, claim_id: str) -> ClaimedTrajectory:
         context = trajectory.context
         task = context.task
         return ClaimedTrajectory(
@@ -94,6 +103,62 @@ class ExternalTrajectories:
         """
         async with self.board.use(claim_id) as trajectory:
             return await TrajectoryTools(trajectory.context).diff()
+
+    async def checkpoint(self, claim_id: str) -> Checkpoint:
+        """Freezes the workspace's files now; `restore` returns to them.
+
+        Raises:
+            NotFound: no such claim.
+            Conflict: the claim is no longer live, or a command is running.
+            InvalidInput: the task has no workspace.
+        """
+        async with self.board.use(claim_id) as trajectory:
+            return await TrajectoryTools(trajectory.context).checkpoint()
+
+    async def restore(self, claim_id: str, checkpoint_id: str) -> Restored:
+        """Returns the workspace's files to a checkpoint; later changes are discarded.
+
+        Raises:
+            NotFound: no such claim or checkpoint.
+            Conflict: the claim is no longer live, or a command is running.
+        """
+        async with self.board.use(claim_id) as trajectory:
+            return await TrajectoryTools(trajectory.context).restore(checkpoint_id)
+
+    async def fork(self, claim_id: str, n: int, wait_s: float = 60.0) -> Branches:
+        """Forks the claimed trajectory into `n` new ones, each claimed for this client.
+
+        Each starts with the workspace as it is now, is submitted and scored on its own, and
+        is recorded in the ledger with its parent and the checkpoint it started from. Branches
+        count against the campaign's limits: those that found no free slot within `wait_s`
+        are listed as `waiting` (claim them later with claim_trajectory).
+
+        Raises:
+            NotFound: no such claim.
+            Conflict: the claim is no longer live, a command is running, or the run cannot
+                start trajectories now.
+            InvalidInput: `n` out of range, or the task has no workspace.
+        """
+        async with self.board.use(claim_id) as trajectory:
+            context = trajectory.context
+            if context.branch is None:
+                raise Conflict(f"trajectory {context.trajectory_id} cannot be forked here")
+            TrajectoryTools(context).require_workspace()
+            branches = await context.branch(n)
+        claimed, waiting = [], []
+        deadline = time.monotonic() + wait_s
+        for branch_id in branches:
+            try:
+                found, branch_claim = await self.board.claim(
+                    context.campaign_id,
+                    max(0.0, deadline - time.monotonic()),
+                    trajectory_id=branch_id,
+                )
+            except NotFound:
+                waiting.append(branch_id)
+                continue
+            claimed.append(self._claimed(found, branch_claim))
+        return Branches(branches=claimed, waiting=waiting)
 
     async def submit(self, claim_id: str, answer: str | None) -> Submitted:
         """Hands in the workspace's diff (when it has one) and the answer, if any.

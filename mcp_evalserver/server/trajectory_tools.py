@@ -12,7 +12,15 @@ import re
 from mcp_evalserver.agents.base import Submission, TrajectoryContext
 from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
 from mcp_evalserver.sandbox.base import DEFAULT_WORKDIR, Workspace
-from mcp_evalserver.server.models import Diff, ExecOutput, FileContent, FileWritten, Submitted
+from mcp_evalserver.server.models import (
+    Checkpoint,
+    Diff,
+    ExecOutput,
+    FileContent,
+    FileWritten,
+    Restored,
+    Submitted,
+)
 
 _DIFF_FILE = re.compile(r"^diff --git a/(.*) b/", re.MULTILINE)
 
@@ -96,6 +104,35 @@ class TrajectoryTools:
         """
         patch = await (await self.workspace()).diff()
         return Diff(patch=patch, files=_DIFF_FILE.findall(patch))
+
+    async def checkpoint(self) -> Checkpoint:
+        """Freezes the workspace's files now.
+
+        Raises:
+            InvalidInput: the task has no workspace.
+            Conflict: a command is running in it.
+        """
+        checkpoint_id = await (await self.workspace()).checkpoint()
+        return Checkpoint(checkpoint_id=checkpoint_id)
+
+    async def restore(self, checkpoint_id: str) -> Restored:
+        """Returns the workspace's files to `checkpoint_id`.
+
+        Raises:
+            InvalidInput: the task has no workspace.
+            NotFound: no such checkpoint (the message lists the known ones).
+            Conflict: a command is running in it.
+        """
+        await (await self.workspace()).restore(checkpoint_id)
+        return Restored(checkpoint_id=checkpoint_id)
+
+    def require_workspace(self) -> None:
+        """Raises InvalidInput when the task has no workspace (nothing to checkpoint)."""
+        if not self.context.sandbox.available:
+            raise InvalidInput(
+                f"task {self.context.task.id} has no workspace (it names no `image` or `path`): "
+                "there is nothing to checkpoint or fork"
+            )
 
     async def submission(self, answer: str | None) -> tuple[Submission, Submitted]:
         """What handing in now means: the workspace's diff (when it has one) and the answer.

@@ -7,6 +7,8 @@
                                                 with a notes dir, then lingers
     python command_program.py fail              writes to stderr and exits 3 without submitting
     python command_program.py hang <notes-dir>  starts a child in its group, then hangs
+    python command_program.py branch <notes-dir> the root writes a note and forks into two;
+                                                branch .2 fixes calc.py; every one submits
 
 It learns everything from its environment (MCP_EVALSERVER_*) and writes what it saw as JSON to
 `<notes-dir>/<trajectory>.json` for the test to check.
@@ -97,6 +99,20 @@ async def work(mode: str, notes: Path | None) -> int:
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60.0) as http,
         Client(streamable_http_client(url, http_client=http)) as client,
     ):
+        if mode == "branch":
+            if "." not in me.rsplit("@", 1)[1]:  # the root
+                await call(client, "write_file", path="note.txt", content="before the fork\n")
+                seen["branches"] = (await call(client, "fork_trajectory", n=2))["trajectory_ids"]
+                await call(client, "write_file", path="late.txt", content="after the fork\n")
+            else:
+                listing = await call(client, "sandbox_exec", command="ls")
+                seen["files"] = listing["stdout"].split()
+                if me.endswith(".2"):
+                    await call(client, "write_file", path="calc.py", content=FIXED)
+            await call(client, "submit")
+            assert notes is not None
+            (notes / f"{me}.json").write_text(json.dumps(seen))
+            return 0
         if mode == "answer":
             refused = await client.call_tool("sandbox_exec", {"command": "ls"})
             print(" ".join(getattr(block, "text", "") for block in refused.content))

@@ -65,6 +65,9 @@ async def test_a_program_fixes_the_bug_through_its_endpoint_and_its_submission_r
         "read_file": ["max_bytes", "path"],
         "write_file": ["content", "path"],
         "get_diff": [],
+        "checkpoint": [],
+        "restore": ["checkpoint_id"],
+        "fork_trajectory": ["n"],
         "submit": ["answer"],
     }
     assert seen["before"] == BUGGY
@@ -212,3 +215,27 @@ async def test_a_program_that_hangs_is_killed_with_its_children_at_the_trajector
     pids = json.loads((notes / "pids.json").read_text())
     assert _gone(pids["program"])
     assert _gone(pids["child"])
+
+
+async def test_a_program_forks_its_trajectory_and_each_branch_runs_the_program_in_a_copy(
+    tmp_path: Path,
+) -> None:
+    require_root()
+    task = repo_task(tmp_path)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    with anyio.fail_after(180):
+        state, _ = await run(
+            tmp_path / "state", spec([task], program("branch", notes)), CHECK_SCORER
+        )
+
+    outcomes = {tid: t.outcome for tid, t in state.trajectories.items()}
+    assert outcomes == {"calc@0": "failed", "calc@0.1": "failed", "calc@0.2": "resolved"}
+    assert json.loads((notes / "calc@0.json").read_text())["branches"] == ["calc@0.1", "calc@0.2"]
+    for branch in ("calc@0.1", "calc@0.2"):
+        # The root's files at the fork, nothing it wrote after.
+        assert json.loads((notes / f"{branch}.json").read_text())["files"] == [
+            "calc.py",
+            "note.txt",
+        ]
+        assert state.trajectories[branch].parent == "calc@0"

@@ -109,3 +109,33 @@ async def test_a_model_out_of_steps_hands_in_what_its_workspace_holds_and_says_s
     events = [entry["event"] for entry in transcript if "event" in entry]
     assert events[-2:] == ["max_steps_reached", "handed_in_unsubmitted"]
     assert "+    return a + b" in artifact_text(directory, generated["submission"]["patch"])
+
+
+async def test_with_checkpoints_enabled_a_model_saves_tries_and_rolls_back_a_failed_attempt(
+    tmp_path: Path,
+) -> None:
+    task = _repo_task(tmp_path)
+    script = [
+        call("write_file", path="calc.py", content=FIXED),
+        call("checkpoint"),
+        call("exec", command="rm calc.py && echo 'def add(a, b): return 0' > other.py"),
+        call("restore", checkpoint_id="cp1"),  # a fresh instance numbers its checkpoints
+        call("restore", checkpoint_id="cp9"),
+        call("submit"),
+    ]
+    with serving(FakeOpenAI(script)) as fake, anyio.fail_after(60):
+        state, directory = await run(
+            tmp_path / "state", spec([task], openai_agent(fake.url, checkpoints=True)), CHECK_SCORER
+        )
+
+    assert state.trajectories["calc@0"].outcome == "resolved"
+    names = [tool["function"]["name"] for tool in fake.seen[0].body["tools"]]
+    assert names == ["exec", "read_file", "write_file", "checkpoint", "restore", "submit"]
+    told = [fake.seen[n].body["messages"][-1]["content"] for n in range(1, 6)]
+    assert told[1] == "checkpoint id: cp1"
+    assert told[3] == "restored checkpoint cp1"
+    assert told[4].startswith("error: no checkpoint 'cp9'")
+    (generated,) = records(directory, "generated")
+    patch = artifact_text(directory, generated["submission"]["patch"])
+    assert "+    return a + b" in patch
+    assert "other.py" not in patch  # what came after the checkpoint is gone

@@ -1,0 +1,345 @@
+"""Conformance of checkpoints, restores and forks on every backend, and the isolation attacks
+of test_conformance.py and test_attacks.py replayed on forked workspaces.
+
+A fork shares its parent's frozen layers, so every test here is also a test that nothing a
+workspace does reaches a layer another workspace stands on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+import anyio
+import pytest
+
+from mcp_evalserver import errors
+from mcp_evalserver.sandbox.base import Instance, Workspace
+
+from . import test_attacks as attacks
+from . import test_conformance as conformance
+from .conftest import LIMITED, REPO_SETUP, BackendUnderTest
+
+pytestmark = pytest.mark.anyio
+
+# Modes, symlinks, a binary file, a nested tree to rename and files to delete, all committed.
+TREE_SETUP = (
+    *REPO_SETUP[:-1],
+    "printf '#!/bin/sh\\necho run\\n' > tool.sh && chmod 0751 tool.sh",
+    "ln -s pkg/mod.py link.py && mkdir -p old/deep && printf 'd\\n' > old/deep/f.txt",
+    "printf 'gone\\n' > doomed.txt && mkdir doomed_dir && printf 'x\\n' > doomed_dir/x",
+    REPO_SETUP[-1],
+)
+# A digest of the whole view of the workdir: names, kinds, modes, link targets and content.
+SNAPSHOT = (
+    "find . -path ./.git -prune -o -print | LC_ALL=C sort | while read -r p; do "
+    'if [ -L "$p" ]; then echo "$p L $(readlink "$p")"; '
+    'elif [ -d "$p" ]; then echo "$p D $(stat -c %a "$p")"; '
+    'elif [ -p "$p" ]; then echo "$p P $(stat -c %a "$p")"; '
+    'else echo "$p F $(stat -c %a "$p") $(sha256sum < "$p" | cut -c1-16)"; fi; done'
+)
+
+
+@pytest.fixture(scope="module")
+async def instance(backend: BackendUnderTest) -> AsyncIterator[Instance]:
+    with anyio.fail_after(60):
+        instance = await backend.backend.instance(backend.spec(setup=TREE_SETUP))
+    yield instance
+    await instance.aclose()
+
+
+async def snapshot(ws: Workspace) -> str:
+    result = await ws.exec(SNAPSHOT)
+    assert result.exit_code == 0, result.stderr
+    return result.stdout
+
+
+async def cat(ws: Workspace, *paths: str) -> list[str]:
+    """Each file's content, or "-" where it does not exist in this view."""
+    found = []
+    for path in paths:
+        try:
+            found.append((await ws.read_file(path)).decode())
+        except errors.NotFound:
+            found.append("-")
+    return found
+
+
+# --- behaviour ---------------------------------------------------------------------------------
+
+
+async def test_a_fork_sees_its_parents_files_at_fork_time_and_neither_sees_later_writes(
+    instance: Instance,
+) -> None:
+    with anyio.fail_after(60):
+        async with await instance.workspace("parent") as parent:
+            await parent.write_file("a.txt", "parent before\n")
+            await parent.exec("echo new > made.txt && rm doomed.txt")
+            async with await parent.fork("child") as child:
+                await parent.write_file("a.txt", "parent after\n")
+                await parent.write_file("later.txt", "p\n")
+                await child.write_file("mine.txt", "c\n")
+                await child.exec("echo child > made.txt")
+                in_child = await cat(child, "a.txt", "made.txt", "doomed.txt", "later.txt")
+                in_parent = await cat(parent, "a.txt", "made.txt", "doomed.txt", "mine.txt")
+                child_diff = await child.diff()
+    assert in_child == ["parent before\n", "child\n", "-", "-"]
+    assert in_parent == ["parent after\n", "new\n", "-", "-"]
+    # The fork's diff is against the instance's base: the parent's changes are its own now.
+    assert "+parent before" in child_diff
+    assert "deleted file mode" in child_diff
+    assert "mine.txt" in child_diff
+
+
+async def test_sibling_forks_never_see_each_other(instance: Instance) -> None:
+    with anyio.fail_after(60):
+        async with await instance.workspace("root") as root:
+            await root.write_file("shared.txt", "from root\n")
+            checkpoint = await root.checkpoint()
+            siblings = [await root.fork(f"sib{i}", checkpoint=checkpoint) for i in range(3)]
+            try:
+                for i, ws in enumerate(siblings):
+                    await ws.write_file("shared.txt", f"sibling {i}\n")
+                    await ws.write_file(f"only{i}.txt", "x\n")
+                seen = [await cat(ws, "shared.txt", "only0.txt", "only1.txt", "only2.txt")
+                        for ws in siblings]  # fmt: skip
+                at_root = await cat(root, "shared.txt", "only0.txt")
+            finally:
+                for ws in siblings:
+                    await ws.destroy()
+    assert seen == [
+        ["sibling 0\n", "x\n", "-", "-"],
+        ["sibling 1\n", "-", "x\n", "-"],
+        ["sibling 2\n", "-", "-", "x\n"],
+    ]
+    assert at_root == ["from root\n", "-"]
+
+
+async def test_restore_discards_exactly_what_came_after_the_checkpoint(instance: Instance) -> None:
+    with anyio.fail_after(60):
+        async with await instance.workspace("undo") as ws:
+            await ws.exec("echo one > a.txt && rm -r doomed_dir && chmod 0600 tool.sh")
+            first = await ws.checkpoint()
+            at_first = await snapshot(ws)
+            await ws.exec("echo two > a.txt && echo extra > extra.txt && rm pkg/mod.py")
+            second = await ws.checkpoint()
+            at_second = await snapshot(ws)
+            await ws.exec("echo three > a.txt && mkdir doomed_dir && rm -r old")
+            await ws.restore(first)
+            back_at_first = await snapshot(ws)
+            await ws.restore(second)  # a later checkpoint stays restorable
+            back_at_second = await snapshot(ws)
+            await ws.restore(first)
+            await ws.exec("echo after-restore > a.txt")
+            again = await cat(ws, "a.txt", "extra.txt")
+            with pytest.raises(errors.NotFound, match=first):
+                await ws.restore("cp-unknown")
+    assert back_at_first == at_first
+    assert back_at_second == at_second
+    assert "./a.txt F 644" in at_first
+    assert "./doomed_dir" not in at_first
+    assert "./tool.sh F 600" in at_first
+    assert "./extra.txt" in at_second
+    assert "./pkg/mod.py" not in at_second
+    assert again == ["after-restore\n", "-"]
+
+
+async def test_modes_symlinks_deletions_and_binary_content_pass_to_a_fork_exactly(
+    instance: Instance,
+) -> None:
+    binary = bytes(range(256)) * 64 + b"\0\xff"
+    with anyio.fail_after(60):
+        async with await instance.workspace("rich") as parent:
+            await parent.write_file("bin/data.bin", binary, mode=0o640)
+            await parent.exec(
+                "rm doomed.txt && rm -r doomed_dir && mv old renamed && ln -sf a.txt link.py && "
+                "ln -s /nonexistent dangling && chmod 0700 tool.sh && mkfifo pipe && "
+                "echo new > renamed/deep/added.txt"
+            )
+            expected = await snapshot(parent)
+            async with await parent.fork("heir") as heir:
+                inherited = await snapshot(heir)
+                data = await heir.read_file("bin/data.bin")
+                gone = await heir.exec("test -e doomed.txt || test -e doomed_dir || test -e old")
+                kinds = await heir.exec("stat -c %F pipe; readlink link.py; ./tool.sh")
+    assert inherited == expected
+    assert data == binary
+    assert gone.exit_code == 1  # deleted files and directories stay deleted
+    assert kinds.stdout == "fifo\na.txt\nrun\n"
+    assert "./bin/data.bin F 640" in expected
+    assert "./renamed/deep/f.txt F 644" in expected
+
+
+async def test_a_deep_chain_of_checkpoints_keeps_working_past_the_layer_limit(
+    instance: Instance,
+) -> None:
+    depth = 50  # past the supervisor's 32 layers twice: its oldest layers are squashed
+    states: dict[str, str] = {}
+    with anyio.fail_after(240):
+        async with await instance.workspace("deep") as ws:
+            for i in range(depth):
+                step = f"echo {i} > f{i}.txt && echo {i} >> log.txt && rm -f f{i - 2}.txt"
+                if i % 7 == 3:  # directory renames and deletions land in squashed layers too
+                    step += f" && mv d{i - 7} d{i} 2>/dev/null || mkdir -p d{i}/sub"
+                    step += (
+                        f" && echo {i} > d{i}/sub/n{i} && chmod 0{6 + i % 2}{4 + i % 2}0 f{i}.txt"
+                    )
+                if i == 20:
+                    step += " && rm -r old pkg && ln -s a.txt alias"
+                result = await ws.exec(step)
+                assert result.exit_code == 0, result.stderr
+                states[await ws.checkpoint()] = await snapshot(ws)
+            last = await snapshot(ws)
+            log = await ws.read_file("log.txt")
+            early, middle = list(states)[5], list(states)[30]
+            await ws.restore(early)
+            at_early = await snapshot(ws)
+            async with await ws.fork("deep-fork", checkpoint=middle) as fork:
+                at_middle = await snapshot(fork)
+    assert log.decode().split() == [str(i) for i in range(depth)]
+    assert last == list(states.values())[-1]
+    assert at_early == states[early]
+    assert at_middle == states[middle]
+    assert "./alias L a.txt" in last
+    assert "./pkg" not in last
+
+
+async def test_checkpointing_a_workspace_with_a_command_running_is_refused(
+    instance: Instance,
+) -> None:
+    arg = conformance.marker()
+    with anyio.fail_after(30):
+        async with await instance.workspace("busy") as ws, anyio.create_task_group() as tg:
+            tg.start_soon(ws.exec, conformance.started(arg))
+            await conformance.wait_for_file(ws, "/tmp/started")
+            with pytest.raises(errors.Conflict, match="running"):
+                await ws.checkpoint()
+            with pytest.raises(errors.Conflict, match="running"):
+                await ws.fork("busy-fork")
+            tg.cancel_scope.cancel()
+        await conformance.wait_until_gone(arg)
+
+
+async def test_a_forks_name_must_be_free_and_its_checkpoint_known(instance: Instance) -> None:
+    with anyio.fail_after(30):
+        async with await instance.workspace("namer") as ws, await instance.workspace("taken"):
+            with pytest.raises(errors.Conflict):
+                await ws.fork("taken")
+            with pytest.raises(errors.NotFound):
+                await ws.fork("orphan", checkpoint="cp-none")
+            still = await cat(ws, "a.txt")
+    assert still == ["hello\n"]
+
+
+async def test_a_fork_outlives_its_parent_and_keeps_its_layers(instance: Instance) -> None:
+    with anyio.fail_after(30):
+        parent = await instance.workspace("mortal")
+        await parent.write_file("legacy.txt", "kept\n")
+        child = await parent.fork("survivor")
+        await parent.destroy()
+        async with child:
+            reborn = await instance.workspace("mortal")  # the name is free again, and empty
+            async with reborn:
+                kept = await cat(child, "legacy.txt")
+                fresh = await cat(reborn, "legacy.txt")
+                grandchild = await child.fork("grandchild")
+                async with grandchild:
+                    inherited = await cat(grandchild, "legacy.txt")
+    assert (kept, fresh, inherited) == (["kept\n"], ["-"], ["kept\n"])
+
+
+# --- the isolation attacks, on forked workspaces -------------------------------------------------
+
+
+class ForkingInstance(Instance):
+    """The same instance, but every workspace is a fork of one seed workspace's checkpoint
+    (which changed a file git does not see, so the attacks' expectations still hold)."""
+
+    def __init__(self, inner: Instance, seed: Workspace, checkpoint: str) -> None:
+        self.spec, self._inner, self._seed, self._checkpoint = inner.spec, inner, seed, checkpoint
+
+    @property
+    def base_commit(self) -> str | None:
+        return self._inner.base_commit
+
+    async def workspace(self, name: str) -> Workspace:
+        return await self._seed.fork(name, checkpoint=self._checkpoint)
+
+    async def aclose(self) -> None:
+        await self._seed.destroy()
+
+
+async def forking(instance: Instance) -> ForkingInstance:
+    seed = await instance.workspace("seed")
+    await seed.write_file(".git/evs-seed", os.urandom(64))
+    return ForkingInstance(instance, seed, await seed.checkpoint())
+
+
+@pytest.fixture(scope="module")
+async def forked(backend: BackendUnderTest) -> AsyncIterator[Instance]:
+    with anyio.fail_after(60):
+        instance = await backend.backend.instance(backend.spec())
+        wrapper = await forking(instance)
+    yield wrapper
+    await wrapper.aclose()
+    await instance.aclose()
+
+
+@pytest.fixture(scope="module")
+async def forked_limited(backend: BackendUnderTest) -> AsyncIterator[Instance]:
+    with anyio.fail_after(60):
+        instance = await backend.backend.instance(backend.spec(**LIMITED))
+        wrapper = await forking(instance)
+    yield wrapper
+    await wrapper.aclose()
+    await instance.aclose()
+
+
+Attack = Callable[..., Awaitable[None]]
+ATTACKS: Sequence[Attack] = (
+    conformance.test_a_trajectory_cannot_see_or_signal_another_trajectorys_processes,
+    conformance.test_a_trajectory_cannot_read_or_write_another_trajectorys_files,
+    conformance.test_a_trajectory_cannot_reach_the_network_or_the_host_loopback,
+    conformance.test_host_unix_sockets_are_out_of_reach,
+    conformance.test_a_trajectory_cannot_mount_unmount_or_unshare,
+    conformance.test_setsid_and_nohup_children_die_with_their_command,
+    attacks.test_a_command_runs_in_a_session_of_its_own_without_a_terminal,
+    attacks.test_calls_dockers_default_profile_refuses_are_refused,
+    attacks.test_device_nodes_cannot_be_changed_and_still_work,
+    attacks.test_file_tools_refuse_devices_fifos_and_sockets,
+)
+LIMIT_ATTACKS: Sequence[Attack] = (
+    conformance.test_a_fork_bomb_hits_the_pids_limit_and_the_instance_survives,
+    conformance.test_a_memory_hog_is_killed_and_the_instance_survives,
+    conformance.test_filling_the_disk_stops_at_the_workspace_cap,
+)
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=lambda a: a.__name__.removeprefix("test_"))
+async def test_every_isolation_attack_fails_on_forked_workspaces_too(
+    forked: Instance, attack: Attack
+) -> None:
+    await attack(forked)
+
+
+@pytest.mark.parametrize("attack", LIMIT_ATTACKS, ids=lambda a: a.__name__.removeprefix("test_"))
+async def test_every_limit_holds_on_forked_workspaces_too(
+    forked_limited: Instance, attack: Attack
+) -> None:
+    await attack(forked_limited)
+
+
+async def test_a_fork_cannot_change_the_layers_its_parent_and_siblings_stand_on(
+    backend: BackendUnderTest, forked: Instance
+) -> None:
+    await conformance.test_the_frozen_filesystem_cannot_be_changed(backend, forked)
+    secret = hashlib.sha256(os.urandom(16)).hexdigest()
+    with anyio.fail_after(30):
+        async with await forked.workspace("writer") as writer:
+            # Through every name the layer's file has: the fork's own copy changes, only.
+            await writer.exec(f"echo {secret} > a.txt; echo {secret} >> .git/evs-seed")
+            async with await forked.workspace("reader") as reader:
+                after = await reader.exec("cat a.txt; grep -c . .git/evs-seed; ls -a /trajs")
+    assert after.stdout.startswith("hello\n")
+    assert secret not in after.stdout
