@@ -48,9 +48,11 @@ from mcp_evalserver.ledger import (
 )
 from mcp_evalserver.sandbox.base import Workspace
 from mcp_evalserver.sandboxes import (
+    InstanceCheck,
     Reprovisioned,
     SandboxPool,
     TrajectorySandbox,
+    require_placement,
     workspace_name,
 )
 from mcp_evalserver.scheduler import Limiters, RetryPolicy
@@ -128,10 +130,12 @@ class CampaignStore:
         whose creation was interrupted can be created again.
 
         Raises:
-            InvalidInput: the id is taken or malformed, or the spec has no tasks loaded.
+            InvalidInput: the id is taken or malformed, the spec has no tasks loaded, or it
+                places instances on Ray and Ray is not installed.
             Conflict: another process holds that campaign's lock (creating or running it).
         """
         spec.task_list()
+        require_placement(spec.sandbox, None)
         if campaign_id is None:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
             campaign_id = f"{spec.name}-{stamp}-{secrets.token_hex(2)}"
@@ -228,7 +232,8 @@ class CampaignRunner:
         Raises:
             NotFound: the campaign does not exist, or its creation was interrupted.
             Conflict: another process is running it.
-            InvalidInput: its agent or scorer cannot be built.
+            InvalidInput: its agent or scorer cannot be built, or it places instances on Ray
+                and Ray is not installed.
         """
         if not (self.directory / LEDGER_FILE).is_file():
             self.store.load(self.campaign_id)  # raises NotFound with the list of campaigns
@@ -269,6 +274,8 @@ class CampaignRunner:
             ledger.recovered = []
             self.state = state
             spec = state.spec
+            # Resumed where Ray is missing: say so before this run records anything.
+            require_placement(spec.sandbox, sandboxes.ray_address)
             agent = self._agent or build_agent(
                 spec.agent, trajectory_endpoints=self._trajectory_endpoints
             )
@@ -352,12 +359,17 @@ class _Drive:
     on_record: Callable[[CampaignState, dict[str, Any]], None] | None
     sandboxes: SandboxPool
     fresh_submissions: dict[str, Submission] = field(default_factory=dict)
+    #: Per task, what the scorer checks on each new instance (before generation uses it).
+    instance_checks: dict[str, InstanceCheck | None] = field(default_factory=dict)
     group: anyio.abc.TaskGroup | None = None
     #: Forked workspaces waiting for the first attempt of their branch.
     forks: dict[str, Workspace] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.limiters.on_endpoint_limit = self._endpoint_limit_changed
+        self.instance_checks = {
+            t: self.scorer.instance_check(task) for t, task in self.tasks.items()
+        }
 
     async def _endpoint_limit_changed(self, change: LimitChange) -> None:
         await self.record(ENDPOINT_LIMIT, None, durable=False, **dataclasses.asdict(change))
@@ -541,7 +553,13 @@ class _Drive:
         name = workspace_name(self.state.id, trajectory_id, step)
         provisioning = self.limiters.provisioning
         return TrajectorySandbox(
-            self.sandboxes, task, name, provisioning, self._reprovisioned, self.state.spec.sandbox
+            self.sandboxes,
+            task,
+            name,
+            provisioning,
+            self._reprovisioned,
+            self.state.spec.sandbox,
+            self.instance_checks.get(task.id),
         )
 
     async def _reprovisioned(self, event: Reprovisioned) -> None:

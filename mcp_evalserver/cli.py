@@ -29,6 +29,7 @@ from mcp_evalserver.cli_sweep import add_sweep_command, dispatch_sweep
 from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
 from mcp_evalserver.progress import progress_line, show_progress
 from mcp_evalserver.report import build_report, render_markdown
+from mcp_evalserver.sandboxes import require_placement
 from mcp_evalserver.server.http import TOKEN_ENV
 from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
 from mcp_evalserver.spec import load_spec, spec_json_schema
@@ -161,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.stdio or args.http) and args.command is not None:
         parser.error(f"--stdio/--http serve MCP; they do not combine with {args.command!r}")
+    try:
+        require_placement(None, args.ray)  # `--ray` without Ray: say so before anything runs
+    except InvalidInput as exc:
+        print(f"mcp-evalserver: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if args.stdio or args.http:
         try:
             return _serve(args)

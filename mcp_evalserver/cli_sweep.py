@@ -80,8 +80,8 @@ def render_sweep(result: dict[str, Any]) -> str:
         f"# Concurrency sweep {result['id']}",
         "",
         "| level | trajectories/min | error rate | task errors | infra errors | 429 | 5xx |"
-        " p50 | p95 | tokens/s |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " p50 | p95 | tokens/s | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["levels"]:
         lines.append(
@@ -90,12 +90,13 @@ def render_sweep(result: dict[str, Any]) -> str:
             f" {_percent(row['infra_error_rate'])} | {row['http_429']} | {row['http_5xx']} |"
             f" {_number(row['latency_p50_s'], 's')} | {_number(row['latency_p95_s'], 's')} |"
             f" {_number(row['tokens_per_s'])} |"
+            f" {_number(row['load_average'][0]) if row.get('load_average') else '-'} |"
         )
     load = ", ".join(f"{x:.2f}" for x in result["load_average"])
     lines += [
         "",
         f"recommended concurrency: {result['recommended']}: {result['reason']}",
-        f"(load average while measured: {load})",
+        f"(load: the 1-minute load average after each level ran; {load} when summarised)",
     ]
     return "\n".join(lines) + "\n"
 

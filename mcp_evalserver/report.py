@@ -235,18 +235,24 @@ def build_report(state: CampaignState, *, branches_as_samples: bool = False) -> 
     }
 
 
-def where_it_ran(state: CampaignState) -> dict[str, dict[str, int]] | None:
-    """Per cluster node, the steps that ran there (None: every step ran on one machine)."""
-    nodes: dict[str, dict[str, int]] = {}
+def where_it_ran(state: CampaignState) -> dict[str, dict[str, Any]] | None:
+    """Per cluster node, the instances (task ids) and the steps that ran there (None: every
+    step ran on one machine)."""
+    nodes: dict[str, Counter[str]] = {}
+    instances: dict[str, set[str]] = {}
     for trajectory in state.trajectories.values():
         for node in {node for _, node in trajectory.nodes}:
             nodes.setdefault(node, Counter())["trajectories"] += 1
+            instances.setdefault(node, set()).add(trajectory.task_id)
         for kind, node in trajectory.nodes:
             nodes[node][_STEP_COLUMNS.get(kind, "failed_steps")] += 1
     if not nodes:
         return None
     columns = ("trajectories", "generated", "scored", "failed_steps")
-    return {node: {c: counts.get(c, 0) for c in columns} for node, counts in sorted(nodes.items())}
+    return {
+        node: {"instances": sorted(instances[node]), **{c: counts.get(c, 0) for c in columns}}
+        for node, counts in sorted(nodes.items())
+    }
 
 
 _STEP_COLUMNS = {"generated": "generated", "scored": "scored"}
@@ -384,7 +390,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(
             "- where it ran: "
             + "; ".join(
-                f"node {node[:12]} {row['trajectories']} trajectories ({row['generated']} "
+                f"node {node[:12]} {len(row['instances'])} instance(s),"
+                f" {row['trajectories']} trajectories ({row['generated']} "
                 f"generated, {row['scored']} scored, {row['failed_steps']} failed steps)"
                 for node, row in report["nodes"].items()
             )

@@ -40,6 +40,7 @@ SWEEPS_DIR = "sweeps"
 PLAN_FILE = "plan.json"
 SWEEP_FILE = "sweep.json"
 PLOT_FILE = "sweep.png"
+LOADS_FILE = "loads.json"
 DEFAULT_LEVELS = (1, 10, 50, 100)
 #: A level's error rate may exceed the best level's by this much and still be healthy.
 ERROR_MARGIN = 0.02
@@ -137,6 +138,7 @@ async def run_sweep(
         InvalidInput: the spec's agent or scorer cannot be built.
         Conflict: another process runs one of the level campaigns.
     """
+    directory = sweeps_dir(store) / plan["id"]
     for level in plan["levels"]:
         campaign_id = plan["campaigns"][str(level)]
         if on_level is not None:
@@ -149,16 +151,25 @@ async def run_sweep(
             await CampaignRunner(
                 store, campaign_id, sandboxes=sandboxes, trajectory_endpoints=trajectory_endpoints
             ).run()
+            # Figures measured here are only as good as the machine was quiet: keep its load.
+            loads = _read_json(directory / LOADS_FILE) or {}
+            loads[str(level)] = list(os.getloadavg())
+            _write(directory / LOADS_FILE, json.dumps(loads))
     result = summarise(store, plan)
-    directory = sweeps_dir(store) / plan["id"]
+    plotted = await anyio.to_thread.run_sync(write_plot, result, directory / PLOT_FILE)
+    if not plotted:
+        result["plot"] = None
+        result["plot_missing"] = "install the `plot` extra (matplotlib) to draw sweep.png"
     _write(directory / SWEEP_FILE, json.dumps(result, indent=1))
-    await anyio.to_thread.run_sync(write_plot, result, directory / PLOT_FILE)
     return result
 
 
 def summarise(store: CampaignStore, plan: dict[str, Any]) -> dict[str, Any]:
     """sweep.json: the figures of each level and which level to use, with the reason."""
     rows = [level_figures(store.load(plan["campaigns"][str(lv)]), lv) for lv in plan["levels"]]
+    loads = _read_json(sweeps_dir(store) / plan["id"] / LOADS_FILE) or {}
+    for row in rows:
+        row["load_average"] = loads.get(str(row["level"]))
     recommended, knee, reason = recommend(rows)
     return {
         "id": plan["id"],
@@ -348,6 +359,13 @@ def sweep_figure(result: dict[str, Any]) -> Any:
 
 def _nan(values: Sequence[float | None]) -> list[float]:
     return [float("nan") if v is None else v for v in values]
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _write(path: Path, text: str) -> None:

@@ -9,15 +9,19 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore, resumed_endpoints
+from mcp_evalserver.cli import main
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.report import build_report, render_markdown
 from mcp_evalserver.scheduler import Limiters
+from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.spec import parse_spec
 from mcp_evalserver.state import CampaignState
 from tests.agents.fake_openai import Failure, FakeOpenAI, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, openai_agent, records, spec
+from tests.server.helpers import call as call_tool
 
 pytestmark = pytest.mark.anyio
 
@@ -36,7 +40,9 @@ def _provider(headers: dict[str, str]) -> FakeOpenAI:
         then=call("submit", answer="16"),
         capacity=CEILING,
         over_capacity=Failure(429, headers, message="Rate limit reached"),
-        service_s=0.2,
+        # Long beside the client's own work per call (which grows with the machine's load), as
+        # a model's answer is: the server then sees the client's concurrency, not a fraction.
+        service_s=0.5,
     )
 
 
@@ -80,6 +86,19 @@ async def test_an_auto_limit_loses_no_trajectory_to_429s_and_settles_near_the_hi
     report = build_report(state)
     assert report["endpoint_limits"][fake.url]["limit"] == limit.limit
     assert f"adaptive limit for {fake.url}: **{limit.limit}** calls" in render_markdown(report)
+    # campaign_status says the limit now; the HTML report plots its history and names its range.
+    async with Client(create_server(tmp_path)) as client:
+        status = await call_tool(client, "campaign_status", campaign_id=campaign_id)
+    assert status["endpoint_limits"] == {fake.url: limit.limit}
+    page = tmp_path / "report.html"
+    arguments = ["report", campaign_id, "--format", "html", "--out", str(page)]
+    assert await anyio.to_thread.run_sync(main, ["--state-dir", str(tmp_path), *arguments]) == 0
+    html = page.read_text()
+    assert "<figcaption>Adaptive concurrency</figcaption>" in html
+    assert "adaptive concurrency limit" in html  # the plot's own title
+    lowest = min(change["limit"] for change in limit.history)
+    highest = max(change["limit"] for change in limit.history)
+    assert f"limit {limit.limit} now (between {lowest} and {highest})" in html
 
 
 async def test_a_resumed_campaign_starts_from_its_last_recorded_limit(tmp_path: Path) -> None:

@@ -55,7 +55,9 @@ def _provider() -> FakeOpenAI:
         then=_three_calls,
         capacity=CEILING,
         over_capacity=Failure(429, message="Rate limit reached"),
-        service_s=0.04,
+        # Long beside the client's own work per call (which grows with the machine's load):
+        # the server must see the client's concurrency, not a fraction of it.
+        service_s=0.2,
     )
 
 
@@ -79,17 +81,18 @@ async def test_a_sweep_finds_the_errors_past_the_ceiling_and_recommends_the_leve
 ) -> None:
     store = CampaignStore(tmp_path)
     with serving(_provider()) as fake, anyio.fail_after(240):
-        plan = plan_sweep(store, _spec(fake.url), levels=LEVELS, tasks=16, sweep_id="s1")
+        plan = plan_sweep(store, _spec(fake.url), levels=LEVELS, tasks=16, samples=2, sweep_id="s1")
         result = await run_sweep(store, plan)
 
     by_level = {row["level"]: row for row in result["levels"]}
     assert list(by_level) == LEVELS
     for level, row in by_level.items():
-        assert row["trajectories"] == 64, level
-        assert row["requests"] >= 64 * 3 - row["http_429"] * 2
+        assert row["trajectories"] == 32, level
+        assert row["requests"] >= 32 * 3 - row["http_429"] * 2
         assert row["throughput_per_min"] > 0
         assert row["latency_p50_s"] <= row["latency_p95_s"]
         assert row["tokens_per_s"] > 0
+        assert len(row["load_average"]) == 3  # recorded beside the figures it qualifies
     # At or below K: nothing refused, nothing lost.
     for level in (1, 4):
         assert by_level[level]["http_429"] == 0

@@ -18,7 +18,7 @@ import pytest
 from demo.build_suite import DEMO_DIR
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.report import build_report
+from mcp_evalserver.report import build_report, render_markdown
 from mcp_evalserver.sandboxes import SandboxPool
 from mcp_evalserver.spec import CampaignSpec, RaySandboxConfig, load_tasks
 from mcp_evalserver.state import CampaignState
@@ -73,6 +73,9 @@ async def test_a_demo_campaign_on_the_cluster_matches_one_machine_and_uses_two_n
     workers = {ray_cluster.node_id(node) for node in ray_cluster.workers}
     assert set(nodes) <= workers
     assert len(nodes) >= 2, nodes  # three instances spread over the two nodes
+    placed = [task for row in nodes.values() for task in row["instances"]]
+    assert sorted(placed) == sorted(_by_task(there)), "each instance on one node"
+    assert "instance(s)" in render_markdown(build_report(there))
     assert build_report(here)["nodes"] is None
 
 

@@ -16,16 +16,19 @@ from typing import IO
 
 import anyio
 
+from mcp_evalserver.sandbox.base import Instance
 from mcp_evalserver.sandbox.supervised import SupervisedInstance, SupervisedWorkspace
 
 Fault = Callable[[SupervisedInstance], Awaitable[None]]
 
 
-async def sigkill_supervisor(instance: SupervisedInstance) -> None:
+async def sigkill_supervisor(instance: Instance) -> None:
     """What an OOM kill or a crash does to an instance's supervisor (its container, if it has
-    one, lives on: only the supervisor's stream ends)."""
-    pid = int(instance.info["pid"])  # in the supervisor's own pid namespace
-    container = instance.info.get("container")
+    one, lives on: only the supervisor's stream ends). Any instance whose `info` names its
+    supervisor's pid (and container) will do: a ray instance's is its node's instance's."""
+    info = getattr(instance, "info", {})
+    pid = int(info["pid"])  # in the supervisor's own pid namespace
+    container = info.get("container")
     if container is None:
         os.kill(pid, signal.SIGKILL)
         return

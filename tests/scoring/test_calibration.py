@@ -143,6 +143,12 @@ async def test_calibrate_compares_the_judge_with_labels_and_the_report_shows_it(
     line = next(x for x in render_markdown(report).splitlines() if "judge calibration" in x)
     assert f"spearman {result['spearman']['value']:.2f}" in line
     assert "clears 0.80: **" in line
+    html = tmp_path / "report.html"
+    arguments = ["report", campaign_id, "--format", "html", "--out", str(html)]
+    assert await anyio.to_thread.run_sync(main, ["--state-dir", str(tmp_path), *arguments]) == 0
+    page = html.read_text()
+    assert 'id="judge-calibration"' in page
+    assert f"ρ {result['spearman']['value']:.2f}" in page
 
 
 async def test_per_requirement_labels_go_through_the_mcp_tool_and_bad_labels_are_refused(
