@@ -30,6 +30,7 @@ from pathlib import Path
 _BENCH = Path(__file__).resolve().parent
 sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resolve() != _BENCH)]
 
+import argparse  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
@@ -58,6 +59,7 @@ from mcp_evalserver.spec import CampaignSpec, Limits, Task  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = 3
+# The demo's own limits; `--concurrency N` raises trajectories (and evaluations) in flight.
 LIMITS = Limits(concurrency=4, per_instance=3, scoring=2, provisioning=2)
 SCORER = TestsScorerConfig(timeout_s=300)
 TARGET_SPEEDUP = 5.0
@@ -198,7 +200,7 @@ def docker_task(task: Task, image: str) -> Task:
 
 
 async def run_campaign(
-    root: Path, name: str, tasks: list[Task], backend: type[DockerBackend]
+    root: Path, name: str, tasks: list[Task], backend: type[DockerBackend], limits: Limits
 ) -> dict[str, Any]:
     """One campaign of `tasks` x SAMPLES on `backend`; its wall time and command figures."""
     store = CampaignStore(root / name)
@@ -207,7 +209,7 @@ async def run_campaign(
         tasks=tasks,
         samples=SAMPLES,
         scorer=SCORER,
-        limits=LIMITS,
+        limits=limits,
     )
     agent = ScriptedAgent()
 
@@ -244,7 +246,7 @@ async def run_campaign(
     return figures
 
 
-async def main() -> dict[str, Any]:
+async def main(concurrency: int) -> dict[str, Any]:
     base = base_image()
     tasks = demo_tasks()
     testenv = ensure_testenv(DEFAULT_CACHE, lambda line: print(line, file=sys.stderr))
@@ -258,13 +260,17 @@ async def main() -> dict[str, Any]:
         await engine.aclose()
     on_docker = [docker_task(task, image) for task, image in zip(tasks, images, strict=True)]
     with tempfile.TemporaryDirectory(prefix="bench-campaign-") as tmp:
-        shared = await run_campaign(Path(tmp), "shared", on_docker, DockerBackend)
+        limits = LIMITS.model_copy(
+            update={"concurrency": concurrency, "scoring": max(LIMITS.scoring, concurrency // 2)}
+        )
+        shared = await run_campaign(Path(tmp), "shared", on_docker, DockerBackend, limits)
         container = await run_campaign(
-            Path(tmp), "container", on_docker, ContainerPerTrajectoryBackend
+            Path(tmp), "container", on_docker, ContainerPerTrajectoryBackend, limits
         )
     return {
         "tasks": len(tasks),
         "samples": SAMPLES,
+        "concurrency": concurrency,
         "shared": shared,
         "container": container,
         "campaign_speedup_vs_container": container["wall_s"] / shared["wall_s"],
@@ -273,8 +279,12 @@ async def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--concurrency", type=int, default=LIMITS.concurrency,
+                        help="trajectories in flight (default: the demo's 4)")  # fmt: skip
+    args = parser.parse_args()
     load = LoadRecord()
-    results = load.finish(anyio.run(main))
+    results = load.finish(anyio.run(main, args.concurrency))
     written = write_results("campaign", results)
     speedup = results["campaign_speedup_vs_container"]
     verdict = "met" if speedup >= TARGET_SPEEDUP else "MISSED"
