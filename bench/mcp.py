@@ -130,7 +130,8 @@ async def main() -> dict[str, Any]:
                 "direct"
             ) as workspace,
             stdio_client(root / "stdio-state") as stdio_session,
-            http_server(root / "http-state") as url,
+            # HTTP clients may name host paths only under directories the operator allows.
+            http_server(root / "http-state", "--allow-paths", str(root)) as url,
             http_client(url) as http_session,
         ):
             samples = await interleaved_latencies(workspace, stdio_session, http_session, repo)
