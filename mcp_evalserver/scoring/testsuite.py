@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from mcp_evalserver.errors import InvalidInput, LimitExceeded, NotFound
 from mcp_evalserver.sandbox.base import Workspace
+from mcp_evalserver.sandboxes import InstanceCheck
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.grading import (
     END_TEST_OUTPUT,
@@ -47,6 +48,7 @@ from mcp_evalserver.scoring.grading import (
     eval_test_section,
     grade_log,
 )
+from mcp_evalserver.scoring.interpreters import interpreter_check
 from mcp_evalserver.scoring.logparsers import LogParser, get_parser
 from mcp_evalserver.scoring.patching import (
     EVAL_DIR,
@@ -136,6 +138,12 @@ class TestsScorer(Scorer):
         eval_script, else the scorer's test_command, else SWE-bench's command for the repo,
         else one inferred from the test ids; the parser likewise."""
         return plan_tests(task, command=self.test_command, parser=self.parser)
+
+    def instance_check(self, task: Task) -> InstanceCheck | None:
+        """Whether the test command's interpreter resolves inside a workspace
+        (`interpreters`): one hidden by the workspace view fails the instance, not every
+        evaluation."""
+        return interpreter_check(task, self.plan(task))
 
     def parser_for(self, task: Task) -> LogParser:
         """The configured parser; for `auto`, the task's `metadata.log_parser` (SWE-bench 5
