@@ -21,9 +21,7 @@ from pathlib import Path
 _BENCH = Path(__file__).resolve().parent
 sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resolve() != _BENCH)]
 
-import json  # noqa: E402
 import logging  # noqa: E402
-import os  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -33,6 +31,7 @@ import anyio  # noqa: E402
 import httpx2  # noqa: E402
 import uvicorn  # noqa: E402
 
+from bench.common import LoadRecord, describe_load, write_results  # noqa: E402
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext  # noqa: E402
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore  # noqa: E402
 from mcp_evalserver.server.http import build_http_app, listening_socket  # noqa: E402
@@ -43,7 +42,6 @@ SAMPLES = 5
 WARM_REQUESTS = 15
 TOKEN = "bench-token-0123456789abcdef"
 TARGET_MS = 200.0
-RESULTS = Path(__file__).parent / "results" / "dashboard.json"
 
 
 class ScriptedAgent(Agent):
@@ -130,13 +128,12 @@ async def main() -> dict[str, Any]:
         "campaign_run_s": round(campaign_s, 2),
         "target_ms": TARGET_MS,
         "pages": {k: {m: round(v, 1) for m, v in f.items()} for k, f in figures.items()},
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-        "cpus": os.cpu_count(),
     }
 
 
 if __name__ == "__main__":
-    results = anyio.run(main)
+    load = LoadRecord()
+    results = load.finish(anyio.run(main))
     print(
         f"dashboard over {results['trajectories']} trajectories ({results['tasks']} tasks x "
         f"{results['samples']}; ledger {results['ledger_bytes'] / 1e6:.1f} MB; campaign ran in "
@@ -149,8 +146,6 @@ if __name__ == "__main__":
             f"{name:32} {figure['cold_ms']:>9.1f} {figure['warm_p50_ms']:>12.1f} "
             f"{figure['warm_max_ms']:>12.1f}"
         )
-    load = ", ".join(f"{x:.2f}" for x in results["load_average"])
-    print(f"load average {load} on {results['cpus']} cpus")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(describe_load(results))
+    write_results("dashboard", results)
     sys.exit(0)

@@ -11,7 +11,7 @@ Prints the figures and writes bench/results/mcp.json:
 - direct_exec_p50_ms: `true` straight through a workspace (no MCP), the floor the others add to.
 
 The three latencies are taken in turn (direct, stdio, HTTP, direct, ...) so that they share
-whatever load the machine is under; `load_average_1m_at_end` says how much that was.
+whatever load the machine is under; the load average at start and end says how much that was.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resol
 
 import json  # noqa: E402
 import os  # noqa: E402
-import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Awaitable, Callable  # noqa: E402
@@ -35,21 +34,12 @@ from typing import Any  # noqa: E402
 import anyio  # noqa: E402
 from mcp import Client  # noqa: E402
 
+from bench.common import LoadRecord, describe_load, p50, p95, write_results  # noqa: E402
 from mcp_evalserver.sandbox.base import InstanceSpec, Workspace  # noqa: E402
 from mcp_evalserver.sandbox.local import LocalBackend  # noqa: E402
 from tests.server.helpers import call, git_repo, http_client, http_server, stdio_client  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results" / "mcp.json"
 WARMUP, CALLS, CLIENTS, CALLS_PER_CLIENT = 20, 300, 32, 40
-
-
-def p50(samples: list[float]) -> float:
-    return statistics.median(samples)
-
-
-def p95(samples: list[float]) -> float:
-    return sorted(samples)[max(0, round(0.95 * len(samples)) - 1)]
 
 
 def spec(repo: Path, samples: int) -> dict[str, Any]:
@@ -149,7 +139,6 @@ async def main() -> dict[str, Any]:
     for name, values in samples.items():
         print(f"{name:7} p50 {p50(values):.2f} ms  p95 {p95(values):.2f} ms", file=sys.stderr)
     print(f"http    {throughput:.0f} calls/s with {CLIENTS} clients", file=sys.stderr)
-    load = os.getloadavg()[0]
     return {
         "stdio_exec_p50_ms": round(p50(stdio), 2),
         "stdio_exec_p95_ms": round(p95(stdio), 2),
@@ -158,15 +147,14 @@ async def main() -> dict[str, Any]:
         "http_calls_per_s_32": round(throughput, 1),
         "direct_exec_p50_ms": round(p50(direct), 2),
         "calls": CALLS,
-        "load_average_1m_at_end": round(load, 2),
-        "cpus": os.cpu_count(),
     }
 
 
 if __name__ == "__main__":
     if os.geteuid() != 0:
         sys.exit("bench/mcp.py needs root (workspaces use namespaces and overlayfs)")
-    figures = anyio.run(main)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
+    load = LoadRecord()
+    figures = load.finish(anyio.run(main))
+    write_results("mcp", figures)
     print(json.dumps(figures, indent=2))
+    print(describe_load(figures))

@@ -26,7 +26,6 @@ are noisy.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -39,9 +38,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import LoadRecord, describe_load, write_results  # noqa: E402
 from tests.ray.loopback import ensure_loopback_namespace  # noqa: E402
 
-RESULTS = REPO / "bench" / "results" / "scale.json"
 SLOTS = 2
 PER_INSTANCE = 4
 SAMPLES = 8
@@ -146,6 +145,7 @@ async def throughput(address: str, paths: list[str], state_dir: Path) -> float:
 
 def main() -> None:
     ensure_loopback_namespace()
+    load = LoadRecord()
     import anyio
 
     from tests.ray.cluster import loopback_cluster
@@ -182,10 +182,9 @@ def main() -> None:
         "cpus": os.cpu_count(),
     }
     print(f"scale_efficiency_4: {figures['scale_efficiency_4']:.3f}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    rounded = {k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()}
-    RESULTS.write_text(json.dumps(rounded, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(REPO)}")
+    figures = load.finish(figures)
+    print(describe_load(figures))
+    print(f"wrote {write_results('scale', figures).relative_to(REPO)}")
 
 
 if __name__ == "__main__":

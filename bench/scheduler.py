@@ -6,27 +6,33 @@ Every figure is measured in this one run, side by side, on this machine.
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import sys
-import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
-import anyio
+# Run as `python bench/scheduler.py`, this directory comes first on sys.path and bench/mcp.py
+# would shadow the `mcp` package: the repository root takes its place.
+_BENCH = Path(__file__).resolve().parent
+sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resolve() != _BENCH)]
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_ledger
-from mcp_evalserver.spec import CampaignSpec, Limits, Task, trajectory_id
-from mcp_evalserver.state import replay
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+import anyio  # noqa: E402
+
+from bench.common import LoadRecord, describe_load, write_results  # noqa: E402
+from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext  # noqa: E402
+from mcp_evalserver.campaigns import CampaignRunner, CampaignStore  # noqa: E402
+from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_ledger  # noqa: E402
+from mcp_evalserver.spec import CampaignSpec, Limits, Task, trajectory_id  # noqa: E402
+from mcp_evalserver.state import replay  # noqa: E402
 
 TRAJECTORIES = 200
 MODEL_LATENCY_S = 0.050
 CONCURRENCY = (1, 10, 50, 100)
-RESULTS = Path(__file__).parent / "results" / "scheduler.json"
 
 
 class WaitingAgent(Agent):
@@ -138,8 +144,9 @@ def report(results: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    figures = anyio.run(main)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
+    load = LoadRecord()
+    figures = load.finish(anyio.run(main))
+    written = write_results("scheduler", figures)
     print(report(figures))
-    print(f"wrote {RESULTS}", file=sys.stderr)
+    print(describe_load(figures))
+    print(f"wrote {written}", file=sys.stderr)

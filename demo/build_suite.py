@@ -63,7 +63,9 @@ _COMPLETE = ".complete"
 #: Where an instance's interpreter may live. Local workspaces hide /root, /home and /run (the
 #: sandbox masks them), so a pyenv or home-directory Python would vanish inside them.
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
-_MASKED_IN_WORKSPACES = ("/root/", "/home/", "/run/")
+# What a workspace's view shows of the host besides the instance (README, "What a trajectory
+# sees"): the interpreter must live there.
+_VISIBLE_IN_WORKSPACES = ("/usr/", "/bin/", "/sbin/", "/lib")
 
 Log = Callable[[str], None]
 
@@ -231,14 +233,14 @@ def instance_python() -> str:
     """The system's python3, which workspaces can see (`MCP_EVALSERVER_DEMO_PYTHON` overrides).
 
     Raises:
-        BuildError: there is none outside the directories workspaces hide.
+        BuildError: there is none in the directories workspaces see.
     """
     python = os.environ.get("MCP_EVALSERVER_DEMO_PYTHON") or shutil.which(
         "python3", path=SYSTEM_PATH
     )
-    if python is None or os.path.realpath(python).startswith(_MASKED_IN_WORKSPACES):
+    if python is None or not os.path.realpath(python).startswith(_VISIBLE_IN_WORKSPACES):
         raise BuildError(
-            f"no python3 on {SYSTEM_PATH} outside /root, /home and /run (found {python}); "
+            f"no python3 on {SYSTEM_PATH} under /usr, /bin or /sbin (found {python}); "
             "install one: apt-get install python3 python3-venv"
         )
     return python

@@ -48,6 +48,7 @@ from mcp_evalserver.ledger import (
 )
 from mcp_evalserver.sandbox.base import Workspace
 from mcp_evalserver.sandboxes import (
+    InstanceCheck,
     Reprovisioned,
     SandboxPool,
     TrajectorySandbox,
@@ -358,12 +359,17 @@ class _Drive:
     on_record: Callable[[CampaignState, dict[str, Any]], None] | None
     sandboxes: SandboxPool
     fresh_submissions: dict[str, Submission] = field(default_factory=dict)
+    #: Per task, what the scorer checks on each new instance (before generation uses it).
+    instance_checks: dict[str, InstanceCheck | None] = field(default_factory=dict)
     group: anyio.abc.TaskGroup | None = None
     #: Forked workspaces waiting for the first attempt of their branch.
     forks: dict[str, Workspace] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.limiters.on_endpoint_limit = self._endpoint_limit_changed
+        self.instance_checks = {
+            t: self.scorer.instance_check(task) for t, task in self.tasks.items()
+        }
 
     async def _endpoint_limit_changed(self, change: LimitChange) -> None:
         await self.record(ENDPOINT_LIMIT, None, durable=False, **dataclasses.asdict(change))
@@ -547,7 +553,13 @@ class _Drive:
         name = workspace_name(self.state.id, trajectory_id, step)
         provisioning = self.limiters.provisioning
         return TrajectorySandbox(
-            self.sandboxes, task, name, provisioning, self._reprovisioned, self.state.spec.sandbox
+            self.sandboxes,
+            task,
+            name,
+            provisioning,
+            self._reprovisioned,
+            self.state.spec.sandbox,
+            self.instance_checks.get(task.id),
         )
 
     async def _reprovisioned(self, event: Reprovisioned) -> None:

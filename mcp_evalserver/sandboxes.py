@@ -52,6 +52,7 @@ def instance_spec(task: Task) -> InstanceSpec:
             path=task.path,
             workdir=task.workdir or "",
             setup=tuple(task.setup),
+            paths=tuple(task.paths),
             network=task.network,
         )
     except ValueError as exc:
@@ -113,6 +114,9 @@ class Reprovisioned:
 
 #: Told when a call re-provisioned a dead instance (the runner records it in its ledger).
 ReprovisionObserver = Callable[[Reprovisioned], Awaitable[None]]
+#: Run once on each new instance before anything uses it (a scorer's: can its tests start
+#: there?); raises `InvalidInput` to refuse the instance.
+InstanceCheck = Callable[[Instance], Awaitable[None]]
 
 
 class SandboxPool:
@@ -138,6 +142,9 @@ class SandboxPool:
         self._instance_locks: dict[tuple[BackendName, str], anyio.Lock] = {}
         # Why an instance died, kept until it is provisioned again (which may take retries).
         self._lost: dict[tuple[BackendName, str], str] = {}
+        # Instances whose check failed: every later use gets the same error, nothing reruns.
+        self._refused: dict[tuple[BackendName, str], InvalidInput] = {}
+        self._checked: set[tuple[BackendName, str]] = set()
         #: Every re-provisioning this pool did, oldest first.
         self.reprovisioned: list[Reprovisioned] = []
         self._closing = anyio.Event()
@@ -197,14 +204,17 @@ class SandboxPool:
         provisioning: anyio.CapacityLimiter,
         on_reprovisioned: ReprovisionObserver | None = None,
         placement: SandboxConfig | None = None,
+        check: InstanceCheck | None = None,
     ) -> Instance:
         """The task's instance, provisioned (bounded by `provisioning`) the first time and
         again whenever it is found dead; `on_reprovisioned` hears of the latter.
 
         `placement` is the campaign's choice; without one the pool's own (`ray_address`).
+        `check` runs once on the instance when it is first made; if it refuses the instance,
+        the instance is closed and this and every later call raise its error.
 
         Raises:
-            InvalidInput: the task has no (valid) environment.
+            InvalidInput: the task has no (valid) environment, or `check` refused it.
             InfrastructureError: provisioning or setup failed.
             SandboxUnavailable: the backend cannot provision.
         """
@@ -218,6 +228,8 @@ class SandboxPool:
         key = (name, spec.key)
         lock = self._instance_locks.setdefault(key, anyio.Lock())
         async with lock:
+            if (refused := self._refused.get(key)) is not None:
+                raise refused
             instance = self._instances.get(key)
             if instance is not None:
                 if (reason := instance.dead) is None:
@@ -229,6 +241,15 @@ class SandboxPool:
             async with provisioning:
                 # The backend reaps its dead instance (supervisor, container) before the new.
                 instance = await backend.instance(spec)
+            if check is not None and key not in self._checked:
+                try:
+                    await check(instance)
+                except InvalidInput as exc:
+                    self._refused[key] = exc
+                    with anyio.CancelScope(shield=True):
+                        await instance.aclose()
+                    raise
+                self._checked.add(key)
             self._instances[key] = instance
             reason = self._lost.pop(key, None)
             if reason is not None:
@@ -250,9 +271,11 @@ class TrajectorySandbox:
         provisioning: anyio.CapacityLimiter,
         on_reprovisioned: ReprovisionObserver | None = None,
         placement: SandboxConfig | None = None,
+        check: InstanceCheck | None = None,
     ) -> None:
         self._pool = pool
         self._placement = placement
+        self._check = check
         self.node: str | None = None  # where the workspace runs, on a backend of many nodes
         self._task = task
         self._name = name
@@ -267,7 +290,7 @@ class TrajectorySandbox:
         name = f"{self._name}-p{number}"
         return TrajectorySandbox(
             self._pool, self._task, name, self._provisioning, self._on_reprovisioned,
-            self._placement,
+            self._placement, self._check,
         )  # fmt: skip
 
     @property
@@ -289,7 +312,11 @@ class TrajectorySandbox:
                 if self._pool is None:
                     raise InvalidInput("this run has no sandbox pool; tasks cannot use workspaces")
                 instance = await self._pool.instance(
-                    self._task, self._provisioning, self._on_reprovisioned, self._placement
+                    self._task,
+                    self._provisioning,
+                    self._on_reprovisioned,
+                    self._placement,
+                    self._check,
                 )
                 self._workspace = await instance.workspace(self._name)
                 self.node = self._workspace.node

@@ -28,6 +28,7 @@ from pydantic import (
 
 from mcp_evalserver.agents.config import AgentConfig, NoopAgentConfig
 from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.sandbox.base import HostPath
 from mcp_evalserver.scoring.config import ExactScorerConfig, ScorerConfig
 
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/]*$")
@@ -79,6 +80,11 @@ class Task(BaseModel):
         None, description="Where the repository lives: default /testbed in an image, else `path`."
     )
     setup: list[str] = Field(default_factory=list, description="Commands run once per instance.")
+    paths: list[HostPath] = Field(
+        default_factory=list,
+        description="Host paths a local instance's view shows besides `path`, read-only unless "
+        '`"writable": true` (then copy-on-write per trajectory). A string is a read-only path.',
+    )
     network: bool = Field(
         False,
         description="Whether trajectories may reach the network, from a namespace of their own "
@@ -141,10 +147,20 @@ class Task(BaseModel):
     def _setup_as_list(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
+    @field_validator("paths", mode="before")
+    @classmethod
+    def _paths_as_entries(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"path": entry} if isinstance(entry, str) else entry for entry in value]
+        return value
+
     @property
     def instance_key(self) -> str:
         """Tasks with the same environment share one instance (and its concurrency limit)."""
-        return json.dumps([self.image, self.path, self.workdir, self.setup, self.base_commit])
+        key: list[Any] = [self.image, self.path, self.workdir, self.setup, self.base_commit]
+        if self.paths:  # (only then: keys of tasks without are those older ledgers hold)
+            key.append([entry.model_dump() for entry in self.paths])
+        return json.dumps(key)
 
 
 class AutoLimit(_Strict):

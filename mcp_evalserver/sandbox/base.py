@@ -23,6 +23,19 @@ from mcp_evalserver import errors
 DEFAULT_WORKDIR = "/testbed"
 
 
+class HostPath(BaseModel):
+    """A host path a local instance's view shows besides the instance directory."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(description="Absolute host path without symlinks: a directory or a file.")
+    writable: bool = Field(
+        default=False,
+        description="Copy-on-write per workspace: writes count in its disk cap and never reach "
+        "the host. Read-only otherwise.",
+    )
+
+
 class InstanceSpec(BaseModel):
     """What a task needs from its environment; equal specs share one instance."""
 
@@ -37,6 +50,11 @@ class InstanceSpec(BaseModel):
         "directory itself for a path, unless given.",
     )
     setup: tuple[str, ...] = Field(default=(), description="Shell commands run once, then frozen.")
+    paths: tuple[HostPath, ...] = Field(
+        default=(),
+        description="Host paths the view shows at their own place besides the instance "
+        "(local backend; an image holds its files itself).",
+    )
     setup_timeout_s: float = Field(default=1800.0, gt=0)
     network: bool = Field(default=False, description="Whether commands may reach the network.")
     pids_limit: int | None = Field(default=512, gt=0, description="Processes per workspace.")

@@ -108,6 +108,11 @@ class DockerBackend(Backend):
                 "the docker backend runs images: give the task an `image` (the base image is "
                 f"{base_image_tag()!r}; see sandbox_images/README.md), or use the local backend"
             )
+        if spec.paths:
+            raise errors.InvalidInput(
+                "declared `paths` are host paths for the local backend; an image holds its "
+                "files itself: copy them into the image, or use the local backend"
+            )
         async with self._locks[spec.key]:
             existing = self._instances.pop(spec.key, None)
             if existing is not None:

@@ -70,6 +70,7 @@ class SupervisedInstance(Instance):
             store_tmpfs=store_tmpfs,
             instance=spec.path or "/",
             workdir=spec.workdir,
+            paths=[entry.model_dump() for entry in spec.paths],
             network=spec.network,
         )
         frozen = await client.request(

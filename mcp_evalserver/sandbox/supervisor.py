@@ -74,6 +74,9 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_CAPBSET_READ, PR_CAPBSET_DROP, CAP_SYS_ADMIN = 1, 23, 24, 21
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 22, 38
+SYSCALL_CLONE = {"x86_64": 56, "aarch64": 220}
+# Signals Python ignores or handles that a command must start with at their defaults.
+RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
 # What a trajectory keeps: root-like access to its own copy-on-write files, nothing else.
 # Never CAP_DAC_READ_SEARCH (open_by_handle_at escapes a chroot), SYS_ADMIN, SYS_CHROOT, KILL.
 KEPT_CAPS = (0, 1, 3, 4)  # CHOWN, DAC_OVERRIDE, FOWNER, FSETID
@@ -84,10 +87,10 @@ MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 1, 2, 4
 SECCOMP_TABLES = {
     "x86_64": (0xC000003E, {"mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
                             "unshare": 272, "setns": 308, "clone": 56, "clone3": 435,
-                            "ioctl": 16, "personality": 135}),
+                            "ioctl": 16, "personality": 135, "socket": 41}),
     "aarch64": (0xC00000B7, {"mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51,
                              "unshare": 97, "setns": 268, "clone": 220, "clone3": 435,
-                             "ioctl": 29, "personality": 92}),
+                             "ioctl": 29, "personality": 92, "socket": 198}),
 }  # fmt: skip
 NEW_MOUNT_API = (428, 429, 430, 431, 432, 433, 442)  # open_tree..fspick, mount_setattr
 # What Docker's default seccomp profile refuses a container without extra capabilities
@@ -107,7 +110,8 @@ DENIED_SYSCALLS = {
                "query_module": 178, "quotactl": 179, "quotactl_fd": 443, "reboot": 169,
                "request_key": 249, "set_mempolicy": 238, "settimeofday": 164, "swapoff": 168,
                "swapon": 167, "syslog": 103, "sysfs": 139, "_sysctl": 156, "userfaultfd": 323,
-               "uselib": 134, "ustat": 136, "vhangup": 153},
+               "uselib": 134, "ustat": 136, "vhangup": 153, "migrate_pages": 256,
+               "set_mempolicy_home_node": 450},
     "aarch64": {"acct": 89, "add_key": 217, "bpf": 280, "clock_adjtime": 266,
                 "clock_settime": 112, "delete_module": 106, "fanotify_init": 262,
                 "finit_module": 273, "get_mempolicy": 236, "init_module": 105,
@@ -118,17 +122,25 @@ DENIED_SYSCALLS = {
                 "perf_event_open": 241, "pidfd_getfd": 438, "process_madvise": 440,
                 "quotactl": 60, "quotactl_fd": 443, "reboot": 142, "request_key": 218,
                 "set_mempolicy": 237, "settimeofday": 170, "swapoff": 225, "swapon": 224,
-                "syslog": 116, "userfaultfd": 282, "vhangup": 58},
+                "syslog": 116, "userfaultfd": 282, "vhangup": 58, "migrate_pages": 238,
+                "set_mempolicy_home_node": 450},
 }  # fmt: skip
 # ioctls that act on a terminal the process does not own: TIOCSTI pushes input into it,
 # TIOCLINUX (on a virtual console) can paste and read its screen.
 DENIED_IOCTLS = (0x5412, 0x541C)
+# socket(2) families Docker refuses: AF_VSOCK talks to the hypervisor, past every namespace.
+DENIED_SOCKET_FAMILIES = (40,)
 # personality(2) values Docker allows: Linux, with UNAME26 and/or ADDR_LIMIT_32BIT, and a query.
 ALLOWED_PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
-# Host mode: directories replaced by an empty tmpfs in the view. Sandboxed processes are uid 0
-# (see drop_privileges), so root-owned secrets and root-reachable unix sockets must go.
-HOST_MASKED = ("/run", "/root", "/home", "/etc/ssh", "/etc/ssl/private", "/var/lib/docker",
-               "/var/lib/containerd")  # fmt: skip
+# Host mode: a view is an allowlist (DESIGN.md). Of the host it holds these system directories
+# (or their symlinks), read-only, nosuid, nodev; then the instance at its own path, the paths
+# the task declares, and the workspace's own PRIVATE_DIRS, /dev and /proc. Nothing else.
+HOST_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
+# Per workspace, on its disk cap: /tmp and /var/tmp share one directory; /root is HOME.
+PRIVATE_DIRS = {"/tmp": "tmp", "/var/tmp": "tmp", "/root": "home"}
+# Under /etc, besides whatever a non-root user may not read: key and credential directories
+# whose public halves need not be visible either.
+ETC_SECRETS = ("ssh", "ssl/private", "docker", "sudoers.d")
 PROC_MASKED = ("kcore", "keys", "timer_list", "sched_debug", "latency_stats", "acpi", "scsi")
 PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
@@ -198,6 +210,78 @@ def setns(path: str, nstype: int) -> None:
         _check(_libc.setns(fd, nstype), "setns " + path)
     finally:
         os.close(fd)
+
+
+# The GIL stays held across a call through PyDLL: fork_into's clone must not release it.
+_syscall_holding_gil = ctypes.PyDLL(None, use_errno=True).syscall
+
+
+def fork_into(flags: int) -> int:
+    """os.fork() whose child starts in new namespaces (clone(2) `flags`, e.g. CLONE_NEWPID).
+
+    A clone without a new stack is a fork; Python's own before/after-fork hooks run around it
+    exactly as os.fork runs them. One fork where unshare-then-fork took two processes.
+    """
+    number = SYSCALL_CLONE.get(platform.machine())
+    if number is None:
+        raise OSError(errno.ENOSYS, f"no clone syscall number for {platform.machine()}")
+    ctypes.pythonapi.PyOS_BeforeFork()
+    zero = ctypes.c_ulong(0)
+    pid = _syscall_holding_gil(ctypes.c_long(number), ctypes.c_ulong(flags | signal.SIGCHLD),
+                               zero, zero, zero, zero)  # fmt: skip
+    err = ctypes.get_errno()
+    if pid == 0:
+        ctypes.pythonapi.PyOS_AfterFork_Child()
+        return 0
+    ctypes.pythonapi.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(err, f"clone: {os.strerror(err)}")
+    return int(pid)
+
+
+class CommandNotRun(Exception):
+    """The program could not be started; the command's result is this exit code."""
+
+    def __init__(self, program: str, reason: str, code: int) -> None:
+        super().__init__(program)
+        self.program, self.reason, self.code = program, reason, code
+
+
+def find_program(name: str, path: str) -> str:
+    """`name` as execvp would find it on `path` (inside the caller's root).
+
+    Raises:
+        CommandNotRun: not found (exit 127) or not executable (126).
+    """
+    if "/" in name:
+        return name
+    denied = False
+    for folder in path.split(":"):
+        candidate = os.path.join(folder or ".", name)
+        if os.path.isfile(candidate):
+            if os.access(candidate, os.X_OK):
+                return candidate
+            denied = True
+    if denied:
+        raise CommandNotRun(name, os.strerror(errno.EACCES), 126)
+    raise CommandNotRun(name, os.strerror(errno.ENOENT), 127)
+
+
+def spawn_command(argv: list[str], env: dict[str, str]) -> int:
+    """The command as a child of ours with our stdio, leading its own session: `posix_spawn`
+    (vfork semantics: nothing of ours is copied, unlike a Python fork).
+
+    Raises:
+        CommandNotRun: no such program, or it cannot be executed.
+    """
+    program = find_program(argv[0], env.get("PATH", DEFAULT_PATH))
+    try:
+        return os.posix_spawn(
+            program, argv, env, setsid=True, setsigdef=RESET_SIGNALS, setsigmask=()
+        )
+    except OSError as e:
+        code = 127 if e.errno == errno.ENOENT else 126
+        raise CommandNotRun(argv[0], e.strerror or str(e), code) from e
 
 
 def make_readonly_recursive(path: str) -> None:
@@ -271,6 +355,7 @@ def _seccomp_program() -> bytes | None:
     body.append((jeq, "enosys", "", nrs["clone3"]))
     body.append((jeq, "ioctl", "", nrs["ioctl"]))
     body.append((jeq, "personality", "", nrs["personality"]))
+    body.append((jeq, "socket", "", nrs["socket"]))
     body.append((jeq, "", "allow", nrs["clone"]))
     body.append((ld, "", "", arg0))  # the clone flags
     body.append((jset, "eperm", "allow", NS_FLAGS))
@@ -282,6 +367,10 @@ def _seccomp_program() -> bytes | None:
     body.append((ld, "", "", arg0))
     body += [(jeq, "allow", "", persona) for persona in ALLOWED_PERSONALITIES]
     body.append((ret, "", "", eperm))
+    labels["socket"] = len(body)
+    body.append((ld, "", "", arg0))  # the family
+    body += [(jeq, "eperm", "", family) for family in DENIED_SOCKET_FAMILIES]
+    body.append((ret, "", "", allow))
     labels.update(allow=len(body), eperm=len(body) + 1, enosys=len(body) + 2)
     prog: list[tuple[int, int, int, int]] = []
     for code, jt, jf, k in body:
@@ -610,11 +699,12 @@ class Job:
 
 
 class Holder:
-    """A workspace's holder: keeps its namespaces and forks its execs (a tiny zygote).
+    """A workspace's holder: keeps its namespaces and starts its execs (a tiny zygote).
 
-    Each exec is a child C (in the holder's namespaces and cgroup) that unshares a mount and
-    a pid namespace and forks the command as pid 1 there, reporting its status on the info
-    pipe. Killing C kills the command (death signal) and with it the whole pid namespace.
+    Each exec is one child (in the holder's namespaces and cgroup) cloned straight into a pid
+    namespace of its own, as its pid 1: it makes its own mount namespace and /proc, confines
+    itself, `posix_spawn`s the command (no second Python fork) and serves as its init, then
+    reports the command's status on the info pipe. Killing it kills the whole pid namespace.
     """
 
     def __init__(self, sup: Supervisor, ws: Workspace, ctl: socket.socket) -> None:
@@ -669,7 +759,7 @@ class Holder:
         try:
             if self.broken:
                 raise SupervisorError("InfrastructureError", self.broken)
-            pid = os.fork()
+            pid = fork_into(CLONE_NEWPID)  # pid 1 of its own pid namespace: one kill for all
         except (OSError, SupervisorError) as e:
             msg = {"error": str(e), "kind": getattr(e, "kind", "LimitExceeded")}
             if isinstance(e, OSError):  # typically the workspace's pids limit
@@ -685,39 +775,18 @@ class Holder:
                     os.dup2(fd, target)
                 request = json.loads(os.pread(memfd, os.fstat(memfd).st_size, 0))
                 close_fds_from(4)
-                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-                self.exec_parent(request)
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the holder's death ends the exec
+                self.sup.sandbox_init(
+                    self.ws, request["argv"], request["env"], request["cwd"],
+                    request["limits"], request["have"], request.get("user"),
+                )  # fmt: skip
             except BaseException as e:
                 with contextlib.suppress(OSError):
                     os.write(3, (json.dumps({"error": f"exec: {e}"}) + "\n").encode())
             os._exit(127)
-        for fd in fds:  # the info pipe too: its end must come with C's report, not its reaping
+        for fd in fds:  # the info pipe too: its end comes with the init's report
             os.close(fd)
         self.children[pid] = job
-
-    def exec_parent(self, request: dict[str, Any]) -> None:
-        """C: a fresh mount and pid namespace, the command as its pid 1, then its status."""
-        unshare(CLONE_NEWNS | CLONE_NEWPID)  # its own /proc, and one kill for the tree
-        sync_r, sync_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(sync_w)
-            self.sup.sandbox_init(
-                self.ws, sync_r, request["argv"], request["env"], request["cwd"],
-                request["limits"], request["have"], request.get("user"),
-            )  # fmt: skip
-        os.close(sync_r)
-        os.write(sync_w, b"x")
-        os.close(sync_w)
-        null = os.open("/dev/null", os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        _, status = os.waitpid(pid, 0)  # pid 1 is reaped only once its namespace is empty
-        os.write(3, (json.dumps({"status": status}) + "\n").encode())
-        # Report before exiting: tearing down our mount namespace waits for an RCU grace
-        # period (~5 ms here), which need not delay the reply.
-        os.close(3)
-        os._exit(0)
 
 
 class Supervisor:
@@ -739,6 +808,8 @@ class Supervisor:
         self.created = 0  # holders forked so far
         self.layer_store: layers.LayerStore | None = None  # every workspace's layers
         self.spares: list[tuple[int, socket.socket, list[str]]] = []  # see spawn_spare
+        self.mask_file = self.mask_dir = self.skeleton = ""  # see make_masks, build_skeleton
+        self.late_paths: list[dict[str, Any]] = []  # mounted per workspace (build_skeleton)
 
     # -- plumbing --
     def send(self, msg: dict[str, Any]) -> None:
@@ -1001,10 +1072,18 @@ class Supervisor:
         cfg: dict[str, Any] = {"workdir": "/testbed", "network": False}
         cfg["instance"] = "/"
         cfg.update(args)
-        if mode == "host" and not os.path.isdir(cfg["instance"]):
-            raise SupervisorError(
-                "InvalidInput", "instance directory {!r} missing".format(cfg["instance"])
-            )
+        if mode == "host":
+            instance = cfg["instance"]
+            if not os.path.isdir(instance) or instance == "/":
+                raise SupervisorError("InvalidInput", f"instance directory {instance!r} missing")
+            if os.path.realpath(instance) != instance:
+                real = os.path.realpath(instance)
+                msg = f"instance directory {instance!r} goes through a symlink: use {real!r}"
+                raise SupervisorError("InvalidInput", msg)
+            cfg["paths"] = declared_paths(cfg.get("paths"), instance)
+        elif cfg.get("paths"):
+            msg = "declared paths are for host directories; an image holds its files itself"
+            raise SupervisorError("InvalidInput", msg)
         if os.geteuid() != 0:
             enter_user_namespace()
             cfg["userns"] = True
@@ -1016,6 +1095,7 @@ class Supervisor:
         if cfg.get("store_tmpfs"):
             mount("tmpfs", store, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
         self.cfg = cfg
+        self.make_masks()
         base = "/" if mode == "container" else cfg["instance"].rstrip("/") or "/"
         self.layer_store = layers.LayerStore(store, base)
         self.cgroups = Cgroups(in_container=mode == "container")
@@ -1059,6 +1139,8 @@ class Supervisor:
             ):
                 tail = (out + err)[-4000:].decode(errors="replace")
                 raise SupervisorError("InfrastructureError", f"setup failed: {tail}")
+            if self.cfg["mode"] == "host":  # after setup: it may make what the view shows
+                self.build_skeleton(self.cfg["paths"])
             self.frozen = True
             self.base = next((str(m["base"]) for m in job.messages() if "base" in m), None)
             return {"base": self.base, "duration_s": time.monotonic() - job.started}
@@ -1207,50 +1289,116 @@ class Supervisor:
     def mount_view(self, ws: Workspace) -> None:
         """In the workspace's fresh mount namespace: build the trajectory's view at ws.root."""
         root, cfg = ws.root, self.cfg
-        nodev = MS_NOSUID | MS_NODEV
         if cfg["mode"] == "container":
-            lower, target = "/", root
-        else:
-            mount("/", root, None, MS_BIND | MS_REC)
-            make_readonly_recursive(root)
-            # The host's /proc lists every process; execs mount their own over this, and
-            # file operations (which have no pid namespace) see it empty.
-            mount("tmpfs", root + "/proc", "tmpfs", nodev | MS_RDONLY, "size=4k,mode=0555")
-            # Host secrets and host IPC (unix sockets in /run, /tmp) stay out of the view.
-            for masked in HOST_MASKED:
-                if not os.path.isdir(root + masked) or os.path.islink(root + masked):
-                    continue
-                if masked in ("/root", "/home"):  # homes (HOME=/root) count in the disk cap
-                    private = os.path.join(ws.path, "home" + masked.replace("/", "-"))
-                    os.makedirs(private, 0o755, exist_ok=True)  # kept across checkpoints
-                    mount(private, root + masked, None, MS_BIND)
-                else:
-                    mount("tmpfs", root + masked, "tmpfs", nodev, "size=16m,mode=0755")
-            for secret in ("/etc/shadow", "/etc/gshadow"):
-                if os.path.isfile(root + secret):
-                    mount("/dev/null", root + secret, None, MS_BIND)
-            for tmp in ("/tmp", "/var/tmp"):
-                if os.path.isdir(root + tmp):
-                    mount(os.path.join(ws.path, "tmp"), root + tmp, None, MS_BIND)
-            lower = cfg["instance"].rstrip("/") or "/"
-            target = root + lower
-            os.makedirs(target, exist_ok=True)
-        opts = layers.overlay_options(lower, ws.overlay)
-        try:
-            mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts + ",redirect_dir=on")
-        except OSError:
-            mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts)
-        if cfg["mode"] == "container":
+            self.mount_overlay(root, layers.overlay_options("/", ws.overlay))
             mount("/sys", root + "/sys", None, MS_BIND | MS_REC)
             make_readonly_recursive(root + "/sys")
             for f in ("/etc/resolv.conf", "/etc/hosts", "/etc/hostname"):
                 if os.path.isfile(f) and os.path.isfile(root + f):
                     mount(f, root + f, None, MS_BIND)
                     mount("none", root + f, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        else:
+            # The part every workspace shares was built once (build_skeleton); what is left is
+            # this workspace's own: its private directories, then the copy-on-write paths.
+            mount(self.skeleton, root, None, MS_BIND | MS_REC)
+            for target, sub in PRIVATE_DIRS.items():
+                private = os.path.join(ws.path, sub)
+                os.makedirs(private, 0o700, exist_ok=True)
+                mount(private, root + target, None, MS_BIND)
+            for number, entry in enumerate(self.late_paths):
+                path, target = entry["path"], root + entry["path"]
+                make_mountpoint(target, os.path.isdir(path))
+                if path == cfg["instance"]:
+                    self.mount_overlay(target, layers.overlay_options(path, ws.overlay))
+                elif entry["writable"]:  # on the area, kept as is across checkpoints
+                    own = os.path.join(ws.path, "paths", str(number))
+                    for sub in ("upper", "work"):
+                        os.makedirs(os.path.join(own, sub), 0o700, exist_ok=True)
+                    opts = f"lowerdir={path},upperdir={own}/upper,workdir={own}/work"
+                    self.mount_overlay(target, opts)
+                else:
+                    mount(path, target, None, MS_BIND | MS_REC)
+                    make_readonly_recursive(target)
         self.mount_dev(ws)
         store = root + cfg["store"]
         if os.path.isdir(store):  # other workspaces' uppers: never visible
-            mount("tmpfs", store, "tmpfs", nodev | MS_RDONLY, "size=4k,mode=0555")
+            mount("tmpfs", store, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k,mode=0555")
+
+    @staticmethod
+    def mount_overlay(target: str, opts: str) -> None:
+        """An overlay at `target`; its upper is on the workspace's area (the disk cap)."""
+        try:
+            mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts + ",redirect_dir=on")
+        except OSError:
+            mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts)
+
+    def make_masks(self) -> None:
+        """An empty file and an empty directory on a read-only tmpfs, to bind over what a view
+        must not show. Never the host's /dev/null: a chmod through a writable bind of it
+        changes the host's node."""
+        masks = os.path.join(self.cfg["store"], ".masks")
+        os.makedirs(masks, 0o755, exist_ok=True)
+        nothing = MS_NOSUID | MS_NODEV | MS_NOEXEC
+        mount("tmpfs", masks, "tmpfs", nothing, "size=4k,mode=0555")
+        self.mask_file, self.mask_dir = masks + "/file", masks + "/dir"
+        with open(self.mask_file, "w"):
+            pass
+        os.chmod(self.mask_file, 0o444)
+        os.mkdir(self.mask_dir, 0o555)
+        mount("none", masks, None, MS_REMOUNT | MS_RDONLY | nothing)  # every bind of it too
+
+    def mask(self, path: str) -> None:
+        """Hides `path` (a directory, a file or anything else) behind an empty, read-only one."""
+        mount(self.mask_dir if os.path.isdir(path) else self.mask_file, path, None, MS_BIND)
+
+    def build_skeleton(self, declared: list[dict[str, Any]]) -> None:
+        """Host mode, once per instance: what every workspace's view shares, read-only.
+
+        The system directories (HOST_SYSTEM) with /etc's secrets masked, the declared read-only
+        paths, and a mount point for everything mount_view adds, on a tmpfs remounted
+        read-only: a workspace binds it as its root (one call), so a view costs no more than
+        the old whole-host bind did. Paths that are copy-on-write or lie under something
+        mounted per workspace are left for mount_view (`late_paths`).
+        """
+        cfg = self.cfg
+        for entry in declared:
+            path = entry["path"]
+            if not os.path.exists(path) or (entry["writable"] and not os.path.isdir(path)):
+                kind = "a directory" if entry["writable"] else "there"
+                msg = f"declared path {path!r} is not {kind} on this host (after setup)"
+                raise SupervisorError("InvalidInput", msg + ": make it there, or drop it")
+        skeleton = os.path.join(cfg["store"], ".view")
+        os.makedirs(skeleton, 0o755, exist_ok=True)
+        mount("tmpfs", skeleton, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+        for name in HOST_SYSTEM:
+            source, target = "/" + name, os.path.join(skeleton, name)
+            if os.path.islink(source):
+                os.symlink(os.readlink(source), target)
+            elif os.path.isdir(source):
+                os.mkdir(target, 0o755)
+                mount(source, target, None, MS_BIND | MS_REC)
+                make_readonly_recursive(target)
+        for path in secrets_under("/etc", ETC_SECRETS):
+            self.mask(skeleton + path)
+        for target in ("/proc", "/dev", *PRIVATE_DIRS):
+            os.makedirs(skeleton + target, 0o755, exist_ok=True)
+        instance = {"path": cfg["instance"], "writable": True}
+        late = [instance]
+        for entry in sorted(declared, key=lambda e: e["path"].count("/")):
+            tops = [e["path"] for e in late if e["writable"]] + list(PRIVATE_DIRS)
+            if entry["writable"] or any(is_under(entry["path"], top) for top in tops):
+                late.append(entry)
+                continue
+            target = skeleton + entry["path"]
+            make_mountpoint(target, os.path.isdir(entry["path"]))
+            mount(entry["path"], target, None, MS_BIND | MS_REC)
+            make_readonly_recursive(target)
+        for entry in late:  # mount points outside the private directories exist already
+            if not any(is_under(entry["path"], top) for top in PRIVATE_DIRS):
+                make_mountpoint(skeleton + entry["path"], os.path.isdir(entry["path"]))
+        mount("none", skeleton, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        self.skeleton = skeleton
+        self.late_paths = sorted(late, key=lambda e: e["path"].count("/"))
 
     def mount_dev(self, ws: Workspace) -> None:
         """A minimal /dev of the view's own: nothing in it can be chmod'ed, chown'ed or added.
@@ -1512,7 +1660,6 @@ class Supervisor:
     def sandbox_init(
         self,
         ws: Workspace,
-        sync_r: int,
         argv: list[str],
         env: dict[str, str],
         cwd: str,
@@ -1520,12 +1667,10 @@ class Supervisor:
         have: dict[str, bool],
         user: str | None = None,
     ) -> None:
-        """Pid 1 of the exec's pid namespace; becomes the command. Never returns."""
+        """Pid 1 of the exec's pid namespace: sets the sandbox up, spawns the command, serves
+        as its init (see serve_as_init). Never returns."""
         try:
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.read(sync_r, 1) != b"x":
-                os._exit(1)  # our parent died before we could arm the death signal
-            os.close(sync_r)
+            unshare(CLONE_NEWNS)  # its own /proc, of this pid namespace
             os.setsid()  # no controlling terminal: /dev/tty is ENXIO, TIOCSTI has no target
             fcntl.fcntl(3, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
             with contextlib.suppress(OSError):
@@ -1539,10 +1684,8 @@ class Supervisor:
                     mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
             for name in PROC_MASKED:
                 path = os.path.join(proc, name)
-                if os.path.isdir(path):
-                    mount("tmpfs", path, "tmpfs", MS_RDONLY, "size=4k")
-                elif os.path.exists(path):
-                    mount("/dev/null", path, None, MS_BIND)
+                if os.path.lexists(path):
+                    self.mask(path)
             self.apply_rlimits(limits, have)
             os.chroot(ws.root)
             try:
@@ -1561,20 +1704,19 @@ class Supervisor:
                 ids = identity[:3]
                 env.setdefault("HOME", identity[3])
             drop_privileges(True, ids)
-            # The command must not be pid 1 of its namespace: the kernel drops the signals
-            # pid 1 sends itself (`kill $$` would do nothing) and nobody would reap orphans.
-            command = os.fork()
-            if command:
-                serve_as_init(command)
-            os.setsid()  # the command leads a session of its own, as pid 1 did before the fork
         except BaseException as e:
             os.write(3, (json.dumps({"error": f"sandbox setup: {e}"}) + "\n").encode())
             os._exit(127)
+        # The command must not be pid 1 of its namespace: the kernel drops the signals pid 1
+        # sends itself (`kill $$` would do nothing) and nobody would reap orphans.
         try:
-            os.execvpe(argv[0], argv, env)
-        except OSError as e:
-            os.write(2, (f"sandbox: cannot run {argv[0]!r}: {e.strerror}\n").encode())
-            os._exit(127 if e.errno == errno.ENOENT else 126)
+            command = spawn_command(argv, env)
+        except CommandNotRun as e:
+            with contextlib.suppress(OSError):
+                os.write(2, f"sandbox: cannot run {e.program!r}: {e.reason}\n".encode())
+                os.write(3, (json.dumps({"status": e.code << 8}) + "\n").encode())
+            os._exit(0)
+        serve_as_init(command)
 
     @staticmethod
     def apply_rlimits(limits: dict[str, Any], have: dict[str, bool]) -> None:
@@ -1721,6 +1863,71 @@ class Supervisor:
             return {"patch_b64": base64.b64encode(result["stdout"]).decode()}
 
         job.finish = finish
+
+
+def is_under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def make_mountpoint(path: str, directory: bool) -> None:
+    """An empty directory (or file) to mount on at `path`, with its parents, unless one exists."""
+    if os.path.lexists(path):
+        return
+    os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+    if directory:
+        os.mkdir(path, 0o755)
+    else:
+        with open(path, "w"):
+            pass
+
+
+def secrets_under(top: str, named: tuple[str, ...]) -> list[str]:
+    """What under `top` a user other than root may not read, and the `named` entries (relative).
+
+    Sandboxed processes are uid 0 with CAP_DAC_OVERRIDE, so whatever the host keeps from
+    ordinary users (shadow files, private keys, root-only configs) must leave the view.
+    Sockets, FIFOs and devices go too. Symlinks stay: they resolve inside the view.
+    """
+    found = [os.path.join(top, name) for name in named if os.path.lexists(os.path.join(top, name))]
+    for parent, dirs, files in os.walk(top):
+        for name in [*dirs, *files]:
+            path = os.path.join(parent, name)
+            if path in found:
+                continue
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISDIR(mode):
+                hidden = mode & 0o005 != 0o005
+            elif stat.S_ISREG(mode):
+                hidden = not mode & 0o004
+            else:
+                hidden = not stat.S_ISLNK(mode)
+            if hidden:
+                found.append(path)
+        dirs[:] = [d for d in dirs if os.path.join(parent, d) not in found]
+    return found
+
+
+def declared_paths(paths: Any, instance: str) -> list[dict[str, Any]]:
+    """The task's extra host paths, checked: [{"path": absolute and resolved, "writable": bool}]."""
+    checked = []
+    for entry in paths or []:
+        path, writable = str(entry["path"]), bool(entry.get("writable"))
+        if not path.startswith("/") or os.path.normpath(path) != path or path == "/":
+            msg = f"declared path {path!r}: give an absolute, normalised path other than /"
+            raise SupervisorError("InvalidInput", msg)
+        if os.path.realpath(path) != path:
+            msg = (
+                f"declared path {path!r} goes through a symlink: declare {os.path.realpath(path)!r}"
+            )
+            raise SupervisorError("InvalidInput", msg)
+        if any(is_under(path, top) for top in ("/proc", "/dev", "/sys")) or path == instance:
+            msg = f"declared path {path!r}: /proc, /dev and /sys are the view's own, and the "
+            raise SupervisorError("InvalidInput", msg + "instance is always there")
+        checked.append({"path": path, "writable": writable})
+    return checked
 
 
 def require_regular(path: str, mode: int, verb: str) -> None:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mcp_evalserver.agents.base import Submission
 from mcp_evalserver.ledger import store_artifact
-from mcp_evalserver.sandboxes import TrajectorySandbox
+from mcp_evalserver.sandboxes import InstanceCheck, TrajectorySandbox
 from mcp_evalserver.scheduler import Limiters
 from mcp_evalserver.spec import Task
 
@@ -92,6 +92,11 @@ class ScoringContext:
 
 class Scorer(ABC):
     """Grades submissions; one instance serves every trajectory of a campaign."""
+
+    def instance_check(self, task: Task) -> InstanceCheck | None:
+        """What to check on each new instance of `task` before anything uses it (None:
+        nothing). A refused instance makes each trajectory of the task an `error`."""
+        return None
 
     @abstractmethod
     async def score(self, context: ScoringContext) -> ScoreResult:

@@ -15,7 +15,10 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from mcp_evalserver.errors import InfrastructureError
+from mcp_evalserver.sandbox.base import Instance
+from mcp_evalserver.sandboxes import InstanceCheck
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.spec import Task
 
 Mode = Literal["all_of", "any_of", "weighted"]
 
@@ -35,6 +38,18 @@ class CombinedScorer(Scorer):
         self.parts = list(parts)
         self.weights = list(weights) if weights is not None else [1.0] * len(self.parts)
         self.threshold = threshold
+
+    def instance_check(self, task: Task) -> InstanceCheck | None:
+        """Every part's check, in order."""
+        checks = [c for _, scorer in self.parts if (c := scorer.instance_check(task))]
+        if not checks:
+            return None
+
+        async def check_all(instance: Instance) -> None:
+            for check in checks:
+                await check(instance)
+
+        return check_all
 
     async def score(self, context: ScoringContext) -> ScoreResult:
         results = [

@@ -15,6 +15,9 @@ configuration that rewrites reports. Strict mode closes them:
   (removed if it has none); then the task's
   `test_patch` goes in as usual. A fix that needs to change one of those files is not graded
   as it was written (`details.restored` lists what was put back).
+- Paths inside `.git` the patch names (only GNU `patch`, the chain's last command, writes
+  there: a hook that runs at the next `git checkout`, a `config` naming commands) are put back
+  as they were before the patch, before any git command runs.
 - Results come from pytest's own JUnit XML report (`--junitxml`, via `PYTEST_ADDOPTS`) written
   to a fresh, randomly named path that did not exist before the run, never from the log.
   A test id passes only if every report entry for it passed (a failing subtest fails it).
@@ -103,15 +106,56 @@ def infrastructure_in_patch(patch: str) -> list[str]:
     Read from the patch itself, not only from git, because GNU `patch` also writes inside
     `.git` (an `info/exclude` entry would hide a new conftest.py from `git status`).
     """
+    return [path for path in paths_in_patch(patch) if is_infrastructure(path)]
+
+
+def git_dir_paths_in(patch: str) -> list[str]:
+    """The paths inside `.git` a patch names. `git apply` refuses them, but the chain's last
+    command, GNU `patch`, writes them: an executable `hooks/post-checkout` runs at the next
+    `git checkout` (the eval script's, or strict mode's own restore), a `config` can name
+    filter, diff and fsmonitor commands."""
+    return [path for path in paths_in_patch(patch) if PurePosixPath(path).parts[:1] == (".git",)]
+
+
+def paths_in_patch(patch: str) -> list[str]:
+    """Every path a patch names in a header a patch tool reads, in order, unique."""
     found: dict[str, None] = {}
     for line in patch.splitlines():
         for prefix, strip in _HEADERS:
             if line.startswith(prefix):
                 for path in _header_paths(line.removeprefix(prefix), strip):
-                    if is_infrastructure(path):
-                        found.setdefault(path)
+                    found.setdefault(str(PurePosixPath(path)))
                 break
     return list(found)
+
+
+def git_dir_snapshot_script(paths: Sequence[str], snapshot: str) -> str:
+    """A shell script (run in the workdir before the patch goes in) that copies the `.git`
+    paths that exist to `snapshot`, for `git_dir_restore_script`."""
+    quoted = " ".join(shlex.quote(path) for path in paths)
+    snap = shlex.quote(snapshot)
+    return (
+        f"mkdir -p {snap} && for f in {quoted}; do "
+        'if [ -e "$f" ] || [ -L "$f" ]; then '
+        f'mkdir -p {snap}/"$(dirname -- "$f")" && cp -a -- "$f" {snap}/"$f"; fi; done'
+    )
+
+
+def git_dir_restore_script(paths: Sequence[str], snapshot: str) -> str:
+    """A shell script that puts the `.git` paths back as `git_dir_snapshot_script` found
+    them (removed if they did not exist), printing each path whose content or mode the patch
+    had changed. Runs before any git command after the patch."""
+    quoted = " ".join(shlex.quote(path) for path in paths)
+    snap = shlex.quote(snapshot)
+    return (
+        f"for f in {quoted}; do "
+        f'if [ -e {snap}/"$f" ] || [ -L {snap}/"$f" ]; then '
+        f'if ! cmp -s -- {snap}/"$f" "$f" || '
+        f'[ "$(stat -c %f -- {snap}/"$f")" != "$(stat -c %f -- "$f" 2>/dev/null)" ]; '
+        'then echo "$f"; fi; '
+        f'rm -rf -- "$f" && cp -a -- {snap}/"$f" "$f"; '
+        'elif [ -e "$f" ] || [ -L "$f" ]; then rm -rf -- "$f" && echo "$f"; fi; done'
+    )
 
 
 # Header prefixes and whether `-p1` strips a leading component from the paths after them.

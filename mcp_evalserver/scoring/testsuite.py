@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from mcp_evalserver.errors import InvalidInput, LimitExceeded, NotFound
 from mcp_evalserver.sandbox.base import Workspace
+from mcp_evalserver.sandboxes import InstanceCheck
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.grading import (
     END_TEST_OUTPUT,
@@ -47,6 +48,7 @@ from mcp_evalserver.scoring.grading import (
     eval_test_section,
     grade_log,
 )
+from mcp_evalserver.scoring.interpreters import interpreter_check
 from mcp_evalserver.scoring.logparsers import LogParser, get_parser
 from mcp_evalserver.scoring.patching import (
     EVAL_DIR,
@@ -56,6 +58,9 @@ from mcp_evalserver.scoring.patching import (
 )
 from mcp_evalserver.scoring.strict import (
     files_named_by,
+    git_dir_paths_in,
+    git_dir_restore_script,
+    git_dir_snapshot_script,
     grade_report,
     infrastructure_in_patch,
     infrastructure_restore_script,
@@ -134,6 +139,12 @@ class TestsScorer(Scorer):
         else one inferred from the test ids; the parser likewise."""
         return plan_tests(task, command=self.test_command, parser=self.parser)
 
+    def instance_check(self, task: Task) -> InstanceCheck | None:
+        """Whether the test command's interpreter resolves inside a workspace
+        (`interpreters`): one hidden by the workspace view fails the instance, not every
+        evaluation."""
+        return interpreter_check(task, self.plan(task))
+
     def parser_for(self, task: Task) -> LogParser:
         """The configured parser; for `auto`, the task's `metadata.log_parser` (SWE-bench 5
         instances name theirs), else SWE-bench's for the task's repo, else one the test ids
@@ -195,6 +206,11 @@ class TestsScorer(Scorer):
         # Everything, for people; only the test run's output is graded. The first line says
         # which command and parser were chosen, and why.
         log: list[str] = [f"mcp-evalserver: tests: {plan.reason}\n"]
+        git_snapshot = None
+        if self.strict and git_dir_paths_in(patch):
+            git_snapshot = f"{EVAL_DIR}/{secrets.token_hex(16)}"
+            snapshot = git_dir_snapshot_script(git_dir_paths_in(patch), git_snapshot)
+            await workspace.exec(snapshot, timeout=_RESTORE_TIMEOUT_S)
         applied = await apply_patch(workspace, patch)
         log.append(applied.log)
         details: dict[str, Any] = {
@@ -208,7 +224,9 @@ class TestsScorer(Scorer):
         details["apply_command"] = applied.command
         report_path = None
         if self.strict:
-            details["restored"] = await self._restore_infrastructure(workspace, task, patch, log)
+            details["restored"] = await self._restore_infrastructure(
+                workspace, task, patch, git_snapshot, log
+            )
             report_path = f"{EVAL_DIR}/{secrets.token_hex(16)}/report.xml"
         if task.test_patch:
             await restore_files(workspace, patched_files(task.test_patch))
@@ -252,14 +270,17 @@ class TestsScorer(Scorer):
         return await self._result(context, grade, log, details)
 
     async def _restore_infrastructure(
-        self, workspace: Workspace, task: Task, patch: str, log: list[str]
+        self, workspace: Workspace, task: Task, patch: str, git_snapshot: str | None, log: list[str]
     ) -> list[str]:
-        """Strict mode: test infrastructure and the files the test ids name, back to the base."""
+        """Strict mode: the `.git` paths the patch wrote back as they were (first: git runs
+        next), then test infrastructure and the files the test ids name back to the base."""
         paths = [
             *infrastructure_in_patch(patch),
             *files_named_by([*task.FAIL_TO_PASS, *task.PASS_TO_PASS]),
         ]
         script = infrastructure_restore_script(paths)
+        if git_snapshot is not None:
+            script = f"{git_dir_restore_script(git_dir_paths_in(patch), git_snapshot)}\n{script}"
         result = await workspace.exec(script, timeout=_RESTORE_TIMEOUT_S)
         restored = [line for line in result.stdout.splitlines() if line]
         log.append(f"strict: restored from the base commit: {restored or 'nothing'}\n")

@@ -5,9 +5,9 @@ plugins, run host programs, name any directory. Over HTTP anyone holding the tok
 so those are off unless the operator turns them on: `--allow-plugins` lets a spec import Python
 modules (`python` agents and scorers), run host programs (`command` agents) and connect the
 server to a Ray cluster of their choosing (not its own `--ray`); `--allow-paths DIR...` lets it
-name host paths (a task's `path`, a task file, a predictions file) under those directories. A
-path is judged by where it really leads (symlinks followed, `..` resolved), and the campaign
-records that real path, so a later symlink cannot lead it elsewhere.
+name host paths (a task's `path` and `paths`, a task file, a predictions file) under those
+directories. A path is judged by where it really leads (symlinks followed, `..` resolved), and
+the campaign records that real path, so a later symlink cannot lead it elsewhere.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -152,12 +153,21 @@ class Privileges:
         )
 
     def _admit_task(self, task: Task, base_dir: Path) -> Task:
-        if task.path is None or self.path_roots is None:
+        if (task.path is None and not task.paths) or self.path_roots is None:
             return task
-        path = self.host_path(task.path, f"task {task.id}: path", base_dir)
-        update = {"path": path}
-        if task.workdir is not None:
+        update: dict[str, Any] = {}
+        if task.path is not None:
+            update["path"] = self.host_path(task.path, f"task {task.id}: path", base_dir)
+        if task.workdir is not None and task.path is not None:
             update["workdir"] = self.host_path(task.workdir, f"task {task.id}: workdir", base_dir)
+        # What the view shows besides the instance (README, "What a trajectory sees").
+        if task.paths:
+            update["paths"] = [
+                entry.model_copy(
+                    update={"path": self.host_path(entry.path, f"task {task.id}: paths", base_dir)}
+                )
+                for entry in task.paths
+            ]
         return task.model_copy(update=update)
 
 

@@ -93,6 +93,27 @@ BACKEND_PARAMS = [
 ROOT_BACKENDS = {"local", "ray-local", "ray-docker"}
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselects a test's backends that `@pytest.mark.backends(...)` does not name.
+
+    A check that cannot apply to a backend is not collected for it, rather than skipped: under
+    CI a skip must mean something is missing, never "does not apply here".
+    """
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        marker = item.get_closest_marker("backends")
+        callspec = getattr(item, "callspec", None)
+        param = callspec.params.get("backend") if callspec is not None else None
+        if marker is None or param is None or param in marker.args:
+            kept.append(item)
+        else:
+            dropped.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 @pytest.fixture(scope="module")
 def anyio_backend() -> str:
     return "asyncio"

@@ -23,8 +23,6 @@ import pytest
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import Instance
 
-from .conftest import BackendUnderTest
-
 pytestmark = pytest.mark.anyio
 
 # Numbers from the kernel's syscall tables, written out here so that a wrong number in the
@@ -34,12 +32,12 @@ SYSCALLS = {
                "io_uring_enter": 426, "io_uring_register": 427, "userfaultfd": 323,
                "perf_event_open": 298, "bpf": 321, "open_by_handle_at": 304,
                "name_to_handle_at": 303, "kexec_load": 246, "init_module": 175,
-               "personality": 135, "ioctl": 16},
+               "personality": 135, "ioctl": 16, "migrate_pages": 256, "socket": 41},
     "aarch64": {"keyctl": 219, "add_key": 217, "request_key": 218, "io_uring_setup": 425,
                 "io_uring_enter": 426, "io_uring_register": 427, "userfaultfd": 282,
                 "perf_event_open": 241, "bpf": 280, "open_by_handle_at": 265,
                 "name_to_handle_at": 264, "kexec_load": 104, "init_module": 105,
-                "personality": 92, "ioctl": 29},
+                "personality": 92, "ioctl": 29, "migrate_pages": 238, "socket": 198},
 }  # fmt: skip
 
 # Calls each refused one with arguments it would otherwise accept (or fail on for another
@@ -65,6 +63,8 @@ calls = {
     "kexec_load": (0, 0, None, 0),
     "init_module": (buf, 16, b""),
     "personality": (0x0040000,),  # ADDR_NO_RANDOMIZE: Docker allows only a few personas
+    "migrate_pages": (0, 64, buf, buf),
+    "socket": (40, 1, 0),  # AF_VSOCK, SOCK_STREAM: the hypervisor, past every namespace
 }
 for name, args in calls.items():
     ctypes.set_errno(0)
@@ -105,7 +105,7 @@ async def test_calls_dockers_default_profile_refuses_are_refused(instance: Insta
     outcome = dict(line.split() for line in result.stdout.splitlines())
     assert result.exit_code == 0, result.stderr
     assert outcome == {name: str(errno.EPERM) for name in outcome}
-    assert len(outcome) == len(nrs) + 1  # every call was tried, ioctl twice
+    assert len(outcome) == len(nrs) + 1  # every call was tried, ioctl twice (not as a name)
 
 
 async def test_device_nodes_cannot_be_changed_and_still_work(instance: Instance) -> None:
@@ -162,11 +162,55 @@ async def test_file_tools_refuse_devices_fifos_and_sockets(instance: Instance) -
     assert still.stdout == "intact\n"
 
 
+# Writes as much as it can (up to `limit` bytes) at every mount point of its view that is a
+# directory, keeping what it wrote; prints the total.
+FILL_EVERY_MOUNT = """
+import os, sys
+limit, chunk, total = int(sys.argv[1]), b"x" * (1 << 20), 0
+points = {line.split()[4] for line in open("/proc/self/mountinfo")}
+for number, point in enumerate(sorted(points)):
+    if point.startswith("/proc") or not os.path.isdir(point):
+        continue
+    try:
+        with open(os.path.join(point, f"evs-fill-{number}"), "wb", buffering=0) as f:
+            while total < limit * 4:
+                total += f.write(chunk)
+    except OSError:
+        pass
+print(total)
+"""
+
+
+async def test_every_byte_written_counts_against_the_disk_cap_whatever_mount_it_lands_on(
+    limited: Instance,
+) -> None:
+    """The old local view had RAM-backed masks (/run, /etc/ssh, ...) beside the capped upper."""
+    cap = limited.spec.disk_bytes
+    assert cap is not None
+    with anyio.fail_after(60):
+        async with await limited.workspace("fill-every-mount") as ws:
+            filled = await ws.exec(["python3", "-c", FILL_EVERY_MOUNT, str(cap)])
+    assert filled.exit_code == 0, filled.stderr
+    assert cap // 2 < int(filled.stdout) <= cap
+
+
+async def test_masks_over_proc_cannot_have_their_metadata_changed(instance: Instance) -> None:
+    """/proc/keys and friends were masked by binding /dev/null, writable: chmod changed it."""
+    null_before = os.stat("/dev/null")
+    with anyio.fail_after(20):
+        async with await instance.workspace("proc-masks") as ws:
+            changed = await ws.exec(
+                "for f in /proc/keys /proc/timer_list /proc/sched_debug /proc/latency_stats; do "
+                "test -e $f || continue; echo $f; chmod 0666 $f && echo changed; wc -c < $f; done"
+            )
+    assert "changed" not in changed.stdout, changed.stdout
+    assert "/proc/timer_list\n0\n" in changed.stdout  # there, masked, empty
+    assert os.stat("/dev/null").st_ctime_ns == null_before.st_ctime_ns
+
+
 @pytest.mark.root
-async def test_the_operators_terminal_is_out_of_reach(backend: BackendUnderTest) -> None:
+async def test_the_operators_terminal_is_out_of_reach() -> None:
     """A local backend run from a terminal: nothing of a trajectory's reaches that terminal."""
-    if backend.name != "local":
-        pytest.skip("only the local backend runs in the operator's session")
     script = Path(__file__).with_name("terminal_attack.py")
     master, slave = os.openpty()
     try:

@@ -447,12 +447,12 @@ async def test_cancelling_an_exec_kills_its_processes(instance: Instance) -> Non
             await wait_until_gone(arg)
 
 
+@pytest.mark.backends("local", "docker")  # the backends that speak through a SupervisorClient
 async def test_a_reply_that_takes_too_long_is_a_timeout_and_its_command_is_cancelled(
     instance: Instance,
 ) -> None:
     client = getattr(instance, "client", None)
-    if not isinstance(client, SupervisorClient):
-        pytest.skip("this backend does not speak through a SupervisorClient")
+    assert isinstance(client, SupervisorClient), f"{instance!r} has no SupervisorClient"
     arg = marker()
     with anyio.fail_after(20):
         async with await instance.workspace("impatient") as ws:
@@ -464,6 +464,8 @@ async def test_a_reply_that_takes_too_long_is_a_timeout_and_its_command_is_cance
             assert (await ws.exec("echo still usable")).stdout == "still usable\n"
 
 
+# Only a local supervisor is a process of this host the test can kill.
+@pytest.mark.backends("local", "ray-local")
 async def test_a_dead_supervisor_fails_pending_and_later_calls_as_unavailable(
     backend: BackendUnderTest,
 ) -> None:

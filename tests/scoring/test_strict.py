@@ -15,6 +15,7 @@ import pytest
 from mcp_evalserver.scoring.grading import EvalStatus
 from mcp_evalserver.scoring.logparsers import TestStatus
 from mcp_evalserver.scoring.strict import (
+    git_dir_paths_in,
     grade_report,
     infrastructure_in_patch,
     junit_options,
@@ -126,3 +127,18 @@ def test_infrastructure_is_found_in_every_header_a_patch_tool_reads() -> None:
         "pytest.py",
         "_pytest/junitxml.py",
     ], "pytest's own sources below the root (pytest-dev's src/_pytest) are not stand-ins"
+
+
+def test_paths_inside_dot_git_are_found_however_a_header_spells_them() -> None:
+    patch = (
+        "diff --git a/.git/hooks/post-checkout b/.git/hooks/post-checkout\n"
+        "--- a/./.git/config\n"
+        "+++ b/.git//info/exclude\n"
+        "+++ b/src/.git-blame-ignore\n"
+        "--- a/calc.py\n"
+    )
+    assert git_dir_paths_in(patch) == [
+        ".git/hooks/post-checkout",
+        ".git/config",
+        ".git/info/exclude",
+    ]

@@ -112,10 +112,15 @@ async def test_tests_cannot_kill_the_eval_script_to_hide_what_follows_their_forg
         {"conftest.py": at_exit(forged, then="os.kill(os.getppid(), 9)")},
     )
     details, log = await _score(task, patch, tmp_path)
-    # The script is the sandbox's init: SIGKILL from inside is ignored, it runs on and exits
-    # with pytest's status.
-    assert log.rstrip().endswith(">>>>> Test Exit Code: 1")
-    assert (details["status"], details["exit_code"]) == ("exit_code_mismatch", 1)
+    # The kill lands (the script is a child of the sandbox's init, which reaps orphans), so
+    # the forged lines end the log; a script killed by a signal is not graded, whatever it
+    # printed, and is counted like any other miss.
+    assert log.rstrip().endswith(">>>>> Test Exit Code: 0")
+    assert (details["status"], details["outcome"], details["exit_code"]) == (
+        "tests_errored",
+        "error",
+        -9,
+    )
 
 
 # --- strict mode: the four ways that fool SWE-bench 5.0.2 as well -----------------------------
@@ -315,4 +320,31 @@ async def test_strict_mode_removes_a_root_module_that_stands_in_for_pytest(
     assert verdicts["swebench"]["resolved"] is True, "this fools SWE-bench 5.0.2 too"
     assert verdicts["strict"]["resolved"] is False
     assert verdicts["strict"]["restored"] == ["pytest.py"]
+    assert verdicts["strict"]["status"] == "failed"
+
+
+def _new_executable(path: str, text: str) -> str:
+    """A git-style diff creating an executable file at `path` (may be inside `.git`)."""
+    lines = text.splitlines()
+    body = "".join(f"+{line}\n" for line in lines)
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode 100755\n--- /dev/null\n+++ b/{path}\n"
+        f"@@ -0,0 +1,{len(lines)} @@\n{body}"
+    )
+
+
+async def test_strict_mode_puts_back_a_git_hook_the_patch_wrote_into_dot_git(
+    tmp_path: Path,
+) -> None:
+    # `git apply` refuses paths inside .git; the chain's last command, GNU patch, writes
+    # them. The hook runs at the next `git checkout` (the test files' reset, or strict mode's
+    # own restore) and writes a conftest.py that rewrites reports after it was restored.
+    task = _task(tmp_path)
+    hook = f"#!/bin/sh\ncat > conftest.py <<'EOF'\n{REWRITE_REPORTS}EOF\n"
+    patch = _new_executable(".git/hooks/post-checkout", hook)
+    verdicts = await _both_modes(task, patch, tmp_path)
+    assert str(verdicts["swebench"]["apply_command"]).startswith("patch --batch --forward")
+    assert verdicts["swebench"]["resolved"] is True, "this fools SWE-bench 5.0.2 too"
+    assert verdicts["strict"]["resolved"] is False
+    assert verdicts["strict"]["restored"] == [".git/hooks/post-checkout"]
     assert verdicts["strict"]["status"] == "failed"

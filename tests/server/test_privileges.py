@@ -184,6 +184,15 @@ async def test_symlinks_and_dotdot_do_not_lead_out_of_the_allowed_directories(
         path_task(str(inner), workdir=f"{inner}/escape"),
         {"tasks": f"{allowed}/tasks.jsonl"},
         {"tasks": f"{allowed}/../outside/tasks.jsonl"},
+        # Paths the view would show besides the instance (README, "What a trajectory sees").
+        {
+            "tasks": [{"id": "calc", "path": str(inner), "paths": [f"{allowed}/../outside"]}],
+            "scorer": {"type": "command", "command": "true"},
+        },
+        {
+            "tasks": [{"id": "calc", "path": str(inner), "paths": [{"path": f"{inner}/escape"}]}],
+            "scorer": {"type": "command", "command": "true"},
+        },
     ]
     state_dir = tmp_path / "state"
     with anyio.fail_after(60):
@@ -201,6 +210,8 @@ async def test_symlinks_and_dotdot_do_not_lead_out_of_the_allowed_directories(
         assert "it leads to" in error, error
     assert f"it leads to {os.path.realpath(secret_repo)}" in errors[1]
     assert "workdir" in errors[2]
+    assert "task calc: paths" in errors[5]
+    assert "task calc: paths" in errors[6]
     assert recorded(state_dir) == []
 
 

@@ -1,0 +1,70 @@
+"""What every benchmark shares: percentiles, the machine's load, and writing results.
+
+Figures on a shared machine move with its load, so every results file records the load average
+at the start and at the end of its run (`load_average_start`, `load_average_end`: 1, 5 and 15
+minutes) and the CPU count beside its figures; `bench/summary.py` prints them with each target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO / "bench" / "results"
+
+
+def p50(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def p95(samples: list[float]) -> float:
+    return sorted(samples)[max(0, round(0.95 * len(samples)) - 1)]
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages, rounded for a results file."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+class LoadRecord:
+    """Notes the load when made (the start of a bench) and when `finish` adds the end."""
+
+    def __init__(self) -> None:
+        self.start = load_average()
+
+    def finish(self, figures: dict[str, Any]) -> dict[str, Any]:
+        """`figures` with the load at start and end and the CPU count beside them."""
+        return {
+            **figures,
+            "load_average_start": self.start,
+            "load_average_end": load_average(),
+            "cpus": os.cpu_count(),
+        }
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def write_results(name: str, figures: dict[str, Any]) -> Path:
+    """Writes bench/results/NAME.json (never committed); floats rounded to 3 places."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps(_rounded(figures), indent=2) + "\n")
+    return path
+
+
+def describe_load(figures: dict[str, Any]) -> str:
+    """`load 2.1 -> 3.4 (1 min) on 2 CPUs`, for a printed report."""
+    start, end = figures["load_average_start"][0], figures["load_average_end"][0]
+    return f"load {start:.1f} -> {end:.1f} (1 min) on {figures['cpus']} CPUs"

@@ -1,0 +1,207 @@
+"""Benchmark of density: how many idle live workspaces one machine bears, and what each costs.
+
+Run `python bench/density.py [--target N]` as root. One instance on the local backend (a small
+git repository); workspaces are created in rounds until TARGET (10,000) are live, or until the
+machine's `MemAvailable` would fall below a floor kept for everyone else on it (the larger of
+6 GiB and 30% of its memory), or until a workspace cannot be made. Then every workspace still
+has to answer a command (`true`, 64 in flight): one that does not fails the bench.
+
+Memory per workspace = (PSS of every process the sandbox keeps: the supervisor and each
+workspace's holder, summed from /proc/PID/smaps_rollup) + (what `MemAvailable` lost beyond the
+growth of that PSS: page tables, mount and namespace structures, sockets and other kernel
+memory), divided by the count. `MemAvailable` moves with everything else this shared machine
+runs, so the kernel share is noisy; each round's figures and the load average are recorded.
+Prints a table and writes bench/results/density.json (idle_workspaces, idle_workspace_mb).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as `python bench/density.py`, this directory comes first on sys.path and bench/mcp.py
+# would shadow the `mcp` package: the repository root takes its place.
+_BENCH = Path(__file__).resolve().parent
+sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resolve() != _BENCH)]
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+import anyio  # noqa: E402
+
+from bench.common import LoadRecord, describe_load, load_average, write_results  # noqa: E402
+from mcp_evalserver.errors import EvalServerError  # noqa: E402
+from mcp_evalserver.sandbox.base import InstanceSpec, Workspace  # noqa: E402
+from mcp_evalserver.sandbox.local import LocalBackend  # noqa: E402
+
+TARGET = 10_000
+TARGET_MB = 1.0
+ROUNDS = (100, 500, 1000, 2000, 4000, 6000, 8000, 10_000)
+IN_FLIGHT = 64
+MIB = 1 << 20
+
+
+def mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+def mem_total() -> int:
+    with open("/proc/meminfo") as f:
+        return int(f.readline().split()[1]) * 1024
+
+
+def descendants(root: int) -> list[int]:
+    """`root` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        children.setdefault(ppid, []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def pss_bytes(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            continue
+    return total
+
+
+def git_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "README").write_text("density\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b"}
+    env |= {"GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
+        subprocess.run(["git", *argv], cwd=path, env=env, check=True)
+    return path
+
+
+async def answer_all(workspaces: list[Workspace]) -> int:
+    """Runs `true` in every workspace, IN_FLIGHT at once; how many answered exit 0."""
+    answered = 0
+    limiter = anyio.CapacityLimiter(IN_FLIGHT)
+
+    async def one(ws: Workspace) -> None:
+        nonlocal answered
+        async with limiter:
+            if (await ws.exec("true", timeout=120)).exit_code == 0:
+                answered += 1
+
+    async with anyio.create_task_group() as group:
+        for ws in workspaces:
+            group.start_soon(one, ws)
+    return answered
+
+
+async def main(target: int) -> dict[str, Any]:
+    floor = max(6 << 30, int(0.3 * mem_total()))
+    rounds: list[dict[str, Any]] = []
+    stopped = f"reached the target of {target}"
+    with tempfile.TemporaryDirectory(prefix="bench-density-") as tmp:
+        repo = git_repo(Path(tmp) / "repo")
+        async with LocalBackend() as backend:
+            instance = await backend.instance(InstanceSpec(path=str(repo)))
+            supervisor = int(instance.info["pid"])
+            warm = await instance.workspace("warm")  # spares and caches made before the base
+            await warm.exec("true")
+            await warm.destroy()
+            base_available = mem_available()
+            base_pss = pss_bytes(descendants(supervisor))
+            workspaces: list[Workspace] = []
+            started = time.perf_counter()
+            for goal in [r for r in ROUNDS if r < target] + [target]:
+                try:
+                    while len(workspaces) < goal:
+                        if len(workspaces) % 100 == 0 and mem_available() < floor:
+                            stopped = f"MemAvailable fell to the floor of {floor / MIB:.0f} MiB"
+                            break
+                        workspaces.append(await instance.workspace(f"d{len(workspaces)}"))
+                except EvalServerError as exc:
+                    stopped = f"workspace {len(workspaces)} could not be made: {exc}"
+                count = len(workspaces)
+                pss = pss_bytes(descendants(supervisor))
+                lost = base_available - mem_available()
+                kernel = max(0, lost - (pss - base_pss))
+                rounds.append(
+                    {
+                        "workspaces": count,
+                        "pss_mb": pss / MIB,
+                        "mem_available_lost_mb": lost / MIB,
+                        "kernel_mb": kernel / MIB,
+                        "per_workspace_mb": (pss + kernel) / count / MIB,
+                        "create_s": time.perf_counter() - started,
+                        "load_average": load_average(),
+                    }
+                )
+                print(
+                    f"{count:>6} workspaces: PSS {pss / MIB:8.1f} MiB, MemAvailable -"
+                    f"{lost / MIB:8.1f} MiB, {rounds[-1]['per_workspace_mb']:.3f} MiB each "
+                    f"(load {rounds[-1]['load_average'][0]:.1f})",
+                    flush=True,
+                )
+                if count < goal:
+                    break
+            answered = await answer_all(workspaces)
+            print(f"{answered} of {len(workspaces)} answered `true`", flush=True)
+            if answered != len(workspaces):
+                raise RuntimeError(f"only {answered} of {len(workspaces)} workspaces answered")
+            last = rounds[-1]
+            teardown = time.perf_counter()
+            for ws in workspaces:
+                await ws.destroy()
+            destroy_s = time.perf_counter() - teardown
+    return {
+        "idle_workspaces": last["workspaces"],
+        "idle_workspace_mb": last["per_workspace_mb"],
+        "idle_workspace_pss_mb": last["pss_mb"] / last["workspaces"],
+        "idle_workspace_kernel_mb": last["kernel_mb"] / last["workspaces"],
+        "stopped": stopped,
+        "mem_available_floor_mb": floor / MIB,
+        "destroy_all_s": destroy_s,
+        "rounds": rounds,
+    }
+
+
+if __name__ == "__main__":
+    if os.geteuid() != 0:
+        sys.exit("bench/density.py needs root (workspaces use namespaces and overlayfs)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", type=int, default=TARGET, help="workspaces to aim for")
+    args = parser.parse_args()
+    load = LoadRecord()
+    results = load.finish(anyio.run(main, args.target))
+    written = write_results("density", results)
+    met = results["idle_workspaces"] >= TARGET and results["idle_workspace_mb"] <= TARGET_MB
+    print(
+        f"idle_workspaces {results['idle_workspaces']} at {results['idle_workspace_mb']:.3f} MiB "
+        f"each ({results['stopped']}); target {TARGET} at <= {TARGET_MB:g} MiB: "
+        f"{'met' if met else 'MISSED'}"
+    )
+    print(describe_load(results))
+    print(f"wrote {written}")

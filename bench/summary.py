@@ -1,0 +1,113 @@
+"""One table of every benchmark target: the figure, the load it was measured under, met or not.
+
+Run `python bench/summary.py` (what `make bench` ends with). It reads bench/results/*.json as
+the benches left them; a bench that has not run shows as `not run`. Figures on this shared
+machine move with its load, which is printed beside each (1-minute average, start -> end).
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True)
+class Target:
+    bench: str
+    name: str
+    figure: Callable[[dict[str, Any]], float]
+    compare: Callable[[float, float], bool]
+    bound: float
+    unit: str
+
+    @property
+    def wanted(self) -> str:
+        sign = "<=" if self.compare is operator.le else ">="
+        return f"{sign} {self.bound:g} {self.unit}".rstrip()
+
+
+def key(name: str) -> Callable[[dict[str, Any]], float]:
+    return lambda figures: float(figures[name])
+
+
+def difference(minuend: str, subtrahend: str) -> Callable[[dict[str, Any]], float]:
+    return lambda figures: float(figures[minuend]) - float(figures[subtrahend])
+
+
+LE, GE = operator.le, operator.ge
+TARGETS = [
+    Target("sandbox", "exec `true` / kernel floor", key("exec_vs_floor"), LE, 2, "x"),
+    Target("sandbox", "exec `true`, 64 in flight", key("throughput_64_per_s"), GE, 2000, "/s"),
+    Target("sandbox", "workspace create + first command", key("workspace_create_p50_ms"), LE,
+           2, "ms"),
+    Target("sandbox", "the same, 16 asked at once (past the spares)",
+           key("workspace_create_burst_p50_ms"), LE, 2, "ms"),
+    Target("sandbox", "exec vs docker exec", lambda f: f["docker_exec_p50_ms"]
+           / f["exec_overhead_p50_ms"], GE, 5, "x"),
+    Target("mcp", "stdio tool layer over direct exec",
+           difference("stdio_exec_p50_ms", "direct_exec_p50_ms"), LE, 1.5, "ms"),
+    Target("mcp", "HTTP tool layer over direct exec",
+           difference("http_exec_p50_ms", "direct_exec_p50_ms"), LE, 1.5, "ms"),
+    Target("mcp", "HTTP calls, 32 clients", key("http_calls_per_s_32"), GE, 1000, "/s"),
+    Target("density", "idle live workspaces", key("idle_workspaces"), GE, 10_000, ""),
+    Target("density", "memory per idle workspace", key("idle_workspace_mb"), LE, 1, "MiB"),
+    Target("campaign", "campaign vs container per trajectory",
+           key("campaign_speedup_vs_container"), GE, 5, "x"),
+    Target("scheduler", "scheduler speedup at 50", key("speedup_50"), GE, 45, "x"),
+    Target("scheduler", "ledger records", key("ledger_records_per_s"), GE, 5000, "/s"),
+    Target("scheduler", "replay of 100k records", key("replay_100k_s"), LE, 2, "s"),
+    Target("scale", "ray exec overhead", key("remote_exec_overhead_p50_ms"), LE, 2, "ms"),
+    Target("scale", "ray scale efficiency at 4 nodes", key("scale_efficiency_4"), GE, 0.9, ""),
+    Target("dashboard", "slowest warm page", lambda f: max(
+        page["warm_p50_ms"] for page in f["pages"].values()), LE, 200, "ms"),
+]  # fmt: skip
+
+
+def load_of(figures: dict[str, Any]) -> str:
+    start, end = figures.get("load_average_start"), figures.get("load_average_end")
+    if not start or not end:
+        return "?"
+    return f"{start[0]:.1f} -> {end[0]:.1f}"
+
+
+def rows() -> list[tuple[str, str, str, str, str]]:
+    table = []
+    cache: dict[str, dict[str, Any] | None] = {}
+    for target in TARGETS:
+        if target.bench not in cache:
+            path = RESULTS_DIR / f"{target.bench}.json"
+            cache[target.bench] = json.loads(path.read_text()) if path.is_file() else None
+        figures = cache[target.bench]
+        label = f"{target.bench}: {target.name}"
+        if figures is None:
+            table.append((label, target.wanted, "-", "-", "not run"))
+            continue
+        try:
+            value = target.figure(figures)
+        except (KeyError, TypeError, ValueError):
+            table.append((label, target.wanted, "-", load_of(figures), "not measured"))
+            continue
+        verdict = "met" if target.compare(value, target.bound) else "MISSED"
+        table.append((label, target.wanted, f"{value:,.2f}", load_of(figures), verdict))
+    return table
+
+
+def main() -> int:
+    header = ("target", "wanted", "figure", "load", "")
+    table = [header, *rows()]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    print("\nload: 1-minute load average at the bench's start -> end (2 cores shared: noisy)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
