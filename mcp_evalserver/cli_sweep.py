@@ -79,13 +79,14 @@ def render_sweep(result: dict[str, Any]) -> str:
     lines = [
         f"# Concurrency sweep {result['id']}",
         "",
-        "| level | trajectories/min | error rate | task errors | infra errors | 429 | 5xx |"
-        " p50 | p95 | tokens/s | load |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| level | trajectories/min | without errors | error rate | task errors | infra errors |"
+        " 429 | 5xx | p50 | p95 | tokens/s | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["levels"]:
         lines.append(
             f"| {row['level']} | {_number(row['throughput_per_min'])} |"
+            f" {_number(row.get('good_throughput_per_min'))} |"
             f" {_percent(row['error_rate'])} | {_percent(row['task_error_rate'])} |"
             f" {_percent(row['infra_error_rate'])} | {row['http_429']} | {row['http_5xx']} |"
             f" {_number(row['latency_p50_s'], 's')} | {_number(row['latency_p95_s'], 's')} |"

@@ -212,6 +212,10 @@ def level_figures(state: CampaignState, level: int) -> dict[str, Any]:
         "outcomes": dict(sorted(outcomes.items())),
         "duration_s": round(seconds, 3),
         "throughput_per_min": count / seconds * 60 if seconds > 0 else None,
+        # Past the ceiling, failed trajectories end fast and inflate the raw throughput.
+        "good_throughput_per_min": (count - task_errors - infra_errors) / seconds * 60
+        if seconds > 0
+        else None,
         "task_error_rate": task_errors / count if count else None,
         "infra_error_rate": infra_errors / count if count else None,
         "error_rate": (task_errors + infra_errors) / count if count else None,
@@ -287,6 +291,7 @@ def plot_series(result: dict[str, Any]) -> dict[str, Any]:
     return {
         "x": [r["level"] for r in rows],
         "throughput": series("throughput_per_min"),
+        "good_throughput": series("good_throughput_per_min"),
         "rates": {
             "task error rate": series("task_error_rate", 100.0),
             "infrastructure error rate": series("infra_error_rate", 100.0),
@@ -327,6 +332,13 @@ def sweep_figure(result: dict[str, Any]) -> Any:
     throughput_axis.set_ylabel("throughput (trajectories/min)")
     throughput_axis.plot(
         data["x"], _nan(data["throughput"]), "o-", color="tab:blue", label="throughput"
+    )
+    throughput_axis.plot(
+        data["x"],
+        _nan(data["good_throughput"]),
+        "o--",
+        color="tab:cyan",
+        label="throughput without errors",
     )
     throughput_axis.set_xticks(data["x"], [str(x) for x in data["x"]])
     throughput_axis.minorticks_off()

@@ -117,6 +117,11 @@ async def test_a_sweep_finds_the_errors_past_the_ceiling_and_recommends_the_leve
     series = plot_series(result)
     assert series["x"] == LEVELS
     assert series["throughput"] == [by_level[lv]["throughput_per_min"] for lv in LEVELS]
+    good = [by_level[lv]["good_throughput_per_min"] for lv in LEVELS]
+    assert series["good_throughput"] == good
+    # Without errors, throughput is all of it up to K and a part of it past K.
+    assert good[:2] == series["throughput"][:2]
+    assert all(g < t for g, t in zip(good[2:], series["throughput"][2:], strict=True))
     infra = [100 * by_level[lv]["infra_error_rate"] for lv in LEVELS]
     assert series["rates"]["infrastructure error rate"] == infra
     figure = sweep_figure(result)
@@ -126,6 +131,8 @@ async def test_a_sweep_finds_the_errors_past_the_ceiling_and_recommends_the_leve
     assert rate_axis.get_ylabel() == "rate (%)"
     drawn = {line.get_label(): list(line.get_ydata()) for line in rate_axis.get_lines()}
     assert drawn["infrastructure error rate"] == infra
+    drawn = {line.get_label(): list(line.get_ydata()) for line in throughput_axis.get_lines()}
+    assert drawn["throughput without errors"] == good
     verticals = {line.get_label(): line.get_xdata()[0] for line in throughput_axis.get_lines()
                  if line.get_label().startswith(("recommended", "knee"))}  # fmt: skip
     assert verticals == {"recommended: 4": 4, "knee: errors climb at 16": 16}
