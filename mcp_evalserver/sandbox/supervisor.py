@@ -76,6 +76,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_CAPBSET_READ, PR_CAPBSET_DROP, CAP_SYS_ADMIN = 1, 23, 24, 21
+PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 22, 38
 SYSCALL_CLONE = {"x86_64": 56, "aarch64": 220}
 # Signals Python ignores or handles that a command must start with at their defaults.
@@ -1757,6 +1758,10 @@ class Supervisor:
                 ids = identity[:3]
                 env.setdefault("HOME", identity[3])
             drop_privileges(True, ids)
+            # Same uid as the command, so without this the command could open /proc/1/fd/3
+            # (or ptrace us) and write its own `status` (or an `error`) into the info pipe.
+            # The command's execve makes it dumpable again; only this init is shielded.
+            prctl(PR_SET_DUMPABLE, 0)
         except BaseException as e:
             os.write(3, (json.dumps({"error": f"sandbox setup: {e}"}) + "\n").encode())
             os._exit(127)
