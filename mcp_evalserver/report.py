@@ -141,6 +141,8 @@ def branch_trees(state: CampaignState) -> dict[str, Any] | None:
                         "checkpoint": b.checkpoint,
                         "branched_ts": b.branched_ts,
                         "outcome": b.outcome or b.phase,
+                        # Restarted from a clean copy of the task, not its checkpoint: why.
+                        "started_clean": b.started_clean,
                     }
                     for b in branches
                 ],
@@ -430,12 +432,20 @@ def render_markdown(report: dict[str, Any]) -> str:
             "| root | branches | resolved branches | root resolved |",
             "|---|---:|---:|---|",
         ]
+        clean = []
         for tree in trees["roots"]:
             verdict = ("yes" if tree["resolved"] else "no") if tree["finished"] else "running"
             lines.append(
                 f"| {tree['root']} | {len(tree['branches'])} | {tree['resolved_branches']} of"
                 f" {len(tree['branches'])} | {verdict} |"
             )
+            clean += [b for b in tree["branches"] if b.get("started_clean")]
+        if clean:
+            lines += [
+                "",
+                "Branches restarted from a clean copy of their task, not their checkpoint:",
+            ]
+            lines += [f"- {b['trajectory']}: {b['started_clean']}" for b in clean]
     return "\n".join(lines) + "\n"
 
 

@@ -240,6 +240,21 @@ class Workspace(ABC):
         """
         raise errors.Conflict(f"workspaces of {type(self).__name__} cannot checkpoint or fork")
 
+    async def export_checkpoint(self, checkpoint: str, *, max_bytes: int = 256 << 20) -> bytes:
+        """Checkpoint `checkpoint` as an archive that outlives this workspace, its supervisor
+        and its instance: `Instance.workspace_from_archive` on this instance, or on one
+        provisioned anew from the same spec, starts a workspace with exactly these files.
+
+        Costs about the size of what changed since the instance froze, not of the instance.
+
+        Raises:
+            NotFound: no such checkpoint here.
+            LimitExceeded: the archive would be over `max_bytes`.
+            Conflict: this backend cannot checkpoint.
+            SandboxUnavailable: the instance is gone.
+        """
+        raise errors.Conflict(f"workspaces of {type(self).__name__} cannot checkpoint or fork")
+
     @abstractmethod
     async def destroy(self) -> None:
         """Kills running commands and removes the workspace; idempotent.
@@ -286,6 +301,17 @@ class Instance(ABC):
             InvalidInput: the name has a `/` or starts with `.`.
             SandboxUnavailable: the instance is gone.
         """
+
+    async def workspace_from_archive(self, name: str, archive: bytes) -> Workspace:
+        """Creates workspace `name` holding the files of an exported checkpoint
+        (`Workspace.export_checkpoint`); it may `restore` the checkpoint its `info` names.
+
+        Raises:
+            Conflict: a workspace of that name exists, or this backend cannot checkpoint.
+            InvalidInput: `archive` is not an exported checkpoint, or the name is not allowed.
+            SandboxUnavailable: the instance is gone.
+        """
+        raise errors.Conflict(f"instances of {type(self).__name__} cannot checkpoint or fork")
 
     @abstractmethod
     async def aclose(self) -> None:
