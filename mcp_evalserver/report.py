@@ -45,11 +45,16 @@ def samples(
     or (`branches_as_samples`) every trajectory alone."""
     if branches_as_samples:
         return [(t, []) for t in state.trajectories.values()]
-    return [
-        (t, [state.trajectories[b] for b in state.branches(t.id)])
-        for t in state.trajectories.values()
-        if t.parent is None
-    ]
+    # One pass over the trajectories: `state.branches(root)` per root would be quadratic (a
+    # 10,000-trajectory campaign took seconds). Order within a tree stays the ledger's.
+    trees: dict[str, list[TrajectoryState]] = {}
+    for t in state.trajectories.values():
+        if t.parent is None:
+            trees.setdefault(t.id, [])
+    for t in state.trajectories.values():
+        if t.parent is not None:
+            trees[state.root_of(t.id)].append(t)
+    return [(state.trajectories[root], branches) for root, branches in trees.items()]
 
 
 def best_of(root: TrajectoryState, branches: list[TrajectoryState]) -> TrajectoryState:

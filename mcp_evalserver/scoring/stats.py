@@ -23,6 +23,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.scoring.resampling import resampled_means
 
 #: Same words as the ledger's outcomes; only `resolved` is a success.
 Outcome = Literal["resolved", "failed", "error", "timeout", "infra_error"]
@@ -207,9 +208,7 @@ def bootstrap_mean_ci(
     if resamples < 1:
         raise InvalidInput(f"resamples must be >= 1; got {resamples}")
     _z(confidence)
-    rng = random.Random(seed)
-    n = len(values)
-    means = sorted(math.fsum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    means = resampled_means(values, resamples, random.Random(seed))
     alpha = 1 - confidence
     return Interval(
         low=percentile(means, alpha / 2),
