@@ -181,11 +181,11 @@ NODES_INTERVAL_S = 1.0
 
 @dataclass
 class RunProgress:
-    """Counters a progress display reads while a run goes on."""
+    """Counters a progress display reads while a run goes on (the total it reads from the
+    live state: branches join it as they are made)."""
 
     started_monotonic: float
     done_at_start: int
-    total: int
 
 
 class CampaignRunner:
@@ -300,7 +300,7 @@ class CampaignRunner:
                 on_record=self._on_record,
                 sandboxes=sandboxes,
             )
-            self.progress = RunProgress(time.monotonic(), state.done_count, len(state.trajectories))
+            self.progress = RunProgress(time.monotonic(), state.done_count)
             await drive.record("run_started", None, pid=os.getpid(), resumed=state.runs > 0)
             if infra_failed := state.infra_failed:
                 await drive.record(RETRY_REQUESTED, None, trajectories=infra_failed)

@@ -1,7 +1,8 @@
 """Kill -9 a run whose trajectory forked, resume it: finished branches are kept, nothing runs
 twice, and the unfinished branch starts again at its parent's checkpoint (which died with the
 run's supervisor: only what the ledger kept brings it back), or, when that is gone too, from a
-clean copy of the task, and the ledger says so."""
+clean copy of the task, and the ledger says so. The same when only the supervisor dies under
+a running branch: its retry starts at the checkpoint."""
 
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ from pathlib import Path
 import anyio
 import pytest
 
+from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
 from mcp_evalserver.campaigns import CampaignStore
 from mcp_evalserver.ledger import LEDGER_FILE, read_ledger
 from mcp_evalserver.report import build_report, render_markdown
+from mcp_evalserver.sandbox.supervised import SupervisedWorkspace
+from mcp_evalserver.spec import Task
+from tests.engine.helpers import run_campaign, spec_of
 from tests.server.helpers import git_repo, require_root
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -125,3 +130,50 @@ async def test_a_killed_run_resumes_its_unfinished_branch_from_the_parents_check
     said = [b["started_clean"] for b in tree["branches"]]
     assert said == [None, None if checkpoint_kept else restarted["reason"]]
     assert ("restarted from a clean copy" in render_markdown(report)) is not checkpoint_kept
+
+
+class BranchingAgent(Agent):
+    """The root writes a note, branches once and writes another; the branch's first attempt
+    kills its instance's supervisor (an OOM kill, a crash) once the root is done, and finds its
+    workspace gone; its retry lists the files it starts with."""
+
+    def __init__(self) -> None:
+        self.root_done = anyio.Event()
+        self.seen: dict[int, list[str]] = {}
+
+    async def generate(self, context: TrajectoryContext) -> Submission:
+        workspace = await context.sandbox.workspace()
+        assert isinstance(workspace, SupervisedWorkspace)
+        if context.trajectory_id == "calc@0":
+            await workspace.write_file("note.txt", "before the fork\n")
+            assert context.branch is not None
+            await context.branch(1)
+            await workspace.write_file("late.txt", "after the fork\n")
+            self.root_done.set()
+            return Submission(answer="root")
+        if context.attempt == 1:
+            await self.root_done.wait()
+            os.kill(int(workspace.instance.info["pid"]), signal.SIGKILL)
+            await workspace.exec("true")  # SandboxUnavailable: an infrastructure failure
+        self.seen[context.attempt] = (await workspace.exec("ls")).stdout.split()
+        return Submission(answer="branch")
+
+
+async def test_a_branch_whose_supervisor_died_is_retried_from_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    require_root()
+    task = Task(id="calc", path=str(git_repo(tmp_path / "repo")), answer="branch")
+    agent = BranchingAgent()
+    with anyio.fail_after(120):
+        runner, state = await run_campaign(tmp_path / "state", spec_of([task]), agent)
+
+    assert state.trajectories["calc@0.1"].attempts == 2
+    assert agent.seen == {2: ["calc.py", "note.txt"]}  # its checkpoint, on a new supervisor
+    records = read_ledger(runner.directory / LEDGER_FILE).records
+    failed = [r for r in records if r["kind"] == "generation_failed"]
+    assert [(r["trajectory"], r["outcome"]) for r in failed] == [("calc@0.1", "infra_error")]
+    (restarted,) = [r for r in records if r["kind"] == "branch_restarted"]
+    assert (restarted["trajectory"], restarted["source"]) == ("calc@0.1", "checkpoint")
+    generated = Counter(r["trajectory"] for r in records if r["kind"] == "generated")
+    assert generated == {"calc@0": 1, "calc@0.1": 1}
