@@ -4,7 +4,9 @@ Labels come per trajectory (`{"trajectory": "t1@0", "label": 0.5}`) or per rubri
 (`{"trajectory": "t1@0", "requirement": "...", "label": true}`), as JSONL, a JSON list, or a JSON
 object `{trajectory: label}`. A label is a boolean or a number in [0, 1]. Per trajectory the
 judge's value is its score (the share of requirements fulfilled); per requirement it is that
-requirement's verdict (1 or 0).
+requirement's verdict (1 or 0). A verdict the judge failed to give (its call rejected, its
+answer unreadable) is no evidence of agreement: such labels are left out and counted
+(`judge_errors`), as are, per trajectory, trajectories with any such requirement.
 
 The result: Spearman and Kendall with bootstrap intervals, agreement and the confusion matrix
 at the threshold (the judge's verdict: score >= the scorer's threshold; the human's: label >=
@@ -109,8 +111,12 @@ def calibrate(state: CampaignState, labels: list[Label]) -> dict[str, Any]:
     judged: list[float] = []
     human: list[float] = []
     unmatched: list[str] = []
+    judge_errors = 0
     for trajectory_id, requirement, label in labels:
         value = _judge_value(state, trajectory_id, requirement)
+        if value is _JUDGE_ERROR:
+            judge_errors += 1
+            continue
         if value is None:
             unmatched.append(
                 trajectory_id if requirement is None else f"{trajectory_id}: {requirement[:60]}"
@@ -121,7 +127,8 @@ def calibrate(state: CampaignState, labels: list[Label]) -> dict[str, Any]:
     if len(judged) < 3:
         raise InvalidInput(
             f"only {len(judged)} label(s) match a judged trajectory of campaign {state.id} "
-            f"(unmatched: {', '.join(unmatched[:5]) or 'none'}); calibration needs at least 3"
+            f"(unmatched: {', '.join(unmatched[:5]) or 'none'}; judge errors: {judge_errors}); "
+            "calibration needs at least 3"
         )
     threshold = scorer.threshold if unit == "trajectory" else 0.5
     confusion = {"true_positive": 0, "false_positive": 0, "true_negative": 0, "false_negative": 0}
@@ -147,6 +154,7 @@ def calibrate(state: CampaignState, labels: list[Label]) -> dict[str, Any]:
         "clears": rho.value is not None and rho.value >= TARGET,
         "clears_with_confidence": rho.low is not None and rho.low >= TARGET,
         "unmatched_labels": len(unmatched),
+        "judge_errors": judge_errors,
         "unmatched_examples": unmatched[:10],
         "bootstrap": {"resamples": RESAMPLES, "seed": SEED, "confidence": CONFIDENCE},
     }
@@ -168,13 +176,23 @@ async def calibrate_campaign(
     return result
 
 
+#: A verdict the judge never gave: its call was rejected or its answer unreadable. Counted as
+#: unmet in the score, but it says nothing of the judge's agreement with people.
+_JUDGE_ERROR = float("nan")
+
+
 def _judge_value(state: CampaignState, trajectory_id: str, requirement: str | None) -> float | None:
+    """The judge's value for one label, None when there is none, `_JUDGE_ERROR` when the judge
+    failed to give it (per trajectory: failed on any of its requirements)."""
     trajectory = state.trajectories.get(trajectory_id)
     if trajectory is None or trajectory.score is None:
         return None
+    details = trajectory.score.get("details") or {}
     if requirement is None:
-        return float(trajectory.score["score"])
-    for verdict in (trajectory.score.get("details") or {}).get("requirements", []):
+        return _JUDGE_ERROR if details.get("errors") else float(trajectory.score["score"])
+    for verdict in details.get("requirements", []):
         if verdict.get("requirement") == requirement:
+            if verdict.get("error"):
+                return _JUDGE_ERROR
             return 1.0 if verdict.get("fulfilled") else 0.0
     return None

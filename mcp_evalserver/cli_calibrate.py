@@ -48,6 +48,7 @@ def dispatch_calibrate(args: argparse.Namespace, store: CampaignStore) -> int | 
             f"confusion (judge vs labels): {confusion['true_positive']} both resolved, "
             f"{confusion['true_negative']} both not, {confusion['false_positive']} judge only, "
             f"{confusion['false_negative']} labels only; {result['unmatched_labels']} label(s) "
-            "matched no judged trajectory"
+            f"matched no judged trajectory, {result['judge_errors']} left out for the judge's "
+            "own errors"
         )
     return 0

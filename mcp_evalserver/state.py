@@ -27,7 +27,12 @@ Record kinds and what they do to a trajectory:
     ledger_repaired      a torn tail was dropped when the ledger was reopened
     trajectory_branched  a new trajectory (`<parent>.<n>`) forked from `parent` at its
                          workspace's `checkpoint`: same task and sample, pending, scored on
-                         its own; replay rebuilds the tree of branches from these
+                         its own; replay rebuilds the tree of branches from these. `start`
+                         names the checkpoint's exported files (an artifact) that a restarted
+                         branch begins from; `start_missing` says why none was kept
+    branch_restarted     a branch attempt that did not get its fork from this run (a resume
+                         after a crash, a retry) began (`source`) at its `checkpoint` or from
+                         a `clean` copy of the task, and then `reason` says why
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ ENDPOINT_LIMIT = "endpoint_limit"
 ENDPOINT_CALLS = "endpoint_calls"
 JUDGE_CALIBRATED = "judge_calibrated"
 TRAJECTORY_BRANCHED = "trajectory_branched"
+BRANCH_RESTARTED = "branch_restarted"
 #: How much of an error message the history of a trajectory's failures keeps.
 HISTORY_MESSAGE_CHARS = 300
 SCORER_ADAPTER = TypeAdapter[ScorerConfig](ScorerConfig)
@@ -93,6 +99,12 @@ class TrajectoryState:
     parent: str | None = None
     checkpoint: str | None = None
     branched_ts: float | None = None
+    #: For a branch: the artifact of its checkpoint's files (what a restart begins from), or
+    #: why none was kept.
+    start: dict[str, Any] | None = None
+    start_missing: str | None = None
+    #: For a branch restarted from a clean copy of the task, not its checkpoint: why.
+    started_clean: str | None = None
 
     @property
     def done(self) -> bool:
@@ -300,7 +312,14 @@ def _branched(state: CampaignState, record: dict[str, Any]) -> None:
         parent=parent.id,
         checkpoint=record.get("checkpoint"),
         branched_ts=record["ts"],
+        start=record.get("start"),
+        start_missing=record.get("start_missing"),
     )
+
+
+def _branch_restarted(trajectory: TrajectoryState, record: dict[str, Any]) -> None:
+    clean = record.get("source") == "clean"
+    trajectory.started_clean = str(record.get("reason")) if clean else None
 
 
 def _endpoint_limit(state: CampaignState, record: dict[str, Any]) -> None:
@@ -467,4 +486,5 @@ _TRAJECTORY_HANDLERS = {
     "scoring_started": _scoring_started,
     "scored": _scored,
     "scoring_failed": _scoring_failed,
+    BRANCH_RESTARTED: _branch_restarted,
 }

@@ -2,20 +2,18 @@
 
 Each trajectory gets its own client (closed when the trajectory ends) whose calls go through the
 campaign's per-endpoint limiter. The client's own retries are off: 429, 5xx and connection
-failures are retried here, with exponential backoff and jitter (or the server's Retry-After),
-so the behaviour is ours, bounded and visible in the transcript. When the bound is reached the
-agent raises `InfrastructureError` and the runner's retry policy takes over; any other 4xx is
-the trajectory's `error`.
+failures are retried by `endpoint_calls.py`, with exponential backoff and jitter (or the
+server's Retry-After), so the behaviour is ours, bounded and visible in the transcript. When the
+bound is reached the agent raises `InfrastructureError` and the runner's retry policy takes
+over; any other 4xx is the trajectory's `error`.
 """
 
 from __future__ import annotations
 
-import email.utils
 import os
 import re
 import ssl
 import time
-from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -33,6 +31,7 @@ from mcp_evalserver.adaptive import EndpointLimiter
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext, Usage
 from mcp_evalserver.agents.config import DEFAULT_BASE_URL, OpenAIAgentConfig
 from mcp_evalserver.agents.workspace_tools import WorkspaceTools, tool_schemas
+from mcp_evalserver.endpoint_calls import call_with_retries
 from mcp_evalserver.errors import InfrastructureError, InvalidInput
 from mcp_evalserver.scheduler import RetryPolicy
 
@@ -218,67 +217,42 @@ class _Session:
             InfrastructureError: still failing after `retry_attempts` requests.
         """
         config = self.config
-        failures = 0
-        while True:
+        started = time.monotonic()
+
+        async def request() -> ChatCompletion:
+            nonlocal started
             started = time.monotonic()
-            try:
-                # The limiter is held for the request only: a call waiting out its backoff
-                # must not keep another trajectory from the endpoint. How the request went
-                # adapts the limit when it is adaptive.
-                async with limiter.call() as slot:
-                    try:
-                        completion = await client.chat.completions.create(
-                            model=config.model,
-                            messages=cast("list[ChatCompletionMessageParam]", messages),
-                            tools=self.tools,
-                            temperature=_or_omit(config.temperature),
-                            seed=_or_omit(config.seed),
-                            max_completion_tokens=_or_omit(config.max_output_tokens),
-                        )
-                    except openai.APIStatusError as exc:
-                        if exc.status_code == 429 or exc.status_code >= 500:
-                            hint = retry_after_seconds(exc.response.headers)
-                            slot.congested(f"HTTP {exc.status_code}", hint)
-                        raise
-                    except openai.APIConnectionError as exc:
-                        slot.congested(type(exc).__name__)
-                        raise
-                    slot.succeeded()
-            except openai.APIStatusError as exc:
-                status = exc.status_code
-                if status != 429 and status < 500:
-                    if _CONTEXT_FULL.search(f"{exc.code} {exc.message}"):
-                        raise ContextExhausted(
-                            f"the conversation exceeds the model's context (HTTP {status}): "
-                            f"{_short(exc.message)}"
-                        ) from exc
-                    raise InvalidInput(
-                        f"the model endpoint rejected the request (HTTP {status}): "
-                        f"{_short(exc.message)}; check `model`, `base_url` and the API key"
-                    ) from exc
-                reason = f"HTTP {status}"
-                hinted = retry_after_seconds(exc.response.headers)
-            except openai.APIConnectionError as exc:
-                reason, hinted = f"{type(exc).__name__}: {_short(str(exc))}", None
-            else:
-                self._count(completion, step, time.monotonic() - started)
-                return completion
-            failures += 1
-            if failures >= config.retry_attempts:
-                raise InfrastructureError(
-                    f"the model endpoint failed {config.retry_attempts} times in a row "
-                    f"(last: {reason})"
-                )
-            delay = self._delay(failures, hinted)
+            return await client.chat.completions.create(
+                model=config.model,
+                messages=cast("list[ChatCompletionMessageParam]", messages),
+                tools=self.tools,
+                temperature=_or_omit(config.temperature),
+                seed=_or_omit(config.seed),
+                max_completion_tokens=_or_omit(config.max_output_tokens),
+            )
+
+        def retrying(reason: str, delay: float) -> None:
             self.transcript.append(
                 {"event": "retry", "step": step, "reason": reason, "delay_s": round(delay, 3)}
             )
-            await anyio.sleep(delay)
 
-    def _delay(self, failures: int, hinted: float | None) -> float:
-        if hinted is not None:
-            return min(max(hinted, 0.0), self.config.retry_max_delay_s)
-        return self.policy.delay(failures)
+        try:
+            completion = await call_with_retries(
+                limiter, request, policy=self.policy, on_retry=retrying
+            )
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            if _CONTEXT_FULL.search(f"{exc.code} {exc.message}"):
+                raise ContextExhausted(
+                    f"the conversation exceeds the model's context (HTTP {status}): "
+                    f"{_short(exc.message)}"
+                ) from exc
+            raise InvalidInput(
+                f"the model endpoint rejected the request (HTTP {status}): "
+                f"{_short(exc.message)}; check `model`, `base_url` and the API key"
+            ) from exc
+        self._count(completion, step, time.monotonic() - started)
+        return completion
 
     def _count(self, completion: ChatCompletion, step: int, latency_s: float) -> None:
         self.usage.requests += 1
@@ -311,31 +285,6 @@ def _assistant_message(
             for c in calls
         ]
     return message, calls
-
-
-def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """The server's wait hint: `retry-after-ms`, or `Retry-After` in seconds or as an HTTP date.
-
-    Returns None when there is no usable hint.
-    """
-    lowered = {key.lower(): value for key, value in headers.items()}
-    if (millis := lowered.get("retry-after-ms")) is not None:
-        try:
-            return float(millis) / 1000.0
-        except ValueError:
-            pass
-    value = lowered.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def _or_omit(value: _T | None) -> _T | openai.Omit:

@@ -197,6 +197,10 @@ class Workspace(ABC):
     async def reset(self) -> None:
         """Kills running commands and discards every change.
 
+        Every change since the instance froze, also in a fork or a workspace started from an
+        archive: it becomes a fresh workspace of the task. To go back to where a fork began,
+        `restore` the checkpoint it was forked at (a fork keeps its parent's checkpoints).
+
         Raises:
             NotFound: the workspace was destroyed.
             SandboxUnavailable: the instance is gone.
@@ -209,9 +213,13 @@ class Workspace(ABC):
         later writes go to a fresh one. Modes, symlinks, deletions and binary content are kept
         exactly; running processes are not part of a checkpoint.
 
+        Refused while a command runs: its writes would land in the layer being frozen (a
+        lower layer that changes under a mounted overlay is undefined behaviour), and its
+        processes could not follow the workspace onto its new upper.
+
         Raises:
-            Conflict: a command is running in it (checkpoint between commands), or this
-                backend cannot checkpoint.
+            Conflict: a command is running in it (checkpoint when it returns, or cancel it),
+                or this backend cannot checkpoint.
             SandboxUnavailable: the instance is gone.
         """
         raise errors.Conflict(f"workspaces of {type(self).__name__} cannot checkpoint or fork")
@@ -236,6 +244,21 @@ class Workspace(ABC):
         Raises:
             Conflict: `name` exists, or (no `checkpoint`) a command is running here.
             NotFound: no such checkpoint.
+            SandboxUnavailable: the instance is gone.
+        """
+        raise errors.Conflict(f"workspaces of {type(self).__name__} cannot checkpoint or fork")
+
+    async def export_checkpoint(self, checkpoint: str, *, max_bytes: int = 256 << 20) -> bytes:
+        """Checkpoint `checkpoint` as an archive that outlives this workspace, its supervisor
+        and its instance: `Instance.workspace_from_archive` on this instance, or on one
+        provisioned anew from the same spec, starts a workspace with exactly these files.
+
+        Costs about the size of what changed since the instance froze, not of the instance.
+
+        Raises:
+            NotFound: no such checkpoint here.
+            LimitExceeded: the archive would be over `max_bytes`.
+            Conflict: this backend cannot checkpoint.
             SandboxUnavailable: the instance is gone.
         """
         raise errors.Conflict(f"workspaces of {type(self).__name__} cannot checkpoint or fork")
@@ -286,6 +309,17 @@ class Instance(ABC):
             InvalidInput: the name has a `/` or starts with `.`.
             SandboxUnavailable: the instance is gone.
         """
+
+    async def workspace_from_archive(self, name: str, archive: bytes) -> Workspace:
+        """Creates workspace `name` holding the files of an exported checkpoint
+        (`Workspace.export_checkpoint`); it may `restore` the checkpoint its `info` names.
+
+        Raises:
+            Conflict: a workspace of that name exists, or this backend cannot checkpoint.
+            InvalidInput: `archive` is not an exported checkpoint, or the name is not allowed.
+            SandboxUnavailable: the instance is gone.
+        """
+        raise errors.Conflict(f"instances of {type(self).__name__} cannot checkpoint or fork")
 
     @abstractmethod
     async def aclose(self) -> None:

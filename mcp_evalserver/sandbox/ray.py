@@ -328,12 +328,18 @@ class RayInstance(Instance):
         await _call(await self.placement(), self.spec.key, "ping")
 
     async def workspace(self, name: str) -> RayWorkspace:
+        return await self._create(name, None)
+
+    async def workspace_from_archive(self, name: str, archive: bytes) -> RayWorkspace:
+        return await self._create(name, archive)
+
+    async def _create(self, name: str, archive: bytes | None) -> RayWorkspace:
         placed = await self.placement()
         if name in placed.workspaces:
             raise errors.Conflict(f"workspace {name!r} exists")
         placed.workspaces.add(name)
         try:
-            await _call(placed, self.spec.key, "create", name)
+            await _call(placed, self.spec.key, "create", name, archive)
         except BaseException:
             placed.workspaces.discard(name)
             self.backend.release()
@@ -425,6 +431,12 @@ class RayWorkspace(Workspace):
 
     async def restore(self, checkpoint: str) -> None:
         await self._op("restore", checkpoint=checkpoint)
+
+    async def export_checkpoint(self, checkpoint: str, *, max_bytes: int = 256 << 20) -> bytes:
+        archive: bytes = await self._op(
+            "export_checkpoint", checkpoint=checkpoint, max_bytes=max_bytes
+        )
+        return archive
 
     async def fork(self, name: str, *, checkpoint: str | None = None) -> RayWorkspace:
         """A fork on the same node (its layers are there), counted like any workspace."""

@@ -25,7 +25,17 @@ from mcp_evalserver.sandbox.shipping import Shipment, materialize, record_setup,
 Reply = tuple[str, Any]
 
 WORKSPACE_OPS = frozenset(
-    {"exec", "read_file", "write_file", "list", "diff", "reset", "checkpoint", "restore"}
+    {
+        "exec",
+        "read_file",
+        "write_file",
+        "list",
+        "diff",
+        "reset",
+        "checkpoint",
+        "restore",
+        "export_checkpoint",
+    }
 )
 
 
@@ -120,12 +130,16 @@ class InstanceHost:
         """Answers at once: the cost of an actor call itself (benchmarks, health checks)."""
         return ("ok", None)
 
-    async def create(self, name: str) -> Reply:
-        """Creates the workspace `name` on this instance."""
+    async def create(self, name: str, archive: bytes | None = None) -> Reply:
+        """Creates the workspace `name` on this instance (from an exported checkpoint)."""
         if self._instance is None:
             return ("error", ("SandboxUnavailable", "the instance was not started"))
         try:
-            self._workspaces[name] = await self._instance.workspace(name)
+            if archive is not None:
+                workspace = await self._instance.workspace_from_archive(name, archive)
+            else:
+                workspace = await self._instance.workspace(name)
+            self._workspaces[name] = workspace
         except Exception as exc:
             return _error(exc)
         return ("ok", None)

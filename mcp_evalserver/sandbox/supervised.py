@@ -96,6 +96,17 @@ class SupervisedInstance(Instance):
         info = await self.client.request("ws_create", reply_timeout=60, ws=name, limits=limits)
         return SupervisedWorkspace(self, name, info)
 
+    async def workspace_from_archive(self, name: str, archive: bytes) -> SupervisedWorkspace:
+        limits = self.spec.limits()
+        info = await self.client.request(
+            "ws_create",
+            reply_timeout=CHECKPOINT_TIMEOUT_S,
+            ws=name,
+            limits=limits,
+            start_b64=base64.b64encode(archive).decode(),
+        )
+        return SupervisedWorkspace(self, name, info)
+
     async def aclose(self) -> None:
         if self._closed:
             return
@@ -202,6 +213,12 @@ class SupervisedWorkspace(Workspace):
         info = await self._call("ws_fork", CHECKPOINT_TIMEOUT_S, name=name, checkpoint=checkpoint)
         self.info["holder_pid"] = info.pop("parent_holder_pid", self.info.get("holder_pid"))
         return SupervisedWorkspace(self.instance, name, info)
+
+    async def export_checkpoint(self, checkpoint: str, *, max_bytes: int = 256 << 20) -> bytes:
+        result = await self._call(
+            "ws_export", CHECKPOINT_TIMEOUT_S, checkpoint=checkpoint, max_bytes=max_bytes
+        )
+        return base64.b64decode(result["archive_b64"])
 
     async def destroy(self) -> None:
         """Removes the workspace; a no-op if it or its instance is already gone."""

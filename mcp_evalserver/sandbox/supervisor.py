@@ -21,6 +21,8 @@ Ops and their args (results in brackets):
   diff       ws, timeout, max_bytes [patch_b64]  ws_reset, ws_destroy  ws
   ws_checkpoint  ws [checkpoint, depth, holder_pid]  ws_restore  ws, checkpoint [holder_pid]
   ws_fork    ws, name, checkpoint (none: a new one) [ws, ms, checkpoint]
+  ws_export  ws, checkpoint, max_bytes [archive_b64: the checkpoint's layers as a tar]
+  ws_create  ... start_b64 (such an archive): the workspace starts at it [checkpoint: of it]
   cancel     target (a request id)               shutdown
 One thread runs a selectors loop and never waits on a command: every sandboxed thing runs in
 a forked child (so no fork races another thread's locks), and each workspace has a holder
@@ -41,6 +43,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import io
 import json
 import os
 import platform
@@ -73,6 +76,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_CAPBSET_READ, PR_CAPBSET_DROP, CAP_SYS_ADMIN = 1, 23, 24, 21
+PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 22, 38
 SYSCALL_CLONE = {"x86_64": 56, "aarch64": 220}
 # Signals Python ignores or handles that a command must start with at their defaults.
@@ -1155,12 +1159,22 @@ class Supervisor:
         return ws
 
     def op_ws_create(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
-        return self.create_workspace(str(args["ws"]), dict(args.get("limits") or {}))
+        start = args.get("start_b64")
+        archive = base64.b64decode(start) if start else None
+        return self.create_workspace(
+            str(args["ws"]), dict(args.get("limits") or {}), archive=archive
+        )
 
     def create_workspace(
-        self, name: str, limits: dict[str, Any], fork: tuple[Workspace, str] | None = None
+        self,
+        name: str,
+        limits: dict[str, Any],
+        fork: tuple[Workspace, str] | None = None,
+        archive: bytes | None = None,
     ) -> dict[str, Any]:
-        """A workspace on a fresh area; `fork`: (parent, checkpoint) it starts from."""
+        """A workspace on a fresh area; `fork`: (parent, checkpoint) it starts from; `archive`:
+        an exported checkpoint it starts from (read here, in the loop: a rare, resume-time
+        cost of about the size of the trajectory's changes)."""
         self.require_init()
         if not self.frozen or self.layer_store is None:
             raise SupervisorError("Conflict", "freeze the instance before creating workspaces")
@@ -1173,8 +1187,14 @@ class Supervisor:
         area = self.layer_store.open_area(limits.get("disk_bytes"))
         ws = Workspace(name, area.path)
         ws.limits = limits
+        start = None
         try:
-            if fork is None:
+            if archive is not None:
+                ws.layers = layers.WorkspaceLayers.imported(
+                    self.layer_store, area, io.BytesIO(archive)
+                )
+                start = ws.layers.checkpoint()[0]  # to restore: the files it started with
+            elif fork is None:
                 ws.layers = layers.WorkspaceLayers(self.layer_store, area)
             else:
                 assert fork[0].layers is not None
@@ -1191,7 +1211,10 @@ class Supervisor:
         # The holder (its pid in our pid namespace) keeps the view at `root` in its mount
         # namespace: what an operator's shell enters (`nsenter -t PID -m ... chroot ROOT`).
         ms = (time.monotonic() - started) * 1000
-        return {"ws": name, "ms": ms, "holder_pid": ws.holder_pid, "root": ws.root}
+        result = {"ws": name, "ms": ms, "holder_pid": ws.holder_pid, "root": ws.root}
+        if start is not None:
+            result["checkpoint"] = start
+        return result
 
     def build_workspace(self, ws: Workspace) -> None:
         os.makedirs(ws.root, 0o700)
@@ -1536,6 +1559,37 @@ class Supervisor:
         result.update(checkpoint=cid, parent_holder_pid=parent.holder_pid)
         return result
 
+    def op_ws_export(self, req_id: int, args: dict[str, Any]) -> None:
+        """Checkpoint `checkpoint` of `ws` as an archive `ws_create` takes (`start_b64`), in a
+        child: a checkpoint that outlives this supervisor, or this instance."""
+        ws = self.workspace(args)
+        assert ws.layers is not None
+        dirs = [layer.dir for layer in ws.layers.stack_of(str(args["checkpoint"]))]
+        cap = int(args.get("max_bytes") or 256 << 20)
+
+        def child() -> None:
+            # A workspace destroyed meanwhile may take these layers: the export then fails.
+            with os.fdopen(1, "wb", closefd=False) as out:
+                layers.write_archive(dirs, out)
+
+        def finish(job: Job) -> dict[str, Any]:
+            (archive, truncated), (err, _) = job.output()
+            for msg in job.messages():
+                if "error" in msg:
+                    raise SupervisorError("InfrastructureError", "export failed: " + msg["error"])
+            if (
+                job.timed_out
+                or not os.WIFEXITED(job.status or 0)
+                or os.WEXITSTATUS(job.status or 0)
+            ):
+                why = err[-2000:].decode(errors="replace")
+                raise SupervisorError("InfrastructureError", "export failed: " + why)
+            if truncated:
+                raise SupervisorError("LimitExceeded", f"the checkpoint is over {cap} bytes")
+            return {"archive_b64": base64.b64encode(archive).decode()}
+
+        self.spawn(req_id, child, None, float(args.get("timeout") or 300), cap=cap).finish = finish
+
     def op_cancel(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
         job = self.by_req.pop(int(args["target"]), None)
         if job is not None:
@@ -1704,6 +1758,10 @@ class Supervisor:
                 ids = identity[:3]
                 env.setdefault("HOME", identity[3])
             drop_privileges(True, ids)
+            # Same uid as the command, so without this the command could open /proc/1/fd/3
+            # (or ptrace us) and write its own `status` (or an `error`) into the info pipe.
+            # The command's execve makes it dumpable again; only this init is shielded.
+            prctl(PR_SET_DUMPABLE, 0)
         except BaseException as e:
             os.write(3, (json.dumps({"error": f"sandbox setup: {e}"}) + "\n").encode())
             os._exit(127)

@@ -18,23 +18,30 @@ Older checkpoints keep their own (shallower) stacks, so they stay restorable.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import errno
 import os
 import shutil
 import stat
+import tarfile
 import tempfile
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: the module must import on Python 3.8
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     Stack = tuple["Layer", ...]  # newest first, as overlayfs' lowerdir lists them
 
 MAX_DEPTH = 32  # frozen layers under a workspace's upper before the oldest are squashed
 OPAQUE, REDIRECT = "trusted.overlay.opaque", "trusted.overlay.redirect"
 OVERLAY_XATTRS = "trusted.overlay."
+# A layer's archive keeps overlayfs' own marks that say what the layer hides (an opaque
+# directory, a renamed one) and every user-visible xattr, never the kernel's bookkeeping
+# (origin, impure: file handles of this instance's lower, wrong on another).
+KEPT_OVERLAY_XATTRS = (OPAQUE, REDIRECT)
+XATTR_PAX = "MCPEVAL.xattr."  # pax header prefix; the value is the xattr's bytes, base64
 MNT_DETACH, MS_NOSUID, MS_NODEV, MS_RDONLY = 2, 2, 4, 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -243,18 +250,27 @@ class WorkspaceLayers:
         Raises:
             LayerError: NotFound for a checkpoint this workspace does not have.
         """
-        stack = self.checkpoints.get(cid)
-        if stack is None:
-            known = ", ".join(sorted(self.checkpoints, key=lambda c: int(c[2:]))) or "none"
-            raise LayerError(
-                "NotFound", f"no checkpoint {cid!r} in this workspace; it has: {known}"
-            )
+        stack = self.stack_of(cid)
         self.store.hold(stack)
         self.store.release(self.stack)
         self.stack = stack
         for path in (self.upper, self.work):
             shutil.rmtree(path, ignore_errors=True)
         self.upper, self.work = self._fresh_upper()
+
+    def stack_of(self, cid: str) -> Stack:
+        """Checkpoint `cid`'s stack.
+
+        Raises:
+            LayerError: NotFound for a checkpoint this workspace does not have.
+        """
+        stack = self.checkpoints.get(cid)
+        if stack is None:
+            known = ", ".join(sorted(self.checkpoints, key=lambda c: int(c[2:]))) or "none"
+            raise LayerError(
+                "NotFound", f"no checkpoint {cid!r} in this workspace; it has: {known}"
+            )
+        return stack
 
     def fork(self, cid: str, area: Area) -> WorkspaceLayers:
         """A new workspace's layers on `area`: checkpoint `cid`'s stack, and every checkpoint
@@ -274,6 +290,131 @@ class WorkspaceLayers:
             self.store.release(stack)
         self.stack, self.checkpoints = (), {}
         self.store.retire(self.area)
+
+    @classmethod
+    def imported(cls, store: LayerStore, area: Area, archive: IO[bytes]) -> WorkspaceLayers:
+        """A new workspace's layers on `area`, its stack read from `archive` (`write_archive`
+        of a checkpoint of this instance, or of one provisioned anew from the same spec).
+
+        Raises:
+            LayerError: InvalidInput for an archive that is not one of ours.
+        """
+        try:
+            dirs = read_archive(archive, lambda: area.new_dir("i"))
+        except (tarfile.TarError, ValueError, OSError) as e:
+            raise LayerError("InvalidInput", f"not a checkpoint archive: {e}") from e
+        return cls(store, area, tuple(store.freeze(d, area) for d in dirs))
+
+
+# --- archives: a checkpoint that outlives its instance ---------------------------------------
+def write_archive(dirs: list[str], out: IO[bytes]) -> None:
+    """The layers `dirs` (newest first) as one pax tar streamed to `out`: layer k's entries
+    under `k/`, files exactly (modes, owners, times, symlinks, hard links, whiteouts) and
+    their xattrs in pax headers. Only our own frozen layers: nothing the sandbox can write."""
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for number, top in enumerate(dirs):
+            for path, name in _walk(top, str(number)):
+                if stat.S_ISSOCK(os.lstat(path).st_mode):
+                    continue  # a unix socket: nothing a later process could connect to
+                info = tar.gettarinfo(path, arcname=name)
+                info.uname = info.gname = ""  # owners by number: names differ per image
+                headers = {}
+                with contextlib.suppress(OSError):
+                    for attr in os.listxattr(path, follow_symlinks=False):
+                        if attr.startswith(OVERLAY_XATTRS) and attr not in KEPT_OVERLAY_XATTRS:
+                            continue
+                        value = os.getxattr(path, attr, follow_symlinks=False)
+                        headers[XATTR_PAX + attr] = base64.b64encode(value).decode()
+                info.pax_headers = headers
+                if info.isreg():
+                    with open(path, "rb") as f:
+                        tar.addfile(info, f)
+                else:
+                    tar.addfile(info)
+
+
+def _walk(top: str, name: str) -> Iterator[tuple[str, str]]:
+    """(path, archive name) of `top` and everything under it, each directory before its
+    entries; symlinks are entries, never followed."""
+    yield top, name
+    for entry in sorted(os.scandir(top), key=lambda e: e.name):
+        if entry.is_dir(follow_symlinks=False):
+            yield from _walk(entry.path, name + "/" + entry.name)
+        else:
+            yield entry.path, name + "/" + entry.name
+
+
+def read_archive(archive: IO[bytes], new_layer: Callable[[], str]) -> list[str]:
+    """Recreates the layers of a `write_archive` archive; their directories, newest first.
+
+    Entries are made only inside directories made here from the same archive: a symlink in it
+    is never followed, whatever its name or target.
+
+    Raises:
+        ValueError: an entry this format never holds (a name out of place, a device).
+    """
+    layers: list[str] = []
+    made: dict[str, str] = {}  # archive name -> path, of every directory made so far
+    files: dict[str, str] = {}  # archive name -> path, of regular files (hard link targets)
+    metas: list[tuple[str, tarfile.TarInfo]] = []  # directories: times set once filled
+    with tarfile.open(fileobj=archive, mode="r|") as tar:
+        for info in tar:
+            parts = info.name.split("/")
+            if any(p in ("", ".", "..") for p in parts) or not parts[0].isdigit():
+                raise ValueError(f"entry {info.name!r} out of place")
+            if len(parts) == 1:
+                if not info.isdir() or int(parts[0]) != len(layers):
+                    raise ValueError(f"layer {info.name!r} out of order")
+                path = new_layer()
+                layers.append(path)
+                made[info.name] = path
+                metas.append((path, info))
+                continue
+            parent = made.get("/".join(parts[:-1]))
+            if parent is None:
+                raise ValueError(f"entry {info.name!r} comes before its directory")
+            path = os.path.join(parent, parts[-1])
+            if info.isdir():
+                os.mkdir(path, 0o700)
+                made[info.name] = path
+                metas.append((path, info))
+                continue
+            if info.isreg():
+                source = tar.extractfile(info)
+                assert source is not None
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                with os.fdopen(os.open(path, flags, 0o600), "wb") as f:
+                    shutil.copyfileobj(source, f)
+                files[info.name] = path
+            elif info.islnk():
+                target = files.get(info.linkname)
+                if target is None:
+                    raise ValueError(f"hard link {info.name!r} to an unknown file")
+                os.link(target, path)
+                continue  # the same inode: its metadata came with the first name
+            elif info.issym():
+                os.symlink(info.linkname, path)
+            elif info.ischr() and info.devmajor == info.devminor == 0:  # a whiteout
+                os.mknod(path, stat.S_IFCHR | 0o600, 0)
+            elif info.isfifo():
+                os.mkfifo(path, 0o600)
+            else:
+                raise ValueError(f"entry {info.name!r} is of a kind no layer holds")
+            _set_meta(path, info)
+    for path, info in reversed(metas):  # deepest first: filling a directory changes its times
+        _set_meta(path, info)
+    return layers
+
+
+def _set_meta(path: str, info: tarfile.TarInfo) -> None:
+    os.chown(path, info.uid, info.gid, follow_symlinks=False)
+    if not info.issym():
+        os.chmod(path, info.mode)
+    for key, value in info.pax_headers.items():
+        if key.startswith(XATTR_PAX):
+            name = key[len(XATTR_PAX) :]
+            os.setxattr(path, name, base64.b64decode(value), follow_symlinks=False)
+    os.utime(path, (info.mtime, info.mtime), follow_symlinks=False)
 
 
 # --- squashing -------------------------------------------------------------------------------

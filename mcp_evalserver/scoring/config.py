@@ -107,6 +107,12 @@ class LlmJudgeScorerConfig(_Strict):
     concurrency: int = Field(4, ge=1, le=64, description="Requirements judged at once.")
     timeout_s: float = Field(120.0, gt=0, description="Per call.")
     temperature: float = Field(0.0, ge=0.0, le=2.0)
+    retry_attempts: int = Field(
+        6, ge=1, description="Requests per call on 429/5xx/connection failure before an "
+        "infrastructure error (never a verdict).",
+    )  # fmt: skip
+    retry_base_delay_s: float = Field(1.0, ge=0.0, description="Backoff: base·2^(n-1), ±50%.")
+    retry_max_delay_s: float = Field(60.0, ge=0.0, description="Cap on one wait (Retry-After too).")
 
 
 class PythonScorerConfig(_Strict):

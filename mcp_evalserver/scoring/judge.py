@@ -5,9 +5,12 @@ requirements of one trajectory are judged concurrently, at most `concurrency` at
 most `limits.per_endpoint` across the campaign). The judge must answer a JSON object
 `{"fulfilled": true|false, "reason": "..."}` (a bare YES or NO is accepted too).
 
-A call that fails, or an answer that cannot be read, leaves that requirement unfulfilled with
-its error; the others still count. When no requirement got a verdict at all the endpoint is
-taken to be down: `InfrastructureError`, which the runner retries.
+A call refused for load or lost to the network (429, 5xx, connection) is retried with backoff
+(`endpoint_calls.py`); past `retry_attempts` requests the scoring is an `InfrastructureError`,
+which the runner retries: the endpoint's weather is never a verdict on the submission. A call
+the endpoint rejects outright (another 4xx), or an answer that cannot be read, leaves that
+requirement unfulfilled with its error; the others still count. When no requirement got a verdict
+at all the endpoint is taken to be down: `InfrastructureError` too.
 
 Verdicts are cached in the campaign's artifacts (`artifacts/judge-<key>.json`, key = sha256 of
 the prompt version, model, task prompt, requirement and submission), so re-scoring a campaign
@@ -28,8 +31,11 @@ from typing import Any
 import anyio
 import openai
 
+from mcp_evalserver.adaptive import EndpointLimiter
+from mcp_evalserver.endpoint_calls import call_with_retries
 from mcp_evalserver.errors import InfrastructureError, InvalidInput
 from mcp_evalserver.ledger import ARTIFACTS_DIR
+from mcp_evalserver.scheduler import RetryPolicy
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.matchers import parse_json
 
@@ -68,6 +74,9 @@ class LlmJudgeScorer(Scorer):
         concurrency: int = 4,
         timeout_s: float = 120.0,
         temperature: float = 0.0,
+        retry_attempts: int = 6,
+        retry_base_delay_s: float = 1.0,
+        retry_max_delay_s: float = 60.0,
     ) -> None:
         """Remembers the endpoint; nothing is called until a trajectory is scored.
 
@@ -86,6 +95,7 @@ class LlmJudgeScorer(Scorer):
         self.concurrency = concurrency
         self.timeout_s = timeout_s
         self.temperature = temperature
+        self.policy = RetryPolicy(retry_attempts, retry_base_delay_s, retry_max_delay_s)
 
     async def score(self, context: ScoringContext) -> ScoreResult:
         rubric = [*self.rubric, *_task_rubric(context)]
@@ -107,16 +117,26 @@ class LlmJudgeScorer(Scorer):
             max_retries=0,
             timeout=self.timeout_s,
         ) as client:
+            # A requirement whose endpoint stays down must not cancel the others: what they get
+            # is cached, so the runner's retry of this scoring asks only what is missing.
+            down: list[InfrastructureError] = []
 
             async def judge(index: int, requirement: str) -> None:
-                async with bound, endpoint:
-                    verdicts[index] = await self._judge_cached(
-                        client, context, requirement, submission
-                    )
+                async with bound:
+                    try:
+                        verdicts[index] = await self._judge_cached(
+                            client, endpoint, context, requirement, submission
+                        )
+                    except InfrastructureError as exc:
+                        down.append(exc)
 
             async with anyio.create_task_group() as group:
                 for index, requirement in enumerate(rubric):
                     group.start_soon(judge, index, requirement)
+        if down:
+            raise InfrastructureError(
+                f"llm_judge: {len(down)} of {len(rubric)} requirement(s) got no verdict: {down[0]}"
+            )
         done = [v for v in verdicts if v is not None]
         return self._result(done)
 
@@ -149,6 +169,7 @@ class LlmJudgeScorer(Scorer):
     async def _judge_cached(
         self,
         client: openai.AsyncOpenAI,
+        endpoint: EndpointLimiter,
         context: ScoringContext,
         requirement: str,
         submission: str,
@@ -164,7 +185,7 @@ class LlmJudgeScorer(Scorer):
             return RequirementVerdict(
                 requirement, bool(cached["fulfilled"]), str(cached.get("reason", "")), cached=True
             )
-        verdict = await self._judge(client, context, requirement, submission)
+        verdict = await self._judge(client, endpoint, context, requirement, submission)
         if verdict.error is None:
             entry = {"model": self.model, "requirement": requirement, **asdict(verdict)}
             await anyio.to_thread.run_sync(_write_cache, path, entry)
@@ -173,6 +194,7 @@ class LlmJudgeScorer(Scorer):
     async def _judge(
         self,
         client: openai.AsyncOpenAI,
+        endpoint: EndpointLimiter,
         context: ScoringContext,
         requirement: str,
         submission: str,
@@ -182,13 +204,17 @@ class LlmJudgeScorer(Scorer):
             f"Requirement:\n{requirement}"
         )
         try:
-            response = await client.chat.completions.create(
-                model=self.model,
-                messages=[
-                    {"role": "system", "content": SYSTEM_PROMPT},
-                    {"role": "user", "content": user},
-                ],
-                temperature=self.temperature,
+            response = await call_with_retries(
+                endpoint,
+                lambda: client.chat.completions.create(
+                    model=self.model,
+                    messages=[
+                        {"role": "system", "content": SYSTEM_PROMPT},
+                        {"role": "user", "content": user},
+                    ],
+                    temperature=self.temperature,
+                ),
+                policy=self.policy,
             )
         except openai.OpenAIError as exc:
             return RequirementVerdict(requirement, False, error=f"{type(exc).__name__}: {exc}")

@@ -22,8 +22,8 @@ from mcp_evalserver.agents.factory import build_agent
 from mcp_evalserver.agents.openai_agent import (
     ATTEMPT_HEADER,
     IDEMPOTENCY_HEADER,
-    retry_after_seconds,
 )
+from mcp_evalserver.endpoint_calls import retry_after_seconds
 from mcp_evalserver.sandboxes import TrajectorySandbox
 from mcp_evalserver.scheduler import Limiters
 from mcp_evalserver.spec import Limits, Task

@@ -20,6 +20,7 @@ from mcp_evalserver.sandbox.base import Instance, Workspace
 from . import test_attacks as attacks
 from . import test_conformance as conformance
 from .conftest import LIMITED, REPO_SETUP, BackendUnderTest
+from .faults import sigkill_supervisor
 
 pytestmark = pytest.mark.anyio
 
@@ -247,6 +248,115 @@ async def test_a_fork_outlives_its_parent_and_keeps_its_layers(instance: Instanc
                 async with grandchild:
                     inherited = await cat(grandchild, "legacy.txt")
     assert (kept, fresh, inherited) == (["kept\n"], ["-"], ["kept\n"])
+
+
+# --- exported checkpoints: what outlives a supervisor ------------------------------------------
+
+# A first layer with every kind of change, then a second one over it (a hard link included).
+EXPORTED_CHANGES = (
+    "rm doomed.txt && rm -r doomed_dir && mv old renamed && ln -sf a.txt link.py && "
+    "ln -s /nonexistent dangling && chmod 0700 tool.sh && mkfifo pipe && "
+    "echo new > renamed/deep/added.txt && setfattr -n user.note -v kept a.txt 2>/dev/null; true",
+    "echo two > a.txt && rm pkg/mod.py && ln a.txt hard.txt && mkdir -p pkg/new && "
+    "echo n > pkg/new/n.txt",
+)
+
+
+async def exported(ws: Workspace) -> tuple[bytes, str, bytes]:
+    """Makes EXPORTED_CHANGES in two checkpoints; (archive, snapshot at it, binary file)."""
+    binary = bytes(range(256)) * 64 + b"\0\xff"
+    await ws.write_file("bin/data.bin", binary, mode=0o640)
+    for step in EXPORTED_CHANGES:
+        assert (result := await ws.exec(step)).exit_code == 0, result.stderr
+        checkpoint = await ws.checkpoint()
+    expected = await snapshot(ws)
+    archive = await ws.export_checkpoint(checkpoint)
+    await ws.write_file("later.txt", "after the export\n")
+    return archive, expected, binary
+
+
+async def test_a_workspace_started_from_an_exported_checkpoint_has_exactly_its_files(
+    instance: Instance,
+) -> None:
+    with anyio.fail_after(60):
+        async with await instance.workspace("exporter") as ws:
+            archive, expected, binary = await exported(ws)
+        async with await instance.workspace_from_archive("importer", archive) as heir:
+            inherited = await snapshot(heir)
+            data = await heir.read_file("bin/data.bin")
+            checks = await heir.exec(
+                "test -e later.txt || test -e doomed.txt || test -e doomed_dir || test -e old;"
+                " echo $?; stat -c %h hard.txt; cat pkg/new/n.txt"
+            )
+            # It works like any workspace: checkpoints and forks on top of what it started with.
+            await heir.write_file("a.txt", "three\n")
+            again = await heir.checkpoint()
+            async with await heir.fork("importer-fork", checkpoint=again) as fork:
+                forked = await cat(fork, "a.txt", "hard.txt")
+    assert inherited == expected
+    assert data == binary
+    assert checks.stdout == "1\n2\nn\n"  # deletions stay deleted; the hard link is one
+    assert forked == ["three\n", "two\n"]
+
+
+async def test_an_archive_that_is_not_an_exported_checkpoint_is_refused(
+    instance: Instance,
+) -> None:
+    import io
+    import tarfile
+
+    def tar(*members: tuple[str, bytes | None, str]) -> bytes:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as out:
+            for name, data, link in members:
+                info = tarfile.TarInfo(name)
+                if link:
+                    info.type, info.linkname = tarfile.SYMTYPE, link
+                elif data is None:
+                    info.type = tarfile.DIRTYPE
+                else:
+                    info.size = len(data)
+                out.addfile(info, io.BytesIO(data) if data else None)
+        return buffer.getvalue()
+
+    escapes = (
+        b"not a tar at all",
+        tar(("0", None, ""), ("0/../../../etc/evs-escape", b"x", "")),
+        # A symlink to the host's /etc, then a file "inside" it: never followed.
+        tar(("0", None, ""), ("0/up", None, "/etc"), ("0/up/evs-escape", b"x", "")),
+        tar(("0", None, ""), ("/etc/evs-escape", b"x", "")),
+    )
+    with anyio.fail_after(60):
+        for number, archive in enumerate(escapes):
+            with pytest.raises(errors.InvalidInput, match="not a checkpoint archive"):
+                await instance.workspace_from_archive(f"bogus{number}", archive)
+        async with await instance.workspace("bogus0") as ws:  # the refusals left nothing behind
+            assert await cat(ws, "a.txt") == ["hello\n"]
+    assert not os.path.exists("/etc/evs-escape")
+
+
+@pytest.mark.backends("local", "docker")
+async def test_an_exported_checkpoint_outlives_its_supervisor(
+    backend: BackendUnderTest,
+) -> None:
+    spec = backend.spec(setup=TREE_SETUP)
+    with anyio.fail_after(120):
+        first = await backend.backend.instance(spec)
+        ws = await first.workspace("doomed")
+        archive, expected, binary = await exported(ws)
+        await sigkill_supervisor(first)  # its layers, checkpoints and workspaces go with it
+        with pytest.raises(errors.SandboxUnavailable):
+            await ws.exec("true")
+        again = await backend.backend.instance(spec)  # provisioned anew
+        assert again is not first
+        try:
+            async with await again.workspace_from_archive("reborn", archive) as heir:
+                inherited = await snapshot(heir)
+                data = await heir.read_file("bin/data.bin")
+        finally:
+            await again.aclose()
+    assert inherited == expected
+    assert data == binary
 
 
 # --- the isolation attacks, on forked workspaces -------------------------------------------------

@@ -26,7 +26,7 @@ from mcp_evalserver.scoring.agreement import (
 )
 from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.spec import CampaignSpec
-from tests.agents.fake_openai import FakeOpenAI, Reply, serving
+from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, Response, serving
 from tests.agents.helpers import KEY, KEY_ENV, records
 from tests.server.helpers import call, call_error
 
@@ -183,6 +183,49 @@ async def test_per_requirement_labels_go_through_the_mcp_tool_and_bad_labels_are
     assert result["clears_with_confidence"] is True
     assert "`label` must be true/false or a number in [0, 1]" in bad
     assert "labels mix per-trajectory and per-requirement rows" in mixed
+
+
+async def test_a_verdict_the_judge_failed_to_give_is_left_out_of_the_calibration_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def rejecting(body: dict[str, Any]) -> Response:
+        # The endpoint rejects one question outright: that requirement counts as unmet in the
+        # score, but it is no evidence that the judge agrees with people, or disagrees.
+        user = body["messages"][-1]["content"]
+        if "Submission:\nbeta gamma delta\n" in user and user.endswith("mentions delta"):
+            return Failure(400, message="content policy")
+        return _judge(body)
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with serving(FakeOpenAI([], then=rejecting)) as fake, anyio.fail_after(60):
+        store, campaign_id = await _judged_campaign(tmp_path, fake.url)
+    t2 = store.load(campaign_id).trajectories["t2@0"].score
+    assert t2 is not None
+    assert t2["score"] == 0.5
+    assert t2["details"]["errors"] == 1
+    # People agree with what the judge would have said, everywhere.
+    per_requirement = [
+        {"trajectory": f"t{n}@0", "requirement": requirement,
+         "label": requirement.split()[-1] in answer.split()}
+        for n, answer in enumerate(ANSWERS) for requirement in RUBRIC
+    ]  # fmt: skip
+    per_trajectory = [
+        {"trajectory": f"t{n}@0",
+         "label": sum(r.split()[-1] in answer.split() for r in RUBRIC) / len(RUBRIC)}
+        for n, answer in enumerate(ANSWERS)
+    ]  # fmt: skip
+    async with Client(create_server(tmp_path)) as client:
+        by_requirement = await call(
+            client, "calibrate_judge", campaign_id=campaign_id, labels=per_requirement
+        )
+        by_trajectory = await call(
+            client, "calibrate_judge", campaign_id=campaign_id, labels=per_trajectory
+        )
+    assert (by_requirement["pairs"], by_requirement["judge_errors"]) == (31, 1)
+    assert by_requirement["spearman"]["value"] == pytest.approx(1.0)
+    assert by_requirement["agreement"] == 1.0
+    assert (by_trajectory["pairs"], by_trajectory["judge_errors"]) == (7, 1)
+    assert by_trajectory["spearman"]["value"] == pytest.approx(1.0)
 
 
 async def test_calibrating_a_campaign_without_a_judge_says_what_it_needs(tmp_path: Path) -> None:

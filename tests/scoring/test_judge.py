@@ -1,8 +1,10 @@
 """The `llm_judge` scorer against a scripted OpenAI-compatible server on loopback.
 
 The server is a real HTTP server (stdlib, one thread per request). Each requirement's text says
-how the server answers it: `[yes]`, `[no]`, `[500]` (an HTTP error), `[garbage]` (an
-unreadable reply), `[together]` (wait at a barrier until `BOUND` requests are in flight).
+how the server answers it: `[yes]`, `[no]`, `[400]` (a rejection), `[500]` (a server that
+stays down), `[busy]` (429 with a Retry-After on its first call, then as its other tags say),
+`[garbage]` (an unreadable reply), `[together]` (wait at a barrier until `BOUND` requests are
+in flight).
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ class ScriptedJudge:
                 self.barrier.wait()
             if "[500]" in requirement:
                 return 500, {"error": {"message": "scripted failure", "type": "server_error"}}
+            if "[400]" in requirement:
+                return 400, {"error": {"message": "scripted rejection", "type": "invalid_request"}}
+            if "[busy]" in requirement and self.calls.count(requirement) == 1:
+                return 429, {"error": {"message": "slow down", "type": "rate_limit"}}
             if "[garbage]" in requirement:
                 content = "I would rather not say."
             else:
@@ -92,6 +98,8 @@ def judge_server() -> Iterator[tuple[str, ScriptedJudge]]:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            if status == 429:
+                self.send_header("Retry-After", "0")
             self.end_headers()
             self.wfile.write(data)
 
@@ -125,6 +133,7 @@ async def _score(
             "api_key_env": "MCP_EVALSERVER_TEST_NO_SUCH_KEY",
             "rubric": rubric,
             "concurrency": BOUND,
+            "retry_base_delay_s": 0.0,
             **options,
         }
     )
@@ -147,7 +156,7 @@ async def test_each_requirement_is_judged_and_a_failing_call_only_fails_its_own(
     judge_server: tuple[str, ScriptedJudge], tmp_path: Path
 ) -> None:
     url, judge = judge_server
-    rubric = ["states 42 [yes]", "shows work [no]", "is polite [500]", "is brief [garbage]"]
+    rubric = ["states 42 [yes]", "shows work [no]", "is polite [400]", "is brief [garbage]"]
     result = await _score(url, rubric, tmp_path)
     assert not result.resolved
     assert result.score == 0.25
@@ -158,7 +167,7 @@ async def test_each_requirement_is_judged_and_a_failing_call_only_fails_its_own(
         "requirement": "shows work [no]", "fulfilled": False, "reason": "", "error": None,
         "cached": False,
     }  # fmt: skip
-    assert "InternalServerError" in by_text["is polite [500]"]["error"]
+    assert "BadRequestError" in by_text["is polite [400]"]["error"]
     assert "unreadable verdict" in by_text["is brief [garbage]"]["error"]
     assert result.details["errors"] == 2
     assert sorted(judge.calls) == sorted(rubric)
@@ -180,13 +189,13 @@ async def test_rescoring_asks_the_judge_only_what_it_has_not_answered(
     judge_server: tuple[str, ScriptedJudge], tmp_path: Path
 ) -> None:
     url, judge = judge_server
-    rubric = ["states 42 [yes]", "shows work [no]", "is polite [500]"]
+    rubric = ["states 42 [yes]", "shows work [no]", "is polite [400]"]
     first = await _score(url, rubric, tmp_path)
     again = await _score(url, rubric, tmp_path)
     assert [r["cached"] for r in again.details["requirements"]] == [True, True, False]
     assert first.score == again.score == pytest.approx(1 / 3)
     # The failed call is asked again; the two verdicts are not.
-    assert sorted(judge.calls) == sorted([*rubric, "is polite [500]"])
+    assert sorted(judge.calls) == sorted([*rubric, "is polite [400]"])
     # Another submission is another question.
     await _score(url, rubric[:1], tmp_path, answer="41")
     assert judge.calls.count("states 42 [yes]") == 2
@@ -200,7 +209,36 @@ async def test_a_judge_that_answers_nothing_is_an_infrastructure_error(
 ) -> None:
     url, _ = judge_server
     with pytest.raises(InfrastructureError, match="answered none of 2"):
-        await _score(url, ["a [500]", "b [500]"], tmp_path)
+        await _score(url, ["a [400]", "b [400]"], tmp_path)
+
+
+async def test_a_requirement_refused_for_load_is_asked_again_and_its_verdict_counts(
+    judge_server: tuple[str, ScriptedJudge], tmp_path: Path
+) -> None:
+    url, judge = judge_server
+    result = await _score(
+        url, ["states 42 [yes]", "is brief [busy] [yes]"], tmp_path, threshold=1.0
+    )
+    # A rate-limited judge must not mark the requirement unmet: that would grade the endpoint's
+    # weather, not the submission.
+    assert result.resolved, result.details
+    assert result.details["errors"] == 0
+    assert judge.calls.count("is brief [busy] [yes]") == 2
+
+
+async def test_an_endpoint_that_stays_down_is_an_infrastructure_error_and_keeps_the_others_verdicts(
+    judge_server: tuple[str, ScriptedJudge], tmp_path: Path
+) -> None:
+    url, judge = judge_server
+    rubric = ["states 42 [yes]", "is polite [500]"]
+    with pytest.raises(InfrastructureError, match="1 of 2 requirement"):
+        await _score(url, rubric, tmp_path, retry_attempts=3)
+    assert judge.calls.count("is polite [500]") == 3
+    # The verdict that was given is cached: the runner's retry asks only what is missing.
+    assert len(list((tmp_path / "artifacts").glob("judge-*.json"))) == 1
+    with pytest.raises(InfrastructureError):
+        await _score(url, rubric, tmp_path, retry_attempts=1)
+    assert judge.calls.count("states 42 [yes]") == 1
 
 
 async def test_the_task_metadata_rubric_joins_the_configured_one_and_threshold_applies(
