@@ -124,6 +124,8 @@ def _active_s(trajectory: TrajectoryState) -> float | None:
 
 def branch_trees(state: CampaignState) -> dict[str, Any] | None:
     """Each root that has branches: how many, how many resolved, and the best of them."""
+    if all(t.parent is None for t in state.trajectories.values()):
+        return None
     roots: list[dict[str, Any]] = []
     for root, branches in samples(state):
         if not branches:
@@ -165,18 +167,26 @@ def branch_trees(state: CampaignState) -> dict[str, Any] | None:
     }
 
 
-def build_report(state: CampaignState, *, branches_as_samples: bool = False) -> dict[str, Any]:
+def build_report(
+    state: CampaignState,
+    *,
+    branches_as_samples: bool = False,
+    finished: list[Verdict] | None = None,
+) -> dict[str, Any]:
     """The figures of a campaign (JSON-ready). Infrastructure failures are counted apart.
 
     A root and its branches count as one sample (best of branches) unless
-    `branches_as_samples`.
+    `branches_as_samples`. `finished`: `verdicts(state, branches_as_samples=...)` when the
+    caller has them already.
     """
     outcomes = Counter(t.outcome or t.phase for t in state.trajectories.values())
-    finished = verdicts(state, branches_as_samples=branches_as_samples)
+    if finished is None:
+        finished = verdicts(state, branches_as_samples=branches_as_samples)
+    task_figures = task_stats(finished)
     summary = summarise_campaign(
-        finished, confidence=CONFIDENCE, resamples=RESAMPLES, seed=SEED
+        finished, confidence=CONFIDENCE, resamples=RESAMPLES, seed=SEED, per_task=task_figures
     ).model_dump(mode="json")
-    stats_by_task = {s.task_id: s for s in task_stats(finished)}
+    stats_by_task = {s.task_id: s for s in task_figures}
     per_task: dict[str, dict[str, Any]] = {}
     for root, branches in samples(state, branches_as_samples=branches_as_samples):
         trajectory = best_of(root, branches)
