@@ -5,10 +5,14 @@ through the engine (every trajectory with a transcript artifact), serves the pro
 app with uvicorn on loopback, and times HTTP round trips (an upper bound of the server's time)
 of the campaigns list, the campaign page (first page, and a later page sorted by pass rate), a
 trajectory page and the campaign's JSON. `cold` is the first request after the server started
-(it reads and replays the whole ledger, and computes the report's bootstrap); `warm` is the
-median of the next requests (the dashboard follows the ledger and reuses the figures until it
-grows). Prints a table and writes bench/results/dashboard.json; the load average is recorded
-beside the figures (this machine is shared: figures are noisy).
+(the campaigns list reads and replays the whole ledger, the campaign page computes the
+report and its bootstrap); `warm` is the median of the next requests (the dashboard follows
+the ledger and reuses the figures until it grows). The pages are timed side by side on fresh
+servers over the same ledger: first with the bootstrap's textbook resampler forced (`plain`,
+what it did before the counts resampler), then with the resampler it chooses; last, the
+campaign page as a fresh server's very first request (reading the ledger too). Prints a
+table and writes bench/results/dashboard.json; the load average is recorded beside the
+figures (this machine is shared: figures are noisy).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import uvicorn  # noqa: E402
 from bench.common import LoadRecord, describe_load, write_results  # noqa: E402
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext  # noqa: E402
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore  # noqa: E402
+from mcp_evalserver.scoring import resampling  # noqa: E402
 from mcp_evalserver.server.http import build_http_app, listening_socket  # noqa: E402
 from mcp_evalserver.spec import CampaignSpec, Limits, Task  # noqa: E402
 
@@ -42,6 +47,7 @@ SAMPLES = 5
 WARM_REQUESTS = 15
 TOKEN = "bench-token-0123456789abcdef"
 TARGET_MS = 200.0
+DEFAULT_VALUES_PER_LEVEL = resampling.VALUES_PER_LEVEL
 
 
 class ScriptedAgent(Agent):
@@ -82,6 +88,35 @@ async def _time(client: httpx2.AsyncClient, path: str) -> float:
     return elapsed * 1000
 
 
+async def _serve_and_time(
+    state_dir: Path, pages: dict[str, str], *, warm_requests: int
+) -> dict[str, dict[str, float]]:
+    """A fresh server (nothing read yet): each page once (cold), then `warm_requests` each."""
+    figures: dict[str, dict[str, float]] = {}
+    sock = listening_socket("127.0.0.1", 0)
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    app = build_http_app(state_dir, host="127.0.0.1", token=TOKEN)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    async with (
+        anyio.create_task_group() as group,
+        httpx2.AsyncClient(base_url=base, headers=headers, timeout=120) as client,
+    ):
+        group.start_soon(server.serve, [sock])
+        try:
+            for name, path in pages.items():
+                figures[name] = {"cold_ms": await _time(client, path)}
+            for name, path in pages.items():
+                if warm_requests:
+                    warm = [await _time(client, path) for _ in range(warm_requests)]
+                    figures[name]["warm_p50_ms"] = statistics.median(warm)
+                    figures[name]["warm_max_ms"] = max(warm)
+        finally:
+            server.should_exit = True
+    sock.close()
+    return figures
+
+
 async def main() -> dict[str, Any]:
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="bench-dashboard-") as temporary:
@@ -90,6 +125,8 @@ async def main() -> dict[str, Any]:
         campaign_id = await _campaign(state_dir)
         campaign_s = time.perf_counter() - started
         ledger_bytes = (state_dir / "campaigns" / campaign_id / "ledger.jsonl").stat().st_size
+        # Cold: each page is the first of its kind on a fresh server; the campaigns list
+        # reads the ledger, the campaign page then computes the report (and its bootstrap).
         pages = {
             "campaigns list": "/",
             "campaign page": f"/campaigns/{campaign_id}",
@@ -97,29 +134,16 @@ async def main() -> dict[str, Any]:
             "trajectory page": f"/campaigns/{campaign_id}/trajectories/t1234@3",
             "campaign JSON": f"/api/campaigns/{campaign_id}",
         }
-        figures: dict[str, dict[str, float]] = {}
-        sock = listening_socket("127.0.0.1", 0)
-        base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        app = build_http_app(state_dir, host="127.0.0.1", token=TOKEN)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        headers = {"authorization": f"Bearer {TOKEN}"}
-        async with (
-            anyio.create_task_group() as group,
-            httpx2.AsyncClient(base_url=base, headers=headers, timeout=120) as client,
-        ):
-            group.start_soon(server.serve, [sock])
-            try:
-                # Cold: each page is the first of its kind; the campaign page's first request
-                # also reads the ledger and computes the report.
-                for name, path in pages.items():
-                    figures[name] = {"cold_ms": await _time(client, path)}
-                for name, path in pages.items():
-                    warm = [await _time(client, path) for _ in range(WARM_REQUESTS)]
-                    figures[name]["warm_p50_ms"] = statistics.median(warm)
-                    figures[name]["warm_max_ms"] = max(warm)
-            finally:
-                server.should_exit = True
-        sock.close()
+        # Side by side on the same ledger: the textbook resampler (what the bootstrap did
+        # before the counts resampler) forced, then the resampler the product chooses.
+        runs: dict[str, dict[str, dict[str, float]]] = {}
+        for resampler, values_per_level in (("plain", sys.maxsize), ("chosen", None)):
+            resampling.VALUES_PER_LEVEL = values_per_level or DEFAULT_VALUES_PER_LEVEL
+            runs[resampler] = await _serve_and_time(state_dir, pages, warm_requests=WARM_REQUESTS)
+        # A bookmark opened on a fresh server: the campaign page's request also reads the
+        # whole ledger.
+        first = {"campaign page, first request": pages["campaign page"]}
+        runs["chosen"].update(await _serve_and_time(state_dir, first, warm_requests=0))
     return {
         "trajectories": TASKS * SAMPLES,
         "tasks": TASKS,
@@ -127,7 +151,10 @@ async def main() -> dict[str, Any]:
         "ledger_bytes": ledger_bytes,
         "campaign_run_s": round(campaign_s, 2),
         "target_ms": TARGET_MS,
-        "pages": {k: {m: round(v, 1) for m, v in f.items()} for k, f in figures.items()},
+        "pages": {
+            resampler: {k: {m: round(v, 1) for m, v in f.items()} for k, f in figures.items()}
+            for resampler, figures in runs.items()
+        },
     }
 
 
@@ -138,13 +165,16 @@ if __name__ == "__main__":
         f"dashboard over {results['trajectories']} trajectories ({results['tasks']} tasks x "
         f"{results['samples']}; ledger {results['ledger_bytes'] / 1e6:.1f} MB; campaign ran in "
         f"{results['campaign_run_s']} s); HTTP round trips on loopback, target "
-        f"< {TARGET_MS:.0f} ms warm"
+        f"< {TARGET_MS:.0f} ms; bootstrap resampler: plain (before) vs chosen (counts here)"
     )
-    print(f"{'page':32} {'cold ms':>9} {'warm p50 ms':>12} {'warm max ms':>12}")
-    for name, figure in results["pages"].items():
+    plain, chosen = results["pages"]["plain"], results["pages"]["chosen"]
+    print(f"{'page':32} {'cold ms plain':>14} {'chosen':>9} {'warm p50 plain':>15} {'chosen':>9}")
+    for name, figure in chosen.items():
+        before = plain.get(name, {})
         print(
-            f"{name:32} {figure['cold_ms']:>9.1f} {figure['warm_p50_ms']:>12.1f} "
-            f"{figure['warm_max_ms']:>12.1f}"
+            f"{name:32} {before.get('cold_ms', float('nan')):>14.1f} {figure['cold_ms']:>9.1f} "
+            f"{before.get('warm_p50_ms', float('nan')):>15.1f} "
+            f"{figure.get('warm_p50_ms', float('nan')):>9.1f}"
         )
     print(describe_load(results))
     write_results("dashboard", results)

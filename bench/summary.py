@@ -66,7 +66,10 @@ TARGETS = [
     Target("scale", "ray exec overhead", key("remote_exec_overhead_p50_ms"), LE, 2, "ms"),
     Target("scale", "ray scale efficiency at 4 nodes", key("scale_efficiency_4"), GE, 0.9, ""),
     Target("dashboard", "slowest warm page", lambda f: max(
-        page["warm_p50_ms"] for page in f["pages"].values()), LE, 200, "ms"),
+        page["warm_p50_ms"] for page in f["pages"]["chosen"].values() if "warm_p50_ms" in page),
+        LE, 200, "ms"),
+    Target("dashboard", "campaign page cold", lambda f: f["pages"]["chosen"]["campaign page"][
+        "cold_ms"], LE, 200, "ms"),
 ]  # fmt: skip
 
 

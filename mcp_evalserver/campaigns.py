@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import secrets
 import time
@@ -35,6 +36,7 @@ from mcp_evalserver.errors import (
     EvalServerError,
     InfrastructureError,
     InvalidInput,
+    LedgerCorrupt,
     NotFound,
     sole_error,
 )
@@ -60,6 +62,8 @@ from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.spec import CampaignSpec, Task
 from mcp_evalserver.state import (
+    BRANCH_RESTARTED,
+    CHECKPOINT_KEPT,
     ENDPOINT_CALLS,
     ENDPOINT_LIMIT,
     INSTANCE_REPROVISIONED,
@@ -71,9 +75,13 @@ from mcp_evalserver.state import (
     replay,
 )
 
+logger = logging.getLogger(__name__)
+
 STATE_DIR_ENV = "MCP_EVALSERVER_STATE_DIR"
 #: Branches one `fork_trajectory` call may make.
 MAX_BRANCHES = 64
+#: The largest checkpoint kept with the ledger for branches that must start again.
+MAX_KEPT_BYTES = 256 << 20
 
 
 def default_state_dir() -> Path:
@@ -173,11 +181,11 @@ NODES_INTERVAL_S = 1.0
 
 @dataclass
 class RunProgress:
-    """Counters a progress display reads while a run goes on."""
+    """Counters a progress display reads while a run goes on (the total it reads from the
+    live state: branches join it as they are made)."""
 
     started_monotonic: float
     done_at_start: int
-    total: int
 
 
 class CampaignRunner:
@@ -292,7 +300,7 @@ class CampaignRunner:
                 on_record=self._on_record,
                 sandboxes=sandboxes,
             )
-            self.progress = RunProgress(time.monotonic(), state.done_count, len(state.trajectories))
+            self.progress = RunProgress(time.monotonic(), state.done_count)
             await drive.record("run_started", None, pid=os.getpid(), resumed=state.runs > 0)
             if infra_failed := state.infra_failed:
                 await drive.record(RETRY_REQUESTED, None, trajectories=infra_failed)
@@ -364,6 +372,8 @@ class _Drive:
     group: anyio.abc.TaskGroup | None = None
     #: Forked workspaces waiting for the first attempt of their branch.
     forks: dict[str, Workspace] = field(default_factory=dict)
+    #: Set once the checkpoint a branch of this run starts from is kept (or known not to be).
+    keeping: dict[str, anyio.Event] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.limiters.on_endpoint_limit = self._endpoint_limit_changed
@@ -409,8 +419,11 @@ class _Drive:
         tid = trajectory.id
         await self.record("attempt_started", tid, durable=False, attempt=attempt)
         sandbox = self._sandbox(task, tid, f"a{attempt}")
+        restart = False
         if (fork := self.forks.pop(tid, None)) is not None:
             sandbox.adopt(fork)  # a branch starts from its parent's checkpoint
+        else:
+            restart = trajectory.parent is not None and sandbox.available
 
         async def branch(n: int) -> list[str]:
             return await self.branch(trajectory, sandbox, n)
@@ -431,6 +444,8 @@ class _Drive:
         try:
             with anyio.move_on_after(timeout) as scope:
                 try:
+                    if restart:
+                        await self._restart_branch(trajectory, sandbox)
                     submission = await self.agent.generate(context)
                 finally:
                     await sandbox.aclose()
@@ -540,14 +555,67 @@ class _Drive:
         checkpoint = await workspace.checkpoint()
         siblings = sum(t.parent == parent.id for t in self.state.trajectories.values())
         branches = []
+        kept = anyio.Event()
         for k in range(siblings + 1, siblings + n + 1):
             tid = f"{parent.id}.{k}"
             name = workspace_name(self.state.id, tid, "a1")
             self.forks[tid] = await workspace.fork(name, checkpoint=checkpoint)
             await self.record(TRAJECTORY_BRANCHED, tid, parent=parent.id, checkpoint=checkpoint)
+            self.keeping[tid] = kept
             self.group.start_soon(self.trajectory, self.state.trajectories[tid])
             branches.append(tid)
+        # Off the fork's path (it takes about the size of the changes): until it is recorded,
+        # a restart of these branches waits for it, and a crash restarts them clean.
+        self.group.start_soon(self._keep_checkpoint, workspace, checkpoint, branches, kept)
         return branches
+
+    async def _keep_checkpoint(
+        self, workspace: Workspace, checkpoint: str, branches: list[str], kept: anyio.Event
+    ) -> None:
+        """Keeps the checkpoint's files with the ledger (a `checkpoint_kept` record), for
+        `branches` that must start again after their forks are gone (a supervisor died, the
+        run crashed)."""
+        start: dict[str, Any]
+        try:
+            archive = await workspace.export_checkpoint(checkpoint, max_bytes=MAX_KEPT_BYTES)
+            start = {"start": (await self.ledger.put_artifact(archive, ".tar")).as_json()}
+        except EvalServerError as exc:
+            # The branches run from their forks all the same; only a restart starts clean.
+            start = {"start_missing": f"its checkpoint could not be kept: {exc}"[:4000]}
+        try:
+            await self.record(CHECKPOINT_KEPT, None, trajectories=branches, checkpoint=checkpoint,
+                              **start)  # fmt: skip
+        finally:
+            kept.set()
+
+    async def _restart_branch(
+        self, trajectory: TrajectoryState, sandbox: TrajectorySandbox
+    ) -> None:
+        """Starts a branch that has no fork from this run at its recorded checkpoint; when that
+        is not to be had, from a clean copy of the task, and the ledger says why.
+
+        Raises:
+            InfrastructureError: the instance is unavailable (the attempt is retried).
+        """
+        if (keeping := self.keeping.get(trajectory.id)) is not None:
+            await keeping.wait()
+        reason = trajectory.start_missing or "its checkpoint was not kept before the run ended"
+        if trajectory.start is not None:
+            try:
+                archive = await anyio.to_thread.run_sync(
+                    read_artifact, self.directory, trajectory.start
+                )
+                await sandbox.start_at(archive)
+            except (NotFound, LedgerCorrupt, InvalidInput, Conflict) as exc:
+                reason = f"its checkpoint could not be restored: {exc}"
+            else:
+                checkpoint = trajectory.checkpoint
+                await self.record(
+                    BRANCH_RESTARTED, trajectory.id, source="checkpoint", checkpoint=checkpoint
+                )
+                return
+        logger.warning("branch %s starts from a clean copy of its task: %s", trajectory.id, reason)
+        await self.record(BRANCH_RESTARTED, trajectory.id, source="clean", reason=reason)
 
     def _sandbox(self, task: Task, trajectory_id: str, step: str) -> TrajectorySandbox:
         name = workspace_name(self.state.id, trajectory_id, step)

@@ -45,11 +45,16 @@ def samples(
     or (`branches_as_samples`) every trajectory alone."""
     if branches_as_samples:
         return [(t, []) for t in state.trajectories.values()]
-    return [
-        (t, [state.trajectories[b] for b in state.branches(t.id)])
-        for t in state.trajectories.values()
-        if t.parent is None
-    ]
+    # One pass over the trajectories: `state.branches(root)` per root would be quadratic (a
+    # 10,000-trajectory campaign took seconds). Order within a tree stays the ledger's.
+    trees: dict[str, list[TrajectoryState]] = {}
+    for t in state.trajectories.values():
+        if t.parent is None:
+            trees.setdefault(t.id, [])
+    for t in state.trajectories.values():
+        if t.parent is not None:
+            trees[state.root_of(t.id)].append(t)
+    return [(state.trajectories[root], branches) for root, branches in trees.items()]
 
 
 def best_of(root: TrajectoryState, branches: list[TrajectoryState]) -> TrajectoryState:
@@ -119,6 +124,8 @@ def _active_s(trajectory: TrajectoryState) -> float | None:
 
 def branch_trees(state: CampaignState) -> dict[str, Any] | None:
     """Each root that has branches: how many, how many resolved, and the best of them."""
+    if all(t.parent is None for t in state.trajectories.values()):
+        return None
     roots: list[dict[str, Any]] = []
     for root, branches in samples(state):
         if not branches:
@@ -136,6 +143,8 @@ def branch_trees(state: CampaignState) -> dict[str, Any] | None:
                         "checkpoint": b.checkpoint,
                         "branched_ts": b.branched_ts,
                         "outcome": b.outcome or b.phase,
+                        # Restarted from a clean copy of the task, not its checkpoint: why.
+                        "started_clean": b.started_clean,
                     }
                     for b in branches
                 ],
@@ -158,18 +167,26 @@ def branch_trees(state: CampaignState) -> dict[str, Any] | None:
     }
 
 
-def build_report(state: CampaignState, *, branches_as_samples: bool = False) -> dict[str, Any]:
+def build_report(
+    state: CampaignState,
+    *,
+    branches_as_samples: bool = False,
+    finished: list[Verdict] | None = None,
+) -> dict[str, Any]:
     """The figures of a campaign (JSON-ready). Infrastructure failures are counted apart.
 
     A root and its branches count as one sample (best of branches) unless
-    `branches_as_samples`.
+    `branches_as_samples`. `finished`: `verdicts(state, branches_as_samples=...)` when the
+    caller has them already.
     """
     outcomes = Counter(t.outcome or t.phase for t in state.trajectories.values())
-    finished = verdicts(state, branches_as_samples=branches_as_samples)
+    if finished is None:
+        finished = verdicts(state, branches_as_samples=branches_as_samples)
+    task_figures = task_stats(finished)
     summary = summarise_campaign(
-        finished, confidence=CONFIDENCE, resamples=RESAMPLES, seed=SEED
+        finished, confidence=CONFIDENCE, resamples=RESAMPLES, seed=SEED, per_task=task_figures
     ).model_dump(mode="json")
-    stats_by_task = {s.task_id: s for s in task_stats(finished)}
+    stats_by_task = {s.task_id: s for s in task_figures}
     per_task: dict[str, dict[str, Any]] = {}
     for root, branches in samples(state, branches_as_samples=branches_as_samples):
         trajectory = best_of(root, branches)
@@ -425,12 +442,20 @@ def render_markdown(report: dict[str, Any]) -> str:
             "| root | branches | resolved branches | root resolved |",
             "|---|---:|---:|---|",
         ]
+        clean = []
         for tree in trees["roots"]:
             verdict = ("yes" if tree["resolved"] else "no") if tree["finished"] else "running"
             lines.append(
                 f"| {tree['root']} | {len(tree['branches'])} | {tree['resolved_branches']} of"
                 f" {len(tree['branches'])} | {verdict} |"
             )
+            clean += [b for b in tree["branches"] if b.get("started_clean")]
+        if clean:
+            lines += [
+                "",
+                "Branches restarted from a clean copy of their task, not their checkpoint:",
+            ]
+            lines += [f"- {b['trajectory']}: {b['started_clean']}" for b in clean]
     return "\n".join(lines) + "\n"
 
 

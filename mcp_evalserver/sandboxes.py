@@ -309,18 +309,32 @@ class TrajectorySandbox:
         """
         async with self._lock:
             if self._workspace is None:
-                if self._pool is None:
-                    raise InvalidInput("this run has no sandbox pool; tasks cannot use workspaces")
-                instance = await self._pool.instance(
-                    self._task,
-                    self._provisioning,
-                    self._on_reprovisioned,
-                    self._placement,
-                    self._check,
-                )
+                instance = await self._instance()
                 self._workspace = await instance.workspace(self._name)
                 self.node = self._workspace.node
             return self._workspace
+
+    async def start_at(self, archive: bytes) -> None:
+        """Makes the step's workspace from an exported checkpoint (`export_checkpoint`).
+
+        Raises:
+            InvalidInput: not such an archive, or the task has no environment.
+            Conflict: the step already has a workspace, or the backend cannot checkpoint.
+            SandboxUnavailable: the instance or its backend is gone.
+        """
+        async with self._lock:
+            if self._workspace is not None:
+                raise Conflict(f"step {self._name} already has its workspace")
+            instance = await self._instance()
+            self._workspace = await instance.workspace_from_archive(self._name, archive)
+            self.node = self._workspace.node
+
+    async def _instance(self) -> Instance:
+        if self._pool is None:
+            raise InvalidInput("this run has no sandbox pool; tasks cannot use workspaces")
+        return await self._pool.instance(
+            self._task, self._provisioning, self._on_reprovisioned, self._placement, self._check
+        )
 
     def adopt(self, workspace: Workspace) -> None:
         """Makes `workspace` (a fork made for this step) the step's workspace; closed with it."""

@@ -28,6 +28,12 @@ Record kinds and what they do to a trajectory:
     trajectory_branched  a new trajectory (`<parent>.<n>`) forked from `parent` at its
                          workspace's `checkpoint`: same task and sample, pending, scored on
                          its own; replay rebuilds the tree of branches from these
+    checkpoint_kept      the files of the `checkpoint` the named branches (`trajectories`)
+                         forked at, kept as the artifact `start` that a restarted branch
+                         begins from; or `start_missing`: why they could not be kept
+    branch_restarted     a branch attempt that did not get its fork from this run (a resume
+                         after a crash, a retry) began (`source`) at its `checkpoint` or from
+                         a `clean` copy of the task, and then `reason` says why
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ ENDPOINT_LIMIT = "endpoint_limit"
 ENDPOINT_CALLS = "endpoint_calls"
 JUDGE_CALIBRATED = "judge_calibrated"
 TRAJECTORY_BRANCHED = "trajectory_branched"
+BRANCH_RESTARTED = "branch_restarted"
+CHECKPOINT_KEPT = "checkpoint_kept"
 #: How much of an error message the history of a trajectory's failures keeps.
 HISTORY_MESSAGE_CHARS = 300
 SCORER_ADAPTER = TypeAdapter[ScorerConfig](ScorerConfig)
@@ -93,6 +101,12 @@ class TrajectoryState:
     parent: str | None = None
     checkpoint: str | None = None
     branched_ts: float | None = None
+    #: For a branch: the artifact of its checkpoint's files (what a restart begins from), or
+    #: why none was kept.
+    start: dict[str, Any] | None = None
+    start_missing: str | None = None
+    #: For a branch restarted from a clean copy of the task, not its checkpoint: why.
+    started_clean: str | None = None
 
     @property
     def done(self) -> bool:
@@ -266,6 +280,9 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     if kind == TRAJECTORY_BRANCHED:
         _branched(state, record)
         return
+    if kind == CHECKPOINT_KEPT:
+        _checkpoint_kept(state, record)
+        return
     if kind == ENDPOINT_CALLS:
         for endpoint, counts in record.get("calls", {}).items():
             summed = state.endpoint_calls.setdefault(endpoint, {})
@@ -301,6 +318,22 @@ def _branched(state: CampaignState, record: dict[str, Any]) -> None:
         checkpoint=record.get("checkpoint"),
         branched_ts=record["ts"],
     )
+
+
+def _checkpoint_kept(state: CampaignState, record: dict[str, Any]) -> None:
+    for tid in record.get("trajectories") or []:
+        branch = state.trajectories.get(str(tid))
+        if branch is None or branch.parent is None:
+            raise LedgerCorrupt(
+                f"record seq {record['seq']} ({CHECKPOINT_KEPT}) names {tid!r}, which is no "
+                "branch of this campaign"
+            )
+        branch.start, branch.start_missing = record.get("start"), record.get("start_missing")
+
+
+def _branch_restarted(trajectory: TrajectoryState, record: dict[str, Any]) -> None:
+    clean = record.get("source") == "clean"
+    trajectory.started_clean = str(record.get("reason")) if clean else None
 
 
 def _endpoint_limit(state: CampaignState, record: dict[str, Any]) -> None:
@@ -467,4 +500,5 @@ _TRAJECTORY_HANDLERS = {
     "scoring_started": _scoring_started,
     "scored": _scored,
     "scoring_failed": _scoring_failed,
+    BRANCH_RESTARTED: _branch_restarted,
 }

@@ -217,6 +217,10 @@ class Workspace(ABC):
     async def reset(self) -> None:
         """Kills running commands and discards every change.
 
+        Every change since the instance froze, also in a fork or a workspace started from an
+        archive: it becomes a fresh workspace of the task. To go back to where a fork began,
+        `restore` the checkpoint it was forked at (a fork keeps its parent's checkpoints).
+
         Raises:
             NotFound: the workspace was destroyed.
             SandboxUnavailable: the instance is gone.
@@ -229,9 +233,13 @@ class Workspace(ABC):
         later writes go to a fresh one. Modes, symlinks, deletions and binary content are kept
         exactly; running processes are not part of a checkpoint.
 
+        Refused while a command runs: its writes would land in the layer being frozen (a
+        lower layer that changes under a mounted overlay is undefined behaviour), and its
+        processes could not follow the workspace onto its new upper.
+
         Raises:
-            Conflict: a command is running in it (checkpoint between commands), or this
-                backend cannot checkpoint.
+            Conflict: a command is running in it (checkpoint when it returns, or cancel it),
+                or this backend cannot checkpoint.
             SandboxUnavailable: the instance is gone.
         """
         raise errors.Conflict(f"workspaces of {type(self).__name__} cannot checkpoint or fork")

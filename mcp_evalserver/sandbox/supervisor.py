@@ -696,6 +696,7 @@ class Job:
         self.report_data = Capture(REPORT_CAP)
         self.report_writers: set[int] = set()  # pids, as the kernel tells them
         self.finish: Callable[[Job], dict[str, Any]] = lambda job: {}
+        self.on_done: Callable[[], None] = lambda: None  # once it ended, cancelled or not
 
     def output(self) -> tuple[tuple[bytes, bool], tuple[bytes, bool]]:
         return self.captures[self.out_fd].result(), self.captures[self.err_fd].result()
@@ -1096,6 +1097,7 @@ class Supervisor:
             os.close(job.stdin_fd)
         self.jobs.pop(job.pid, None)
         self.active.discard(job)
+        job.on_done()
         if self.by_req.pop(job.req_id, None) is None:
             return  # cancelled: the client no longer waits
         if job.ws is not None:
@@ -1605,11 +1607,12 @@ class Supervisor:
         child: a checkpoint that outlives this supervisor, or this instance."""
         ws = self.workspace(args)
         assert ws.layers is not None
-        dirs = [layer.dir for layer in ws.layers.stack_of(str(args["checkpoint"]))]
+        assert self.layer_store is not None
+        stack, store = ws.layers.stack_of(str(args["checkpoint"])), self.layer_store
+        dirs = [layer.dir for layer in stack]
         cap = int(args.get("max_bytes") or 256 << 20)
 
         def child() -> None:
-            # A workspace destroyed meanwhile may take these layers: the export then fails.
             with os.fdopen(1, "wb", closefd=False) as out:
                 layers.write_archive(dirs, out)
 
@@ -1629,7 +1632,10 @@ class Supervisor:
                 raise SupervisorError("LimitExceeded", f"the checkpoint is over {cap} bytes")
             return {"archive_b64": base64.b64encode(archive).decode()}
 
-        self.spawn(req_id, child, None, float(args.get("timeout") or 300), cap=cap).finish = finish
+        # Held while the child reads them: the workspace may be destroyed meanwhile.
+        store.hold(stack)
+        job = self.spawn(req_id, child, None, float(args.get("timeout") or 300), cap=cap)
+        job.finish, job.on_done = finish, lambda: store.release(stack)
 
     def op_cancel(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
         job = self.by_req.pop(int(args["target"]), None)

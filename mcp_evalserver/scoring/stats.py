@@ -23,6 +23,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.scoring.resampling import resampled_means
 
 #: Same words as the ledger's outcomes; only `resolved` is a success.
 Outcome = Literal["resolved", "failed", "error", "timeout", "infra_error"]
@@ -207,9 +208,7 @@ def bootstrap_mean_ci(
     if resamples < 1:
         raise InvalidInput(f"resamples must be >= 1; got {resamples}")
     _z(confidence)
-    rng = random.Random(seed)
-    n = len(values)
-    means = sorted(math.fsum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    means = resampled_means(values, resamples, random.Random(seed))
     alpha = 1 - confidence
     return Interval(
         low=percentile(means, alpha / 2),
@@ -307,17 +306,20 @@ def summarise_campaign(
     confidence: float = 0.95,
     resamples: int = 2000,
     seed: int = 0,
+    per_task: Sequence[TaskStats] | None = None,
 ) -> CampaignSummary:
     """All the campaign's figures; the mean is the macro average of per-task pass rates.
 
     The bootstrap interval resamples tasks (samples of one task are not independent). The
     Wilson interval is given only when every scored task has exactly one attempt, where it
-    estimates the same proportion under a binomial model.
+    estimates the same proportion under a binomial model. `per_task`: `task_stats(verdicts)`
+    when the caller has it already (it is a large part of the cost over many tasks).
 
     Raises:
         InvalidInput: two verdicts share a task and sample, or a bad confidence/resamples.
     """
-    per_task = task_stats(verdicts)
+    if per_task is None:
+        per_task = task_stats(verdicts)
     scored = [t for t in per_task if t.attempts > 0]
     rates = [t.pass_rate for t in scored if t.pass_rate is not None]
     outcomes: Counter[str] = Counter(v.outcome for v in verdicts)

@@ -9,6 +9,11 @@
     python command_program.py hang <notes-dir>  starts a child in its group, then hangs
     python command_program.py branch <notes-dir> the root writes a note and forks into two;
                                                 branch .2 fixes calc.py; every one submits
+    python command_program.py branch-crash <notes-dir> <campaign-dir>   as `branch`, but the
+                                                first attempt of branch .2 waits until the
+                                                ledger has scored the others and kept the
+                                                fork's checkpoint, says "ready" on
+                                                <notes-dir>/events (a FIFO) and hangs there
 
 It learns everything from its environment (MCP_EVALSERVER_*) and writes what it saw as JSON to
 `<notes-dir>/<trajectory>.json` for the test to check.
@@ -16,6 +21,7 @@ It learns everything from its environment (MCP_EVALSERVER_*) and writes what it 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -99,7 +105,10 @@ async def work(mode: str, notes: Path | None) -> int:
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60.0) as http,
         Client(streamable_http_client(url, http_client=http)) as client,
     ):
-        if mode == "branch":
+        if mode == "branch-crash" and me.endswith(".2") and seen["attempt"] == "1":
+            assert notes is not None
+            await anyio.to_thread.run_sync(hang_once_the_others_are_scored, notes, me)
+        if mode in ("branch", "branch-crash"):
             if "." not in me.rsplit("@", 1)[1]:  # the root
                 await call(client, "write_file", path="note.txt", content="before the fork\n")
                 seen["branches"] = (await call(client, "fork_trajectory", n=2))["trajectory_ids"]
@@ -137,6 +146,30 @@ async def work(mode: str, notes: Path | None) -> int:
     if notes is not None:
         (notes / f"{me}.json").write_text(json.dumps(seen))
     return 0
+
+
+def hang_once_the_others_are_scored(notes: Path, me: str) -> None:
+    """For a test that kills the run: only once every other trajectory is scored and the
+    fork's checkpoint kept in the ledger, says so on the events FIFO, then waits to be
+    killed."""
+    ledger = Path(sys.argv[3]) / "ledger.jsonl"
+    others = {me.rsplit(".", 1)[0], me[:-1] + "1"}
+    deadline = time.monotonic() + PEER_WAIT_S * 4
+    while time.monotonic() < deadline:
+        scored, kept = set(), False
+        for line in ledger.read_text().splitlines():
+            with contextlib.suppress(ValueError):  # a line being written
+                record = json.loads(line)
+                if record["kind"] == "scored":
+                    scored.add(record.get("trajectory"))
+                kept = kept or record["kind"] == "checkpoint_kept"
+        if others <= scored and kept:
+            (notes / "hanging.pid").write_text(str(os.getpid()))
+            with open(notes / "events", "w") as fifo:
+                fifo.write("ready\n")
+            time.sleep(600)
+        time.sleep(0.05)
+    raise TimeoutError(f"{sorted(others)} were never scored")
 
 
 def main() -> int:

@@ -85,15 +85,24 @@ def test_wilson_interval_covers_the_true_proportion_about_95_percent_of_the_time
         assert 0.92 <= covered / trials <= 0.98, (p, covered / trials)
 
 
-def test_bootstrap_interval_over_tasks_covers_the_true_mean_about_95_percent_of_the_time() -> None:
+@pytest.mark.parametrize(
+    ("tasks", "samples"),
+    [
+        (60, 4),  # few tasks for their levels: the plain resampler
+        (400, 2),  # many tasks on three levels: the counts (multinomial) resampler
+    ],
+)
+def test_bootstrap_interval_over_tasks_covers_the_true_mean_about_95_percent_of_the_time(
+    tasks: int, samples: int
+) -> None:
     rng = random.Random(99)
     trials = 200
     covered = 0
     for trial in range(trials):
-        # Each trial draws fresh tasks (true rates uniform, mean 0.5) and four samples per task:
-        # the bootstrap must account for both sources of variation.
-        true_rates = [rng.random() for _ in range(60)]
-        observed = [sum(rng.random() < r for _ in range(4)) / 4 for r in true_rates]
+        # Each trial draws fresh tasks (true rates uniform, mean 0.5) and a few samples per
+        # task: the bootstrap must account for both sources of variation.
+        true_rates = [rng.random() for _ in range(tasks)]
+        observed = [sum(rng.random() < r for _ in range(samples)) / samples for r in true_rates]
         interval = bootstrap_mean_ci(observed, resamples=400, seed=trial)
         covered += interval.low <= 0.5 <= interval.high
     assert 0.89 <= covered / trials <= 0.99, covered / trials

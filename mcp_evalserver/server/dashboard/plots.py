@@ -97,6 +97,15 @@ def histogram(
     return _frame(body, title, "count", x_label)
 
 
+def thinned(points: Sequence[tuple[float, float]], limit: int) -> list[tuple[float, float]]:
+    """Every k-th point, k the smallest that keeps at most `limit` of them; and the last point."""
+    every = max(1, math.ceil(len(points) / limit))
+    kept = list(points[::every])
+    if points and (len(points) - 1) % every:
+        kept.append(points[-1])
+    return kept
+
+
 def line(
     series: Mapping[str, Sequence[tuple[float, float]]],
     *,

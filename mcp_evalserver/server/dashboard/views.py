@@ -21,7 +21,7 @@ from markupsafe import Markup
 from mcp_evalserver.errors import EvalServerError, NotFound
 from mcp_evalserver.ledger import read_artifact
 from mcp_evalserver.report import build_comparison, build_report, verdicts
-from mcp_evalserver.scoring.stats import wilson_interval
+from mcp_evalserver.scoring.stats import Verdict, wilson_interval
 from mcp_evalserver.server.dashboard import plots
 from mcp_evalserver.server.dashboard.ledgers import CampaignLedger, LedgerCache
 from mcp_evalserver.spec import Task
@@ -31,6 +31,8 @@ from mcp_evalserver.state import INFRA_OUTCOMES, CampaignState, TrajectoryState
 PAGE_SIZE = 100
 #: Up to this many tasks the pass-rate plot has a bar per task; beyond, a histogram.
 MAX_TASK_BARS = 200
+#: The throughput plot keeps at most about this many of its points (evenly spaced).
+MAX_LINE_POINTS = 500
 #: Longer texts in a transcript are folded: the head is shown, the rest behind a click.
 FOLD_CHARS = 2000
 #: The test log shown on a trajectory page is cut to its head and tail beyond this.
@@ -77,8 +79,19 @@ def _positive(text: str | None) -> int:
 
 def report_of(ledger: CampaignLedger) -> dict[str, Any]:
     """The campaign's report (`report.build_report`), recomputed at most every 10x its cost."""
-    report: dict[str, Any] = ledger.cached("report", build_report, stale_factor=REPORT_STALENESS)
+    report: dict[str, Any] = _figures_of(ledger)["report"]
     return report
+
+
+def _figures_of(ledger: CampaignLedger) -> dict[str, Any]:
+    figures: dict[str, Any] = ledger.cached("figures", _figures, stale_factor=REPORT_STALENESS)
+    return figures
+
+
+def _figures(state: CampaignState) -> dict[str, Any]:
+    """The report and the plots, from one list of verdicts (a good part of the cost)."""
+    finished = verdicts(state)
+    return {"report": build_report(state, finished=finished), "plots": _plots(state, finished)}
 
 
 # The campaigns list.
@@ -130,7 +143,8 @@ def campaign_page(
 ) -> dict[str, Any]:
     """The campaign page's context; `everything` puts every row on one page (static report)."""
     state = ledger.refresh()
-    report: dict[str, Any] = report_of(ledger)
+    figures = _figures_of(ledger)
+    report: dict[str, Any] = figures["report"]
     tasks = _task_rows(report)
     shown = [row for row in tasks if _matches(row, query)]
     key = "task" if query.sort == "task" else query.sort
@@ -148,7 +162,7 @@ def campaign_page(
         "flaky_count": sum(1 for row in tasks if row["flaky"]),
         "trajectories": _page(trajectories, query.trajectory_page, everything, _trajectory_row),
         "outcome_labels": sorted({_label(t) for t in state.trajectories.values()}),
-        "plots": ledger.cached("plots", _plots, stale_factor=REPORT_STALENESS),
+        "plots": figures["plots"],
     }
 
 
@@ -215,7 +229,7 @@ def _trajectory_row(trajectory: TrajectoryState) -> dict[str, Any]:
     }
 
 
-def _plots(state: CampaignState) -> dict[str, Markup | None]:
+def _plots(state: CampaignState, finished: list[Verdict]) -> dict[str, Markup | None]:
     report_tasks: dict[str, list[bool]] = {}
     for t in state.trajectories.values():
         if t.done and t.outcome not in INFRA_OUTCOMES:
@@ -227,13 +241,14 @@ def _plots(state: CampaignState) -> dict[str, Markup | None]:
         per_task = plots.histogram(
             [rate for _, rate in rates], bins=10, title="pass rate per task", x_label="pass rate"
         )
-    finished = verdicts(state)
     latencies = [v.latency_s for v in finished if v.latency_s is not None]
     ends = sorted(v.finished_at for v in finished if v.finished_at is not None)
     throughput = None
     if ends:
         start = min(v.started_at for v in finished if v.started_at is not None)
         points = [(0.0, 0.0)] + [(end - start, n) for n, end in enumerate(ends, 1)]
+        # A point per finished trajectory would be 10,000 points in a plot ~700 px wide.
+        points = plots.thinned(points, MAX_LINE_POINTS)
         throughput = plots.line(
             {"finished": points},
             title="finished trajectories over time",
