@@ -12,13 +12,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
 from mcp_evalserver.agents.base import Submission
+from mcp_evalserver.sandbox.base import REPORT_FD
 from mcp_evalserver.scoring.base import ScoreResult
+from mcp_evalserver.scoring.strict import grade_report, plugin_env, plugin_source
 from mcp_evalserver.scoring.testsuite import TestsScorer
 from mcp_evalserver.spec import Task
-from tests.scoring.sandboxed import diff_of, require_root, scoring_in_workspaces
+from tests.scoring.sandboxed import (
+    PYTHON_PYTEST,
+    diff_of,
+    git_repo,
+    require_root,
+    scoring_in_workspaces,
+)
 from tests.scoring.test_tests_scorer import BUGGY, _task
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
@@ -205,3 +214,67 @@ async def test_a_daemon_an_agent_command_left_in_the_workspace_cannot_forge_the_
         )
     # The daemon died with the agent's command (its pid namespace), before any grading.
     _graded_as_failing(result)
+
+
+#: A program that tries to reach the process that started it: PTRACE_ATTACH, then opening
+#: one of its descriptors through /proc. Prints the ptrace result and "opened" or "denied".
+PROBE = """import ctypes
+import os
+import sys
+
+pid = int(sys.argv[1])
+libc = ctypes.CDLL(None)
+attached = libc.ptrace(16, pid, 0, 0)  # PTRACE_ATTACH
+print(attached)
+if attached == 0:  # let it go again: PTRACE_DETACH once it stopped
+    os.waitpid(pid, 0x40000000)
+    libc.ptrace(17, pid, 0, 0)
+try:  # its stdout, a pipe: reopened through /proc were pytest reachable
+    os.close(os.open("/proc/%d/fd/1" % pid, os.O_WRONLY))
+    print("opened")
+except PermissionError:
+    print("denied")
+"""
+PROBE_TEST = (
+    "import os\nimport subprocess\nimport sys\n\n\n"
+    "def test_pytest_is_out_of_reach():\n"
+    "    run = subprocess.run([sys.executable, 'probe.py', str(os.getpid())],\n"
+    "                         stdout=subprocess.PIPE, universal_newlines=True)\n"
+    "    assert run.stdout.split() == ['-1', 'denied']\n"
+)
+
+
+async def test_under_strict_mode_no_program_the_tests_start_can_ptrace_pytest_or_open_its_fds(
+    tmp_path: Path,
+) -> None:
+    # The same test, with and without strict mode's plugin: without it, a program the tests
+    # start attaches to pytest (same uid) and opens its descriptors.
+    repo = git_repo(tmp_path / "repo", {"probe.py": PROBE, "test_probe.py": PROBE_TEST})
+    task = Task.model_validate({"id": "probe", "path": str(repo)})
+    command = f"{PYTHON_PYTEST} -q -p no:cacheprovider test_probe.py"
+    plugin_dir = "/tmp/strict-plugin"
+    with anyio.fail_after(120):
+        async with scoring_in_workspaces(tmp_path / "campaign") as scoring:
+            sandbox = scoring.sandbox(task)
+            try:
+                workspace = await sandbox.workspace()
+                plugin = f"{plugin_dir}/mcp_evalserver_report.py"
+                await workspace.write_file(plugin, plugin_source())
+                plain = await workspace.exec(command, timeout=60)
+                strict = await workspace.exec(
+                    command, env=plugin_env(plugin_dir, REPORT_FD), report=True, timeout=60
+                )
+            finally:
+                await sandbox.aclose()
+    assert plain.exit_code == 1, plain.stdout
+    # (Attaching needs no Yama, or ptrace_scope 0; opening through /proc works either way.)
+    assert "'opened']" in plain.stdout, plain.stdout
+    assert (strict.exit_code, strict.report_writers) == (0, 1), strict.stdout
+    grade = grade_report(
+        strict.report,
+        writers=strict.report_writers,
+        fail_to_pass=["test_probe.py::test_pytest_is_out_of_reach"],
+        pass_to_pass=[],
+        exit_status=strict.exit_code,
+    )
+    assert grade.resolved, grade.explanation
