@@ -25,6 +25,10 @@ bench/results/sandbox.json.
   (the n branches of `fork_trajectory`); fork_copy_p50_ms: `cp -a` of that same workspace's
   /testbed. The same figures on a small repository (small_*) show whether they are flat in
   the repository's size.
+- keep_checkpoint_p50_ms, start_from_kept_p50_ms, kept_bytes: what `fork_trajectory` pays
+  once per call so that its branches can start again after a crash: `export_checkpoint()` of
+  that 1,000-file checkpoint (a tar of the changed files, kept with the ledger), and a
+  workspace started from it (`workspace_from_archive`, what a resumed branch does).
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ PROJECT = "django==5.2.19"
 CREATES, BURST, FRESH_CONTAINERS, COPIES = 30, 16, 15, 5
 EXECS, DOCKER_EXECS, FLOOR_SPAWNS = 300, 50, 300
 IN_FLIGHT, THROUGHPUT_COMMANDS, DOCKER_THROUGHPUT_COMMANDS = 64, 1280, 320
-FORKS, CHANGED_FILES = 30, 1000
+FORKS, CHANGED_FILES, KEEPS = 30, 1000, 10
 SMALL_REPO_SETUP = (
     "mkdir -p /testbed && cd /testbed && git init -q && printf 'x\\n' > README",
     "git add -A && git -c user.email=b@b -c user.name=bench commit -qm base",
@@ -340,6 +344,21 @@ async def measure_forks(instance: Instance, prefix: str = "") -> dict[str, float
         at_checkpoint.append(await timed(branch))
     seen = await children[-1].exec("git status --porcelain | wc -l")
     assert int(seen.stdout) >= CHANGED_FILES, "a fork must see the parent's changes"
+    keeps, starts, kept = [], [], [b""]
+    for i in range(KEEPS):
+
+        async def keep() -> None:
+            kept[0] = await parent.export_checkpoint(checkpoint)
+
+        keeps.append(await timed(keep))
+        await parent.exec(f"echo {i} > step.txt")
+
+        async def start(i: int = i) -> None:
+            children.append(await instance.workspace_from_archive(f"kept-{i}", kept[0]))
+
+        starts.append(await timed(start))
+    seen = await children[-1].exec("git status --porcelain | wc -l")
+    assert int(seen.stdout) >= CHANGED_FILES, "a kept checkpoint must hold the parent's changes"
     for child in children:
         await child.destroy()
     copies = await copies_ms(parent)
@@ -354,6 +373,9 @@ async def measure_forks(instance: Instance, prefix: str = "") -> dict[str, float
         f"{prefix}fork_p50_ms": p50(forks),
         f"{prefix}fork_at_checkpoint_p50_ms": p50(at_checkpoint),
         f"{prefix}fork_copy_p50_ms": p50(copies),
+        f"{prefix}keep_checkpoint_p50_ms": p50(keeps),
+        f"{prefix}start_from_kept_p50_ms": p50(starts),
+        f"{prefix}kept_bytes": float(len(kept[0])),
     }
 
 
@@ -373,6 +395,9 @@ def report(figures: dict[str, Any], project: str, files: int) -> None:
         (f"fork, {CHANGED_FILES} files changed", f["fork_p50_ms"], "ms p50"),
         ("fork at an existing checkpoint", f["fork_at_checkpoint_p50_ms"], "ms p50"),
         ("cp -a of that workspace's /testbed", f["fork_copy_p50_ms"], "ms p50"),
+        ("keep that checkpoint (export, per fork)", f["keep_checkpoint_p50_ms"], "ms p50"),
+        ("start a workspace from the kept one", f["start_from_kept_p50_ms"], "ms p50"),
+        ("kept checkpoint size", f["kept_bytes"] / 1e6, "MB"),
         ("checkpoint, small repository", f["small_checkpoint_p50_ms"], "ms p50"),
         ("fork, small repository", f["small_fork_p50_ms"], "ms p50"),
     ]

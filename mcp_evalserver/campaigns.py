@@ -37,7 +37,6 @@ from mcp_evalserver.errors import (
     InfrastructureError,
     InvalidInput,
     LedgerCorrupt,
-    LimitExceeded,
     NotFound,
     sole_error,
 )
@@ -64,6 +63,7 @@ from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.spec import CampaignSpec, Task
 from mcp_evalserver.state import (
     BRANCH_RESTARTED,
+    CHECKPOINT_KEPT,
     ENDPOINT_CALLS,
     ENDPOINT_LIMIT,
     INSTANCE_REPROVISIONED,
@@ -372,6 +372,8 @@ class _Drive:
     group: anyio.abc.TaskGroup | None = None
     #: Forked workspaces waiting for the first attempt of their branch.
     forks: dict[str, Workspace] = field(default_factory=dict)
+    #: Set once the checkpoint a branch of this run starts from is kept (or known not to be).
+    keeping: dict[str, anyio.Event] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.limiters.on_endpoint_limit = self._endpoint_limit_changed
@@ -551,31 +553,40 @@ class _Drive:
             raise Conflict("this run does not start new trajectories now; try again shortly")
         workspace = await sandbox.workspace()
         checkpoint = await workspace.checkpoint()
-        start = await self._keep_checkpoint(workspace, checkpoint)
         siblings = sum(t.parent == parent.id for t in self.state.trajectories.values())
         branches = []
+        kept = anyio.Event()
         for k in range(siblings + 1, siblings + n + 1):
             tid = f"{parent.id}.{k}"
             name = workspace_name(self.state.id, tid, "a1")
             self.forks[tid] = await workspace.fork(name, checkpoint=checkpoint)
-            await self.record(
-                TRAJECTORY_BRANCHED, tid, parent=parent.id, checkpoint=checkpoint, **start
-            )
+            await self.record(TRAJECTORY_BRANCHED, tid, parent=parent.id, checkpoint=checkpoint)
+            self.keeping[tid] = kept
             self.group.start_soon(self.trajectory, self.state.trajectories[tid])
             branches.append(tid)
+        # Off the fork's path (it takes about the size of the changes): until it is recorded,
+        # a restart of these branches waits for it, and a crash restarts them clean.
+        self.group.start_soon(self._keep_checkpoint, workspace, checkpoint, branches, kept)
         return branches
 
-    async def _keep_checkpoint(self, workspace: Workspace, checkpoint: str) -> dict[str, Any]:
-        """Keeps the checkpoint's files with the ledger, for branches that must start again
-        after the fork itself is gone (its supervisor died, the run crashed): the payload of
-        their `trajectory_branched` records."""
+    async def _keep_checkpoint(
+        self, workspace: Workspace, checkpoint: str, branches: list[str], kept: anyio.Event
+    ) -> None:
+        """Keeps the checkpoint's files with the ledger (a `checkpoint_kept` record), for
+        `branches` that must start again after their forks are gone (a supervisor died, the
+        run crashed)."""
+        start: dict[str, Any]
         try:
             archive = await workspace.export_checkpoint(checkpoint, max_bytes=MAX_KEPT_BYTES)
-        except (LimitExceeded, Conflict) as exc:
+            start = {"start": (await self.ledger.put_artifact(archive, ".tar")).as_json()}
+        except EvalServerError as exc:
             # The branches run from their forks all the same; only a restart starts clean.
-            return {"start_missing": str(exc)[:4000]}
-        ref = await self.ledger.put_artifact(archive, ".tar")
-        return {"start": ref.as_json()}
+            start = {"start_missing": f"its checkpoint could not be kept: {exc}"[:4000]}
+        try:
+            await self.record(CHECKPOINT_KEPT, None, trajectories=branches, checkpoint=checkpoint,
+                              **start)  # fmt: skip
+        finally:
+            kept.set()
 
     async def _restart_branch(
         self, trajectory: TrajectoryState, sandbox: TrajectorySandbox
@@ -586,7 +597,9 @@ class _Drive:
         Raises:
             InfrastructureError: the instance is unavailable (the attempt is retried).
         """
-        reason = trajectory.start_missing or "no checkpoint was kept when it branched"
+        if (keeping := self.keeping.get(trajectory.id)) is not None:
+            await keeping.wait()
+        reason = trajectory.start_missing or "its checkpoint was not kept before the run ended"
         if trajectory.start is not None:
             try:
                 archive = await anyio.to_thread.run_sync(

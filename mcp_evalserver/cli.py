@@ -100,6 +100,26 @@ def build_parser() -> argparse.ArgumentParser:
         "predictions file) under these directories (symlinks and `..` resolved first); none "
         "by default over HTTP, any over --stdio",
     )
+    parser.add_argument(
+        "--allow-env",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="NAME",
+        help="--http: let clients' specs use these variables of the server's environment as "
+        "API keys (`api_key_env` of `openai` agents and `llm_judge` scorers), sent only to "
+        "OpenAI's endpoint, $OPENAI_BASE_URL and --allow-endpoints; none by default over "
+        "HTTP (a variable the server does not set sends nothing), any over --stdio",
+    )
+    parser.add_argument(
+        "--allow-endpoints",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="URL",
+        help="--http: other endpoints (a `base_url` equal to or below one of these URLs) that "
+        "may receive the keys of --allow-env",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = commands.add_parser("run", help="start a campaign from a spec file and run it")
@@ -197,7 +217,12 @@ def _serve(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     token = resolve_token(args.token, args.host)
-    privileges = Privileges.for_http(allow_plugins=args.allow_plugins, allow_paths=args.allow_paths)
+    privileges = Privileges.for_http(
+        allow_plugins=args.allow_plugins,
+        allow_paths=args.allow_paths,
+        allow_env=args.allow_env,
+        allow_endpoints=args.allow_endpoints,
+    )
     with contextlib.suppress(KeyboardInterrupt):
         anyio.run(
             functools.partial(

@@ -27,9 +27,10 @@ Record kinds and what they do to a trajectory:
     ledger_repaired      a torn tail was dropped when the ledger was reopened
     trajectory_branched  a new trajectory (`<parent>.<n>`) forked from `parent` at its
                          workspace's `checkpoint`: same task and sample, pending, scored on
-                         its own; replay rebuilds the tree of branches from these. `start`
-                         names the checkpoint's exported files (an artifact) that a restarted
-                         branch begins from; `start_missing` says why none was kept
+                         its own; replay rebuilds the tree of branches from these
+    checkpoint_kept      the files of the `checkpoint` the named branches (`trajectories`)
+                         forked at, kept as the artifact `start` that a restarted branch
+                         begins from; or `start_missing`: why they could not be kept
     branch_restarted     a branch attempt that did not get its fork from this run (a resume
                          after a crash, a retry) began (`source`) at its `checkpoint` or from
                          a `clean` copy of the task, and then `reason` says why
@@ -61,6 +62,7 @@ ENDPOINT_CALLS = "endpoint_calls"
 JUDGE_CALIBRATED = "judge_calibrated"
 TRAJECTORY_BRANCHED = "trajectory_branched"
 BRANCH_RESTARTED = "branch_restarted"
+CHECKPOINT_KEPT = "checkpoint_kept"
 #: How much of an error message the history of a trajectory's failures keeps.
 HISTORY_MESSAGE_CHARS = 300
 SCORER_ADAPTER = TypeAdapter[ScorerConfig](ScorerConfig)
@@ -278,6 +280,9 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     if kind == TRAJECTORY_BRANCHED:
         _branched(state, record)
         return
+    if kind == CHECKPOINT_KEPT:
+        _checkpoint_kept(state, record)
+        return
     if kind == ENDPOINT_CALLS:
         for endpoint, counts in record.get("calls", {}).items():
             summed = state.endpoint_calls.setdefault(endpoint, {})
@@ -312,9 +317,18 @@ def _branched(state: CampaignState, record: dict[str, Any]) -> None:
         parent=parent.id,
         checkpoint=record.get("checkpoint"),
         branched_ts=record["ts"],
-        start=record.get("start"),
-        start_missing=record.get("start_missing"),
     )
+
+
+def _checkpoint_kept(state: CampaignState, record: dict[str, Any]) -> None:
+    for tid in record.get("trajectories") or []:
+        branch = state.trajectories.get(str(tid))
+        if branch is None or branch.parent is None:
+            raise LedgerCorrupt(
+                f"record seq {record['seq']} ({CHECKPOINT_KEPT}) names {tid!r}, which is no "
+                "branch of this campaign"
+            )
+        branch.start, branch.start_missing = record.get("start"), record.get("start_missing")
 
 
 def _branch_restarted(trajectory: TrajectoryState, record: dict[str, Any]) -> None:

@@ -49,6 +49,10 @@ class ExternalAgentConfig(_Strict):
     )
 
 
+#: Where an `openai` agent without a `base_url` sends its requests.
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
 class OpenAIAgentConfig(_Strict):
     """A tool-calling loop (exec, read_file, write_file, submit) against an OpenAI-compatible
     chat completions endpoint."""

@@ -29,15 +29,13 @@ from openai.types.chat import (
 
 from mcp_evalserver.adaptive import EndpointLimiter
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext, Usage
-from mcp_evalserver.agents.config import OpenAIAgentConfig
+from mcp_evalserver.agents.config import DEFAULT_BASE_URL, OpenAIAgentConfig
 from mcp_evalserver.agents.workspace_tools import WorkspaceTools, tool_schemas
 from mcp_evalserver.endpoint_calls import call_with_retries
 from mcp_evalserver.errors import InfrastructureError, InvalidInput
 from mcp_evalserver.scheduler import RetryPolicy
 
 _T = TypeVar("_T")
-
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 # Local OpenAI-compatible servers (vLLM, llama.cpp, Ollama) ignore the key, but the client
 # insists on one; sent only when a `base_url` is configured and the key variable is unset.

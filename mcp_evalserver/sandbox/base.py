@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from mcp_evalserver import errors
 
 DEFAULT_WORKDIR = "/testbed"
+#: The file descriptor at which `exec(report=True)` gives the command its report channel.
+REPORT_FD = 4
 
 
 class HostPath(BaseModel):
@@ -97,6 +99,16 @@ class ExecResult(BaseModel):
     stderr_truncated: bool = False
     duration_s: float
     timed_out: bool = False
+    report: bytes | None = Field(
+        default=None,
+        description="What the command's processes wrote to its report channel "
+        "(`exec(report=True)`); None when it had none.",
+    )
+    report_truncated: bool = False
+    report_writers: int = Field(
+        default=0,
+        description="How many processes wrote to the report channel (the kernel's count).",
+    )
 
     @property
     def ok(self) -> bool:
@@ -134,6 +146,7 @@ class Workspace(ABC):
         cwd: str | None = None,
         output_cap: int = 1 << 20,
         user: str | None = None,
+        report: bool = False,
     ) -> ExecResult:
         """Runs a command (a string goes to `/bin/sh -c`) in a fresh pid/net namespace.
 
@@ -142,10 +155,17 @@ class Workspace(ABC):
         of the view's own /etc/passwd) runs it as that user, without capabilities; by default
         it runs as uid 0 with the few capabilities a workspace keeps.
 
+        `report` gives the command a private report channel: the write end of a unix stream
+        socket at file descriptor `REPORT_FD`, read to its end by the sandbox and returned as
+        `ExecResult.report`, with `report_writers` the number of processes that wrote to it as
+        the kernel counts them. No path in the view names it; a process holds it only by
+        inheriting it. Strict grading sends pytest's report there.
+
         Raises:
             InvalidInput: empty command, `cwd` that does not exist in the view, or a `user`
                 the view's /etc/passwd does not know.
             NotFound: the workspace was destroyed.
+            Conflict: `report` on a backend that cannot give one (no supervisor).
             SandboxUnavailable: the instance is gone.
         """
 

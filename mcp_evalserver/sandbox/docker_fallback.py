@@ -243,7 +243,14 @@ class ContainerWorkspace(Workspace):
         cwd: str | None = None,
         output_cap: int = 1 << 20,
         user: str | None = None,
+        report: bool = False,
     ) -> ExecResult:
+        if report:
+            raise errors.Conflict(
+                "this workspace runs commands by `docker exec` (the image has no python3 >= "
+                "3.8 for the supervisor), which cannot give a command a private report "
+                "channel; add python3 to the image, or grade without strict mode"
+            )
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
         if not argv or (isinstance(cmd, str) and not cmd.strip()):
             raise errors.InvalidInput("the command is empty")

@@ -394,6 +394,7 @@ class RayWorkspace(Workspace):
         cwd: str | None = None,
         output_cap: int = 1 << 20,
         user: str | None = None,
+        report: bool = False,
     ) -> ExecResult:
         result = await self._op(
             "exec",
@@ -404,6 +405,7 @@ class RayWorkspace(Workspace):
             cwd=cwd,
             output_cap=output_cap,
             user=user,
+            report=report,
         )
         return ExecResult.model_validate(result)
 

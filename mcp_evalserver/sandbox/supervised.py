@@ -146,6 +146,7 @@ class SupervisedWorkspace(Workspace):
         cwd: str | None = None,
         output_cap: int = 1 << 20,
         user: str | None = None,
+        report: bool = False,
     ) -> ExecResult:
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
         if not argv or (isinstance(cmd, str) and not cmd.strip()):
@@ -168,6 +169,7 @@ class SupervisedWorkspace(Workspace):
             timeout=timeout,
             output_cap=output_cap,
             user=user,
+            **({"report": True} if report else {}),
         )
         return ExecResult(
             exit_code=int(result["exit_code"]),
@@ -177,6 +179,9 @@ class SupervisedWorkspace(Workspace):
             stderr_truncated=bool(result["stderr_truncated"]),
             duration_s=float(result["duration_s"]),
             timed_out=bool(result["timed_out"]),
+            report=base64.b64decode(result["report_b64"]) if "report_b64" in result else None,
+            report_truncated=bool(result.get("report_truncated")),
+            report_writers=int(result.get("report_writers") or 0),
         )
 
     async def read_file(self, path: str, *, max_bytes: int = 16 << 20) -> bytes:

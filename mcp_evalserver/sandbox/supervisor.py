@@ -14,8 +14,10 @@ Ops and their args (results in brackets):
              [version, pid, python, cgroups, cgroup_dirs, limits: which are enforced]
   freeze     setup: [shell lines], timeout            [base: HEAD of workdir or null]
   ws_create  ws, limits: {pids, memory_bytes, disk_bytes}    [ws, ms, holder_pid, root]
-  exec       ws, argv, env, cwd, stdin_b64, timeout, output_cap, user (name or uid in the view)
-             [exit_code (-signal), stdout_b64, stderr_b64, *_truncated, duration_s, timed_out]
+  exec       ws, argv, env, cwd, stdin_b64, timeout, output_cap, user (name or uid in the view),
+             report (a private channel at the command's fd REPORT_FD, see spawn_sandboxed)
+             [exit_code (-signal), stdout_b64, stderr_b64, *_truncated, duration_s, timed_out;
+              with report: report_b64, report_truncated, report_writers]
   read       ws, path, max_bytes [data_b64]     write  ws, path, data_b64, mode [bytes]
   list       ws, path [entries: {name, kind, size}, truncated]
   diff       ws, timeout, max_bytes [patch_b64]  ws_reset, ws_destroy  ws
@@ -77,6 +79,9 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_CAPBSET_READ, PR_CAPBSET_DROP, CAP_SYS_ADMIN = 1, 23, 24, 21
 PR_SET_DUMPABLE = 4
+# Where an exec asked with `report` finds the write end of its private report channel.
+REPORT_FD = 4
+REPORT_CAP = 64 << 20
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 22, 38
 SYSCALL_CLONE = {"x86_64": 56, "aarch64": 220}
 # Signals Python ignores or handles that a command must start with at their defaults.
@@ -459,6 +464,8 @@ def serve_as_init(command: int) -> None:
     """Pid 1 of an exec: reaps every orphan until `command` exits, reports its status."""
     for fd in (0, 1, 2):  # the command's pipes end with the command, not with us
         os.close(fd)
+    with contextlib.suppress(OSError):
+        os.close(REPORT_FD)  # likewise its report channel, if it has one
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
@@ -685,7 +692,11 @@ class Job:
         self.killed = False  # by us: timeout, cancel, reset or destroy
         self.open_fds: set[int] = set()
         self.out_fd = self.err_fd = -1
+        self.report: socket.socket | None = None  # our end of the exec's report channel
+        self.report_data = Capture(REPORT_CAP)
+        self.report_writers: set[int] = set()  # pids, as the kernel tells them
         self.finish: Callable[[Job], dict[str, Any]] = lambda job: {}
+        self.on_done: Callable[[], None] = lambda: None  # once it ended, cancelled or not
 
     def output(self) -> tuple[tuple[bytes, bool], tuple[bytes, bool]]:
         return self.captures[self.out_fd].result(), self.captures[self.err_fd].result()
@@ -745,7 +756,7 @@ class Holder:
                     for pid, job in self.children.items():
                         if job == request["job"]:
                             os.kill(pid, signal.SIGKILL)
-                elif len(fds) == 5:
+                elif len(fds) in (5, 6):  # the sixth: the exec's report channel
                     self.fork_exec(int(request["job"]), list(fds))
 
     def reap(self) -> None:
@@ -759,7 +770,8 @@ class Holder:
             self.children.pop(pid, None)
 
     def fork_exec(self, job: int, fds: list[int]) -> None:
-        stdin, out, err, info, memfd = fds
+        stdin, out, err, info, memfd = fds[:5]
+        report = fds[5] if len(fds) > 5 else -1
         try:
             if self.broken:
                 raise SupervisorError("InfrastructureError", self.broken)
@@ -775,10 +787,14 @@ class Holder:
         if pid == 0:
             try:
                 reset_signals()
+                if report >= 0:  # out of the way of the dup2s below
+                    report = fcntl.fcntl(report, fcntl.F_DUPFD, REPORT_FD + 64)
                 for target, fd in enumerate((stdin, out, err, info)):
                     os.dup2(fd, target)
                 request = json.loads(os.pread(memfd, os.fstat(memfd).st_size, 0))
-                close_fds_from(4)
+                if report >= 0:
+                    os.dup2(report, REPORT_FD)  # inheritable: the command gets it
+                close_fds_from(REPORT_FD + 1 if report >= 0 else 4)
                 prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the holder's death ends the exec
                 self.sup.sandbox_init(
                     self.ws, request["argv"], request["env"], request["cwd"],
@@ -979,6 +995,10 @@ class Supervisor:
                 job.info_fd = r
             job.open_fds.add(r)
             self.sel.register(r, selectors.EVENT_READ, (job, r))
+        if job.report is not None:
+            job.report.setblocking(False)
+            job.open_fds.add(job.report.fileno())
+            self.sel.register(job.report.fileno(), selectors.EVENT_READ, (job, job.report.fileno()))
         if job.pid:
             self.jobs[job.pid] = job
         self.active.add(job)
@@ -1002,6 +1022,9 @@ class Supervisor:
             os.close(fd)
             job.stdin_fd = -1
             return
+        if job.report is not None and fd == job.report.fileno():
+            self.pump_report(job, job.report)
+            return
         try:
             chunk = os.read(fd, 1 << 16)
         except BlockingIOError:
@@ -1015,6 +1038,25 @@ class Supervisor:
         self.sel.unregister(fd)
         os.close(fd)
         job.open_fds.discard(fd)
+        self.maybe_done(job)
+
+    def pump_report(self, job: Job, sock: socket.socket) -> None:
+        """Reads the report channel. With SO_PASSCRED the kernel never joins bytes of two
+        writers in one read and names each read's writer: that count is the exec's answer to
+        "did anyone but the one process that should write to it?"."""
+        try:
+            chunk, ancdata, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(12))
+        except BlockingIOError:
+            return
+        if chunk:
+            job.report_data.feed(chunk)
+            for level, kind, data in ancdata:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    job.report_writers.add(struct.unpack("i", data[:4])[0])
+            return
+        self.sel.unregister(sock.fileno())
+        job.open_fds.discard(sock.fileno())
+        sock.close()
         self.maybe_done(job)
 
     def reap(self) -> None:
@@ -1055,6 +1097,7 @@ class Supervisor:
             os.close(job.stdin_fd)
         self.jobs.pop(job.pid, None)
         self.active.discard(job)
+        job.on_done()
         if self.by_req.pop(job.req_id, None) is None:
             return  # cancelled: the client no longer waits
         if job.ws is not None:
@@ -1564,11 +1607,12 @@ class Supervisor:
         child: a checkpoint that outlives this supervisor, or this instance."""
         ws = self.workspace(args)
         assert ws.layers is not None
-        dirs = [layer.dir for layer in ws.layers.stack_of(str(args["checkpoint"]))]
+        assert self.layer_store is not None
+        stack, store = ws.layers.stack_of(str(args["checkpoint"])), self.layer_store
+        dirs = [layer.dir for layer in stack]
         cap = int(args.get("max_bytes") or 256 << 20)
 
         def child() -> None:
-            # A workspace destroyed meanwhile may take these layers: the export then fails.
             with os.fdopen(1, "wb", closefd=False) as out:
                 layers.write_archive(dirs, out)
 
@@ -1588,7 +1632,10 @@ class Supervisor:
                 raise SupervisorError("LimitExceeded", f"the checkpoint is over {cap} bytes")
             return {"archive_b64": base64.b64encode(archive).decode()}
 
-        self.spawn(req_id, child, None, float(args.get("timeout") or 300), cap=cap).finish = finish
+        # Held while the child reads them: the workspace may be destroyed meanwhile.
+        store.hold(stack)
+        job = self.spawn(req_id, child, None, float(args.get("timeout") or 300), cap=cap)
+        job.finish, job.on_done = finish, lambda: store.release(stack)
 
     def op_cancel(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
         job = self.by_req.pop(int(args["target"]), None)
@@ -1630,12 +1677,18 @@ class Supervisor:
         job = self.spawn_sandboxed(
             req_id, ws, argv, args.get("env") or {}, args.get("cwd"), float(args["timeout"]),
             int(args.get("output_cap") or 1 << 20), stdin, args.get("user"),
+            bool(args.get("report")),
         )  # fmt: skip
 
         def finish(job: Job) -> dict[str, Any]:
             result = self.exec_result(job)
             for key in ("stdout", "stderr"):
                 result[key + "_b64"] = base64.b64encode(result.pop(key)).decode()
+            if job.report is not None:
+                report, truncated = job.report_data.result()
+                result["report_b64"] = base64.b64encode(report).decode()
+                result["report_truncated"] = truncated
+                result["report_writers"] = len(job.report_writers)
             return result
 
         job.finish = finish
@@ -1673,7 +1726,17 @@ class Supervisor:
         cap: int,
         stdin: bytes | None,
         user: str | None = None,
+        report: bool = False,
     ) -> Job:
+        """Starts `argv` in the workspace (see Holder). With `report`, the command also gets
+        the write end of a unix stream socket at fd REPORT_FD: a channel whose bytes only we
+        read, that no path in the view names (a socket cannot be opened through /proc), which
+        a process can hold only by inheriting it (pidfd_getfd is denied), and whose writers
+        the kernel names (SO_PASSCRED). Not a file in the view: any process of the run could
+        replace one after the tests wrote it. Not a pipe: /proc/PID/fd/N reopens a pipe, and
+        its bytes carry no writer. What it cannot stop: the process it was meant for (pytest)
+        and anything that process runs in itself can write to it; the reader decides whom
+        to believe (strict grading: exactly one writer, which announced itself first)."""
         cfg, limits = self.cfg, ws.limits
         full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8",
                     "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
@@ -1697,6 +1760,12 @@ class Supervisor:
         os.write(memfd, json.dumps(request).encode())
         pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, info
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1], memfd]
+        ours: socket.socket | None = None
+        if report:
+            ours, end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            ours.shutdown(socket.SHUT_WR)  # nothing flows to the command
+            theirs.append(end.detach())
         try:
             header = json.dumps({"op": "exec", "job": req_id}).encode()
             rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))]
@@ -1704,12 +1773,16 @@ class Supervisor:
         except OSError as e:
             for fd in [pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]]:
                 os.close(fd)
+            if ours is not None:
+                ours.close()
             msg = f"workspace {ws.name!r} lost its holder ({e}); reset it or make another"
             raise SupervisorError("InfrastructureError", msg) from e
         finally:
             for fd in theirs:
                 os.close(fd)
-        return self.register(Job(req_id, 0, None, ws), pipes, timeout, cap, stdin)
+        job = Job(req_id, 0, None, ws)
+        job.report = ours
+        return self.register(job, pipes, timeout, cap, stdin)
 
     def sandbox_init(
         self,

@@ -18,16 +18,28 @@ configuration that rewrites reports. Strict mode closes them:
 - Paths inside `.git` the patch names (only GNU `patch`, the chain's last command, writes
   there: a hook that runs at the next `git checkout`, a `config` naming commands) are put back
   as they were before the patch, before any git command runs.
-- Results come from pytest's own JUnit XML report (`--junitxml`, via `PYTEST_ADDOPTS`) written
-  to a fresh, randomly named path that did not exist before the run, never from the log.
+- Results come from pytest's own JUnit XML report, never from the log, and never from a file:
+  strict mode's pytest plugin (`report_plugin`, loaded with `-p` before any conftest.py or
+  test module) sends it on the sandbox's report channel (`Workspace.exec(report=True)`): a
+  socket the sandbox reads itself, that no path in the workspace names. A file in the
+  workspace, however randomly named, is one any process of the run can replace after pytest
+  wrote it (a daemon the code under test forks at import), so the report never touches one.
+  The report must come from exactly one process (the kernel counts the channel's writers), and
+  begin with the plugin's `HELLO`, which it sends at import, before any code of the submission
+  runs in pytest: a process the tests start that also writes makes it `tests_errored`.
   A test id passes only if every report entry for it passed (a failing subtest fails it).
 - The report must agree with the process's exit status (0 exactly when nothing failed or
-  errored), and a run that wrote no report is `tests_errored`.
+  errored), and a run that sent no report is `tests_errored`.
 
-Limits (said plainly): the submission's code runs inside the pytest process, so code that sets
-out to forge strict mode's report from inside that process (monkeypatching pytest at import
-time) is not excluded; only running the code under test outside the test process would. Strict
-mode needs pytest: a runner that writes no JUnit report is `tests_errored`.
+Limits (said plainly): the submission's code runs inside the pytest process, and that process
+can write to its own channel: code that sets out to forge strict mode's report from inside it
+(monkeypatching pytest at import time, writing to the plugin's socket) is not excluded; nor is
+code that runs earlier in the same eval script (an install step running the submission's
+setup.py), which can rewrite pytest itself. Only running the code under test outside the test
+process would exclude them. Processes left from the agent's commands are not a threat: each
+command's pid namespace dies with it, and grading uses a fresh workspace. Strict mode needs
+pytest run once by the eval script, with the plugin importable (a test command that sets
+`PYTHONPATH` itself hides it): otherwise it is `tests_errored`.
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ import re
 import shlex
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import PurePosixPath
 
 from mcp_evalserver.scoring.grading import (
@@ -71,9 +84,26 @@ _RANK = {
 }
 
 
-def junit_options(report_path: str) -> str:
-    """What strict mode adds to `PYTEST_ADDOPTS`: a JUnit report with file names (xunit1)."""
-    return f"--junitxml={shlex.quote(report_path)} -o junit_family=xunit1"
+#: The name strict mode's plugin is imported by, and what it sends first (`report_plugin`;
+#: not imported here: it needs pytest, which only the task's environment has).
+PLUGIN_MODULE = "mcp_evalserver_report"
+PLUGIN_FD_VARIABLE = "MCP_EVALSERVER_REPORT_FD"
+PLUGIN_HELLO = b"mcp-evalserver-report 1\n"
+
+
+def plugin_source() -> str:
+    """The plugin's source, to be written as `<dir>/mcp_evalserver_report.py`."""
+    return resources.files("mcp_evalserver.scoring").joinpath("report_plugin.py").read_text()
+
+
+def plugin_env(plugin_dir: str, report_fd: int) -> dict[str, str]:
+    """What strict mode adds to the test run's environment: the plugin loaded first (`-p`,
+    before conftest files), JUnit reports with file names (xunit1), and the channel's fd."""
+    return {
+        "PYTEST_ADDOPTS": f"-p {PLUGIN_MODULE} -o junit_family=xunit1",
+        "PYTHONPATH": plugin_dir,
+        PLUGIN_FD_VARIABLE: str(report_fd),
+    }
 
 
 #: Directories whose files register plugins: an `entry_points.txt` with a `[pytest11]` section
@@ -264,24 +294,40 @@ def _case_status(case: ElementTree.Element) -> TestStatus:
 
 
 def grade_report(
-    report: bytes | None,
+    channel: bytes | None,
     *,
+    writers: int,
     fail_to_pass: str | Sequence[str] | None,
     pass_to_pass: str | Sequence[str] | None,
     exit_status: int,
 ) -> Grade:
-    """Grades a run from its JUnit report and its exit status (see the module docstring).
+    """Grades a run from what its report channel carried (`channel`, written by `writers`
+    processes) and its exit status (see the module docstring).
 
     Raises:
         InvalidInput: a test list is malformed.
     """
     f2p = parse_test_list(fail_to_pass, "FAIL_TO_PASS")
     p2p = parse_test_list(pass_to_pass, "PASS_TO_PASS")
-    if report is None:
+    if writers > 1:
         return ungraded(
             EvalStatus.TESTS_ERRORED,
-            "strict: the tests wrote no JUnit report (pytest did not finish, or the runner "
-            "is not pytest)",
+            f"strict: {writers} processes wrote to the report channel, where only pytest "
+            "may: something the tests ran tried to write the results",
+            exit_status,
+        )
+    if not channel or not channel.startswith(PLUGIN_HELLO):
+        return ungraded(
+            EvalStatus.TESTS_ERRORED,
+            "strict: pytest never loaded strict mode's plugin (the runner is not pytest, or "
+            "the test command sets PYTHONPATH itself and hides it)",
+            exit_status,
+        )
+    report = channel.removeprefix(PLUGIN_HELLO)
+    if not report:
+        return ungraded(
+            EvalStatus.TESTS_ERRORED,
+            "strict: pytest sent no JUnit report (it did not finish)",
             exit_status,
         )
     try:

@@ -34,8 +34,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mcp_evalserver.errors import InvalidInput, LimitExceeded, NotFound
-from mcp_evalserver.sandbox.base import Workspace
+from mcp_evalserver.errors import Conflict, InvalidInput
+from mcp_evalserver.sandbox.base import REPORT_FD, Workspace
 from mcp_evalserver.sandboxes import InstanceCheck
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.grading import (
@@ -64,7 +64,8 @@ from mcp_evalserver.scoring.strict import (
     grade_report,
     infrastructure_in_patch,
     infrastructure_restore_script,
-    junit_options,
+    plugin_env,
+    plugin_source,
 )
 from mcp_evalserver.scoring.test_plans import TestPlan, plan_tests
 from mcp_evalserver.spec import Task
@@ -79,7 +80,8 @@ EXIT_WITH_TEST_STATUS = f'exit "${{{EXIT_CODE_VAR}:-3}}"'
 #: configuration says (`addopts = --color=yes` would hide every result from the parsers).
 PYTEST_ENV = {"PYTEST_ADDOPTS": "--color=no"}
 _RESTORE_TIMEOUT_S = 120.0
-_REPORT_CAP = 64 << 20
+#: Where strict mode's pytest plugin is written in the workspace (nothing secret about it).
+_PLUGIN_DIR = f"{EVAL_DIR}/strict-plugin"
 _STATUS_SAVED = re.compile(r"^\s*(\w+)=\$\?\s*$")
 
 
@@ -178,7 +180,8 @@ class TestsScorer(Scorer):
 
         Raises:
             InvalidInput: the task names a log parser this project lacks, or an eval_type
-                other than pass_and_fail (the runner records the trajectory's `error`).
+                other than pass_and_fail, or strict mode runs where the sandbox has no report
+                channel (the runner records the trajectory's `error`).
             SandboxUnavailable: the instance is gone (the runner retries).
         """
         task = context.task
@@ -222,12 +225,11 @@ class TestsScorer(Scorer):
             grade = _grade("", task, parser, patch_applied=False)
             return await self._result(context, grade, log, details)
         details["apply_command"] = applied.command
-        report_path = None
         if self.strict:
             details["restored"] = await self._restore_infrastructure(
                 workspace, task, patch, git_snapshot, log
             )
-            report_path = f"{EVAL_DIR}/{secrets.token_hex(16)}/report.xml"
+            await workspace.write_file(f"{_PLUGIN_DIR}/mcp_evalserver_report.py", plugin_source())
         if task.test_patch:
             await restore_files(workspace, patched_files(task.test_patch))
             tests_applied = await apply_patch(workspace, task.test_patch, "test_patch.diff")
@@ -240,7 +242,7 @@ class TestsScorer(Scorer):
                     outcome="error",
                     details={**details, "log": ref},
                 )
-        run = await self._run_tests(workspace, script, report_path)
+        run = await self._run_tests(workspace, script)
         log.append(run.output)
         if run.timed_out:
             # SWE-bench's own line, so its failure classifier reads our logs as it reads its own.
@@ -248,9 +250,10 @@ class TestsScorer(Scorer):
                 f"\n{TESTS_TIMEOUT} after {self.timeout_s:g}s\n\n"
                 f"Timeout error: {math.ceil(self.timeout_s)} seconds exceeded."
             )
-        if report_path is not None and run.exit_status is not None:
+        if self.strict and run.exit_status is not None:
             grade = grade_report(
-                await _read_report(workspace, report_path),
+                run.report,
+                writers=run.report_writers,
                 fail_to_pass=task.FAIL_TO_PASS,
                 pass_to_pass=task.PASS_TO_PASS,
                 exit_status=run.exit_status,
@@ -288,26 +291,34 @@ class TestsScorer(Scorer):
             log.append(f"strict: restoring exited {result.exit_code}: {result.stderr}\n")
         return restored
 
-    async def _run_tests(
-        self, workspace: Workspace, script: str, report_path: str | None
-    ) -> _TestRun:
-        """Runs the eval script; its output (stderr folded into stdout) and exit status."""
+    async def _run_tests(self, workspace: Workspace, script: str) -> _TestRun:
+        """Runs the eval script; its output (stderr folded into stdout) and exit status, and in
+        strict mode what its report channel carried."""
         path = f"{EVAL_DIR}/eval.sh"
         await workspace.write_file(path, script + "\n")
         env = dict(PYTEST_ENV)
-        if report_path is not None:
-            env["PYTEST_ADDOPTS"] += " " + junit_options(report_path)
+        if self.strict:
+            strict = plugin_env(_PLUGIN_DIR, REPORT_FD)
+            env = {
+                **strict,
+                "PYTEST_ADDOPTS": f"{env['PYTEST_ADDOPTS']} {strict['PYTEST_ADDOPTS']}",
+            }
         # No shell in between: a script killed by a signal must show as one (-signum).
-        result = await workspace.exec(
-            ["bash", "-c", 'exec bash "$0" 2>&1', path],
-            timeout=self.timeout_s,
-            output_cap=self.output_cap,
-            env=env,
-        )
+        try:
+            result = await workspace.exec(
+                ["bash", "-c", 'exec bash "$0" 2>&1', path],
+                timeout=self.timeout_s,
+                output_cap=self.output_cap,
+                env=env,
+                report=self.strict,
+            )
+        except Conflict as exc:  # no report channel on this backend: nothing can be graded
+            raise InvalidInput(f"strict mode cannot grade here: {exc}") from exc
         output = result.stdout + result.stderr
         if result.stdout_truncated:
             output += "\n[mcp-evalserver: the test output was truncated in the middle]\n"
-        return _TestRun(output, None if result.timed_out else result.exit_code, result.timed_out)
+        exit_status = None if result.timed_out else result.exit_code
+        return _TestRun(output, exit_status, result.timed_out, result.report, result.report_writers)
 
     async def _store_log(self, context: ScoringContext, log: list[str]) -> dict[str, Any]:
         return await context.store_artifact("".join(log).encode(errors="replace"), ".log")
@@ -342,18 +353,13 @@ class TestsScorer(Scorer):
         )
 
 
-async def _read_report(workspace: Workspace, path: str) -> bytes | None:
-    try:
-        return await workspace.read_file(path, max_bytes=_REPORT_CAP)
-    except (NotFound, InvalidInput, LimitExceeded):
-        return None
-
-
 @dataclass(frozen=True)
 class _TestRun:
     output: str
     exit_status: int | None  # None when it timed out
     timed_out: bool
+    report: bytes | None = None  # strict mode: what the report channel carried
+    report_writers: int = 0
 
 
 _UNRESOLVED_OUTCOMES: dict[str, Literal["failed", "error", "infra_error"]] = {

@@ -8,25 +8,37 @@ server to a Ray cluster of their choosing (not its own `--ray`); `--allow-paths 
 name host paths (a task's `path` and `paths`, a task file, a predictions file) under those
 directories. A path is judged by where it really leads (symlinks followed, `..` resolved), and
 the campaign records that real path, so a later symlink cannot lead it elsewhere.
+
+An `openai` agent or `llm_judge` scorer sends the value of the server's environment variable
+its `api_key_env` names as the bearer of every request to its `base_url`: over HTTP a spec may
+name only a variable of `--allow-env NAME...` (one the server does not set sends nothing, so a
+keyless local endpoint needs no flag), and such a key goes only to its default endpoint
+(OpenAI's, or the server's $OPENAI_BASE_URL) or below a URL of `--allow-endpoints URL...`. The
+same holds for a recorded campaign that an HTTP call would run again (resume, re-scoring): the
+caller chooses when the key is spent.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
 from mcp_evalserver.agents.config import (
+    DEFAULT_BASE_URL,
     CommandAgentConfig,
+    OpenAIAgentConfig,
     PredictionsAgentConfig,
     PythonAgentConfig,
 )
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.scoring.config import PythonScorerConfig
+from mcp_evalserver.scoring.config import LlmJudgeScorerConfig, PythonScorerConfig
 from mcp_evalserver.scoring.swebench_compat import GOLD
 from mcp_evalserver.spec import CampaignSpec, RaySandboxConfig, Task
 
@@ -44,20 +56,30 @@ class Privileges:
     """What clients may make the server do on its host.
 
     `plugins`: load Python plugins and run host programs. `path_roots`: the directories under
-    which host paths may be named (real paths), or None for any path.
+    which host paths may be named (real paths), or None for any path. `key_names`: the
+    environment variables whose values a spec may have sent as API keys, or None for any;
+    `key_endpoints`: the URLs below which such a key may go besides the default endpoint.
     """
 
     plugins: bool = True
     path_roots: tuple[Path, ...] | None = None
+    key_names: frozenset[str] | None = None
+    key_endpoints: tuple[str, ...] = ()
 
     @classmethod
     def for_http(
-        cls, *, allow_plugins: bool = False, allow_paths: Sequence[Path] = ()
+        cls,
+        *,
+        allow_plugins: bool = False,
+        allow_paths: Sequence[Path] = (),
+        allow_env: Sequence[str] = (),
+        allow_endpoints: Sequence[str] = (),
     ) -> Privileges:
         """What token holders get: nothing beyond campaigns unless the operator allows it.
 
         Raises:
-            InvalidInput: an allowed path is not an existing directory.
+            InvalidInput: an allowed path is not an existing directory, or an allowed endpoint
+                is not an http(s) URL.
         """
         roots = []
         for given in allow_paths:
@@ -65,7 +87,18 @@ class Privileges:
             if not real.is_dir():
                 raise InvalidInput(f"--allow-paths {given}: not a directory")
             roots.append(real)
-        return cls(plugins=allow_plugins, path_roots=tuple(roots))
+        for url in allow_endpoints:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname or not _plain(url):
+                raise InvalidInput(
+                    f"--allow-endpoints {url}: give an http(s) URL, e.g. https://api.example.com/v1"
+                )
+        return cls(
+            plugins=allow_plugins,
+            path_roots=tuple(roots),
+            key_names=frozenset(allow_env),
+            key_endpoints=tuple(allow_endpoints),
+        )
 
     def admit(
         self, spec: CampaignSpec, base_dir: Path, *, ray_address: str | None = None
@@ -80,6 +113,7 @@ class Privileges:
         """
         self.admit_plugins(spec.agent, "agent")
         self.admit_plugins(spec.scorer, "scorer")
+        self.admit_keys(spec)
         placement = spec.sandbox
         if isinstance(placement, RaySandboxConfig) and placement.address != ray_address:
             # Ray's client and driver unpickle what the cluster sends: a cluster of the
@@ -112,10 +146,55 @@ class Privileges:
         """
         if self.plugins:
             return
-        for part in _configs(config):
+        for _, part in _configs(config, where):
             does = _PLUGINS.get(type(part))
             if does is not None:
                 self._refuse_plugin(f"the {where} {{'type': {getattr(part, 'type', '?')!r}}}", does)
+
+    def admit_keys(self, spec: CampaignSpec, recorded_as: str | None = None) -> None:
+        """Refuses a spec whose agent or scorer would send the value of a server environment
+        variable not allowed to clients, or send an allowed one to an endpoint not allowed for
+        it. Checked against the environment as it is now, each time the spec is to run:
+        `recorded_as` names the recorded campaign or sweep an HTTP call would run again.
+
+        Raises:
+            InvalidInput: it would, naming the field, its value and the flag that allows it.
+        """
+        if self.key_names is None:
+            return
+        for where, config in (("agent", spec.agent), ("scorer", spec.scorer)):
+            for at, part in _configs(config, where):
+                if isinstance(part, OpenAIAgentConfig | LlmJudgeScorerConfig):
+                    refused = self._key_refusal(at, part.api_key_env, part.base_url)
+                    if refused is not None:
+                        raise InvalidInput(f"{recorded_as}: {refused}" if recorded_as else refused)
+
+    def _key_refusal(self, at: str, name: str, base_url: str | None) -> str | None:
+        assert self.key_names is not None
+        # What the agent and the judge send: nothing secret when the variable is unset or empty.
+        if not os.environ.get(name):
+            return None
+        if name not in self.key_names:
+            return (
+                f"{at}.api_key_env {name!r} names the server's environment variable {name!r}, "
+                "whose value this server does not send for its HTTP clients: its operator can "
+                f"allow it with --allow-env {name} (it then goes only to OpenAI's endpoint, the "
+                "server's $OPENAI_BASE_URL and those of --allow-endpoints); an endpoint that "
+                "needs no key needs no variable the server has"
+            )
+        if base_url is None:
+            return None  # the default endpoint: OpenAI's, or the operator's $OPENAI_BASE_URL
+        allowed = [DEFAULT_BASE_URL, *self.key_endpoints]
+        if operators := os.environ.get("OPENAI_BASE_URL"):
+            allowed.append(operators)
+        if any(_below(base_url, prefix) for prefix in allowed):
+            return None
+        return (
+            f"{at}.base_url {base_url!r} would send ${name} (the key this server lets its HTTP "
+            "clients use) to an endpoint its operator has not allowed for it "
+            f"({', '.join(allowed)}): use one of those, or ask the operator to allow it with "
+            f"--allow-endpoints {base_url}"
+        )
 
     def _refuse_plugin(self, what: str, does: str, also: str = "") -> None:
         if self.plugins:
@@ -171,11 +250,33 @@ class Privileges:
         return task.model_copy(update=update)
 
 
-def _configs(config: BaseModel) -> Iterator[BaseModel]:
-    """`config` and every config nested in it (a combined scorer's parts)."""
-    yield config
+def _configs(config: BaseModel, at: str) -> Iterator[tuple[str, BaseModel]]:
+    """`config` and every config nested in it (a combined scorer's parts), each with its place
+    in the spec (`scorer.scorers[1]`)."""
+    yield at, config
     for name in type(config).model_fields:
         value = getattr(config, name)
-        for item in value if isinstance(value, list) else [value]:
+        items = enumerate(value) if isinstance(value, list) else [(None, value)]
+        for index, item in items:
             if isinstance(item, BaseModel):
-                yield from _configs(item)
+                yield from _configs(
+                    item, f"{at}.{name}" if index is None else f"{at}.{name}[{index}]"
+                )
+
+
+def _plain(url: str) -> bool:
+    """No spaces, controls, backslashes or non-ASCII: nothing that URL parsers read apart."""
+    return re.fullmatch(r"[!-~]+", url) is not None and "\\" not in url
+
+
+def _below(url: str, prefix: str) -> bool:
+    """Whether `url` is `prefix` or below it: the same scheme, host and port (no user part),
+    and the prefix's path segments first. Text prefixes are not enough: an allowed
+    `https://api.example.com` would also admit `https://api.example.com.attacker.net`."""
+    given, allowed = urlsplit(url), urlsplit(prefix)
+    return (
+        _plain(url)
+        and given.scheme.lower() == allowed.scheme.lower()
+        and given.netloc.lower() == allowed.netloc.lower()
+        and f"{given.path.rstrip('/')}/".startswith(f"{allowed.path.rstrip('/')}/")
+    )

@@ -111,7 +111,7 @@ class EvalService:
             # The pool outlives the campaigns that use it: entered first, left last.
             self._pool = await stack.enter_async_context(SandboxPool(self._ray_address))
             self._group = await stack.enter_async_context(anyio.create_task_group())
-            self.sweeps = Sweeps(self.store, self._group, self._pool)
+            self.sweeps = Sweeps(self.store, self._group, self._pool, self.privileges)
             stack.callback(self.sweeps.cancel_all)
             stack.callback(self._cancel_all)
             if self._resume_running:
@@ -348,6 +348,11 @@ class EvalService:
                     f"campaign {campaign_id} is running: re-score it once it stops (follow it "
                     "with campaign_status), or cancel_campaign it first"
                 )
+            # Checked before the request is recorded: the run it starts would send the keys.
+            spec = self._load(campaign_id).spec
+            if scorer is not None:
+                spec = spec.model_copy(update={"scorer": scorer})
+            self.privileges.admit_keys(spec, f"campaign {campaign_id}")
             config = scorer.model_dump(mode="json") if scorer is not None else None
             chosen = await request_rescore(
                 self.store, campaign_id, scorer=config, outcomes=outcomes
@@ -433,11 +438,13 @@ class EvalService:
 
         Raises:
             Conflict: the server is shutting down, or another process runs the campaign.
-            InvalidInput: the campaign's agent or scorer cannot be built.
+            InvalidInput: the campaign's agent or scorer cannot be built, or would send a key
+                this server does not send for its clients (a campaign recorded elsewhere).
         """
         if self._group is None or self._pool is None:
             raise Conflict("the server is not running campaigns (it is starting or stopping)")
         state = self._load(campaign_id)
+        self.privileges.admit_keys(state.spec, f"campaign {campaign_id}")
         agent = build_agent(
             state.spec.agent, claims=self.claims, trajectory_endpoints=serve_trajectory_endpoint
         )

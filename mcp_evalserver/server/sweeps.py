@@ -21,6 +21,7 @@ from mcp_evalserver.campaigns import CampaignStore
 from mcp_evalserver.errors import Conflict, EvalServerError, NotFound
 from mcp_evalserver.sandboxes import SandboxPool
 from mcp_evalserver.server.models import SweepStatus
+from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
 from mcp_evalserver.spec import CampaignSpec
 from mcp_evalserver.sweep import (
@@ -47,8 +48,15 @@ class _Sweep:
 class Sweeps:
     """The sweeps of one server."""
 
-    def __init__(self, store: CampaignStore, group: anyio.abc.TaskGroup, pool: SandboxPool) -> None:
+    def __init__(
+        self,
+        store: CampaignStore,
+        group: anyio.abc.TaskGroup,
+        pool: SandboxPool,
+        privileges: Privileges,
+    ) -> None:
         self.store = store
+        self._privileges = privileges
         self._group = group
         self._pool = pool
         self._running: dict[str, _Sweep] = {}
@@ -65,11 +73,16 @@ class Sweeps:
         """Plans the sweep (or finds it, to resume) and runs it in the background.
 
         Raises:
-            InvalidInput: bad levels, task count or id.
+            InvalidInput: bad levels, task count or id; or the sweep to resume would send a key
+                this server does not send for its clients.
             Conflict: the sweep is running here already.
         """
         plan = plan_sweep(
             self.store, spec, levels=levels, tasks=tasks, samples=samples, sweep_id=sweep_id
+        )
+        # A sweep to resume runs its recorded spec, not `spec` (admitted by the caller).
+        self._privileges.admit_keys(
+            CampaignSpec.model_validate(plan["spec"]), f"sweep {plan['id']}"
         )
         running = self._running.get(plan["id"])
         if running is not None and not running.finished.is_set():

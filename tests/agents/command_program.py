@@ -11,7 +11,8 @@
                                                 branch .2 fixes calc.py; every one submits
     python command_program.py branch-crash <notes-dir> <campaign-dir>   as `branch`, but the
                                                 first attempt of branch .2 waits until the
-                                                ledger has scored the others, says "ready" on
+                                                ledger has scored the others and kept the
+                                                fork's checkpoint, says "ready" on
                                                 <notes-dir>/events (a FIFO) and hangs there
 
 It learns everything from its environment (MCP_EVALSERVER_*) and writes what it saw as JSON to
@@ -148,19 +149,21 @@ async def work(mode: str, notes: Path | None) -> int:
 
 
 def hang_once_the_others_are_scored(notes: Path, me: str) -> None:
-    """For a test that kills the run: only once every other trajectory is scored in the
-    ledger, says so on the events FIFO, then waits to be killed."""
+    """For a test that kills the run: only once every other trajectory is scored and the
+    fork's checkpoint kept in the ledger, says so on the events FIFO, then waits to be
+    killed."""
     ledger = Path(sys.argv[3]) / "ledger.jsonl"
     others = {me.rsplit(".", 1)[0], me[:-1] + "1"}
     deadline = time.monotonic() + PEER_WAIT_S * 4
     while time.monotonic() < deadline:
-        scored = set()
+        scored, kept = set(), False
         for line in ledger.read_text().splitlines():
             with contextlib.suppress(ValueError):  # a line being written
                 record = json.loads(line)
                 if record["kind"] == "scored":
                     scored.add(record.get("trajectory"))
-        if others <= scored:
+                kept = kept or record["kind"] == "checkpoint_kept"
+        if others <= scored and kept:
             (notes / "hanging.pid").write_text(str(os.getpid()))
             with open(notes / "events", "w") as fifo:
                 fifo.write("ready\n")

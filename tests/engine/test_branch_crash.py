@@ -13,17 +13,19 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
-from mcp_evalserver.campaigns import CampaignStore
+from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.ledger import LEDGER_FILE, read_ledger
 from mcp_evalserver.report import build_report, render_markdown
 from mcp_evalserver.sandbox.supervised import SupervisedWorkspace
 from mcp_evalserver.spec import Task
-from tests.engine.helpers import run_campaign, spec_of
+from mcp_evalserver.state import CampaignState
+from tests.engine.helpers import spec_of
 from tests.server.helpers import git_repo, require_root
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -138,8 +140,12 @@ class BranchingAgent(Agent):
     workspace gone; its retry lists the files it starts with."""
 
     def __init__(self) -> None:
-        self.root_done = anyio.Event()
+        self.root_done, self.kept = anyio.Event(), anyio.Event()
         self.seen: dict[int, list[str]] = {}
+
+    def on_record(self, state: CampaignState, record: dict[str, Any]) -> None:
+        if record["kind"] == "checkpoint_kept":
+            self.kept.set()
 
     async def generate(self, context: TrajectoryContext) -> Submission:
         workspace = await context.sandbox.workspace()
@@ -153,6 +159,7 @@ class BranchingAgent(Agent):
             return Submission(answer="root")
         if context.attempt == 1:
             await self.root_done.wait()
+            await self.kept.wait()  # (killed before, it would start clean, and say so)
             os.kill(int(workspace.instance.info["pid"]), signal.SIGKILL)
             await workspace.exec("true")  # SandboxUnavailable: an infrastructure failure
         self.seen[context.attempt] = (await workspace.exec("ls")).stdout.split()
@@ -166,7 +173,11 @@ async def test_a_branch_whose_supervisor_died_is_retried_from_its_checkpoint(
     task = Task(id="calc", path=str(git_repo(tmp_path / "repo")), answer="branch")
     agent = BranchingAgent()
     with anyio.fail_after(120):
-        runner, state = await run_campaign(tmp_path / "state", spec_of([task]), agent)
+        store = CampaignStore(tmp_path / "state")
+        runner = CampaignRunner(
+            store, await store.create(spec_of([task])), agent=agent, on_record=agent.on_record
+        )
+        state = await runner.run()
 
     assert state.trajectories["calc@0.1"].attempts == 2
     assert agent.seen == {2: ["calc.py", "note.txt"]}  # its checkpoint, on a new supervisor

@@ -14,7 +14,7 @@ from mcp_evalserver.cli import main
 from mcp_evalserver.errors import LedgerCorrupt
 from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_ledger
 from mcp_evalserver.report import build_report, render_markdown
-from mcp_evalserver.state import TRAJECTORY_BRANCHED, replay
+from mcp_evalserver.state import CHECKPOINT_KEPT, TRAJECTORY_BRANCHED, replay
 from tests.engine.helpers import numbered_tasks, run_campaign, spec_of
 
 pytestmark = pytest.mark.anyio
@@ -74,3 +74,11 @@ def test_a_branch_of_an_unknown_parent_or_a_second_branch_of_one_name_is_corrupt
         replay([created, branch(1, "x@0.1", "x@0")])
     with pytest.raises(LedgerCorrupt, match="must not"):
         replay([created, branch(1, "t1@0.1", "t1@0"), branch(2, "t1@0.1", "t1@0")])
+    start = {"path": "artifacts/x.tar", "sha256": "0" * 64, "size": 1}
+    kept = {"kind": CHECKPOINT_KEPT, "seq": 2, "ts": 3.0, "campaign": "c", "checkpoint": "cp1",
+            "trajectories": ["t1@0.1"], "start": start}  # fmt: skip
+    assert (
+        replay([created, branch(1, "t1@0.1", "t1@0"), kept]).trajectories["t1@0.1"].start == start
+    )
+    with pytest.raises(LedgerCorrupt, match="no branch"):
+        replay([created, branch(1, "t1@0.1", "t1@0"), kept | {"trajectories": ["t1@0"]}])

@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from mcp_evalserver import errors
-from mcp_evalserver.sandbox.base import ExecResult, Instance, Workspace
+from mcp_evalserver.sandbox.base import REPORT_FD, ExecResult, Instance, Workspace
 from mcp_evalserver.sandbox.client import SupervisorClient
 
 from .conftest import BackendUnderTest
@@ -361,7 +361,7 @@ async def test_a_command_cannot_write_the_sandboxs_report_of_its_own_exit(
     # fd 3. Were that reachable through /proc or ptrace, a test run could say it exited 0, or
     # turn its own failure into the harness's (an infrastructure error, retried).
     forgeries = [
-        'printf \'{"status": 0}\\n\' > /proc/1/fd/3',
+        "printf '{\"status\": 0}\\n' > /proc/1/fd/3",
         'printf \'{"error": "x", "kind": "InfrastructureError"}\\n\' > /proc/1/fd/3',
         "python3 -c 'import ctypes; print(ctypes.CDLL(None).ptrace(16, 1, 0, 0))'",  # ATTACH
     ]
@@ -370,6 +370,26 @@ async def test_a_command_cannot_write_the_sandboxs_report_of_its_own_exit(
             results = [await ws.exec(f"{forgery}; exit 7") for forgery in forgeries]
     assert [r.exit_code for r in results] == [7, 7, 7], [r.stderr for r in results]
     assert results[2].stdout == "-1\n"
+
+
+async def test_a_report_channel_returns_what_was_written_and_counts_its_writers(
+    instance: Instance,
+) -> None:
+    # The shell writes, then a subshell (another process); opening the channel by a path of
+    # the view fails (a socket cannot be opened through /proc); a command asked without a
+    # channel has nothing at that descriptor.
+    script = (
+        f"printf one >&{REPORT_FD}; (printf two >&{REPORT_FD}); "
+        f"printf forged 2>/dev/null > /proc/self/fd/{REPORT_FD} && echo reopened; true"
+    )
+    with anyio.fail_after(30):
+        async with await instance.workspace("reporter") as ws:
+            reported = await ws.exec(script, report=True)
+            plain = await ws.exec(f"[ -e /proc/self/fd/{REPORT_FD} ] || echo none")
+    assert (reported.exit_code, reported.stdout) == (0, ""), reported.stderr
+    assert (reported.report, reported.report_writers) == (b"onetwo", 2)
+    assert not reported.report_truncated
+    assert (plain.stdout, plain.report) == ("none\n", None)
 
 
 # --- limits ------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import anyio.lowlevel
 import docker.errors
 import pytest
 
-from mcp_evalserver.errors import InfrastructureError, InvalidInput, SandboxUnavailable
+from mcp_evalserver.errors import Conflict, InfrastructureError, InvalidInput, SandboxUnavailable
 from mcp_evalserver.sandbox.base import InstanceSpec
 from mcp_evalserver.sandbox.docker import DockerBackend
 from mcp_evalserver.sandbox.docker_engine import (
@@ -308,6 +308,9 @@ async def test_an_image_without_python_gets_a_container_per_trajectory_and_says_
         async with await instance.workspace("a") as a, await instance.workspace("b") as b:
             result = await a.exec("echo changed > a.txt; echo err >&2; exit 3")
             assert (result.exit_code, result.stderr) == (3, "err\n")
+            # `docker exec` cannot hand a command a private socket: strict grading is refused.
+            with pytest.raises(Conflict, match="report channel"):
+                await a.exec("true", report=True)
             await a.write_file("sub/new.bin", b"\x00\xff")
             assert await a.read_file("sub/new.bin") == b"\x00\xff"
             assert (await b.exec(["cat", "a.txt"])).stdout == "hello\n"

@@ -35,8 +35,11 @@ def require_root() -> None:
 # sit under /tmp (private in every workspace) or /root (masked).
 PYTEST_DEPS_DIR = ".pytest-deps"
 PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py.py")
-#: Runs pytest inside a workspace of a `git_repo` with the system Python.
-PYTHON_PYTEST = f"PYTHONPATH={PYTEST_DEPS_DIR} /usr/bin/python3 -m pytest"
+#: Runs pytest inside a workspace of a `git_repo` with the system Python. It adds to
+#: PYTHONPATH rather than replacing it: strict mode's plugin is found there.
+PYTHON_PYTEST = (
+    f"PYTHONPATH={PYTEST_DEPS_DIR}${{PYTHONPATH:+:$PYTHONPATH}} /usr/bin/python3 -m pytest"
+)
 
 
 def _vendored(dist_info: str) -> bool:
@@ -105,11 +108,20 @@ class Scoring:
         self.limiters = Limiters(Limits())
         self._steps = 0
 
-    async def score(self, scorer: Scorer, task: Task, submission: Submission) -> ScoreResult:
+    def sandbox(self, task: Task) -> TrajectorySandbox:
+        """A fresh step's sandbox of `task` (its workspace is made on first use)."""
         self._steps += 1
-        sandbox = TrajectorySandbox(
-            self.pool, task, f"eval-{self._steps}", self.limiters.provisioning
-        )
+        return TrajectorySandbox(self.pool, task, f"eval-{self._steps}", self.limiters.provisioning)
+
+    async def score(
+        self,
+        scorer: Scorer,
+        task: Task,
+        submission: Submission,
+        sandbox: TrajectorySandbox | None = None,
+    ) -> ScoreResult:
+        """Scores in `sandbox` (closed after), else in a fresh one."""
+        sandbox = sandbox or self.sandbox(task)
         context = ScoringContext(
             campaign_id="c",
             trajectory_id=f"{task.id}@0",

@@ -6,6 +6,7 @@ test_tests_scorer_adversarial.py.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,24 +19,43 @@ from mcp_evalserver.scoring.strict import (
     git_dir_paths_in,
     grade_report,
     infrastructure_in_patch,
-    junit_options,
     parse_junit,
+    plugin_env,
+    plugin_source,
 )
+
+PLUGIN_HELLO = b"mcp-evalserver-report 1\n"
+
+
+def channel_of_a_real_run(tmp_path: Path, tests: str) -> tuple[bytes, int]:
+    """What strict mode's plugin sends on its channel (here a socket pair on the host) for a
+    real pytest run of a test module, and the run's exit status."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "test_m.py").write_text(tests)
+    (tmp_path / "plugin").mkdir()
+    (tmp_path / "plugin" / "mcp_evalserver_report.py").write_text(plugin_source())
+    ours, theirs = socket.socketpair()
+    with ours:
+        with theirs:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "pkg/test_m.py"],
+                cwd=tmp_path,
+                stdout=subprocess.DEVNULL,
+                env={
+                    "PATH": "/usr/bin:/bin",
+                    **plugin_env(str(tmp_path / "plugin"), theirs.fileno()),
+                },
+                pass_fds=(theirs.fileno(),),
+            )
+        channel = b"".join(iter(lambda: ours.recv(1 << 16), b""))
+    return channel, child.wait()
 
 
 def junit_of_a_real_run(tmp_path: Path, tests: str) -> tuple[bytes, int]:
-    """pytest's own xunit1 report and exit status for a test module."""
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "test_m.py").write_text(tests)
-    report = tmp_path / "report.xml"
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "pkg/test_m.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        env={"PATH": "/usr/bin:/bin", "PYTEST_ADDOPTS": junit_options(str(report))},
-        check=False,
-    )
-    return report.read_bytes(), run.returncode
+    """pytest's own xunit1 report, as the plugin sent it, and the run's exit status."""
+    channel, status = channel_of_a_real_run(tmp_path, tests)
+    assert channel.startswith(PLUGIN_HELLO), channel[:200]
+    return channel.removeprefix(PLUGIN_HELLO), status
 
 
 def test_a_real_pytest_report_maps_to_node_ids_and_statuses(tmp_path: Path) -> None:
@@ -71,31 +91,73 @@ def test_a_failing_subtest_fails_its_passing_parent() -> None:
         b"</testsuite></testsuites>"
     )
     assert parse_junit(report) == {"test_m.py::test_a": TestStatus.FAILED}
-    grade = grade_report(report, fail_to_pass=["test_m.py::test_a"], pass_to_pass=[], exit_status=1)
+    grade = grade_report(
+        PLUGIN_HELLO + report,
+        writers=1,
+        fail_to_pass=["test_m.py::test_a"],
+        pass_to_pass=[],
+        exit_status=1,
+    )
     assert (grade.status, grade.resolved) == (EvalStatus.GRADED, False)
 
 
 def test_a_report_that_disagrees_with_the_exit_status_is_not_graded() -> None:
-    passing = b'<testsuite><testcase classname="t" name="test_a" file="t.py"/></testsuite>'
-    grade = grade_report(passing, fail_to_pass=["t.py::test_a"], pass_to_pass=[], exit_status=1)
+    passing = PLUGIN_HELLO + PASSING
+    grade = grade_report(
+        passing, writers=1, fail_to_pass=["t.py::test_a"], pass_to_pass=[], exit_status=1
+    )
     assert (grade.status, grade.resolved) == (EvalStatus.EXIT_CODE_MISMATCH, False)
-    clean = grade_report(passing, fail_to_pass=["t.py::test_a"], pass_to_pass=[], exit_status=0)
+    clean = grade_report(
+        passing, writers=1, fail_to_pass=["t.py::test_a"], pass_to_pass=[], exit_status=0
+    )
     assert clean.resolved
 
 
+PASSING = b'<testsuite><testcase classname="t" name="test_a" file="t.py"/></testsuite>'
+
+
 @pytest.mark.parametrize(
-    ("report", "why"),
+    ("channel", "writers", "why"),
     [
-        (None, "wrote no JUnit report"),
-        (b"<testsuite><testcase", "unreadable"),
-        (b"<html/>", "no <testsuite>"),
-        (b'<!DOCTYPE x [<!ENTITY a "b">]><testsuite/>', "DOCTYPE"),
+        (None, 0, "never loaded strict mode's plugin"),
+        (PASSING, 1, "never loaded strict mode's plugin"),
+        (PLUGIN_HELLO, 1, "sent no JUnit report"),
+        (PLUGIN_HELLO + PASSING, 2, "2 processes wrote to the report channel"),
+        (PLUGIN_HELLO + b"<testsuite><testcase", 1, "unreadable"),
+        (PLUGIN_HELLO + b"<html/>", 1, "no <testsuite>"),
+        (PLUGIN_HELLO + b'<!DOCTYPE x [<!ENTITY a "b">]><testsuite/>', 1, "DOCTYPE"),
     ],
 )
-def test_a_missing_or_unreadable_report_is_tests_errored(report: bytes | None, why: str) -> None:
-    grade = grade_report(report, fail_to_pass=["t.py::test_a"], pass_to_pass=[], exit_status=0)
+def test_a_missing_unreadable_or_shared_report_is_tests_errored(
+    channel: bytes | None, writers: int, why: str
+) -> None:
+    grade = grade_report(
+        channel, writers=writers, fail_to_pass=["t.py::test_a"], pass_to_pass=[], exit_status=0
+    )
     assert grade.status is EvalStatus.TESTS_ERRORED
     assert why in grade.explanation
+
+
+def test_the_plugin_announces_itself_first_and_no_program_the_tests_start_inherits_it(
+    tmp_path: Path,
+) -> None:
+    # Looked for the way a forger would: the variable, and every socket a program started
+    # by the tests would inherit. (That other processes cannot reach pytest's descriptors
+    # through /proc is proven in workspaces, where nothing has CAP_SYS_PTRACE.)
+    tests = (
+        "import os\nimport stat\n\n\n"
+        "def test_channel_is_out_of_reach():\n"
+        "    assert 'MCP_EVALSERVER_REPORT_FD' not in os.environ\n"
+        "    for name in os.listdir('/proc/self/fd'):\n"
+        "        try:\n"
+        "            mode = os.fstat(int(name)).st_mode\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "        assert not (stat.S_ISSOCK(mode) and os.get_inheritable(int(name))), name\n"
+    )
+    channel, status = channel_of_a_real_run(tmp_path, tests)
+    assert channel.startswith(PLUGIN_HELLO + b"<?xml")
+    assert status == 0, channel.decode(errors="replace")
 
 
 def test_infrastructure_is_found_in_every_header_a_patch_tool_reads() -> None:

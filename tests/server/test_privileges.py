@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from mcp_evalserver.campaigns import CampaignStore
 from mcp_evalserver.cli import main
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.spec import CampaignSpec, RaySandboxConfig
+from mcp_evalserver.sweep import plan_sweep, sweeps_dir
+from tests.agents.fake_openai import FakeOpenAI, Reply, serving
+from tests.agents.fake_openai import call as fake_call
 from tests.server.helpers import (
     FIXED,
     TOKEN,
@@ -294,3 +299,252 @@ def test_a_spec_may_use_the_servers_own_ray_cluster_without_allow_plugins(tmp_pa
     assert admitted.sandbox == RaySandboxConfig(address="10.9.9.9:6379")
     with pytest.raises(InvalidInput, match="--allow-plugins"):
         Privileges.for_http().admit(CampaignSpec.model_validate(own), tmp_path, ray_address=None)
+
+
+SECRET_ENV = "MCP_EVALSERVER_TEST_SERVER_SECRET"
+SECRET = "server-secret-4f1c"
+KEY_ENV = "MCP_EVALSERVER_TEST_PROVIDER_KEY"
+KEY = "sk-provider-77aa"
+
+
+@pytest.fixture
+def server_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Variables of the server's environment (the servers are children of this test)."""
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+def endpoint() -> FakeOpenAI:
+    """An OpenAI-compatible endpoint that answers the agent (submit "1") and the judge (yes)."""
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if body.get("tools"):
+            return fake_call("submit", answer="1")
+        return Reply(content=json.dumps({"fulfilled": True, "reason": "scripted"}))
+
+    return FakeOpenAI([], then=answer)
+
+
+def model_agent(url: str, key_env: str) -> dict[str, Any]:
+    return {"type": "openai", "model": "m", "base_url": url, "api_key_env": key_env,
+            "retry_base_delay_s": 0.0, "retry_attempts": 1}  # fmt: skip
+
+
+def judge(url: str | None, key_env: str) -> dict[str, Any]:
+    config = {"type": "llm_judge", "model": "m", "api_key_env": key_env, "rubric": ["is 1"]}
+    return config if url is None else {**config, "base_url": url}
+
+
+async def attempt(client: Client, tool: str, **arguments: Any) -> str | None:
+    """The tool's error text; or None when the server accepted the call, after letting what it
+    started run to its end (so whatever it would send has been sent)."""
+    result = await client.call_tool(tool, arguments)
+    if result.is_error:
+        return " ".join(getattr(block, "text", "") for block in result.content)
+    started = result.structured_content or {}
+    if "sweep_id" in started:
+        await call(client, "sweep_status", sweep_id=started["sweep_id"], wait_s=60)
+    elif "campaign_id" in started:
+        await call(client, "campaign_status", campaign_id=started["campaign_id"], wait_s=60)
+    return None
+
+
+async def created_elsewhere(state_dir: Path, campaign_id: str, spec: dict[str, Any]) -> None:
+    """Records a campaign in another process, which then exits: what a killed server leaves."""
+    code = (
+        "import anyio, json, sys\n"
+        "from pathlib import Path\n"
+        "from mcp_evalserver.campaigns import CampaignStore\n"
+        "from mcp_evalserver.spec import CampaignSpec\n"
+        "spec = CampaignSpec.model_validate(json.loads(sys.argv[2]))\n"
+        "anyio.run(CampaignStore(Path(sys.argv[1])).create, spec, sys.argv[3])\n"
+    )
+    argv = [sys.executable, "-c", code, str(state_dir), json.dumps(spec), campaign_id]
+    await anyio.run_process(argv, check=True)
+
+
+def ledgers(state_dir: Path) -> dict[str, str]:
+    store = CampaignStore(state_dir)
+    return {cid: (store.directory(cid) / "ledger.jsonl").read_text() for cid in store.list_ids()}
+
+
+async def test_a_token_holder_cannot_send_a_server_secret_to_an_endpoint_of_their_choosing(
+    tmp_path: Path, server_secrets: None
+) -> None:
+    state_dir = tmp_path / "state"
+    with serving(endpoint()) as attacker:
+        agent = model_agent(attacker.url, SECRET_ENV)
+        scorer = judge(attacker.url, SECRET_ENV)
+        # Made by the user's own process (stdio, CLI): an HTTP caller may not make it run.
+        store = CampaignStore(state_dir)
+        made_over_stdio = await store.create(CampaignSpec.model_validate(answers(1, agent=agent)))
+        # A sweep to resume runs its recorded spec, whatever spec the caller gives.
+        sweep = plan_sweep(
+            store, CampaignSpec.model_validate(answers(1, agent=agent)), levels=[1], tasks=1
+        )
+        combined = {"type": "all_of", "scorers": [{"type": "exact"}, scorer]}
+        attempts: list[tuple[str, dict[str, Any]]] = [
+            ("start_campaign", {"spec": answers(1, agent=agent)}),
+            ("start_campaign", {"spec": answers(1, scorer=scorer)}),
+            ("start_campaign", {"spec": answers(1, scorer=combined)}),
+            ("sweep_concurrency", {"spec": answers(1, agent=agent), "levels": [1]}),
+            ("resume", {"campaign_id": made_over_stdio}),
+            ("sweep_concurrency", {"spec": answer_spec(1), "levels": [1], "sweep_id": sweep["id"]}),
+        ]
+        with anyio.fail_after(180):
+            async with (
+                # Not resumed at start: the `resume` call is what would run it.
+                http_server(state_dir, "--no-resume-running") as url,
+                http_client(url) as client,
+            ):
+                errors = [await attempt(client, tool, **arguments) for tool, arguments in attempts]
+                # A campaign it may run, then an attempt to re-grade it with that judge.
+                started = await call(client, "start_campaign", spec=answer_spec(1))
+                campaign_id = started["campaign_id"]
+                await call(client, "campaign_status", campaign_id=campaign_id, wait_s=60)
+                before = ledgers(state_dir)
+                errors.append(
+                    await attempt(
+                        client, "score", campaign_id=campaign_id, rescore=True, scorer=scorer
+                    )
+                )
+    received = [seen.authorization for seen in attacker.seen]
+    assert received == [], f"the client's endpoint received {received}"
+    refusals = [error for error in errors if error is not None]
+    assert len(refusals) == len(errors), f"accepted (None): {errors}"
+    for refusal in refusals:
+        assert f"names the server's environment variable {SECRET_ENV!r}" in refusal, refusal
+        assert f"--allow-env {SECRET_ENV}" in refusal, refusal
+    assert "agent.api_key_env" in refusals[0]
+    assert "scorer.api_key_env" in refusals[1]
+    assert "scorer.scorers[1].api_key_env" in refusals[2], "found inside a combined scorer"
+    assert f"campaign {made_over_stdio}" in refusals[4]
+    assert f"sweep {sweep['id']}" in refusals[5]
+    # Nothing recorded: no new campaign, no new sweep, every ledger as it was.
+    assert ledgers(state_dir) == before
+    assert sorted(before) == sorted([made_over_stdio, campaign_id])
+    assert [path.name for path in sweeps_dir(store).iterdir()] == [sweep["id"]]
+
+
+async def test_an_http_server_does_not_resume_by_itself_a_campaign_that_would_send_a_secret(
+    tmp_path: Path, server_secrets: None
+) -> None:
+    state_dir = tmp_path / "state"
+    with serving(endpoint()) as attacker:
+        # Both interrupted (created, never run); the server resumes them oldest first, one
+        # after the other: once `later` waits for a client, `leaky` has had its turn.
+        leaky, later = "leaky", "later"
+        await created_elsewhere(
+            state_dir, leaky, answers(1, agent=model_agent(attacker.url, SECRET_ENV))
+        )
+        await created_elsewhere(state_dir, later, answer_spec(1, "external"))
+        ledger = CampaignStore(state_dir).directory(leaky) / "ledger.jsonl"
+        os.utime(ledger, (1, 1))
+        before = ledger.read_text()
+        with anyio.fail_after(120):
+            async with http_server(state_dir) as url, http_client(url) as client:
+                claim = await call(client, "claim_trajectory", campaign_id=later, wait_s=60)
+                await call(client, "submit", claim_id=claim["claim_id"], answer="1")
+                # Were it running, this would wait for it to finish (and send the secret).
+                status = await call(client, "campaign_status", campaign_id=leaky, wait_s=30)
+                listing = await call(client, "list_campaigns")
+    assert [seen.authorization for seen in attacker.seen] == []
+    assert status["active"] is False
+    assert listing["interrupted"] == [leaky], "left for `mcp-evalserver resume` (the CLI)"
+    assert ledger.read_text() == before
+
+
+async def test_an_allowed_key_goes_only_to_the_allowed_endpoints(
+    tmp_path: Path, server_secrets: None
+) -> None:
+    state_dir = tmp_path / "state"
+    with serving(endpoint()) as provider, serving(endpoint()) as attacker:
+        allowed = ("--allow-env", KEY_ENV, "--allow-endpoints", provider.url)
+        with anyio.fail_after(180):
+            async with (
+                http_server(state_dir, *allowed) as url,
+                http_client(url) as client,
+            ):
+                elsewhere = [
+                    await attempt(client, "start_campaign", spec=spec)
+                    for spec in (
+                        answers(1, agent=model_agent(attacker.url, KEY_ENV)),
+                        # A look-alike: the allowed endpoint is a prefix of its text only.
+                        answers(1, agent=model_agent(provider.url + "x", KEY_ENV)),
+                        answers(1, scorer=judge(attacker.url, KEY_ENV)),
+                        answers(1, agent=model_agent(provider.url, SECRET_ENV)),
+                    )
+                ]
+                started = await call(
+                    client,
+                    "start_campaign",
+                    spec=answers(
+                        2,
+                        agent=model_agent(provider.url, KEY_ENV),
+                        scorer=judge(provider.url, KEY_ENV),
+                    ),
+                )
+                status = await call(
+                    client, "campaign_status", campaign_id=started["campaign_id"], wait_s=60
+                )
+    assert attacker.requests == 0
+    refusals = [error for error in elsewhere if error is not None]
+    assert len(refusals) == len(elsewhere)
+    for refusal in refusals[:3]:
+        assert f"would send ${KEY_ENV}" in refusal, refusal
+        assert "--allow-endpoints" in refusal, refusal
+    assert f"{provider.url}x" in refusals[1]
+    assert "scorer.base_url" in refusals[2]
+    assert f"--allow-env {SECRET_ENV}" in refusals[3]
+    # The allowed campaign ran with the key: two agent calls and two judge calls.
+    assert status["status"] == "finished", status
+    assert status["resolved"] == 2, "graded by the judge, which says yes"
+    assert [seen.authorization for seen in provider.seen] == [f"Bearer {KEY}"] * 4
+    assert recorded(state_dir) == [started["campaign_id"]]
+
+
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        "https://api.openai.com.attacker.net/v1",
+        "https://api.openai.com@attacker.net/v1",
+        "https://api.openai.com:8443/v1",
+        "http://api.openai.com/v1",
+        "https://api.openai.com\\@attacker.net/v1",
+        "https://attacker.net/v1?https://api.openai.com/v1",
+    ],
+)
+def test_a_look_alike_of_an_allowed_endpoint_gets_no_key(
+    tmp_path: Path, server_secrets: None, base_url: str
+) -> None:
+    privileges = Privileges.for_http(allow_env=[KEY_ENV])
+    spec = CampaignSpec.model_validate(answers(1, agent=model_agent(base_url, KEY_ENV)))
+    with pytest.raises(InvalidInput, match="--allow-endpoints"):
+        privileges.admit(spec, tmp_path)
+
+
+def test_with_allow_env_alone_the_key_goes_to_openai_and_the_operators_base_url(
+    tmp_path: Path, server_secrets: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    privileges = Privileges.for_http(allow_env=[KEY_ENV])
+    for base_url in (
+        None,
+        "https://api.openai.com/v1",
+        "https://API.openai.com/v1/",
+        "http://127.0.0.1:9/v1",
+    ):
+        agent = {**model_agent("", KEY_ENV), "base_url": base_url}
+        spec = CampaignSpec.model_validate(answers(1, agent=agent, scorer=judge(None, KEY_ENV)))
+        assert privileges.admit(spec, tmp_path).agent == spec.agent
+    # A keyless endpoint (a variable the server does not set) needs no flag at all.
+    keyless = answers(1, agent=model_agent("http://10.0.0.9/v1", "MCP_EVALSERVER_TEST_UNSET"))
+    Privileges.for_http().admit(CampaignSpec.model_validate(keyless), tmp_path)
+
+
+def test_an_allowed_endpoint_that_is_no_url_stops_the_server_with_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--state-dir", str(tmp_path), "--http", "--port", "0", "--token", TOKEN]
+    assert main([*argv, "--allow-endpoints", "api.example.com"]) == 2
+    assert "--allow-endpoints api.example.com: give an http(s) URL" in capsys.readouterr().err
