@@ -84,8 +84,10 @@ class TestsScorerConfig(_Strict):
     output_cap: int = Field(8 << 20, ge=1 << 10, description="Bytes of test log kept per stream.")
     strict: bool = Field(
         False,
-        description="Grade from pytest's JUnit report, not the log, with conftest.py, pytest "
-        "configuration and the test ids' files restored from the instance (scoring/strict.py); "
+        description="Grade from pytest's JUnit report, not the log, sent by strict mode's "
+        "pytest plugin on the sandbox's private report channel (never a file), with "
+        "conftest.py, pytest configuration and the test ids' files restored from the instance "
+        "(scoring/strict.py); the test command must append to PYTHONPATH, not replace it. "
         "false: exactly SWE-bench 5.0.2.",
     )
 
