@@ -73,10 +73,11 @@ SMALL_REPO_SETUP = (
 )
 
 
-# Run by `python3 -c` inside the instance container, as root: finds the process that set up
-# the exec of a command with argv[1] in its command line (its parent), joins that
-# process's namespaces and root (the view), makes one pid namespace, and in it times argv[2]
-# `posix_spawn`s of `true`, each waited for. Prints the milliseconds as one JSON list.
+# Run by `python3 -c` inside the instance container, as root: finds the command with argv[1]
+# in its command line, joins its namespaces and root (the view: the same as its exec's init,
+# which is non-dumpable, so its /proc entries are closed even to root without CAP_SYS_PTRACE),
+# makes one pid namespace, and in it times argv[2] `posix_spawn`s of `true`, each waited for.
+# Prints the milliseconds as one JSON list.
 FLOOR_SCRIPT = r"""
 import ctypes, json, os, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
@@ -89,11 +90,10 @@ def cmdline(pid):
         return b""
 me = str(os.getpid())
 (marked,) = [p for p in os.listdir("/proc") if p.isdigit() and p != me and marker in cmdline(p)]
-with open("/proc/%s/stat" % marked) as f:
-    holder = int(f.read().rsplit(")", 1)[1].split()[1])
-root = os.open("/proc/%d/root" % holder, os.O_RDONLY | os.O_DIRECTORY)
+command = int(marked)
+root = os.open("/proc/%d/root" % command, os.O_RDONLY | os.O_DIRECTORY)
 for ns in ("ipc", "uts", "net", "mnt"):
-    fd = os.open("/proc/%d/ns/%s" % (holder, ns), os.O_RDONLY)
+    fd = os.open("/proc/%d/ns/%s" % (command, ns), os.O_RDONLY)
     if libc.setns(fd, 0) != 0:
         sys.exit("setns %s: %s" % (ns, os.strerror(ctypes.get_errno())))
     os.close(fd)
