@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import gc
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +10,7 @@ import pytest
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.errors import NotFound
 from mcp_evalserver.ledger import LEDGER_FILE
-from mcp_evalserver.server.dashboard.ledgers import LedgerCache, collector_paused
+from mcp_evalserver.server.dashboard.ledgers import LedgerCache
 from mcp_evalserver.spec import CampaignSpec
 from mcp_evalserver.state import replay
 
@@ -77,51 +75,3 @@ async def test_only_campaigns_of_the_state_directory_can_be_named(tmp_path: Path
     for name in ("..", ".", "../elsewhere", "../../elsewhere", "", "missing"):
         with pytest.raises(NotFound, match="known \\(newest first\\): done"):
             cache.get(name)
-
-
-async def test_figures_are_computed_with_thecollector_paused_and_it_comes_back_after(
-    tmp_path: Path,
-) -> None:
-    await _store(tmp_path)
-    ledger = LedgerCache(CampaignStore(tmp_path)).get("done")
-    assert gc.isenabled()
-    seen: list[bool] = []
-    ledger.cached("probe", lambda state: seen.append(gc.isenabled()))
-    assert seen == [False]
-    assert gc.isenabled()
-
-    def broken(state: object) -> None:
-        raise RuntimeError("a figure failed")
-
-    with pytest.raises(RuntimeError, match="a figure failed"):
-        ledger.cached("broken", broken)
-    assert gc.isenabled()
-    # An application that turned the collector off keeps it off.
-    gc.disable()
-    try:
-        ledger.cached("again", lambda state: None)
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
-
-
-def test_overlapping_pauses_turn_the_collector_back_on_only_when_the_last_one_ends() -> None:
-    first_in, first_may_end, first_done = (threading.Event() for _ in range(3))
-    during: dict[str, bool] = {}
-
-    def first() -> None:
-        with collector_paused():
-            first_in.set()
-            assert first_may_end.wait(10)
-        first_done.set()
-
-    thread = threading.Thread(target=first)
-    thread.start()
-    assert first_in.wait(10)
-    with collector_paused():
-        first_may_end.set()
-        assert first_done.wait(10)
-        during["after the first ended"] = gc.isenabled()
-    thread.join(10)
-    assert during == {"after the first ended": False}
-    assert gc.isenabled()

@@ -13,13 +13,10 @@ records (the trajectory page reads them back from the file); not every record, w
 
 from __future__ import annotations
 
-import gc
 import json
 import re
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,35 +28,6 @@ from mcp_evalserver.state import CampaignState, apply_record, replay
 
 #: What `CampaignStore.create` accepts, minus names made of dots only (`..`).
 _CAMPAIGN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
-
-_pause_lock = threading.Lock()
-_pauses = 0
-_collector_was_enabled = False
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while a ledger is read or its figures computed.
-
-    Both allocate tens of thousands of objects that outlive the call (the state, the report),
-    and each allocation burst set off full collections that walked every one of them again: a
-    third of a cold campaign page's CPU over 10,000 trajectories. Nothing they make is cyclic
-    garbage. Counted, so threads doing this at once turn the collector back on (if it was on)
-    only when the last one is done.
-    """
-    global _pauses, _collector_was_enabled
-    with _pause_lock:
-        if _pauses == 0:
-            _collector_was_enabled = gc.isenabled()
-            gc.disable()
-        _pauses += 1
-    try:
-        yield
-    finally:
-        with _pause_lock:
-            _pauses -= 1
-            if _pauses == 0 and _collector_was_enabled:
-                gc.enable()
 
 
 @dataclass
@@ -93,8 +61,7 @@ class CampaignLedger:
             if stat.st_ino != self.inode or stat.st_size < self.offset:
                 self._reset(stat.st_ino)
             if stat.st_size > self.offset or self.state is None:
-                with collector_paused():
-                    self._read_from_offset()
+                self._read_from_offset()
             if self.state is None:
                 raise LedgerCorrupt(f"the ledger of campaign {self.id} holds no complete record")
             return self.state
@@ -114,8 +81,7 @@ class CampaignLedger:
             if seq == state.last_seq or time.monotonic() - computed_at < stale_factor * cost:
                 return value
         started = time.monotonic()
-        with collector_paused():
-            value = compute(state)
+        value = compute(state)
         finished = time.monotonic()
         with self.lock:
             self.derived[name] = (state.last_seq, value, finished, finished - started)
