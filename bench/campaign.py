@@ -69,18 +69,8 @@ class ContainerPerTrajectoryBackend(DockerBackend):
     """The docker backend forced onto its container-per-trajectory path for every image."""
 
     async def _provision(self, spec: InstanceSpec, image: str) -> Instance:
-        engine = self.engine
-        await engine.ensure_image(image)
-        container = await engine.run_container(
-            image,
-            instance_key=spec.key,
-            role="instance",
-            limits=self._limits,
-            network=spec.network,
-            sys_admin=False,
-            store=None,
-        )
-        instance = await PerTrajectoryInstance.provision(engine, spec, container)
+        container = await self._instance_container(spec, image, supervised=False)
+        instance = await PerTrajectoryInstance.provision(self.engine, spec, container)
         instance.info.update(container=container, image=image)
         return instance
 

@@ -71,7 +71,7 @@ async def call_with_retries(
             reason = f"HTTP {exc.status_code}"
             hinted = retry_after_seconds(exc.response.headers)
         except openai.APIConnectionError as exc:
-            reason, hinted = f"{type(exc).__name__}: {_short(str(exc))}", None
+            reason, hinted = f"{type(exc).__name__}: {shorten(str(exc), 300)}", None
         failures += 1
         if policy.gives_up_after(failures):
             raise InfrastructureError(
@@ -111,5 +111,6 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _short(text: str, limit: int = 300) -> str:
+def shorten(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, the cut marked (an endpoint's message can be a page)."""
     return text if len(text) <= limit else text[:limit] + "…"

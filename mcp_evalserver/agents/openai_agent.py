@@ -31,7 +31,7 @@ from mcp_evalserver.adaptive import EndpointLimiter
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext, Usage
 from mcp_evalserver.agents.config import DEFAULT_BASE_URL, OpenAIAgentConfig
 from mcp_evalserver.agents.workspace_tools import WorkspaceTools, tool_schemas
-from mcp_evalserver.endpoint_calls import call_with_retries
+from mcp_evalserver.endpoint_calls import call_with_retries, shorten
 from mcp_evalserver.errors import InfrastructureError, InvalidInput
 from mcp_evalserver.scheduler import RetryPolicy
 
@@ -245,11 +245,11 @@ class _Session:
             if _CONTEXT_FULL.search(f"{exc.code} {exc.message}"):
                 raise ContextExhausted(
                     f"the conversation exceeds the model's context (HTTP {status}): "
-                    f"{_short(exc.message)}"
+                    f"{shorten(exc.message, 500)}"
                 ) from exc
             raise InvalidInput(
                 f"the model endpoint rejected the request (HTTP {status}): "
-                f"{_short(exc.message)}; check `model`, `base_url` and the API key"
+                f"{shorten(exc.message, 500)}; check `model`, `base_url` and the API key"
             ) from exc
         self._count(completion, step, time.monotonic() - started)
         return completion
@@ -290,7 +290,3 @@ def _assistant_message(
 def _or_omit(value: _T | None) -> _T | openai.Omit:
     """An unset option is left out of the request (the endpoint's default applies)."""
     return openai.omit if value is None else value
-
-
-def _short(text: str, limit: int = 500) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."

@@ -132,19 +132,24 @@ class DockerBackend(Backend):
             self._instances[spec.key] = instance
             return instance
 
-    async def _provision(self, spec: InstanceSpec, image: str) -> Instance:
-        assert self._group is not None
-        engine = self.engine
-        await engine.ensure_image(image)
-        container = await engine.run_container(
+    async def _instance_container(self, spec: InstanceSpec, image: str, *, supervised: bool) -> str:
+        """Starts the instance's container: with the supervisor's store and SYS_ADMIN (its
+        workspaces are mounted inside), or without (a container per trajectory)."""
+        await self.engine.ensure_image(image)
+        return await self.engine.run_container(
             image,
             instance_key=spec.key,
             role="instance",
             limits=self._limits,
             network=spec.network,
-            sys_admin=True,
-            store=STORE,
+            sys_admin=supervised,
+            store=STORE if supervised else None,
         )
+
+    async def _provision(self, spec: InstanceSpec, image: str) -> Instance:
+        assert self._group is not None
+        engine = self.engine
+        container = await self._instance_container(spec, image, supervised=True)
 
         async def on_close() -> None:
             with anyio.CancelScope(shield=True):
