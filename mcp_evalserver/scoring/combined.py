@@ -49,7 +49,7 @@ class CombinedScorer(Scorer):
             for check in checks:
                 await check(instance)
 
-        return check_all
+        return InstanceCheck(" ".join(c.key for c in checks), check_all)
 
     async def score(self, context: ScoringContext) -> ScoreResult:
         results = [

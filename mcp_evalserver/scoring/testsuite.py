@@ -142,10 +142,10 @@ class TestsScorer(Scorer):
         return plan_tests(task, command=self.test_command, parser=self.parser)
 
     def instance_check(self, task: Task) -> InstanceCheck | None:
-        """Whether the test command's interpreter resolves inside a workspace
-        (`interpreters`): one hidden by the workspace view fails the instance, not every
-        evaluation."""
-        return interpreter_check(task, self.plan(task))
+        """Whether the programs the eval script starts resolve inside a workspace
+        (`interpreters`, which follows the script): one hidden by the workspace view fails
+        the instance for this task, not every evaluation."""
+        return interpreter_check(task, self.eval_script(task))
 
     def parser_for(self, task: Task) -> LogParser:
         """The configured parser; for `auto`, the task's `metadata.log_parser` (SWE-bench 5
