@@ -186,7 +186,7 @@ class CampaignLedger:
             with self.path.open("rb") as handle:
                 if self._first is None:
                     # It holds the spec (every task): ~0.7 MB for 2,000 tasks.
-                    self._first = pydantic_core.from_json(handle.readline())
+                    self._first = json.loads(handle.readline())
                 first = self._first
         records = [first]
         with self.path.open("rb") as handle:
