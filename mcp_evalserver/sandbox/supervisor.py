@@ -1667,7 +1667,12 @@ class Supervisor:
                 why = err[-2000:].decode(errors="replace")
                 raise SupervisorError("InfrastructureError", "export failed: " + why)
             if truncated:
-                raise SupervisorError("LimitExceeded", f"the checkpoint is over {cap} bytes")
+                over = (
+                    f"the checkpoint's archive is over {cap} bytes ({cap / (1 << 20):g} MiB), "
+                    "the most asked for: keep less in the workspace when it is checkpointed "
+                    "(build outputs, caches, virtual environments), or ask for a larger max_bytes"
+                )
+                raise SupervisorError("LimitExceeded", over)
             return {"archive_b64": base64.b64encode(archive).decode()}
 
         # Held while the child reads them: the workspace may be destroyed meanwhile.
