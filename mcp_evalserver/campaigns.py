@@ -139,11 +139,13 @@ class CampaignStore:
         whose creation was interrupted can be created again.
 
         Raises:
-            InvalidInput: the id is taken or malformed, the spec has no tasks loaded, or it
+            InvalidInput: the id is taken or malformed, the spec has no tasks loaded, its
+                scorer cannot be built or refuses its tasks (`Scorer.check_tasks`), or it
                 places instances on Ray and Ray is not installed.
             Conflict: another process holds that campaign's lock (creating or running it).
         """
-        spec.task_list()
+        # The scorer refuses tasks it cannot grade at all before anything is recorded.
+        build_scorer(spec.scorer).check_tasks(spec.task_list())
         require_placement(spec.sandbox, None)
         if campaign_id is None:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
