@@ -1,17 +1,25 @@
 """Benchmark of the dashboard: server time of its pages over a 10,000-trajectory ledger.
 
 Run `python bench/dashboard.py`. Runs a real campaign of 2,000 answer tasks x 5 samples
-through the engine (every trajectory with a transcript artifact), serves the product's HTTP
-app with uvicorn on loopback, and times HTTP round trips (an upper bound of the server's time)
-of the campaigns list, the campaign page (first page, and a later page sorted by pass rate), a
-trajectory page and the campaign's JSON. `cold` is the first request after the server started
-(the campaigns list reads and replays the whole ledger, the campaign page computes the
-report and its bootstrap); `warm` is the median of the next requests (the dashboard follows
-the ledger and reuses the figures until it grows). The pages are timed side by side on fresh
-servers over the same ledger: first with the bootstrap's textbook resampler forced (`plain`,
-what it did before the counts resampler), then with the resampler it chooses; last, the
-campaign page as a fresh server's very first request (reading the ledger too). Prints a
-table and writes bench/results/dashboard.json; the load average is recorded beside the
+through the engine (every trajectory with a transcript artifact), then times each page on its
+own freshly started server (`mcp-evalserver --http`, a separate process, as a person runs it):
+the campaigns list, the campaign page (first page, and a later page sorted by pass rate), a
+trajectory page and the campaign's JSON.
+
+`cold` is the page as that server's very first request (nothing of the campaign read yet; the
+templates are compiled when the server starts); `warm` is the median of the next
+`WARM_REQUESTS` requests of the same page on the same server. Times are HTTP round trips on
+loopback (wall, an upper bound of the server's time) and the server process's CPU time over
+the request (from /proc, in 10 ms clock ticks). Each page is timed side by side in two ways:
+
+- `ledger`: no summary beside the ledger (it is deleted before each server starts): the server
+  reads and replays the whole ledger and computes the report, as every cold page did before
+  summaries, and as the first page of a campaign ever shown still does (it writes the summary);
+- `summary`: the summary the `ledger` runs wrote is there and matches the ledger byte for byte:
+  the campaign page comes from it, the trajectory page from a replay of that trajectory's
+  records.
+
+Prints a table and writes bench/results/dashboard.json; the load average is recorded beside the
 figures (this machine is shared: figures are noisy).
 """
 
@@ -25,21 +33,25 @@ from pathlib import Path
 _BENCH = Path(__file__).resolve().parent
 sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resolve() != _BENCH)]
 
+import contextlib  # noqa: E402
 import logging  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
 import statistics  # noqa: E402
+import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
 from typing import Any  # noqa: E402
 
 import anyio  # noqa: E402
 import httpx2  # noqa: E402
-import uvicorn  # noqa: E402
 
 from bench.common import LoadRecord, describe_load, write_results  # noqa: E402
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext  # noqa: E402
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore  # noqa: E402
-from mcp_evalserver.scoring import resampling  # noqa: E402
-from mcp_evalserver.server.http import build_http_app, listening_socket  # noqa: E402
+from mcp_evalserver.server.dashboard.summaries import SUMMARY_FILE  # noqa: E402
+from mcp_evalserver.server.http import TOKEN_ENV  # noqa: E402
 from mcp_evalserver.spec import CampaignSpec, Limits, Task  # noqa: E402
 
 TASKS = 2000
@@ -47,7 +59,8 @@ SAMPLES = 5
 WARM_REQUESTS = 15
 TOKEN = "bench-token-0123456789abcdef"
 TARGET_MS = 200.0
-DEFAULT_VALUES_PER_LEVEL = resampling.VALUES_PER_LEVEL
+MODES = ("ledger", "summary")
+_TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 
 
 class ScriptedAgent(Agent):
@@ -80,61 +93,76 @@ async def _campaign(state_dir: Path) -> str:
     return campaign_id
 
 
-async def _time(client: httpx2.AsyncClient, path: str) -> float:
-    return (await _time_with_cpu(client, path))[0]
+def _cpu_ms(pid: int) -> float:
+    """The process's CPU time (user + system, every thread) so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * _TICK_MS
 
 
-async def _time_with_cpu(client: httpx2.AsyncClient, path: str) -> tuple[float, float]:
-    """Wall time of the round trip and the CPU time this process spent meanwhile (the
-    server's work plus the client's small share), both in ms: under load the CPU time is
-    the steadier figure, and close to what the wall time is on an idle machine."""
-    started, started_cpu = time.perf_counter(), time.process_time()
-    response = await client.get(path)
-    elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
-    assert response.status_code == 200, (path, response.status_code, response.text[:300])
-    return elapsed * 1000, cpu * 1000
+@contextlib.contextmanager
+def _server(state_dir: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`mcp-evalserver --http` on a free loopback port; yields it and its base URL once up."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [str(Path(sys.executable).parent / "mcp-evalserver"), "--state-dir", str(state_dir)]
+    command += ["--http", "--host", "127.0.0.1", "--port", str(port), "--no-resume-running"]
+    env = {**os.environ, TOKEN_ENV: TOKEN}
+    log = state_dir / "server.log"
+    with log.open("ab") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=output)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, f"the server exited: {log.read_text()[-2000:]}"
+            with contextlib.suppress(httpx2.TransportError):
+                if httpx2.get(f"{base}/login", timeout=5).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "the server did not listen within 60 s"
+            time.sleep(0.05)
+        yield process, base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
-async def _serve_and_time(
-    state_dir: Path, pages: dict[str, str], *, warm_requests: int
-) -> dict[str, dict[str, float]]:
-    """A fresh server (nothing read yet): each page once (cold), then `warm_requests` each."""
-    figures: dict[str, dict[str, float]] = {}
-    sock = listening_socket("127.0.0.1", 0)
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    app = build_http_app(state_dir, host="127.0.0.1", token=TOKEN)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+def _time_page(state_dir: Path, path: str) -> dict[str, float]:
+    """One fresh server: the page once (cold), then `WARM_REQUESTS` times (warm)."""
     headers = {"authorization": f"Bearer {TOKEN}"}
-    async with (
-        anyio.create_task_group() as group,
-        httpx2.AsyncClient(base_url=base, headers=headers, timeout=120) as client,
+    with (
+        _server(state_dir) as (process, base),
+        httpx2.Client(base_url=base, headers=headers, timeout=120) as client,
     ):
-        group.start_soon(server.serve, [sock])
-        try:
-            for name, path in pages.items():
-                wall, cpu = await _time_with_cpu(client, path)
-                figures[name] = {"cold_ms": wall, "cold_cpu_ms": cpu}
-            for name, path in pages.items():
-                if warm_requests:
-                    warm = [await _time(client, path) for _ in range(warm_requests)]
-                    figures[name]["warm_p50_ms"] = statistics.median(warm)
-                    figures[name]["warm_max_ms"] = max(warm)
-        finally:
-            server.should_exit = True
-    sock.close()
-    return figures
+
+        def timed() -> tuple[float, float]:
+            started, started_cpu = time.perf_counter(), _cpu_ms(process.pid)
+            response = client.get(path)
+            elapsed = (time.perf_counter() - started) * 1000
+            cpu = _cpu_ms(process.pid) - started_cpu
+            assert response.status_code == 200, (path, response.status_code, response.text[:300])
+            return elapsed, cpu
+
+        cold, cold_cpu = timed()
+        warm = [timed() for _ in range(WARM_REQUESTS)]
+    return {
+        "cold_ms": cold,
+        "cold_cpu_ms": cold_cpu,
+        "warm_p50_ms": statistics.median(w for w, _ in warm),
+        "warm_cpu_p50_ms": statistics.median(c for _, c in warm),
+        "warm_max_ms": max(w for w, _ in warm),
+    }
 
 
-async def main() -> dict[str, Any]:
+def main() -> dict[str, Any]:
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="bench-dashboard-") as temporary:
         state_dir = Path(temporary)
         started = time.perf_counter()
-        campaign_id = await _campaign(state_dir)
+        campaign_id = anyio.run(_campaign, state_dir)
         campaign_s = time.perf_counter() - started
-        ledger_bytes = (state_dir / "campaigns" / campaign_id / "ledger.jsonl").stat().st_size
-        # Cold: each page is the first of its kind on a fresh server; the campaigns list
-        # reads the ledger, the campaign page then computes the report (and its bootstrap).
+        directory = state_dir / "campaigns" / campaign_id
+        ledger_bytes = (directory / "ledger.jsonl").stat().st_size
         pages = {
             "campaigns list": "/",
             "campaign page": f"/campaigns/{campaign_id}",
@@ -142,52 +170,50 @@ async def main() -> dict[str, Any]:
             "trajectory page": f"/campaigns/{campaign_id}/trajectories/t1234@3",
             "campaign JSON": f"/api/campaigns/{campaign_id}",
         }
-        # Side by side on the same ledger: the textbook resampler (what the bootstrap did
-        # before the counts resampler) forced, then the resampler the product chooses.
-        runs: dict[str, dict[str, dict[str, float]]] = {}
-        for resampler, values_per_level in (("plain", sys.maxsize), ("chosen", None)):
-            resampling.VALUES_PER_LEVEL = values_per_level or DEFAULT_VALUES_PER_LEVEL
-            runs[resampler] = await _serve_and_time(state_dir, pages, warm_requests=WARM_REQUESTS)
-        # A bookmark opened on a fresh server: the campaign page's request also reads the
-        # whole ledger.
-        first = {"campaign page, first request": pages["campaign page"]}
-        runs["chosen"].update(await _serve_and_time(state_dir, first, warm_requests=0))
+        runs: dict[str, dict[str, dict[str, float]]] = {mode: {} for mode in MODES}
+        for mode in MODES:
+            for name, path in pages.items():
+                if mode == "ledger":
+                    (directory / SUMMARY_FILE).unlink(missing_ok=True)
+                runs[mode][name] = _time_page(state_dir, path)
+            if mode == "ledger":
+                # The campaign page's cold request wrote it (the last `ledger` run did too).
+                assert (directory / SUMMARY_FILE).is_file(), "no summary was written"
+        summary_bytes = (directory / SUMMARY_FILE).stat().st_size
     return {
         "trajectories": TASKS * SAMPLES,
         "tasks": TASKS,
         "samples": SAMPLES,
         "ledger_bytes": ledger_bytes,
+        "summary_bytes": summary_bytes,
         "campaign_run_s": round(campaign_s, 2),
         "target_ms": TARGET_MS,
         "pages": {
-            resampler: {k: {m: round(v, 1) for m, v in f.items()} for k, f in figures.items()}
-            for resampler, figures in runs.items()
+            mode: {k: {m: round(v, 1) for m, v in f.items()} for k, f in figures.items()}
+            for mode, figures in runs.items()
         },
     }
 
 
 if __name__ == "__main__":
     load = LoadRecord()
-    results = load.finish(anyio.run(main))
+    results = load.finish(main())
     print(
         f"dashboard over {results['trajectories']} trajectories ({results['tasks']} tasks x "
-        f"{results['samples']}; ledger {results['ledger_bytes'] / 1e6:.1f} MB; campaign ran in "
-        f"{results['campaign_run_s']} s); HTTP round trips on loopback, target "
-        f"< {TARGET_MS:.0f} ms; bootstrap resampler: plain (before) vs chosen (counts here)"
+        f"{results['samples']}; ledger {results['ledger_bytes'] / 1e6:.1f} MB, summary "
+        f"{results['summary_bytes'] / 1e6:.1f} MB; campaign ran in {results['campaign_run_s']} "
+        f"s); each page on a fresh `mcp-evalserver --http`: cold = its first request, warm = "
+        f"median of the next {WARM_REQUESTS}; wall = HTTP round trip on loopback, cpu = the "
+        f"server's CPU time (10 ms ticks); target < {TARGET_MS:.0f} ms; ledger = no summary "
+        "beside the ledger (before), summary = with it"
     )
-    plain, chosen = results["pages"]["plain"], results["pages"]["chosen"]
-    columns = ("cold_ms", "cold_cpu_ms", "warm_p50_ms")
-    print(f"{'':32}" + "".join(f"{c:>22}" for c in columns))
-    print(f"{'page':32}" + f"{'plain':>13} {'chosen':>8}" * len(columns))
-    for name, figure in chosen.items():
-        before = plain.get(name, {})
-        print(
-            f"{name:32}"
-            + "".join(
-                f"{before.get(c, float('nan')):>13.1f} {figure.get(c, float('nan')):>8.1f}"
-                for c in columns
-            )
-        )
+    columns = ("cold_ms", "cold_cpu_ms", "warm_p50_ms", "warm_cpu_p50_ms")
+    print(f"{'':32}" + "".join(f"{c:>20}" for c in columns))
+    print(f"{'page':32}" + f"{'ledger':>11} {'summary':>8}" * len(columns))
+    ledger, summary = results["pages"]["ledger"], results["pages"]["summary"]
+    for name, figure in summary.items():
+        before = ledger[name]
+        print(f"{name:32}" + "".join(f"{before[c]:>11.1f} {figure[c]:>8.1f}" for c in columns))
     print(describe_load(results))
     write_results("dashboard", results)
     sys.exit(0)

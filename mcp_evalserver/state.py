@@ -235,6 +235,48 @@ def replay(records: Iterable[dict[str, Any]]) -> CampaignState:
     return state
 
 
+#: Campaign records that name trajectories in a `trajectories` list.
+_LISTING_KINDS = frozenset({RESCORE_REQUESTED, RETRY_REQUESTED, CHECKPOINT_KEPT})
+
+
+def concerning(records: list[dict[str, Any]], trajectory: str) -> list[dict[str, Any]]:
+    """The records as far as they concern one trajectory: `replay` of them leaves it exactly
+    as the whole ledger does, with none of the campaign's other trajectories to build.
+
+    `records` are in ledger order and hold at least the first record, every record that names
+    no trajectory or branches one, and the trajectory's own. What stays: the spec with only
+    the trajectory's task, the records that name no trajectory (a rescore, retry or kept
+    checkpoint naming this trajectory alone), the branching of it and of the ones it descends
+    from, and its own records. A record changes no trajectory but the ones it names, and a
+    branch takes from its parent only the task and sample: nothing else can matter.
+    """
+    parents = {
+        r["trajectory"]: r.get("parent") for r in records if r["kind"] == TRAJECTORY_BRANCHED
+    }
+    lineage = {trajectory}
+    root = trajectory
+    while isinstance(parent := parents.get(root), str) and parent not in lineage:
+        lineage.add(parent)
+        root = parent
+    # A root is `<task>@<sample>` and a task id holds no `@`.
+    task = root.rpartition("@")[0]
+    first, *rest = records
+    spec = first.get("spec") or {}
+    tasks = [t for t in spec.get("tasks") or [] if isinstance(t, dict) and t.get("id") == task]
+    kept = [{**first, "spec": {**spec, "tasks": tasks}}]
+    for record in rest:
+        named = record.get("trajectory")
+        if record["kind"] in _LISTING_KINDS:
+            listed = [t for t in record.get("trajectories") or [] if t == trajectory]
+            kept.append({**record, "trajectories": listed})
+        elif record["kind"] == TRAJECTORY_BRANCHED:
+            if named in lineage:
+                kept.append(record)
+        elif not isinstance(named, str) or named == trajectory:
+            kept.append(record)
+    return kept
+
+
 def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     """Applies one record to a state in place (what `replay` does for each record).
 

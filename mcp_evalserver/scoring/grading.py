@@ -16,6 +16,9 @@ Rules (as in `swebench.harness.grading`, checked by a differential test against 
 - The test-output section is what SWE-bench 5.0.2 slices: from the first start marker to the
   next start marker or the first end marker, whichever comes first
   (`log.split(START)[1].split(END)[0]`).
+- The parser reads that section without terminal escape sequences (`terminal_codes`), so a
+  run coloured by `--color=yes` grades as the same run without colour would. SWE-bench 5.0.2's
+  Python parsers (but `pytest_v2`) read coloured lines as no result at all.
 
 The exit code: SWE-bench reads the first `>>>>> Test Exit Code: N` line of the log, text a test
 can print itself. The `tests` scorer passes the eval script's exit status as the sandbox saw
@@ -40,6 +43,7 @@ from typing import Any
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.logparsers import LogParser, StatusMap, TestStatus
 from mcp_evalserver.scoring.stats import Outcome
+from mcp_evalserver.scoring.terminal_codes import strip_terminal_codes
 
 START_TEST_OUTPUT = ">>>>> Start Test Output"
 END_TEST_OUTPUT = ">>>>> End Test Output"
@@ -353,9 +357,14 @@ def grade_log(
             "no test-output section: the eval script stopped before or during the tests",
             exit_code,
         )
+    # Sliced first (a marker split by an escape code is no marker, as in SWE-bench), then
+    # read without terminal codes: a run coloured by `--color=yes` grades as a plain one.
     # Some runners print results outside the markers (stream interleaving), so fall back to
     # the whole log rather than calling a run with results empty.
-    statuses = parser(section) or parser(log)
+    statuses = parser(strip_terminal_codes(section))
+    if not statuses:
+        log = strip_terminal_codes(log)
+        statuses = parser(log)
     if not statuses and not _SUITE_RAN.search(log):
         return ungraded(
             EvalStatus.TESTS_ERRORED,

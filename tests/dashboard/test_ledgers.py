@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,9 @@ import pytest
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.errors import NotFound
 from mcp_evalserver.ledger import LEDGER_FILE
-from mcp_evalserver.server.dashboard.ledgers import LedgerCache
+from mcp_evalserver.server.dashboard.ledgers import CampaignLedger, LedgerCache
 from mcp_evalserver.spec import CampaignSpec
-from mcp_evalserver.state import replay
+from mcp_evalserver.state import CampaignState, Phase, replay
 
 pytestmark = pytest.mark.anyio
 
@@ -27,15 +28,20 @@ async def _store(tmp_path: Path) -> tuple[CampaignStore, list[bytes]]:
     return store, lines
 
 
-async def test_appended_records_are_applied_and_a_torn_line_waits_for_its_end(
-    tmp_path: Path,
-) -> None:
+async def _follower(tmp_path: Path) -> tuple[list[bytes], Path, CampaignLedger]:
+    """A finished campaign's ledger lines, and a copy of its first line followed as it grows."""
     _, lines = await _store(tmp_path)
     follower = CampaignStore(tmp_path / "copy")
     path = follower.directory("done") / LEDGER_FILE
     path.parent.mkdir(parents=True)
     path.write_bytes(lines[0])
-    ledger = LedgerCache(follower).get("done")
+    return lines, path, LedgerCache(follower).get("done")
+
+
+async def test_appended_records_are_applied_and_a_torn_line_waits_for_its_end(
+    tmp_path: Path,
+) -> None:
+    lines, path, ledger = await _follower(tmp_path)
     assert ledger.refresh().done_count == 0
     for line in lines[1:]:
         # Half a line is what a writer in the middle of an append leaves: not a record yet.
@@ -75,3 +81,51 @@ async def test_only_campaigns_of_the_state_directory_can_be_named(tmp_path: Path
     for name in ("..", ".", "../elsewhere", "../../elsewhere", "", "missing"):
         with pytest.raises(NotFound, match="known \\(newest first\\): done"):
             cache.get(name)
+
+
+async def test_a_figure_is_computed_while_no_record_can_be_applied(tmp_path: Path) -> None:
+    store, lines = await _store(tmp_path)
+    ledger = LedgerCache(store).get("done")
+
+    def compute(state: CampaignState) -> tuple[int, bool]:
+        # Another request (another thread) wanting to apply a record must wait: had it the
+        # lock, it could change the state halfway through this computation.
+        taken: list[bool] = []
+        thread = threading.Thread(target=lambda: taken.append(ledger.lock.acquire(False)))
+        thread.start()
+        thread.join()
+        return state.last_seq, taken[0]
+
+    seq, other_could_apply = ledger.cached("probe", compute)
+    assert not other_could_apply
+    assert seq == json.loads(lines[-1])["seq"] == ledger.derived["probe"][0]
+
+
+async def test_records_appended_while_figures_are_computed_never_tear_them(
+    tmp_path: Path,
+) -> None:
+    lines, path, ledger = await _follower(tmp_path)
+
+    def append_all() -> None:
+        for line in lines[1:]:
+            with path.open("ab") as handle:
+                handle.write(line)
+            ledger.refresh()
+
+    def compute(state: CampaignState) -> tuple[int, list[Phase], int]:
+        seen = state.last_seq
+        phases = [t.phase for _ in range(50) for t in state.trajectories.values()]
+        return seen, phases, state.last_seq
+
+    writer = threading.Thread(target=append_all)
+    writer.start()
+    while True:
+        done = not writer.is_alive()
+        before, phases, after = ledger.cached("probe", compute)
+        # The value was computed from one state, the one its label names.
+        assert before == after == ledger.derived["probe"][0]
+        assert phases == phases[: len(phases) // 50] * 50
+        if done:
+            break
+    writer.join()
+    assert before == json.loads(lines[-1])["seq"]

@@ -6,10 +6,18 @@ from pathlib import Path
 from typing import Any
 
 from mcp_evalserver.agents.base import Agent
+from mcp_evalserver.agents.config import OracleAgentConfig
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.ledger import LedgerWriter
 from mcp_evalserver.scoring.base import Scorer
 from mcp_evalserver.spec import CampaignSpec, Limits, Task
-from mcp_evalserver.state import CampaignState
+from mcp_evalserver.state import (
+    CHECKPOINT_KEPT,
+    RESCORE_REQUESTED,
+    RETRY_REQUESTED,
+    TRAJECTORY_BRANCHED,
+    CampaignState,
+)
 from tests.plugins.scripted import expected_answer
 
 
@@ -37,3 +45,35 @@ async def run_campaign(
 
 def outcomes(state: CampaignState) -> dict[str, str | None]:
     return {tid: t.outcome for tid, t in state.trajectories.items()}
+
+
+async def campaign_of_every_kind(state_dir: Path) -> CampaignRunner:
+    """A real campaign whose ledger holds most kinds of record: samples, branches of branches,
+    a kept checkpoint, a rescore with another scorer, an infrastructure failure and its retry.
+
+    It ends unfinished (the retried trajectory waits to be scored again).
+    """
+    spec = spec_of(numbered_tasks(3), samples=2).model_copy(update={"agent": OracleAgentConfig()})
+    runner, _ = await run_campaign(state_dir, spec)
+    directory, campaign_id = runner.directory, runner.campaign_id
+    async with await LedgerWriter.open(directory, campaign_id) as ledger:
+        for branch, parent in (("t1@0.1", "t1@0"), ("t1@0.2", "t1@0"), ("t1@0.1.1", "t1@0.1")):
+            await ledger.append(TRAJECTORY_BRANCHED, branch, parent=parent, checkpoint="cp1")
+        await ledger.append(
+            CHECKPOINT_KEPT, None, checkpoint="cp1", trajectories=["t1@0.1"], start_missing="gone"
+        )
+    await CampaignRunner(runner.store, campaign_id).run()
+    async with await LedgerWriter.open(directory, campaign_id) as ledger:
+        await ledger.append(
+            RESCORE_REQUESTED, None, trajectories=["t1@0.1", "t2@1"], scorer={"type": "exact"}
+        )
+    await CampaignRunner(runner.store, campaign_id).run()
+    async with await LedgerWriter.open(directory, campaign_id) as ledger:
+        await ledger.append(RESCORE_REQUESTED, None, trajectories=["t3@0"])
+        await ledger.append("scoring_started", "t3@0")
+        error = {"type": "SandboxUnavailable", "message": "the engine went away"}
+        await ledger.append(
+            "scoring_failed", "t3@0", outcome="infra_error", final=True, error=error
+        )
+        await ledger.append(RETRY_REQUESTED, None, trajectories=["t3@0", "t1@0.2"])
+    return runner

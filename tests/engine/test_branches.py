@@ -14,8 +14,15 @@ from mcp_evalserver.cli import main
 from mcp_evalserver.errors import LedgerCorrupt
 from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_ledger
 from mcp_evalserver.report import build_report, render_markdown
-from mcp_evalserver.state import CHECKPOINT_KEPT, TRAJECTORY_BRANCHED, replay
-from tests.engine.helpers import numbered_tasks, run_campaign, spec_of
+from mcp_evalserver.state import (
+    CHECKPOINT_KEPT,
+    RESCORE_REQUESTED,
+    RETRY_REQUESTED,
+    TRAJECTORY_BRANCHED,
+    concerning,
+    replay,
+)
+from tests.engine.helpers import campaign_of_every_kind, numbered_tasks, run_campaign, spec_of
 
 pytestmark = pytest.mark.anyio
 
@@ -82,3 +89,19 @@ def test_a_branch_of_an_unknown_parent_or_a_second_branch_of_one_name_is_corrupt
     )
     with pytest.raises(LedgerCorrupt, match="no branch"):
         replay([created, branch(1, "t1@0.1", "t1@0"), kept | {"trajectories": ["t1@0"]}])
+
+
+async def test_the_records_that_concern_one_trajectory_rebuild_it_as_the_whole_ledger_does(
+    tmp_path: Path,
+) -> None:
+    runner = await campaign_of_every_kind(tmp_path)
+    records = read_ledger(runner.directory / LEDGER_FILE).records
+    whole = replay(records)
+    kinds = {r["kind"] for r in records}
+    assert {TRAJECTORY_BRANCHED, CHECKPOINT_KEPT, RESCORE_REQUESTED, RETRY_REQUESTED} <= kinds
+    assert whole.trajectories["t3@0"].infra_history
+    assert whole.spec.scorer.type == "exact"
+    for tid, expected in whole.trajectories.items():
+        concerned = concerning(records, tid)
+        assert len(concerned) < len(records)
+        assert replay(concerned).trajectories[tid] == expected, tid

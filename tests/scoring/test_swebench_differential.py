@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -356,6 +357,53 @@ def test_our_grade_of_a_log_equals_swebenchs(case: Case, tmp_path: Path) -> None
         assert theirs["tests_status"] == ours.tests.to_swebench()
         assert swe_grading.get_resolution_status(theirs["tests_status"]) == case.resolution
         assert ours.resolution.value == case.resolution
+
+
+_STATUS_LINE = re.compile(r"^(PASSED|FAILED|SKIPPED|ERROR|XFAIL) (\S+?)(::)(\S+)(.*)$")
+_COLOURS = {"PASSED": 32, "FAILED": 31, "SKIPPED": 33, "ERROR": 31, "XFAIL": 33}
+
+
+def coloured(log: str) -> str:
+    """`log` as pytest 8 prints it under `--color=yes`: status words in colour, test names in
+    bold, separator lines in cyan (the bytes seen from a real run, tests/scoring)."""
+    lines = []
+    for line in log.split("\n"):
+        status = _STATUS_LINE.match(line)
+        if status:
+            word, path, sep, name, rest = status.groups()
+            line = f"\x1b[{_COLOURS[word]}m{word}\x1b[0m {path}{sep}\x1b[1m{name}\x1b[0m{rest}"
+        elif line.startswith("====="):
+            line = f"\x1b[36m\x1b[1m{line}\x1b[0m"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+PYTEST_FAMILY = [c for c in CASES if c.parser != "django" and coloured(c.log) != c.log]
+
+
+@pytest.mark.parametrize("case", PYTEST_FAMILY, ids=[c.name for c in PYTEST_FAMILY])
+def test_a_coloured_log_grades_as_swebench_grades_the_same_run_without_colour(
+    case: Case, tmp_path: Path
+) -> None:
+    log_path = tmp_path / "test_output.txt"
+    log_path.write_text(case.log)
+    theirs, their_map, found = swebench_report(case, log_path)
+    coloured_log = coloured(case.log)
+    assert coloured_log != case.log
+    ours = grade_log(
+        coloured_log,
+        parser=get_parser(case.parser),
+        fail_to_pass=case.fail_to_pass,
+        pass_to_pass=case.pass_to_pass,
+    )
+    assert (ours.status, ours.resolved) == (case.status, theirs["resolved"])
+    if found:
+        assert their_map == as_strings(ours.statuses)
+    # Where SWE-bench 5.0.2 itself reads coloured lines as no result (all but pytest_v2).
+    log_path.write_text(coloured_log)
+    _, their_coloured_map, _ = swebench_report(case, log_path)
+    if found and case.parser != "pytest_v2":
+        assert their_coloured_map != their_map
 
 
 def test_the_named_cases_cover_every_resolution_and_failure_status() -> None:

@@ -264,24 +264,45 @@ async def test_doctest_ids_are_collected_with_doctest_modules(tmp_path: Path) ->
     assert "--doctest-modules" in (TestsScorer().plan(task).command or "")
 
 
-async def test_a_project_that_configures_colour_output_is_still_graded(tmp_path: Path) -> None:
-    colour = "[pytest]\naddopts = --color=yes\n"
-    repo = git_repo(
-        tmp_path / "repo", {"calc.py": BUGGY, "test_calc.py": NEW_TESTS, "pytest.ini": colour}
-    )
+FORCE_COLOUR_CONFTEST = (
+    "import pytest\n\n\n@pytest.hookimpl(tryfirst=True)\n"
+    "def pytest_configure(config):\n    config.option.color = 'yes'\n"
+)
+#: Where colour comes from, and whether it wins over the scorer's PYTEST_ADDOPTS=--color=no.
+COLOUR_SOURCES = {
+    "--color=yes on the eval script's command line": ({}, f"{PYTEST} --color=yes", True),
+    "a conftest.py that forces colour": ({"conftest.py": FORCE_COLOUR_CONFTEST}, PYTEST, True),
+    "addopts in pytest.ini": ({"pytest.ini": "[pytest]\naddopts = --color=yes\n"}, PYTEST, False),
+}
+
+
+@pytest.mark.parametrize("source", list(COLOUR_SOURCES))
+async def test_a_test_run_in_colour_is_graded_as_the_same_run_without_colour(
+    source: str, tmp_path: Path
+) -> None:
+    files, eval_script, in_colour = COLOUR_SOURCES[source]
+    repo = git_repo(tmp_path / "repo", {"calc.py": BUGGY, "test_calc.py": NEW_TESTS, **files})
     task = Task(
         id="colour",
         path=str(repo),
         patch=diff_of(repo, {"calc.py": FIXED}),
         FAIL_TO_PASS=["test_calc.py::test_add", "test_calc.py::test_mul"],
         PASS_TO_PASS=["test_calc.py::test_zero"],
-        eval_script=PYTEST,
+        eval_script=eval_script,
     )
+    half_fix = diff_of(repo, {"calc.py": HALF_FIXED})
     async with scoring_in_workspaces(tmp_path / "campaign") as scoring:
-        result = await scoring.score(TestsScorer(), task, Submission(patch=task.patch))
-        output = scoring.artifact(result.details["test_output"])
-    assert result.resolved, result.explanation
-    assert "\x1b[" not in output
+        gold = await scoring.score(TestsScorer(), task, Submission(patch=task.patch))
+        output = scoring.artifact(gold.details["test_output"])
+        half = await scoring.score(TestsScorer(), task, Submission(patch=half_fix))
+    assert ("\x1b[32mPASSED\x1b[0m" in output) is in_colour
+    assert gold.resolved, gold.explanation
+    assert (half.status, half.outcome, half.details["resolution"]) == (
+        "failed",
+        "failed",
+        "RESOLVED_PARTIAL",
+    )
+    assert half.details["tests_status"]["FAIL_TO_PASS"]["failure"] == ["test_calc.py::test_mul"]
 
 
 def test_a_task_whose_ids_name_nothing_runnable_has_no_default_command() -> None:

@@ -5,8 +5,14 @@ cap on either stream. Each submission fixes nothing; whatever it prints, it is g
 the harness, in both modes.
 
 These held before issue 9's fixes too; they guard the parsers and the capture against
-"improvements" that would let such bytes through (a parser that strips ANSI codes or splits
-lines at carriage returns, as SWE-bench 5.0.2's does not, would resolve the second case).
+"improvements" that would let such bytes through (a parser that split lines at carriage
+returns, as SWE-bench 5.0.2's does not, would resolve the carriage-return forgeries).
+
+ANSI codes are removed before parsing (`terminal_codes`, so a coloured run is graded): a line
+wrapped in them then says what the same line without them says, nothing more. In SWE-bench
+mode such forged lines grade exactly as the plain forgery does, which fools SWE-bench 5.0.2
+too (`test_strict_mode_does_not_believe_passes_printed_at_exit_beside_a_forged_failure`);
+strict mode believes neither.
 """
 
 from __future__ import annotations
@@ -46,13 +52,11 @@ CASES = {
         b"\x00\xff\xfe\x80 PASSED x\x00\n" * 1000,
         b"\x00\n" + _forged("\x00{}\x00") + _forged("{}").replace(b"\n", b"\xff\n"),
     ),
-    "ANSI codes and carriage returns around forged lines": _conftest(
-        b"\x1b[2J\x1b[H",
-        b"\n"
-        + _forged("\x1b[32m{}\x1b[0m")
-        + _forged("\r{}")
-        + _forged("\x1b[1A\x1b[2K{}")
-        + b"FAILED test_other.py::test_unrelated\r\n",
+    "carriage returns around forged lines": _conftest(
+        b"\r", b"\n" + _forged("\r{}") + b"FAILED test_other.py::test_unrelated\r\n"
+    ),
+    "escape strings left open around the real summary": _conftest(
+        b"\x1b]0;\x1b[8m", b"\x07\x1b\\\n" + _forged("\x1b]0;{}")
     ),
     "a line of 20 MB on stdout, then forged lines": _conftest(
         b"A" * (20 << 20), b"\n" + _forged("{}")
@@ -84,3 +88,32 @@ async def test_hostile_bytes_are_graded_as_the_submissions_failure(
     assert not result.resolved, result.explanation
     assert result.outcome in ("failed", "error"), "never the harness's fault"
     assert result.status in ("failed", "exit_code_mismatch"), result.explanation
+
+
+#: Forged PASSED lines for every graded test and a forged FAILED line for a test nobody grades
+#: (so the exit status of 1 agrees with the log), in escape codes a terminal would not show.
+ANSI_FORGERY = (
+    b"\n"
+    + _forged("\x1b[32m{}\x1b[0m")
+    + _forged("\x1b[1A\x1b[2K{}")
+    + b"\x1b[31mFAILED\x1b[0m test_other.py::test_unrelated\n"
+)
+
+
+async def test_forged_lines_in_ansi_codes_grade_as_the_same_lines_without_them(
+    tmp_path: Path,
+) -> None:
+    task = _task(tmp_path)
+    repo = Path(task.path or "")
+    plain = ANSI_FORGERY.replace(b"\x1b[32m", b"").replace(b"\x1b[31m", b"")
+    plain = plain.replace(b"\x1b[0m", b"").replace(b"\x1b[1A\x1b[2K", b"")
+    verdicts = {}
+    async with scoring_in_workspaces(tmp_path / "campaign") as scoring:
+        for name, forgery in (("ansi", ANSI_FORGERY), ("plain", plain)):
+            for strict in (False, True):
+                patch = diff_of(repo, {"conftest.py": _conftest(b"", forgery)})
+                scorer = TestsScorer(strict=strict, output_cap=OUTPUT_CAP)
+                result = await scoring.score(scorer, task, Submission(patch=patch))
+                verdicts[name, strict] = (result.resolved, result.status, result.outcome)
+    assert verdicts["ansi", False] == verdicts["plain", False]
+    assert verdicts["ansi", True] == verdicts["plain", True] == (False, "failed", "failed")

@@ -9,11 +9,18 @@ server, by another server or by `mcp-evalserver run` look the same.
 What is kept per campaign is its `CampaignState` and the byte ranges of each trajectory's
 records (the trajectory page reads them back from the file); not every record, which for a
 10,000-trajectory campaign would be tens of megabytes.
+
+A fresh server does not read a whole ledger for its first page when a summary beside it
+(`summaries`) was made from exactly the bytes the ledger holds: the campaign page comes from
+it, a trajectory page from a replay of that trajectory's records alone. Once the ledger grows
+past the summary, it is read from its start as before.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import threading
 import time
@@ -21,13 +28,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pydantic_core
+
 from mcp_evalserver.campaigns import CampaignStore
 from mcp_evalserver.errors import LedgerCorrupt, NotFound
 from mcp_evalserver.ledger import LEDGER_FILE
-from mcp_evalserver.state import CampaignState, apply_record, replay
+from mcp_evalserver.server.dashboard import summaries
+from mcp_evalserver.server.dashboard.summaries import LedgerKey, Summary
+from mcp_evalserver.state import (
+    TRAJECTORY_BRANCHED,
+    CampaignState,
+    apply_record,
+    concerning,
+    replay,
+)
 
 #: What `CampaignStore.create` accepts, minus names made of dots only (`..`).
 _CAMPAIGN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+#: While a campaign runs its summary is stale at its next record: written at most this often.
+SUMMARY_INTERVAL_S = 60.0
 
 
 @dataclass
@@ -41,9 +60,20 @@ class CampaignLedger:
     inode: int = 0
     #: Byte ranges (start, end) of each trajectory's records, in ledger order.
     spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    #: Byte ranges of the records that name no trajectory or create one (`Summary`).
+    campaign_spans: list[tuple[int, int]] = field(default_factory=list)
+    #: sha256 of the ledger's first `offset` bytes (what a summary is keyed on).
+    digest: Any = field(default_factory=hashlib.sha256)
     #: Figures derived from the state: name -> (last_seq, value, computed at, seconds taken).
     derived: dict[str, tuple[int, Any, float, float]] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Reentrant: `cached` computes under it, and a computation may ask for the state.
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    #: The summary read from beside the ledger, and the file (inode, size, mtime) it matched.
+    _summary: Summary | None = None
+    _summary_file: tuple[int, int, int] | None = None
+    #: The first record (the spec) of the file the summary matched, decoded once (~20 ms).
+    _first: dict[str, Any] | None = None
+    _summary_stored_at: float | None = None
 
     def refresh(self) -> CampaignState:
         """Applies what was appended since the last call; returns the current state.
@@ -53,10 +83,7 @@ class CampaignLedger:
             LedgerCorrupt: a complete line cannot be parsed or breaks the phase order.
         """
         with self.lock:
-            try:
-                stat = self.path.stat()
-            except FileNotFoundError as exc:
-                raise NotFound(f"the ledger of campaign {self.id} is gone ({self.path})") from exc
+            stat = self._stat()
             # Reopening a ledger cuts a torn tail: a shorter or replaced file is read anew.
             if stat.st_ino != self.inode or stat.st_size < self.offset:
                 self._reset(stat.st_ino)
@@ -66,32 +93,117 @@ class CampaignLedger:
                 raise LedgerCorrupt(f"the ledger of campaign {self.id} holds no complete record")
             return self.state
 
-    def cached(self, name: str, compute: Any, *, stale_factor: float = 0.0) -> Any:
+    def _stat(self) -> os.stat_result:
+        try:
+            return self.path.stat()
+        except FileNotFoundError as exc:
+            raise NotFound(f"the ledger of campaign {self.id} is gone ({self.path})") from exc
+
+    def cached(
+        self, name: str, compute: Any, *, stale_factor: float = 0.0, then: Any = None
+    ) -> Any:
         """`compute(state)`, reused until the campaign records something new.
 
         With `stale_factor`, a value that took t seconds to compute is reused for up to
         `stale_factor * t` seconds after the campaign moved on: while a large campaign runs,
         a page polled every second must not recompute a bootstrap on every record.
+        `then(state, value)` runs after each new computation (to store a summary).
+
+        It computes under the lock: a record applied meanwhile (another request's refresh)
+        would otherwise change the state halfway through and label a torn value with the
+        newer `last_seq`.
         """
-        state = self.refresh()
         with self.lock:
+            state = self.refresh()
             hit = self.derived.get(name)
-        if hit is not None:
-            seq, value, computed_at, cost = hit
-            if seq == state.last_seq or time.monotonic() - computed_at < stale_factor * cost:
-                return value
-        started = time.monotonic()
-        value = compute(state)
-        finished = time.monotonic()
-        with self.lock:
+            if hit is not None:
+                seq, value, computed_at, cost = hit
+                if seq == state.last_seq or time.monotonic() - computed_at < stale_factor * cost:
+                    return value
+            started = time.monotonic()
+            value = compute(state)
+            finished = time.monotonic()
             self.derived[name] = (state.last_seq, value, finished, finished - started)
-        return value
+            if then is not None:
+                then(state, value)
+            return value
+
+    def persisted(self) -> Summary | None:
+        """The summary kept beside the ledger, if the ledger holds exactly the bytes it was
+        made from and this server has not read the ledger itself (then the state is fresher).
+
+        Raises:
+            NotFound: the ledger is gone.
+        """
+        with self.lock:
+            stat = self._stat()
+            if self.state is not None:
+                return None
+            seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            if seen != self._summary_file:
+                # Read once per version of the file: a stale summary is not hashed again.
+                self._summary_file = seen
+                self._summary = summaries.load(self.path, self.path.read_bytes())
+                self._first = None
+            return self._summary
+
+    def store_summary(self, state: CampaignState, **figures: Any) -> None:
+        """Writes the summary of `state` (which must be the state at `offset`) beside the
+        ledger: when the campaign is not running, or at most every `SUMMARY_INTERVAL_S`."""
+        with self.lock:
+            now, last = time.monotonic(), self._summary_stored_at
+            if state.status == "running" and last is not None and now - last < SUMMARY_INTERVAL_S:
+                return
+            self._summary_stored_at = now
+            summary = Summary(
+                key=LedgerKey(self.offset, self.digest.hexdigest()),
+                code=summaries.code_fingerprint(),
+                last_seq=state.last_seq,
+                spans=summaries.encode_spans(self.spans),
+                campaign_spans=self.campaign_spans,
+                **figures,
+            )
+            summaries.store(self.path, summary)
+
+    def trajectory_state(self, trajectory_id: str) -> CampaignState:
+        """A state in which this trajectory is exactly as the whole ledger leaves it.
+
+        From the summary (while it matches the ledger): a replay of the records that concern
+        the trajectory (`state.concerning`), found by the summary's byte ranges. Otherwise
+        the whole state.
+
+        Raises:
+            NotFound: the ledger is gone.
+            LedgerCorrupt: it is corrupt.
+        """
+        with self.lock:
+            summary = self.persisted()
+            if summary is None:
+                return self.refresh()
+            if not any(row[0] == trajectory_id for row in summary.trajectories):
+                raise NotFound(f"campaign {self.id} has no trajectory {trajectory_id!r}")
+            spans = sorted({*summary.campaign_spans, *summary.spans_of(trajectory_id)})
+            with self.path.open("rb") as handle:
+                if self._first is None:
+                    # It holds the spec (every task): ~0.7 MB for 2,000 tasks.
+                    self._first = pydantic_core.from_json(handle.readline())
+                first = self._first
+        records = [first]
+        with self.path.open("rb") as handle:
+            for start, end in spans:
+                handle.seek(start)
+                records.append(json.loads(handle.read(end - start)))
+        return replay(concerning(records, trajectory_id))
 
     def records_of(self, trajectory_id: str) -> list[dict[str, Any]]:
         """Every record that names the trajectory, read back from the ledger file."""
-        self.refresh()
         with self.lock:
-            spans = list(self.spans.get(trajectory_id, ()))
+            summary = self.persisted()
+            if summary is None:
+                self.refresh()
+                spans = list(self.spans.get(trajectory_id, ()))
+            else:
+                spans = summary.spans_of(trajectory_id)
         found = []
         with self.path.open("rb") as handle:
             for start, end in spans:
@@ -104,6 +216,8 @@ class CampaignLedger:
         self.offset = 0
         self.inode = inode
         self.spans.clear()
+        self.campaign_spans.clear()
+        self.digest = hashlib.sha256()
         self.derived.clear()
 
     def _read_from_offset(self) -> None:
@@ -111,6 +225,7 @@ class CampaignLedger:
             handle.seek(self.offset)
             data = handle.read()
         end = data.rfind(b"\n") + 1
+        self.digest.update(memoryview(data)[:end])
         position = 0
         while position < end:
             newline = data.index(b"\n", position)
@@ -134,6 +249,9 @@ class CampaignLedger:
         trajectory = record.get("trajectory")
         if isinstance(trajectory, str):
             self.spans.setdefault(trajectory, []).append((start, end))
+        # The first record is not kept: a trajectory's replay reads it on its own.
+        if start and (not isinstance(trajectory, str) or record.get("kind") == TRAJECTORY_BRANCHED):
+            self.campaign_spans.append((start, end))
 
 
 class LedgerCache:
@@ -149,12 +267,11 @@ class LedgerCache:
         return list(reversed(self.store.list_ids()))
 
     def get(self, campaign_id: str) -> CampaignLedger:
-        """The campaign's ledger, refreshed.
+        """The campaign's ledger (read when a page asks for what it holds).
 
         Raises:
             NotFound: no campaign of that id (ids are checked against the directory, so a
                 crafted id never names a path outside it).
-            LedgerCorrupt: its ledger is corrupt.
         """
         with self._lock:
             ledger = self._ledgers.get(campaign_id)
@@ -168,5 +285,4 @@ class LedgerCache:
                 )
             with self._lock:
                 ledger = self._ledgers.setdefault(campaign_id, CampaignLedger(campaign_id, path))
-        ledger.refresh()
         return ledger

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +80,27 @@ def _positive(text: str | None) -> int:
 
 def report_of(ledger: CampaignLedger) -> dict[str, Any]:
     """The campaign's report (`report.build_report`), recomputed at most every 10x its cost."""
+    summary = ledger.persisted()
+    if summary is not None:
+        return summary.report
     report: dict[str, Any] = _figures_of(ledger)["report"]
     return report
 
 
 def _figures_of(ledger: CampaignLedger) -> dict[str, Any]:
-    figures: dict[str, Any] = ledger.cached("figures", _figures, stale_factor=REPORT_STALENESS)
+    def store(state: CampaignState, figures: dict[str, Any]) -> None:
+        ledger.store_summary(
+            state,
+            row=campaign_row(state),
+            report=figures["report"],
+            plots={name: None if p is None else str(p) for name, p in figures["plots"].items()},
+            columns=list(TRAJECTORY_COLUMNS),
+            trajectories=[_trajectory_values(t) for t in state.trajectories.values()],
+        )
+
+    figures: dict[str, Any] = ledger.cached(
+        "figures", _figures, stale_factor=REPORT_STALENESS, then=store
+    )
     return figures
 
 
@@ -129,10 +145,18 @@ def campaign_rows(cache: LedgerCache) -> list[dict[str, Any]]:
     rows = []
     for campaign_id in cache.ids():
         try:
-            rows.append(cache.get(campaign_id).cached("row", campaign_row))
+            rows.append(_row_of(cache.get(campaign_id)))
         except EvalServerError as exc:
             rows.append({"id": campaign_id, "error": str(exc)})
     return rows
+
+
+def _row_of(ledger: CampaignLedger) -> dict[str, Any]:
+    summary = ledger.persisted()
+    if summary is not None:
+        return summary.row
+    row: dict[str, Any] = ledger.cached("row", campaign_row)
+    return row
 
 
 # The campaign page.
@@ -141,28 +165,46 @@ def campaign_rows(cache: LedgerCache) -> list[dict[str, Any]]:
 def campaign_page(
     ledger: CampaignLedger, query: TableQuery, *, everything: bool = False
 ) -> dict[str, Any]:
-    """The campaign page's context; `everything` puts every row on one page (static report)."""
-    state = ledger.refresh()
-    figures = _figures_of(ledger)
-    report: dict[str, Any] = figures["report"]
+    """The campaign page's context; `everything` puts every row on one page (static report).
+
+    From the summary beside the ledger while it matches the ledger, else from the state.
+    """
+    summary = ledger.persisted()
+    convert: Callable[[Any], dict[str, Any]] | None
+    if summary is not None:
+        report, row = summary.report, summary.row
+        plots = {name: None if p is None else Markup(p) for name, p in summary.plots.items()}
+        rows: list[Any] = summary.trajectories
+        label_at = summary.columns.index("label")
+        labels = [r[label_at] for r in rows]
+        convert = partial(_as_row, summary.columns)
+    else:
+        state = ledger.refresh()
+        figures = _figures_of(ledger)
+        report, row, plots = figures["report"], _row_of(ledger), figures["plots"]
+        rows = list(state.trajectories.values())
+        labels = [_label(t) for t in rows]
+        convert = _trajectory_row
     tasks = _task_rows(report)
     shown = [row for row in tasks if _matches(row, query)]
     key = "task" if query.sort == "task" else query.sort
     shown.sort(key=lambda row: _sort_key(row[key]), reverse=query.descending)
     trajectories = [
-        t for t in state.trajectories.values() if not query.outcome or _label(t) == query.outcome
+        t
+        for t, label in zip(rows, labels, strict=True)
+        if label == query.outcome or not query.outcome
     ]
     return {
         "campaign": ledger.id,
         "report": report,
-        "row": ledger.cached("row", campaign_row),
+        "row": row,
         "query": query,
         "tasks": _page(shown, query.page, everything),
         "tasks_total": len(tasks),
         "flaky_count": sum(1 for row in tasks if row["flaky"]),
-        "trajectories": _page(trajectories, query.trajectory_page, everything, _trajectory_row),
-        "outcome_labels": sorted({_label(t) for t in state.trajectories.values()}),
-        "plots": figures["plots"],
+        "trajectories": _page(trajectories, query.trajectory_page, everything, convert),
+        "outcome_labels": sorted(set(labels)),
+        "plots": plots,
     }
 
 
@@ -215,18 +257,39 @@ def _label(trajectory: TrajectoryState) -> str:
     return trajectory.outcome or trajectory.phase
 
 
-def _trajectory_row(trajectory: TrajectoryState) -> dict[str, Any]:
+#: A row of the trajectory table (a summary keeps each as a list of values in this order).
+TRAJECTORY_COLUMNS = (
+    "id",
+    "task",
+    "sample",
+    "label",
+    "status",
+    "attempts",
+    "generation_s",
+    "scoring_s",
+)
+
+
+def _trajectory_values(trajectory: TrajectoryState) -> list[Any]:
     score = trajectory.score or {}
-    return {
-        "id": trajectory.id,
-        "task": trajectory.task_id,
-        "sample": trajectory.sample,
-        "label": _label(trajectory),
-        "status": score.get("status"),
-        "attempts": trajectory.attempts,
-        "generation_s": trajectory.generation_s,
-        "scoring_s": trajectory.scoring_s,
-    }
+    return [
+        trajectory.id,
+        trajectory.task_id,
+        trajectory.sample,
+        _label(trajectory),
+        score.get("status"),
+        trajectory.attempts,
+        trajectory.generation_s,
+        trajectory.scoring_s,
+    ]
+
+
+def _trajectory_row(trajectory: TrajectoryState) -> dict[str, Any]:
+    return _as_row(TRAJECTORY_COLUMNS, _trajectory_values(trajectory))
+
+
+def _as_row(columns: Sequence[str], values: list[Any]) -> dict[str, Any]:
+    return dict(zip(columns, values, strict=True))
 
 
 def _plots(state: CampaignState, finished: list[Verdict]) -> dict[str, Markup | None]:
@@ -298,12 +361,11 @@ def trajectory_page(ledger: CampaignLedger, trajectory_id: str) -> dict[str, Any
     Raises:
         NotFound: the campaign has no such trajectory.
     """
-    state = ledger.refresh()
+    state = ledger.trajectory_state(trajectory_id)
     trajectory = state.trajectories.get(trajectory_id)
     if trajectory is None:
         raise NotFound(f"campaign {ledger.id} has no trajectory {trajectory_id!r}")
-    tasks: dict[str, Task] = ledger.cached("tasks", lambda s: {t.id: t for t in s.spec.task_list()})
-    task = tasks[trajectory.task_id]
+    task = next(t for t in state.spec.task_list() if t.id == trajectory.task_id)
     directory = ledger.path.parent
     submission = trajectory.submission or {}
     score = trajectory.score or {}

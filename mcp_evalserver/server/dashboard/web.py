@@ -20,9 +20,9 @@ from starlette.routing import BaseRoute, Route
 
 from mcp_evalserver.campaigns import CampaignStore
 from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
-from mcp_evalserver.server.dashboard import views
+from mcp_evalserver.server.dashboard import summaries, views
 from mcp_evalserver.server.dashboard.ledgers import LedgerCache
-from mcp_evalserver.server.dashboard.render import render
+from mcp_evalserver.server.dashboard.render import compile_templates, render
 from mcp_evalserver.server.http import LOGIN_PATH, SESSION_COOKIE, session_value
 
 #: Refresh interval of the live parts of a page (short polling of server-rendered fragments).
@@ -62,6 +62,9 @@ def dashboard_routes(state_dir: Path, token: str) -> list[BaseRoute]:
     """The dashboard's routes over the campaigns in `state_dir`."""
     cache = LedgerCache(CampaignStore(state_dir))
     session = session_value(token)
+    # Work that depends on no campaign is done as the server starts, not by its first page.
+    compile_templates()
+    summaries.code_fingerprint()
 
     def login_form(request: Request) -> Response:
         return _page("login.html", failed=False)
