@@ -55,14 +55,15 @@ async def request_rescore(
 
     Raises:
         NotFound: no such campaign, or a named trajectory is not in it.
-        InvalidInput: the scorer config is invalid or cannot be built.
+        InvalidInput: the scorer config is invalid, cannot be built or refuses the
+            campaign's tasks (`Scorer.check_tasks`).
         Conflict: another process is running the campaign.
         LedgerCorrupt: the ledger is corrupt before its end.
     """
     config = parse_scorer(scorer) if scorer is not None else None
+    campaign = store.load(campaign_id)  # NotFound with the list of campaigns
     if config is not None:
-        build_scorer(config)
-    store.load(campaign_id)  # NotFound with the list of campaigns
+        build_scorer(config).check_tasks(campaign.spec.task_list())
     directory = store.directory(campaign_id)
     async with await LedgerWriter.open(directory, campaign_id) as ledger:
         state = replay(ledger.recovered)

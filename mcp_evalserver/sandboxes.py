@@ -114,9 +114,23 @@ class Reprovisioned:
 
 #: Told when a call re-provisioned a dead instance (the runner records it in its ledger).
 ReprovisionObserver = Callable[[Reprovisioned], Awaitable[None]]
-#: Run once on each new instance before anything uses it (a scorer's: can its tests start
-#: there?); raises `InvalidInput` to refuse the instance.
-InstanceCheck = Callable[[Instance], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class InstanceCheck:
+    """Run on an instance before a trajectory of the task uses it (a scorer's: can the task's
+    tests start there?); `run` raises `InvalidInput` to refuse the instance for that task.
+
+    `key` names what is checked (say, a digest of the test script): the pool runs each key
+    once per instance, whoever made the instance first, and remembers a refusal per key, so
+    one task's refusal never refuses another task that shares the instance.
+    """
+
+    key: str
+    run: Callable[[Instance], Awaitable[None]]
+
+    async def __call__(self, instance: Instance) -> None:
+        await self.run(instance)
 
 
 class SandboxPool:
@@ -143,8 +157,9 @@ class SandboxPool:
         # Why an instance died, kept until it is provisioned again (which may take retries).
         self._lost: dict[tuple[BackendName, str], str] = {}
         # Instances whose check failed: every later use gets the same error, nothing reruns.
-        self._refused: dict[tuple[BackendName, str], InvalidInput] = {}
-        self._checked: set[tuple[BackendName, str]] = set()
+        # Per (backend, instance key, check key).
+        self._refused: dict[tuple[BackendName, str, str], InvalidInput] = {}
+        self._checked: set[tuple[BackendName, str, str]] = set()
         #: Every re-provisioning this pool did, oldest first.
         self.reprovisioned: list[Reprovisioned] = []
         self._closing = anyio.Event()
@@ -210,8 +225,9 @@ class SandboxPool:
         again whenever it is found dead; `on_reprovisioned` hears of the latter.
 
         `placement` is the campaign's choice; without one the pool's own (`ray_address`).
-        `check` runs once on the instance when it is first made; if it refuses the instance,
-        the instance is closed and this and every later call raise its error.
+        `check` runs once per instance and check key, whether this call made the instance or
+        found it made for another task; if it refuses, this and every later call with that
+        check raise its error (an instance nothing else uses yet is closed).
 
         Raises:
             InvalidInput: the task has no (valid) environment, or `check` refused it.
@@ -228,11 +244,14 @@ class SandboxPool:
         key = (name, spec.key)
         lock = self._instance_locks.setdefault(key, anyio.Lock())
         async with lock:
-            if (refused := self._refused.get(key)) is not None:
+            checked = None if check is None else (*key, check.key)
+            if checked is not None and (refused := self._refused.get(checked)) is not None:
                 raise refused
             instance = self._instances.get(key)
             if instance is not None:
                 if (reason := instance.dead) is None:
+                    # Made for another task or campaign: this task's check may not have run.
+                    await self._check(instance, check, checked, fresh=False)
                     return instance
                 logger.warning("instance %s of task %s died: %s", spec.key, task.id, reason)
                 self._lost[key] = reason
@@ -241,15 +260,7 @@ class SandboxPool:
             async with provisioning:
                 # The backend reaps its dead instance (supervisor, container) before the new.
                 instance = await backend.instance(spec)
-            if check is not None and key not in self._checked:
-                try:
-                    await check(instance)
-                except InvalidInput as exc:
-                    self._refused[key] = exc
-                    with anyio.CancelScope(shield=True):
-                        await instance.aclose()
-                    raise
-                self._checked.add(key)
+            await self._check(instance, check, checked, fresh=True)
             self._instances[key] = instance
             reason = self._lost.pop(key, None)
             if reason is not None:
@@ -258,6 +269,28 @@ class SandboxPool:
                 if on_reprovisioned is not None:
                     await on_reprovisioned(event)
             return instance
+
+    async def _check(
+        self,
+        instance: Instance,
+        check: InstanceCheck | None,
+        checked: tuple[BackendName, str, str] | None,
+        *,
+        fresh: bool,
+    ) -> None:
+        """Runs `check` on `instance` unless it ran there already; a refusal is remembered,
+        and closes the instance if nothing else has it yet (`fresh`)."""
+        if check is None or checked is None or checked in self._checked:
+            return
+        try:
+            await check(instance)
+        except InvalidInput as exc:
+            self._refused[checked] = exc
+            if fresh:
+                with anyio.CancelScope(shield=True):
+                    await instance.aclose()
+            raise
+        self._checked.add(checked)
 
 
 class TrajectorySandbox:

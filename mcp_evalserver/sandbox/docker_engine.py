@@ -43,6 +43,10 @@ LABEL_OWNER = "mcp-evalserver.owner"
 LABEL_ROLE = "mcp-evalserver.role"
 #: Names the engine's network that containers of `network: true` tasks join (default `bridge`).
 NETWORK_ENV = "MCP_EVALSERVER_DOCKER_NETWORK"
+# What the supervisor needs beyond a container's defaults: mounts and namespaces (SYS_ADMIN),
+# each command's loopback brought up in its own network namespace (NET_ADMIN). A KubeRay
+# worker pod needs the same (deploy/kuberay/raycluster.yaml; its test checks it against this).
+SUPERVISOR_CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN")
 # Drivers that give a container no namespace of its own (`host`) or no way out (`null`).
 _NOT_ISOLATED_DRIVERS = frozenset({"host", "null"})
 
@@ -279,7 +283,7 @@ class DockerEngine:
             host_config["nano_cpus"] = int(limits.cpus * 1e9)
         if sys_admin:
             # Workspaces mount overlays and unshare namespaces; --privileged is refused here.
-            host_config["cap_add"] = ["SYS_ADMIN", "NET_ADMIN"]
+            host_config["cap_add"] = list(SUPERVISOR_CAPABILITIES)
             if self.apparmor:
                 host_config["security_opt"] = ["apparmor=unconfined"]
         if store is not None:

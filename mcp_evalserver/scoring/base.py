@@ -12,6 +12,7 @@ the default), `error` (the evaluation broke: tests errored, a task without a gol
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -92,6 +93,15 @@ class ScoringContext:
 
 class Scorer(ABC):
     """Grades submissions; one instance serves every trajectory of a campaign."""
+
+    def check_tasks(self, tasks: Sequence[Task]) -> None:
+        """Refuses, before a campaign starts or is rescored, tasks this scorer cannot grade
+        at all (rather than an error on every trajectory). Nothing by default.
+
+        Raises:
+            InvalidInput: the message names the tasks and what to do.
+        """
+        return None
 
     def instance_check(self, task: Task) -> InstanceCheck | None:
         """What to check on each new instance of `task` before anything uses it (None:

@@ -39,6 +39,11 @@ class CombinedScorer(Scorer):
         self.weights = list(weights) if weights is not None else [1.0] * len(self.parts)
         self.threshold = threshold
 
+    def check_tasks(self, tasks: Sequence[Task]) -> None:
+        """Every part's refusal."""
+        for _, scorer in self.parts:
+            scorer.check_tasks(tasks)
+
     def instance_check(self, task: Task) -> InstanceCheck | None:
         """Every part's check, in order."""
         checks = [c for _, scorer in self.parts if (c := scorer.instance_check(task))]
@@ -49,7 +54,7 @@ class CombinedScorer(Scorer):
             for check in checks:
                 await check(instance)
 
-        return check_all
+        return InstanceCheck(" ".join(c.key for c in checks), check_all)
 
     async def score(self, context: ScoringContext) -> ScoreResult:
         results = [

@@ -1,201 +1,244 @@
-"""Whether a task's test command can start inside a workspace, checked once per instance.
+"""Whether a task's test command can start inside a workspace, checked on each instance.
 
 A workspace shows the instance at its own path, but /root, /home, /run, /tmp and /var/tmp are
 private to it (on the local backend the rest of the host is read-only). A test command whose
 interpreter or virtual environment lives there (a venv made from a pyenv Python under /root,
-`source /home/me/venv/bin/activate`) exits 127 or says "No module named pytest" in every
-evaluation, and every trajectory would be graded `failed` for the environment's fault. So when
-an instance is made, the interpreters the test command names are resolved inside a workspace of
-it, symlinks, `#!` lines and a venv's `pyvenv.cfg` `home` followed; one that does not resolve
-fails the instance: each trajectory of the task is an `error` whose message names the path and
-what to do.
+`source /home/me/venv/bin/activate`, conda under /root/miniconda3) exits 127 or says "No
+module named pytest" in every evaluation, and every trajectory would be graded `failed` for the
+environment's fault. So before a trajectory of the task uses an instance, the eval script the
+scorer would run is followed in a throwaway workspace of it, and a program it starts that does
+not resolve there fails the instance for that task: each of its trajectories is an `error`
+whose message names the path and what to do.
 
-Which words are checked: for the scorer's or an inferred command, its interpreter (the first
-word after `VAR=value` assignments; `python` or `python3` for the inferred ones); for a task's
-`eval_script`, the paths its test section starts programs from (`./x`, `/a/b`, `source
-.venv/bin/activate`), bare names there are left alone (a script may define them itself).
+Following the script: bash runs it with a DEBUG trap (`extdebug`) that lets every command
+that shapes the environment run as written (assignments, `export`, `cd`/`pushd`, `source` and
+`.`, `eval`, shell functions such as `conda activate`, builtins) and skips every other program
+(nothing is installed, applied or tested). In the test section (between SWE-bench's markers)
+each program a command starts, after its own `VAR=value` words and wrappers (`env`, `exec`,
+`timeout`, ...), is expanded and resolved on the PATH and in the directory the command would
+have: symlinks, `#!` lines and a venv's `pyvenv.cfg` `home` followed. A file `source`d or a
+directory `cd`'d into that does not exist is reported too (anywhere in the script). Inside a
+function or a sourced file commands run as written; a function the test section calls that is
+not an environment manager (`conda`, `pyenv`, `workon`, ...) is skipped, unchecked.
 """
 
 from __future__ import annotations
 
 import hashlib
-import shlex
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+import secrets
 
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.sandbox.base import Instance
-from mcp_evalserver.scoring.grading import END_TEST_OUTPUT, START_TEST_OUTPUT
-from mcp_evalserver.scoring.test_plans import TestPlan
+from mcp_evalserver.sandboxes import InstanceCheck
 from mcp_evalserver.spec import Task
 
 #: What a workspace does not show of the host (`sandbox/supervisor.py`, local backend).
 PRIVATE_IN_WORKSPACES = ("/root", "/home", "/run", "/tmp", "/var/tmp")
-#: The inferred commands run `python`, else `python3` (`test_plans._PYTHON`).
-PYTHON_ALTERNATIVES = ("python", "python3")
 _PROBE_TIMEOUT_S = 60.0
-_SEPARATORS = frozenset({"&&", "||", ";", "|", "(", ")", "&"})
-_SOURCE = frozenset({"source", "."})
-# Prints, per word: `ok WORD PATH`, `missing WORD PATH` (not found) or `broken WORD PATH` (the
-# first path on the way that does not exist in the view).
-_PROBE = r"""
-check() {
+_VERDICTS = ("ok", "missing", "broken")
+# Prepended to the eval script. Reports on stdout, one `TAG VERDICT WORD PATH` line per
+# program (ok; missing: not found; broken: the first path on the way that does not exist);
+# the script's own output goes nowhere.
+_FOLLOW = r"""
+# Splits $1 into words as the shell would, unexpanded (quotes, $(...), backslashes kept): the
+# array __mcp_w.
+__mcp_words() {
+  local s=$1 word='' q='' depth=0 k ch have=0
+  __mcp_w=()
+  for ((k = 0; k < ${#s}; k++)); do
+    ch=${s:k:1}
+    if [ -n "$q" ]; then
+      word+=$ch
+      if [ "$q" = "'" ]; then [ "$ch" != "'" ] || q=''
+      elif [ "$ch" = '\' ]; then k=$((k + 1)); word+=${s:k:1}
+      elif [ "$ch" = '"' ] && [ $depth -eq 0 ]; then q=''
+      elif [ "$ch" = '(' ] && [ "${s:k-1:1}" = '$' ]; then depth=$((depth + 1))
+      elif [ "$ch" = ')' ] && [ $depth -gt 0 ]; then depth=$((depth - 1))
+      fi
+      continue
+    fi
+    case $ch in
+      ' '|$'\t'|$'\n')
+        if [ $depth -eq 0 ]; then
+          [ $have = 0 ] || __mcp_w+=("$word")
+          word='' have=0
+          continue
+        fi ;;
+      "'"|'"') q=$ch ;;
+      '\') word+=$ch; k=$((k + 1)); ch=${s:k:1} ;;
+      '(') [ "${s:k-1:1}" != '$' ] || depth=$((depth + 1)) ;;
+      ')') [ $depth -eq 0 ] || depth=$((depth - 1)) ;;
+    esac
+    word+=$ch have=1
+  done
+  [ $have = 0 ] || __mcp_w+=("$word")
+}
+# The PATH's directories that do not exist here, `:`-joined ("-" for none).
+__mcp_gone_from_path() {
+  local d gone=()
+  local IFS=:
+  for d in $PATH; do [ -z "$d" ] || [ -d "$d" ] || gone+=("$d"); done
+  [ ${#gone[@]} -gt 0 ] && printf '%s' "${gone[*]}" || printf -
+}
+__mcp_say() { printf '%s %s %s %s\n' "$__mcp_tag" "$1" "$2" "$3" >&"$__mcp_fd"; }
+# Resolves program $1 (depth $2, reported as $3): symlinks, #! lines, a venv's home.
+__mcp_check() {
   local w=$1 depth=$2 p t n=0 interp arg home orig
   case $w in
-    */*) p=$w; [ -e "$p" ] || [ -L "$p" ] || { echo "missing $3 $p"; return 1; } ;;
-    *) p=$(command -v -- "$w") || { echo "missing $3 -"; return 1; }
+    */*) p=$w; [ -e "$p" ] || [ -L "$p" ] || { __mcp_say missing "$3" "$p"; return 1; } ;;
+    *) p=$(command -v -- "$w") || { __mcp_say missing "$3" "$(__mcp_gone_from_path)"; return 1; }
        case $p in /*) ;; *) return 0 ;; esac ;;
   esac
   orig=$p
   while [ -L "$p" ] && [ $n -lt 40 ]; do
     t=$(readlink -- "$p"); case $t in /*) p=$t ;; *) p=${p%/*}/$t ;; esac; n=$((n + 1))
   done
-  [ -e "$p" ] || { echo "broken $3 $p"; return 1; }
+  [ -e "$p" ] || { __mcp_say broken "$3" "$p"; return 1; }
   home=${orig%/*}/../pyvenv.cfg  # a venv's interpreter needs the Python it was made from
   if [ -f "$home" ]; then
     home=$(sed -n 's/^home *= *//p' "$home" | head -n 1)
-    [ -z "$home" ] || [ -d "$home" ] || { echo "broken $3 $home"; return 1; }
+    [ -z "$home" ] || [ -d "$home" ] || { __mcp_say broken "$3" "$home"; return 1; }
   fi
   if [ "$depth" -lt 3 ] && [ -f "$p" ] && [ "$(head -c 2 -- "$p" 2>/dev/null)" = '#!' ]; then
     read -r interp arg _ < <(head -n 1 -- "$p" | cut -c3-)
     case $interp in */env) interp=$arg ;; esac
-    [ -z "$interp" ] || check "$interp" $((depth + 1)) "$3" || return 1
+    [ -z "$interp" ] || __mcp_check "$interp" $((depth + 1)) "$3" || return 1
   fi
-  [ "$depth" -gt 0 ] || echo "ok $3 $p"
+  [ "$depth" -gt 0 ] || __mcp_say ok "$3" "$p"
 }
-for word in "$@"; do check "$word" 0 "$word"; done
+# Word $1 of the command, expanded with the command's own assignments: a program, or (when
+# $2 is `file`) a path that must exist. A word computed by a command is not known here.
+__mcp_resolve() {
+  local raw=$1 kind=$2 w
+  case $raw in *'$('*|*'`'*) return 0 ;; esac
+  (
+    for a in "${__mcp_assign[@]}"; do eval "export $a" 2>/dev/null; done
+    eval "w=$raw" 2>/dev/null || exit 0
+    if [ "$kind" = file ]; then
+      [ -e "$w" ] || __mcp_say broken "$raw" "$w"
+    elif [ -z "$w" ]; then
+      __mcp_say missing "$raw" -
+    else
+      __mcp_check "$w" 0 "$raw"
+    fi
+  )
+}
+__mcp_is_assignment() { [[ $1 =~ ^[A-Za-z_][A-Za-z0-9_]*\+?= ]]; }
+__mcp_is_redirection() { [[ $1 =~ ^[0-9]*[\<\>\&] ]]; }
+__mcp_in=0 __mcp_n=0
+declare -A __mcp_seen=()
+__mcp_step() {
+  local c=$BASH_COMMAND i=0 p kind w
+  [ ${#FUNCNAME[@]} -le 2 ] || return 0  # in a function or a sourced file: as written
+  __mcp_n=$((__mcp_n + 1))
+  [ $__mcp_n -le 2000 ] || exit 0  # a loop the skipped commands never end
+  case $c in
+    *'>>>>> Start Test Output'*) __mcp_in=1; return 1 ;;
+    *'>>>>> End Test Output'*) exit 0 ;;
+    'for '*|'case '*|'select '*|'[['*|'(('*) return 0 ;;
+  esac
+  __mcp_words "${c:0:4000}"
+  w=("${__mcp_w[@]}")
+  __mcp_assign=()
+  while [ $i -lt ${#w[@]} ] && __mcp_is_assignment "${w[i]}"; do
+    __mcp_assign+=("${w[i]}")
+    i=$((i + 1))
+  done
+  [ $i -lt ${#w[@]} ] || return 0  # assignments alone set the environment the tests get
+  p=${w[i]}
+  case $p in
+    set|trap|exit|return|logout|wait|kill|shift) return 1 ;;
+    source|.) [ -z "${w[i+1]}" ] || __mcp_resolve "${w[i+1]}" file; return 0 ;;
+    cd|pushd)
+      [ -z "${w[i+1]}" ] || [[ ${w[i+1]} == -* ]] || __mcp_resolve "${w[i+1]}" file
+      return 0 ;;
+    command) [[ ${w[i+1]} != -[vV] ]] || return 0 ;;
+  esac
+  # Wrappers start the program after their options (env also takes assignments).
+  while [[ $p =~ ^(exec|command|env|nohup|nice|timeout|stdbuf|xvfb-run|time)$ ]]; do
+    i=$((i + 1))
+    while [ $i -lt ${#w[@]} ]; do
+      if __mcp_is_assignment "${w[i]}"; then
+        __mcp_assign+=("${w[i]}")
+      elif [[ ${w[i]} != -* ]] && ! __mcp_is_redirection "${w[i]}" \
+          && ! { [ "$p" = timeout ] && [[ ${w[i]} =~ ^[0-9.]+[smhd]?$ ]]; }; then
+        break
+      fi
+      i=$((i + 1))
+    done
+    [ $i -lt ${#w[@]} ] || return 1  # `exec >log`: nothing started
+    p=${w[i]}
+  done
+  __mcp_is_redirection "$p" && return 1
+  kind=$(type -t -- "$p" 2>/dev/null)
+  case $kind in
+    builtin|keyword|alias) return 0 ;;
+    function)
+      [ $__mcp_in = 0 ] && return 0
+      case " conda pyenv workon deactivate nvm module " in *" $p "*) return 0 ;; esac
+      return 1 ;;
+  esac
+  case $p in which|dirname|basename|realpath|readlink) return 0 ;; esac
+  [ $__mcp_in = 1 ] || return 1
+  local seen="$PWD|$PATH|${__mcp_assign[*]}|$p"
+  [ -n "${__mcp_seen[$seen]}" ] || __mcp_resolve "$p" program
+  __mcp_seen[$seen]=1
+  return 1
+}
+exec {__mcp_fd}>&1 >/dev/null 2>&1
+__mcp_tag=$1
+shift
+shopt -s extdebug
+trap __mcp_step DEBUG
 """
 
-InstanceCheck = Callable[[Instance], Awaitable[None]]
 
-
-@dataclass(frozen=True)
-class _Word:
-    """A word to resolve; `alternatives` are tried in order, like `command -v a || command -v b`
-    (the first one found must resolve)."""
-
-    alternatives: tuple[str, ...]
-
-
-def interpreter_words(task: Task, plan: TestPlan) -> list[_Word]:
-    """The interpreters the task's test command starts (see the module docstring)."""
-    if task.eval_script:
-        return [_Word((path,)) for path in _script_paths(task.eval_script)]
-    if not plan.command:
-        return []
-    if plan.command.startswith('PY="$(command -v python || command -v python3)"'):
-        return [_Word(PYTHON_ALTERNATIVES)]
-    first = _first_program(plan.command)
-    return [_Word((first,))] if first else []
-
-
-def _segments(line: str) -> list[list[str]]:
-    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    segments: list[list[str]] = [[]]
-    try:
-        for token in lexer:
-            if token in _SEPARATORS:
-                segments.append([])
-            else:
-                segments[-1].append(token)
-    except ValueError:  # an unclosed quote: a line this check cannot read
-        return []
-    return [s for s in segments if s]
-
-
-def _program(words: list[str]) -> list[str]:
-    while words and "=" in words[0] and not words[0].startswith(("=", "/", ".")):
-        words = words[1:]  # VAR=value assignments
-    return words
-
-
-def _first_program(command: str) -> str | None:
-    for segment in _segments(command):
-        words = _program(segment)
-        if words and "$" not in words[0]:
-            return words[0]
-    return None
-
-
-def _script_paths(script: str) -> list[str]:
-    lines = script.split("\n")
-    starts = [n for n, line in enumerate(lines) if START_TEST_OUTPUT in line]
-    if starts:
-        end = next(
-            (n for n, line in enumerate(lines) if n > starts[0] and END_TEST_OUTPUT in line),
-            len(lines),
-        )
-        lines = lines[starts[0] + 1 : end]
-    paths: dict[str, None] = {}
-    for line in lines:
-        if line.lstrip().startswith("#"):
-            continue
-        for segment in _segments(line):
-            words = _program(segment)
-            if not words or words[0] == "cd":
-                return list(paths)  # relative paths mean something else after a `cd`
-            word = words[1] if words[0] in _SOURCE and len(words) > 1 else words[0]
-            if "/" in word and "$" not in word:
-                paths.setdefault(word)
-    return list(paths)
-
-
-def interpreter_check(task: Task, plan: TestPlan) -> InstanceCheck | None:
-    """The check to run on each new instance of the task (None: nothing to check)."""
-    words = interpreter_words(task, plan)
-    if not words:
+def interpreter_check(task: Task, script: str | None) -> InstanceCheck | None:
+    """The check of `task`'s test command, `script` being the eval script the scorer runs
+    (None: nothing runs, nothing to check)."""
+    if not script:
         return None
+    key = hashlib.sha256(script.encode()).hexdigest()
 
     async def check(instance: Instance) -> None:
-        await check_interpreters(instance, task, words, plan.preamble)
+        await check_test_command(instance, task, script)
 
-    return check
+    return InstanceCheck(f"interpreters:{key}", check)
 
 
-async def check_interpreters(
-    instance: Instance, task: Task, words: list[_Word], preamble: str = ""
-) -> None:
-    """Resolves `words` in a workspace of `instance` (after `preamble`, which sets up the
-    environment as the test run does).
+async def check_test_command(instance: Instance, task: Task, script: str) -> None:
+    """Follows `script` in a workspace of `instance` (see the module docstring).
 
     Raises:
-        InvalidInput: one does not resolve; the message names the path and what to do.
+        InvalidInput: a program it starts does not resolve in a workspace; the message names
+            the path and what to do.
         SandboxUnavailable: the instance is gone.
     """
-    candidates = [w for word in words for w in word.alternatives]
-    script = f"{preamble}\n{_PROBE}" if preamble else _PROBE
+    tag = f"mcp-evalserver-probe-{secrets.token_hex(8)}"
     digest = hashlib.sha256(task.id.encode()).hexdigest()[:12]
-    workspace = await instance.workspace(f"interpreter-check-{digest}")
+    workspace = await instance.workspace(f"interpreter-check-{digest}-{secrets.token_hex(4)}")
     try:
         result = await workspace.exec(
-            ["bash", "-c", script, "probe", *candidates], timeout=_PROBE_TIMEOUT_S
+            ["bash", "-c", f"{_FOLLOW}\n{script}", "probe", tag], timeout=_PROBE_TIMEOUT_S
         )
     finally:
         await workspace.destroy()
-    found: dict[str, tuple[str, str]] = {}
+    if result.timed_out:
+        return  # a script this cannot follow in time: no verdict, the tests will tell
     for line in result.stdout.splitlines():
-        verdict, _, rest = line.partition(" ")
-        name, _, path = rest.partition(" ")
-        if verdict in ("ok", "missing", "broken") and name:
-            found[name] = (verdict, path)
-    for word in words:
-        _verdict_on(task, word, found)
+        words = line.split(" ", 3)
+        if len(words) == 4 and words[0] == tag and words[1] in _VERDICTS[1:]:
+            _refuse(task, words[1], words[2], words[3])
 
 
-def _verdict_on(task: Task, word: _Word, found: dict[str, tuple[str, str]]) -> None:
-    seen = [(w, *found.get(w, ("ok", ""))) for w in word.alternatives]
-    chosen = next(((w, v, p) for w, v, p in seen if v != "missing"), seen[-1])
-    name, verdict, path = chosen
-    if verdict == "ok":
-        return
-    what = f"task {task.id}: its test command's interpreter `{name}`"
+def _refuse(task: Task, verdict: str, word: str, path: str) -> None:
+    what = f"task {task.id}: its test command's `{word}`"
     todo = (
         "give the instance an interpreter of its own outside those directories (for example "
         "`/usr/bin/python3 -m venv .venv` inside the instance), or run the task in a docker "
         "image; until then every trajectory of this task is an error, none is graded"
     )
-    hidden = next((d for d in PRIVATE_IN_WORKSPACES if path == d or path.startswith(d + "/")), None)
+    hidden = _hidden_by(path)
     if verdict == "broken" and hidden is not None:
         raise InvalidInput(
             f"{what} resolves to {path}, which workspaces do not show ({hidden} is private to "
@@ -205,10 +248,23 @@ def _verdict_on(task: Task, word: _Word, found: dict[str, tuple[str, str]]) -> N
         raise InvalidInput(
             f"{what} resolves to {path}, which does not exist in a workspace: {todo}"
         )
-    tried = " or ".join(f"`{w}`" for w in word.alternatives)
+    expanded = " (it expands to nothing)" if path == "-" and "$" in word else ""
+    gone = [d for d in path.split(":") if d != "-"]
+    hidden_gone = [d for d in gone if _hidden_by(d) is not None]
+    if hidden_gone:
+        hidden = _hidden_by(hidden_gone[0])
+        raise InvalidInput(
+            f"{what} is not found in a workspace of its instance: the PATH the command would "
+            f"have names {', '.join(hidden_gone)}, which workspaces do not show ({hidden} is "
+            f"private to each workspace, as are {', '.join(PRIVATE_IN_WORKSPACES)}): {todo}"
+        )
     raise InvalidInput(
-        f"task {task.id}: its test command's interpreter {tried} is not found in a workspace "
-        f"of its instance{'' if path in ('', '-') else f' ({path})'}: install it in the "
-        "instance, or give the task an `eval_script` (or the scorer a `test_command`) that "
-        "names one the instance has"
+        f"{what} is not found in a workspace of its instance on the PATH the command would "
+        f"have{expanded}: install it in the instance, or give the task an `eval_script` (or "
+        "the scorer a `test_command`) that names one the instance has"
     )
+
+
+def _hidden_by(path: str) -> str | None:
+    """The private directory `path` lies in, if any."""
+    return next((d for d in PRIVATE_IN_WORKSPACES if path == d or path.startswith(d + "/")), None)

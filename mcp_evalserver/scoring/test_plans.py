@@ -2,7 +2,9 @@
 
 For a repository SWE-bench knows, its own specs decide, as its harness built eval scripts
 before instances carried them (`MAP_REPO_VERSION_TO_SPECS_PY[repo][version]["test_cmd"]`, then
-the files the task's `test_patch` touches, Django's as module names; `MAP_REPO_TO_PARSER`).
+the files the task's `test_patch` touches, Django's as module names; `MAP_REPO_TO_PARSER`),
+after the version's setup steps (`swebench_specs`: `eval_commands` such as Django's locale
+exports, then `install`) in the conda environment.
 For any other repository the test ids decide:
 
 - pytest node ids (`path::name`): `python -m pytest -rA` over the files the ids name; doctest
@@ -24,6 +26,7 @@ import shlex
 from dataclasses import dataclass
 
 from mcp_evalserver.scoring.logparsers import SWEBENCH_REPO_PARSERS
+from mcp_evalserver.scoring.swebench_specs import swebench_setup
 from mcp_evalserver.spec import Task
 
 # SWE-bench's test commands (swebench/harness/constants/python.py, the last release that
@@ -117,7 +120,11 @@ def plan_tests(task: Task, *, command: str | None = None, parser: str = "auto") 
     swebench = _swebench_command(task)
     if swebench is not None:
         why = f"SWE-bench's test command for {task.repo}"
-        return TestPlan(swebench, parser_name, f"{why}; {parser_reason}", SWEBENCH_ENV)
+        setup = swebench_setup(task.repo, task.version)
+        if setup:
+            why += f" {task.version}, after its setup steps for that version"
+        preamble = "\n".join([SWEBENCH_ENV, *setup])
+        return TestPlan(swebench, parser_name, f"{why}; {parser_reason}", preamble)
     if inferred.command is None:
         return TestPlan(None, parser_name, inferred.reason)
     return TestPlan(inferred.command, parser_name, f"{inferred.reason}; {parser_reason}")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -56,6 +57,7 @@ from mcp_evalserver.scoring.patching import (
     patched_files,
     restore_files,
 )
+from mcp_evalserver.scoring.runners import section_runners
 from mcp_evalserver.scoring.strict import (
     files_named_by,
     git_dir_paths_in,
@@ -141,11 +143,42 @@ class TestsScorer(Scorer):
         else one inferred from the test ids; the parser likewise."""
         return plan_tests(task, command=self.test_command, parser=self.parser)
 
+    def check_tasks(self, tasks: Sequence[Task]) -> None:
+        """Strict mode grades from the report of the one pytest the test section starts
+        (`runners`): a task whose section starts another runner (Django's `runtests.py`,
+        SymPy's `bin/test`, `tox`, unittest) or pytest more than once is refused up front.
+
+        Raises:
+            InvalidInput: strict mode and such tasks; the message names them and their
+                runners, and what to do.
+        """
+        if not self.strict:
+            return
+        refused: list[str] = []
+        for task in tasks:
+            script = self.eval_script(task)
+            if script is None:
+                continue  # graded `no_tests`, which says what to give
+            runners = section_runners(script)
+            if runners.count("pytest") != 1:
+                ran = ", ".join(f"`{r}`" for r in runners) or "no program"
+                refused.append(f"{task.id} (its test section runs {ran})")
+        if refused:
+            shown = "; ".join(refused[:5]) + (
+                f"; and {len(refused) - 5} more" if len(refused) > 5 else ""
+            )
+            raise InvalidInput(
+                f"strict mode grades from the report of the one pytest run a task's test "
+                f"section starts, and {len(refused)} task(s) do not start pytest exactly once: "
+                f"{shown}. Grade these tasks without `strict` (SWE-bench's mode), or give them "
+                "an `eval_script` (or the scorer a `test_command`) that runs pytest once"
+            )
+
     def instance_check(self, task: Task) -> InstanceCheck | None:
-        """Whether the test command's interpreter resolves inside a workspace
-        (`interpreters`): one hidden by the workspace view fails the instance, not every
-        evaluation."""
-        return interpreter_check(task, self.plan(task))
+        """Whether the programs the eval script starts resolve inside a workspace
+        (`interpreters`, which follows the script): one hidden by the workspace view fails
+        the instance for this task, not every evaluation."""
+        return interpreter_check(task, self.eval_script(task))
 
     def parser_for(self, task: Task) -> LogParser:
         """The configured parser; for `auto`, the task's `metadata.log_parser` (SWE-bench 5

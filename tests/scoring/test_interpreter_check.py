@@ -1,5 +1,7 @@
-"""A test command whose interpreter a workspace cannot see fails its instance, once, with an
-error that names the hidden path; it is never graded as the submission's failure."""
+"""A test command whose interpreter a workspace cannot see fails its instance, once per task
+and instance, with an error that names the hidden path; it is never graded as the
+submission's failure. The eval script is followed as bash runs it: every step, `cd`,
+`source`, assignments, bare names on the PATH the command will have."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ import anyio
 import pytest
 
 from mcp_evalserver.agents.builtin import OracleAgent
-from mcp_evalserver.scoring.interpreters import PYTHON_ALTERNATIVES, interpreter_words
-from mcp_evalserver.scoring.test_plans import plan_tests
+from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.sandboxes import SandboxPool
+from mcp_evalserver.scoring.interpreters import check_test_command
 from mcp_evalserver.scoring.testsuite import TestsScorer
 from mcp_evalserver.spec import Task
 from tests.engine.helpers import outcomes, run_campaign, spec_of
@@ -22,38 +25,6 @@ from tests.scoring.sandboxed import PYTEST_DEPS_DIR, diff_of, git_repo, require_
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
 TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"
-
-
-def _words(task: Task, **scorer: str) -> list[tuple[str, ...]]:
-    plan = plan_tests(task, **scorer)
-    return [word.alternatives for word in interpreter_words(task, plan)]
-
-
-def test_an_eval_scripts_test_section_is_checked_for_the_paths_it_starts_programs_from() -> None:
-    script = "\n".join(
-        [
-            "source /opt/miniconda3/bin/activate",  # before the section: not the tests'
-            ": '>>>>> Start Test Output'",
-            "# a comment naming /nowhere/python",
-            "source /root/venv/bin/activate && pytest -rA",
-            "LANG=C .venv/bin/python -m pytest x.py; echo $HOME/x",
-            "cd sub && ./run-tests",
-            ": '>>>>> End Test Output'",
-        ]
-    )
-    task = Task(id="t", eval_script=script)
-    assert _words(task) == [("/root/venv/bin/activate",), (".venv/bin/python",)]
-
-
-def test_inferred_and_configured_commands_are_checked_for_their_interpreter() -> None:
-    task = Task(id="t", FAIL_TO_PASS=["tests/test_a.py::test_b"])
-    assert _words(task) == [PYTHON_ALTERNATIVES]
-    assert _words(task, command="PYTHONPATH=x /opt/py/bin/python -m pytest") == [
-        ("/opt/py/bin/python",)
-    ]
-    django = Task(id="d", repo="django/django", FAIL_TO_PASS=["test_x (a.tests.T)"])
-    assert _words(django) == [("./tests/runtests.py",)]
-    assert _words(Task(id="n", FAIL_TO_PASS=["test_x"])) == []
 
 
 @pytest.fixture
@@ -98,7 +69,7 @@ async def test_an_interpreter_hidden_by_the_workspace_view_fails_the_instance_wi
     assert outcomes(state) == {"calc@0": "error", "calc@1": "error"}
     for trajectory in state.trajectories.values():
         message = (trajectory.error or {}).get("message", "")
-        assert f"interpreter `.venv/bin/python` resolves to {hidden}" in message
+        assert f"`.venv/bin/python` resolves to {hidden}" in message
         assert "/root is private to each workspace" in message
         assert "/usr/bin/python3 -m venv .venv" in message
 
@@ -116,3 +87,177 @@ async def test_an_interpreter_the_workspace_shows_passes_the_check_and_the_tests
             tmp_path / "state", spec_of([task]), OracleAgent(), TestsScorer()
         )
     assert outcomes(state) == {"calc@0": "resolved"}
+
+
+#: Scripts that start a program from a directory workspaces hide, each in a way the check of
+#: paths in the test section up to its first `cd` did not see ({hidden} is under /root).
+HIDDEN_SCRIPTS = {
+    "an activate script sourced after a cd": (
+        "\n".join(
+            [
+                ": '>>>>> Start Test Output'",
+                "cd sub",
+                "source {hidden}/venv/bin/activate && python3 -m pytest",
+                ": '>>>>> End Test Output'",
+            ]
+        ),
+        "{hidden}/venv/bin/activate",
+    ),
+    "an environment activated before the test section": (
+        "\n".join(
+            [
+                "source {hidden}/venv/bin/activate",
+                "cd sub",
+                ": '>>>>> Start Test Output'",
+                "./run-tests",
+                ": '>>>>> End Test Output'",
+            ]
+        ),
+        "{hidden}/venv/bin/activate",
+    ),
+    "a bare name on a PATH exported before the section": (
+        "\n".join(
+            [
+                "export PATH={hidden}/bin:$PATH",
+                ": '>>>>> Start Test Output'",
+                "run-hidden-tests -x",
+                ": '>>>>> End Test Output'",
+            ]
+        ),
+        "{hidden}/bin",
+    ),
+    "a bare name on a PATH set for the command alone, behind env and timeout": (
+        "\n".join(
+            [
+                ": '>>>>> Start Test Output'",
+                "PATH={hidden}/bin:$PATH env LANG=C timeout 600 run-hidden-tests",
+                ": '>>>>> End Test Output'",
+            ]
+        ),
+        "{hidden}/bin",
+    ),
+    "an interpreter held in a variable": (
+        "\n".join(
+            [
+                "PY={hidden}/bin/python3",
+                ": '>>>>> Start Test Output'",
+                'cd sub && "$PY" -m pytest',
+                ": '>>>>> End Test Output'",
+            ]
+        ),
+        "{hidden}/bin/python3",
+    ),
+}
+
+
+@pytest.fixture
+def hidden_tools(under_root: Path) -> Path:
+    """Under /root: a venv's activate script that puts its bin on the PATH, a program on
+    that bin, and a python symlink; all run on the host, none in a workspace."""
+    bin_dir = under_root / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "run-hidden-tests").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "run-hidden-tests").chmod(0o755)
+    (bin_dir / "python3").symlink_to("/usr/bin/python3")
+    (under_root / "venv" / "bin").mkdir(parents=True)
+    (under_root / "venv" / "bin" / "activate").write_text(
+        'export PATH="$(dirname "${BASH_SOURCE[0]}")/../../bin:$PATH"\n'
+    )
+    return under_root
+
+
+def _repo_with_sub(tmp_path: Path) -> Path:
+    repo = git_repo(
+        tmp_path / "repo",
+        {"calc.py": BUGGY, "test_calc.py": TESTS, "sub/run-tests": "#!/bin/sh\nexit 0\n"},
+    )
+    (repo / "sub" / "run-tests").chmod(0o755)
+    return repo
+
+
+@pytest.mark.anyio
+@pytest.mark.root
+@pytest.mark.parametrize("case", list(HIDDEN_SCRIPTS))
+async def test_a_hidden_program_is_found_wherever_the_script_starts_it(
+    case: str, tmp_path: Path, hidden_tools: Path
+) -> None:
+    script, named = (text.format(hidden=hidden_tools) for text in HIDDEN_SCRIPTS[case])
+    repo = _repo_with_sub(tmp_path)
+    task = Task(id="calc", path=str(repo), FAIL_TO_PASS=["test_calc.py::test_add"])
+    async with SandboxPool() as pool:
+        instance = await pool.instance(task, anyio.CapacityLimiter(1))
+        with anyio.fail_after(60), pytest.raises(InvalidInput) as refused:
+            await check_test_command(instance, task, script)
+        # The same script with the hidden directory replaced by one the workspace shows passes.
+        shown = script.replace(str(hidden_tools), str(repo / "shown"))
+        shutil.copytree(hidden_tools, repo / "shown", symlinks=True)
+        with anyio.fail_after(60):
+            await check_test_command(instance, task, shown)
+    message = str(refused.value)
+    assert named in message
+    assert "/root is private to each workspace" in message
+
+
+@pytest.mark.anyio
+@pytest.mark.root
+async def test_following_the_script_runs_no_test_and_applies_nothing(tmp_path: Path) -> None:
+    repo = _repo_with_sub(tmp_path)
+    task = Task(id="calc", path=str(repo), FAIL_TO_PASS=["test_calc.py::test_add"])
+    script = "\n".join(
+        [
+            "touch before-the-section",
+            "git apply /dev/null",
+            ": '>>>>> Start Test Output'",
+            "cd sub && ./run-tests > ../ran 2>&1",
+            "while true; do ./run-tests; done",
+            ": '>>>>> End Test Output'",
+        ]
+    )
+    async with SandboxPool() as pool:
+        instance = await pool.instance(task, anyio.CapacityLimiter(1))
+        with anyio.fail_after(60):
+            await check_test_command(instance, task, script)
+        workspace = await instance.workspace("look")
+        listing = await workspace.exec("ls; ls sub", timeout=30)
+        await workspace.destroy()
+    assert "before-the-section" not in listing.stdout
+    assert "ran" not in listing.stdout.split()
+
+
+@pytest.mark.anyio
+@pytest.mark.root
+async def test_each_task_sharing_an_instance_is_checked_and_refused_on_its_own(
+    tmp_path: Path, hidden_tools: Path
+) -> None:
+    # Two tasks of one instance (the same directory): one runs its tests with a Python the
+    # workspace shows, the other with one under /root. Whichever makes the instance first,
+    # the other's check must still run, and one's refusal must not refuse the other.
+    repo = git_repo(tmp_path / "repo", {"calc.py": BUGGY, "test_calc.py": TESTS})
+    good = Task(
+        id="good",
+        path=str(repo),
+        patch=diff_of(repo, {"calc.py": FIXED}),
+        FAIL_TO_PASS=["test_calc.py::test_add"],
+        eval_script=f"PYTHONPATH={PYTEST_DEPS_DIR} /usr/bin/python3 -m pytest -rA test_calc.py",
+    )
+    bad = good.model_copy(
+        update={
+            "id": "bad",
+            "eval_script": f"PYTHONPATH={PYTEST_DEPS_DIR} {hidden_tools}/bin/python3 "
+            "-m pytest -rA test_calc.py",
+        }
+    )
+    for first, second in ((good, bad), (bad, good)):
+        with anyio.fail_after(180):
+            _, state = await run_campaign(
+                tmp_path / f"state-{first.id}",
+                spec_of([first, second], samples=2, concurrency=1),
+                OracleAgent(),
+                TestsScorer(),
+            )
+        assert outcomes(state) == {
+            "good@0": "resolved",
+            "good@1": "resolved",
+            "bad@0": "error",
+            "bad@1": "error",
+        }

@@ -28,9 +28,11 @@ def test_a_django_task_runs_swebench_runtests_over_the_test_patch_modules() -> N
     assert plan.command == (
         "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 admin_views.tests"
     )
-    assert (plan.parser, plan.preamble) == ("django", SWEBENCH_ENV)
+    assert plan.parser == "django"
+    assert plan.preamble.split("\n")[0] == SWEBENCH_ENV  # then version 3.0's setup steps
     assert plan.reason == (
-        "SWE-bench's test command for django/django; parser django (SWE-bench's for django/django)"
+        "SWE-bench's test command for django/django 3.0, after its setup steps for that "
+        "version; parser django (SWE-bench's for django/django)"
     )
     old = task.model_copy(update={"version": "1.9"})
     assert plan_tests(old).command == "./tests/runtests.py --verbosity 2 admin_views.tests"
