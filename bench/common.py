@@ -68,3 +68,44 @@ def describe_load(figures: dict[str, Any]) -> str:
     """`load 2.1 -> 3.4 (1 min) on 2 CPUs`, for a printed report."""
     start, end = figures["load_average_start"][0], figures["load_average_end"][0]
     return f"load {start:.1f} -> {end:.1f} (1 min) on {figures['cpus']} CPUs"
+
+
+def process_tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of `pid` and its live descendants, with the time of every
+    child they reaped (the kernel adds a reaped child's time to its parent's); 0 once gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    own = sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return own + sum(process_tree_cpu_seconds(child) for child in child_pids(pid))
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live children of `pid`, from every thread of it."""
+    children: list[int] = []
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return children
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children") as f:
+                children += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return children
+
+
+def child_running(needle: str) -> int:
+    """The pid of this process's child whose command line contains `needle`."""
+    for pid in child_pids(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if needle in argv or any(needle in arg for arg in argv if arg.endswith(".py")):
+            return pid
+    raise RuntimeError(f"no child process running {needle!r}")

@@ -9,6 +9,14 @@ Prints the figures and writes bench/results/mcp.json:
 - http_exec_p50_ms / _p95_ms: the same over streamable HTTP (bearer token, SSE responses).
 - http_calls_per_s_32: `sandbox_exec` calls per second with 32 clients, each on its own claim.
 - direct_exec_p50_ms: `true` straight through a workspace (no MCP), the floor the others add to.
+- stdio_server_cpu_ms, http_server_cpu_ms: CPU time per call of the server process and all it
+  runs (its supervisor, holders, execs); direct_sandbox_cpu_ms: the same for the direct
+  workspace's supervisor. Their difference is what the tool layer costs the server in CPU,
+  a figure that moves much less with the machine's load than the latencies do. The client's
+  side is not in them (all clients share this process).
+- http_server_cpu_ms_32, http_clients_cpu_ms_32: during the 32-client run, CPU time per call
+  of the server (with its sandbox) and of this process (the 32 official SDK clients): on a
+  2-CPU machine their sum bounds the calls per second.
 
 The three latencies are taken in turn (direct, stdio, HTTP, direct, ...) so that they share
 whatever load the machine is under; the load average at start and end says how much that was.
@@ -34,7 +42,15 @@ from typing import Any  # noqa: E402
 import anyio  # noqa: E402
 from mcp import Client  # noqa: E402
 
-from bench.common import LoadRecord, describe_load, p50, p95, write_results  # noqa: E402
+from bench.common import (  # noqa: E402
+    LoadRecord,
+    child_running,
+    describe_load,
+    p50,
+    p95,
+    process_tree_cpu_seconds,
+    write_results,
+)
 from mcp_evalserver.sandbox.base import InstanceSpec, Workspace  # noqa: E402
 from mcp_evalserver.sandbox.local import LocalBackend  # noqa: E402
 from tests.server.helpers import call, git_repo, http_client, http_server, stdio_client  # noqa: E402
@@ -67,8 +83,9 @@ async def timed(action: Callable[[], Awaitable[object]]) -> float:
 
 async def interleaved_latencies(
     workspace: Workspace, stdio: Client, http: Client, repo: Path
-) -> dict[str, list[float]]:
-    """Milliseconds per `true`: direct, over stdio and over HTTP, taken in turn.
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Milliseconds per `true`: direct, over stdio and over HTTP, taken in turn; and the CPU
+    milliseconds per call of the process that serves each (see spenders).
 
     Taking the three in turn puts them under the same machine load, which on a shared machine
     moves more than the differences being measured.
@@ -80,20 +97,34 @@ async def interleaved_latencies(
         "stdio": lambda: call(stdio, "sandbox_exec", claim_id=stdio_claim, command="true"),
         "http": lambda: call(http, "sandbox_exec", claim_id=http_claim, command="true"),
     }
+    # Whose CPU time each kind of call costs: the server process (with its sandbox) or, for
+    # the direct calls, the supervisor this process runs.
+    spenders = {
+        "direct": child_running("supervisor.py"),
+        "stdio": child_running("--stdio"),
+        "http": child_running("--http"),
+    }
     samples: dict[str, list[float]] = {name: [] for name in actions}
+    cpu: dict[str, float] = {}
     for number in range(WARMUP + CALLS):
+        if number == WARMUP:
+            cpu = {name: process_tree_cpu_seconds(pid) for name, pid in spenders.items()}
         for name, action in actions.items():
             elapsed = await timed(action)
             if number >= WARMUP:
                 samples[name].append(elapsed)
-    return samples
+    for name, pid in spenders.items():
+        cpu[name] = (process_tree_cpu_seconds(pid) - cpu[name]) * 1000 / CALLS
+    return samples, cpu
 
 
-async def http_throughput(url: str, repo: Path) -> float:
-    """`sandbox_exec` calls per second from CLIENTS concurrent clients."""
+async def http_throughput(url: str, repo: Path) -> dict[str, float]:
+    """`sandbox_exec` calls per second from CLIENTS concurrent clients, and the CPU time per
+    call of the server (with its sandbox) and of the clients (this process)."""
     async with http_client(url) as admin:
         started = await call(admin, "start_campaign", spec=spec(repo, CLIENTS))
     campaign_id = started["campaign_id"]
+    server = child_running("--http")
     ready = anyio.Event()
     arrived = 0
     clock: dict[str, float] = {}
@@ -106,6 +137,8 @@ async def http_throughput(url: str, repo: Path) -> float:
             arrived += 1
             if arrived == CLIENTS:
                 clock["start"] = time.perf_counter()
+                clock["server"] = process_tree_cpu_seconds(server)
+                clock["clients"] = time.process_time()
                 ready.set()
             await ready.wait()
             for _ in range(CALLS_PER_CLIENT):
@@ -115,9 +148,17 @@ async def http_throughput(url: str, repo: Path) -> float:
         for number in range(CLIENTS):
             group.start_soon(one, number)
     elapsed = time.perf_counter() - clock["start"]
+    calls = CLIENTS * CALLS_PER_CLIENT
+    figures = {
+        "http_calls_per_s_32": calls / elapsed,
+        "http_server_cpu_ms_32": (process_tree_cpu_seconds(server) - clock["server"])
+        * 1000
+        / calls,
+        "http_clients_cpu_ms_32": (time.process_time() - clock["clients"]) * 1000 / calls,
+    }
     async with http_client(url) as admin:
         await call(admin, "cancel_campaign", campaign_id=campaign_id)
-    return CLIENTS * CALLS_PER_CLIENT / elapsed
+    return figures
 
 
 async def main() -> dict[str, Any]:
@@ -134,18 +175,30 @@ async def main() -> dict[str, Any]:
             http_server(root / "http-state", "--allow-paths", str(root)) as url,
             http_client(url) as http_session,
         ):
-            samples = await interleaved_latencies(workspace, stdio_session, http_session, repo)
+            samples, cpu = await interleaved_latencies(workspace, stdio_session, http_session, repo)
             throughput = await http_throughput(url, repo)
     direct, stdio, http = samples["direct"], samples["stdio"], samples["http"]
     for name, values in samples.items():
-        print(f"{name:7} p50 {p50(values):.2f} ms  p95 {p95(values):.2f} ms", file=sys.stderr)
-    print(f"http    {throughput:.0f} calls/s with {CLIENTS} clients", file=sys.stderr)
+        print(
+            f"{name:7} p50 {p50(values):.2f} ms  p95 {p95(values):.2f} ms  "
+            f"CPU {cpu[name]:.2f} ms per call",
+            file=sys.stderr,
+        )
+    print(
+        f"http    {throughput['http_calls_per_s_32']:.0f} calls/s with {CLIENTS} clients; CPU "
+        f"per call: server {throughput['http_server_cpu_ms_32']:.2f} ms, "
+        f"clients {throughput['http_clients_cpu_ms_32']:.2f} ms",
+        file=sys.stderr,
+    )
     return {
+        **{key: round(value, 2) for key, value in throughput.items()},
+        "stdio_server_cpu_ms": round(cpu["stdio"], 2),
+        "http_server_cpu_ms": round(cpu["http"], 2),
+        "direct_sandbox_cpu_ms": round(cpu["direct"], 2),
         "stdio_exec_p50_ms": round(p50(stdio), 2),
         "stdio_exec_p95_ms": round(p95(stdio), 2),
         "http_exec_p50_ms": round(p50(http), 2),
         "http_exec_p95_ms": round(p95(http), 2),
-        "http_calls_per_s_32": round(throughput, 1),
         "direct_exec_p50_ms": round(p50(direct), 2),
         "calls": CALLS,
     }

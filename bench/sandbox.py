@@ -17,6 +17,15 @@ bench/results/sandbox.json.
   `posix_spawn` + wait of `true` by a process already inside a workspace's namespaces (mount,
   net, ipc, uts, its chroot, and one pid namespace made once), timed inside the container;
   exec_vs_floor = exec_overhead_p50_ms / exec_floor_p50_ms (target <= 2).
+- exec_cpu_ms: CPU time per `true` through the supervisor, summed over everything that works
+  for it: this process (the client), the instance container's cgroup (supervisor, holder, the
+  exec's init and the command) and the container's shim relaying the supervisor's stream
+  (dockerd relays it too, but a shared engine's CPU time is not ours to count);
+  exec_cpu_client_ms, exec_cpu_sandbox_ms, exec_cpu_engine_ms split it. exec_floor_cpu_ms:
+  the same for the floor's spawns. On a shared machine a wall-clock figure moves with
+  everyone else's work (two busy CPUs make every wakeup wait); CPU time moves much less, so
+  exec_cpu_vs_floor = exec_cpu_ms / exec_floor_cpu_ms compares designs where exec_vs_floor
+  cannot.
 - throughput_64_per_s, docker_exec_throughput_64_per_s: `true` commands per second with 64 in
   flight.
 - checkpoint_p50_ms, fork_p50_ms: with 1,000 files of the project changed in a parent workspace,
@@ -77,9 +86,9 @@ SMALL_REPO_SETUP = (
 # in its command line, joins its namespaces and root (the view: the same as its exec's init,
 # which is non-dumpable, so its /proc entries are closed even to root without CAP_SYS_PTRACE),
 # makes one pid namespace, and in it times argv[2] `posix_spawn`s of `true`, each waited for.
-# Prints the milliseconds as one JSON list.
+# Prints {"ms": the milliseconds of each, "cpu_ms": CPU per spawn, its own and the children's}.
 FLOOR_SCRIPT = r"""
-import ctypes, json, os, sys, time
+import ctypes, json, os, resource, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
 marker, count = sys.argv[1].encode(), int(sys.argv[2])
 def cmdline(pid):
@@ -107,12 +116,15 @@ pid = os.fork()
 if pid == 0:
     times = []
     env = {"PATH": "/usr/bin:/bin"}
+    cpu = time.process_time()
     for _ in range(count):
         t = time.perf_counter()
         child = os.posix_spawn("/bin/true", ["true"], env)
         os.waitpid(child, 0)
         times.append((time.perf_counter() - t) * 1000)
-    os.write(w, json.dumps(times).encode())
+    spawned = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = time.process_time() - cpu + spawned.ru_utime + spawned.ru_stime
+    os.write(w, json.dumps({"ms": times, "cpu_ms": cpu * 1000 / count}).encode())
     os._exit(0)
 os.close(w)
 data = b""
@@ -126,8 +138,9 @@ print(data.decode())
 """
 
 
-async def exec_floor(engine: DockerEngine, container: str, ws: Workspace) -> list[float]:
-    """Milliseconds of bare spawns of `true` inside `ws`'s namespaces (FLOOR_SCRIPT)."""
+async def exec_floor(engine: DockerEngine, container: str, ws: Workspace) -> dict[str, Any]:
+    """Bare spawns of `true` inside `ws`'s namespaces (FLOOR_SCRIPT): their milliseconds
+    ("ms") and the CPU milliseconds per spawn ("cpu_ms")."""
     marker = f"{secrets.randbelow(10**9) + 10**9}.5"  # a sleep no one else runs
     async with anyio.create_task_group() as group:
         group.start_soon(ws.exec, f"exec sleep {marker}")
@@ -139,8 +152,63 @@ async def exec_floor(engine: DockerEngine, container: str, ws: Workspace) -> lis
         group.cancel_scope.cancel()
     if done.exit_code != 0:
         raise RuntimeError(f"the floor's script failed ({done.exit_code}): {done.output}")
-    times: list[float] = json.loads(done.output.strip().splitlines()[-1])
-    return times
+    measured: dict[str, Any] = json.loads(done.output.strip().splitlines()[-1])
+    return measured
+
+
+class CpuMeter:
+    """CPU seconds spent for a supervised instance: this process, the instance container's
+    cgroup, and the container's shim, which relays the supervisor's stream. dockerd relays it
+    too, but its CPU time is every engine user's on a shared machine: not counted.
+    """
+
+    def __init__(self, engine: DockerEngine, container: str) -> None:
+        pid = int(engine.client.containers.get(container).attrs["State"]["Pid"])
+        with open(f"/proc/{pid}/stat") as f:
+            self.shim = int(f.read().rsplit(")", 1)[1].split()[1])  # its parent
+        self.cgroup = cgroup_cpu_file(pid)
+
+    def sample(self) -> dict[str, float]:
+        return {
+            "client": time.process_time(),
+            "sandbox": cgroup_cpu_seconds(self.cgroup),
+            "engine": process_cpu_seconds(self.shim),
+        }
+
+
+def cgroup_cpu_file(pid: int) -> Path:
+    """The file that counts the CPU time of `pid`'s cgroup (v1 cpuacct, else v2)."""
+    unified = None
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpuacct" in controllers.split(","):
+            for mount in ("cpuacct", "cpu,cpuacct"):
+                found = Path("/sys/fs/cgroup", mount, path.lstrip("/"), "cpuacct.usage")
+                if found.exists():
+                    return found
+        if controllers == "":
+            unified = Path("/sys/fs/cgroup", path.lstrip("/"), "cpu.stat")
+    if unified is None or not unified.exists():
+        raise RuntimeError(f"no CPU accounting for the cgroup of process {pid}")
+    return unified
+
+
+def cgroup_cpu_seconds(path: Path) -> float:
+    text = path.read_text()
+    if path.name == "cpuacct.usage":
+        return int(text) / 1e9
+    usage = next(line for line in text.splitlines() if line.startswith("usage_usec "))
+    return int(usage.split()[1]) / 1e6
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def base_image() -> str:
@@ -265,11 +333,19 @@ async def measure(engine: DockerEngine, instance: Instance, image: str) -> dict[
     ws = await instance.workspace("bench")
     figures["copy_p50_ms"] = p50(await copies_ms(ws))
 
+    meter = CpuMeter(engine, container)
+    before = meter.sample()
     execs = [await timed(lambda: ws.exec("true")) for _ in range(EXECS)]
+    after = meter.sample()
     figures["exec_overhead_p50_ms"] = p50(execs)
+    for part in ("client", "sandbox", "engine"):
+        figures[f"exec_cpu_{part}_ms"] = (after[part] - before[part]) * 1000 / EXECS
+    figures["exec_cpu_ms"] = sum(after[k] - before[k] for k in after) * 1000 / EXECS
     floor = await exec_floor(engine, container, ws)
-    figures["exec_floor_p50_ms"] = p50(floor)
+    figures["exec_floor_p50_ms"] = p50(floor["ms"])
+    figures["exec_floor_cpu_ms"] = floor["cpu_ms"]
     figures["exec_vs_floor"] = figures["exec_overhead_p50_ms"] / figures["exec_floor_p50_ms"]
+    figures["exec_cpu_vs_floor"] = figures["exec_cpu_ms"] / figures["exec_floor_cpu_ms"]
     docker_container = engine.client.containers.get(container)
     docker_execs = [
         await timed(lambda: anyio.to_thread.run_sync(docker_container.exec_run, ["true"]))
@@ -388,6 +464,12 @@ def report(figures: dict[str, Any], project: str, files: int) -> None:
         (f"cp -a of the project ({files} files)", f["copy_p50_ms"], "ms p50"),
         ("exec `true` through the supervisor", f["exec_overhead_p50_ms"], "ms p50"),
         ("floor: spawn `true` inside the namespaces", f["exec_floor_p50_ms"], "ms p50"),
+        ("CPU per exec `true` (all processes)", f["exec_cpu_ms"], "ms"),
+        ("  of it: this client", f["exec_cpu_client_ms"], "ms"),
+        ("  of it: the container (supervisor, exec)", f["exec_cpu_sandbox_ms"], "ms"),
+        ("  of it: the shim relaying the stream", f["exec_cpu_engine_ms"], "ms"),
+        ("CPU per spawn of the floor", f["exec_floor_cpu_ms"], "ms"),
+        ("exec CPU / the floor's CPU", f["exec_cpu_vs_floor"], "x"),
         ("exec `true` by docker exec", f["docker_exec_p50_ms"], "ms p50"),
         ("supervisor, 64 in flight", f["throughput_64_per_s"], "cmd/s"),
         ("docker exec, 64 in flight", f["docker_exec_throughput_64_per_s"], "cmd/s"),

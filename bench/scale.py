@@ -7,9 +7,16 @@ bench/results/scale.json:
 
 - remote_exec_overhead_p50_ms: `exec true` through the instance's actor on a worker node minus
   the same command on the node's own `local` backend (both p50, taken in turn, same machine);
-  ray_actor_call_p50_ms: an actor call that does nothing, Ray's own share of it. Under load
-  the overhead grows by the scheduling delay of each thread hand-off on the way (driver loop,
-  core worker threads on both sides, the actor's event loop), a few more than a local exec has.
+  ray_actor_call_p50_ms: an actor call that does nothing, back to back. That is not the floor
+  of an exec's overhead: between an exec's request and its reply every thread on Ray's path
+  sleeps, and waking each again (driver loop, core worker threads on both sides, the actor's
+  event loop) costs more than a call that follows another at once. So, taken in turn with
+  the above and paired per call (timestamps on one CLOCK_MONOTONIC, which every process here
+  shares): exec_transit_p50_ms, the round trip of the instance actor's own `call("exec")`
+  minus the time the node's backend took inside it (node_exec_p50_ms: that time, the same
+  `exec true` as local_exec_p50_ms but on the node); ray_idle_call_overhead_p50_ms, the same
+  for a bare async actor (no code of ours) that waits as long as a local `exec true` takes;
+  and ours_over_ray_p50_ms, their difference: what our layers add to Ray's own call.
 - throughput_{1,2,4}_per_s: sleep-bound trajectories per second through the real campaign runner
   (scheduler, ledger, agent, scorer) with 1, 2 and 4 worker nodes of SLOTS sandbox slots each.
   Each trajectory holds a workspace and runs a 2 s `sleep`: sleeping costs no CPU, so the
@@ -26,6 +33,7 @@ are noisy.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import statistics
 import subprocess
@@ -63,39 +71,119 @@ def _repos(root: Path, count: int) -> list[str]:
     return paths
 
 
+class _BareActor:
+    """An async actor with no code of ours: Ray's own cost of a call that waits inside."""
+
+    async def hold(self, seconds: float) -> tuple[float, float]:
+        started = time.monotonic()
+        await asyncio.sleep(seconds)
+        return started, time.monotonic()
+
+
+def _timed_host_class() -> type:
+    """The instance's actor class with one more method: a workspace call and when it ran."""
+    from mcp_evalserver.sandbox.ray_node import InstanceHost, Reply
+
+    class TimedHost(InstanceHost):
+        async def timed_call(
+            self, name: str, op: str, kwargs: dict[str, Any]
+        ) -> tuple[Reply, float, float]:
+            started = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process here
+            reply = await self.call(name, op, kwargs)
+            return reply, started, time.monotonic()
+
+    return TimedHost
+
+
 async def exec_overhead(address: str, path: str) -> dict[str, float]:
-    """p50 of `exec true` on the ray backend and on the local one, interleaved."""
-    from mcp_evalserver.sandbox.base import InstanceSpec, Workspace
+    """p50 of `exec true` on the ray backend and on the local one, and Ray's floor, in turn."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from mcp_evalserver.sandbox.base import InstanceSpec
     from mcp_evalserver.sandbox.local import LocalBackend
     from mcp_evalserver.sandbox.ray import RayBackend
 
     spec = InstanceSpec(path=path)
-    timings: dict[str, list[float]] = {"ray": [], "local": [], "ping": []}
+    timings: dict[str, list[float]] = {
+        "ray": [], "local": [], "ping": [], "transit": [], "node": [], "floor": []
+    }  # fmt: skip
     async with RayBackend(address) as ray_backend, LocalBackend() as local_backend:
         instance = await ray_backend.instance(spec)
         remote = await instance.workspace("bench-ray")
         local = await (await local_backend.instance(spec)).workspace("bench-local")
-        workspaces: dict[str, Workspace] = {"ray": remote, "local": local}
-        for _ in range(20):  # warm both paths
-            for workspace in workspaces.values():
-                await workspace.exec("true")
-        for _ in range(EXEC_ROUNDS):
-            for name, workspace in workspaces.items():
-                started = time.perf_counter()
-                await workspace.exec("true")
-                timings[name].append(time.perf_counter() - started)
+        # Both on the instance's node, beside its actor (taking none of the node's slots).
+        assert instance.placed is not None
+        on_node = {
+            "num_cpus": 0,
+            "max_concurrency": 10_000,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(instance.placed.node_id, False),
+        }
+        bare: Any = ray.remote(_BareActor).options(**on_node).remote()
+        timed: Any = (
+            ray.remote(_timed_host_class())
+            .options(**on_node)
+            .remote(spec.model_dump(mode="json"), "local")
+        )
+        await timed.start.remote()
+        await timed.create.remote("bench-timed")
+        exec_kwargs = {"cmd": "true", "timeout": 600.0, "output_cap": 1 << 20}
+        hold_s = 0.0
+
+        async def ray_exec() -> None:
+            started = time.perf_counter()
+            await remote.exec("true")
+            timings["ray"].append(time.perf_counter() - started)
+
+        async def local_exec() -> None:
+            started = time.perf_counter()
+            await local.exec("true")
+            timings["local"].append(time.perf_counter() - started)
+
+        async def ping() -> None:
             started = time.perf_counter()
             await instance.ping()
             timings["ping"].append(time.perf_counter() - started)
-        for workspace in workspaces.values():
+
+        async def transit() -> None:
+            sent = time.monotonic()
+            reply, began, ended = await timed.timed_call.remote("bench-timed", "exec", exec_kwargs)
+            if reply[0] != "ok":
+                raise RuntimeError(f"exec on the timed actor failed: {reply}")
+            timings["transit"].append(time.monotonic() - sent - (ended - began))
+            timings["node"].append(ended - began)
+
+        async def floor() -> None:
+            sent = time.monotonic()
+            began, ended = await bare.hold.remote(hold_s)
+            timings["floor"].append(time.monotonic() - sent - (ended - began))
+
+        steps = [ray_exec, local_exec, ping, transit, floor]
+        for _ in range(20):  # warm every path
+            for step in steps:
+                await step()
+        hold_s = statistics.median(timings["local"])  # the bare actor waits as long as an exec
+        for values in timings.values():
+            values.clear()
+        for round_number in range(EXEC_ROUNDS):
+            shift = round_number % len(steps)  # each step in each position: no order effect
+            for step in steps[shift:] + steps[:shift]:
+                await step()
+        for workspace in (remote, local):
             await workspace.destroy()
-    ray_p50 = statistics.median(timings["ray"]) * 1000
-    local_p50 = statistics.median(timings["local"]) * 1000
+        await timed.stop.remote()
+        for actor in (bare, timed):
+            ray.kill(actor)
+    p50_ms = {name: statistics.median(values) * 1000 for name, values in timings.items()}
     return {
-        "ray_actor_call_p50_ms": statistics.median(timings["ping"]) * 1000,
-        "ray_exec_p50_ms": ray_p50,
-        "local_exec_p50_ms": local_p50,
-        "remote_exec_overhead_p50_ms": ray_p50 - local_p50,
+        "ray_actor_call_p50_ms": p50_ms["ping"],
+        "ray_exec_p50_ms": p50_ms["ray"],
+        "local_exec_p50_ms": p50_ms["local"],
+        "remote_exec_overhead_p50_ms": p50_ms["ray"] - p50_ms["local"],
+        "exec_transit_p50_ms": p50_ms["transit"],
+        "node_exec_p50_ms": p50_ms["node"],
+        "ray_idle_call_overhead_p50_ms": p50_ms["floor"],
+        "ours_over_ray_p50_ms": p50_ms["transit"] - p50_ms["floor"],
     }
 
 
@@ -159,7 +247,10 @@ def main() -> None:
             figures["exec_load_average"] = _load()
             print(f"exec true p50: ray {figures['ray_exec_p50_ms']:.2f} ms, local "
                   f"{figures['local_exec_p50_ms']:.2f} ms, overhead "
-                  f"{figures['remote_exec_overhead_p50_ms']:.2f} ms (load {_load()})")  # fmt: skip
+                  f"{figures['remote_exec_overhead_p50_ms']:.2f} ms; Ray's own over an idle "
+                  f"call {figures['ray_idle_call_overhead_p50_ms']:.2f} ms, ours over it "
+                  f"{figures['ours_over_ray_p50_ms']:.2f} ms; on the node the exec took "
+                  f"{figures['node_exec_p50_ms']:.2f} ms (load {_load()})")  # fmt: skip
             for nodes in (1, 2, 4):
                 while len(cluster.workers) < nodes:
                     cluster.add_worker(SLOTS)

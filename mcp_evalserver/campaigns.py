@@ -37,6 +37,7 @@ from mcp_evalserver.errors import (
     InfrastructureError,
     InvalidInput,
     LedgerCorrupt,
+    LimitExceeded,
     NotFound,
     sole_error,
 )
@@ -583,7 +584,9 @@ class _Drive:
             start = {"start": (await self.ledger.put_artifact(archive, ".tar")).as_json()}
         except EvalServerError as exc:
             # The branches run from their forks all the same; only a restart starts clean.
-            start = {"start_missing": f"its checkpoint could not be kept: {exc}"[:4000]}
+            # Said so that a reader of the ledger knows what a restart will do, and why.
+            why = f"its checkpoint could not be kept (a restart starts these branches clean): {exc}"
+            start = {"start_missing": why[:4000]}
         try:
             await self.record(CHECKPOINT_KEPT, None, trajectories=branches, checkpoint=checkpoint,
                               **start)  # fmt: skip
@@ -608,7 +611,7 @@ class _Drive:
                     read_artifact, self.directory, trajectory.start
                 )
                 await sandbox.start_at(archive)
-            except (NotFound, LedgerCorrupt, InvalidInput, Conflict) as exc:
+            except (NotFound, LedgerCorrupt, InvalidInput, Conflict, LimitExceeded) as exc:
                 reason = f"its checkpoint could not be restored: {exc}"
             else:
                 checkpoint = trajectory.checkpoint

@@ -756,8 +756,25 @@ class Holder:
                     for pid, job in self.children.items():
                         if job == request["job"]:
                             os.kill(pid, signal.SIGKILL)
+                elif request["op"] == "remount":
+                    self.ctl.send(self.remount(dict(request["overlay"])))
                 elif len(fds) in (5, 6):  # the sixth: the exec's report channel
                     self.fork_exec(int(request["job"]), list(fds))
+
+    def remount(self, overlay: dict[str, Any]) -> bytes:
+        """The view again at the same root, on the workspace's new stack (a checkpoint froze
+        its upper, or a restore dropped it): the old view goes, with every mount under it.
+
+        In place, in these namespaces: no new holder, no cgroup, no namespaces made or torn
+        down. The supervisor asks only when no command runs here, so nothing has the old view
+        open; an exec forked later copies the new one."""
+        try:
+            umount(self.ws.root)  # detached with everything under it
+            self.ws.overlay = overlay
+            self.sup.mount_view(self.ws)
+        except BaseException as e:
+            return f"error: {e}".encode()
+        return b"ok"
 
     def reap(self) -> None:
         while True:
@@ -829,6 +846,7 @@ class Supervisor:
         self.layer_store: layers.LayerStore | None = None  # every workspace's layers
         self.spares: list[tuple[int, socket.socket, list[str]]] = []  # see spawn_spare
         self.mask_file = self.mask_dir = self.skeleton = ""  # see make_masks, build_skeleton
+        self.dev = ""  # every view's /dev: see make_dev
         self.late_paths: list[dict[str, Any]] = []  # mounted per workspace (build_skeleton)
 
     # -- plumbing --
@@ -1143,6 +1161,7 @@ class Supervisor:
             mount("tmpfs", store, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
         self.cfg = cfg
         self.make_masks()
+        self.make_dev()
         base = "/" if mode == "container" else cfg["instance"].rstrip("/") or "/"
         self.layer_store = layers.LayerStore(store, base)
         self.cgroups = Cgroups(in_container=mode == "container")
@@ -1466,16 +1485,18 @@ class Supervisor:
         self.skeleton = skeleton
         self.late_paths = sorted(late, key=lambda e: e["path"].count("/"))
 
-    def mount_dev(self, ws: Workspace) -> None:
-        """A minimal /dev of the view's own: nothing in it can be chmod'ed, chown'ed or added.
+    def make_dev(self) -> None:
+        """A minimal /dev that every view binds: nothing in it can be chmod'ed, chown'ed or
+        added.
 
         Nodes are made afresh (or, where mknod is refused, as in a user namespace, read-only
-        binds) on a tmpfs that is then remounted read-only: the host's and the container's
-        device inodes are never reachable for a metadata change. /dev/shm is the
-        workspace's own directory (its bytes count in the disk cap).
+        binds) on a tmpfs that is then remounted read-only, the same for every workspace: the
+        host's and the container's device inodes are never reachable for a metadata change.
+        Made once, so a view costs one bind here rather than twenty calls (checkpoints and
+        forks mount views often).
         """
-        dev = ws.root + "/dev"
-        os.makedirs(dev, exist_ok=True)
+        dev = os.path.join(self.cfg["store"], ".dev")
+        os.makedirs(dev, 0o755, exist_ok=True)
         mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
         for name in DEVICES:
             source, node = "/dev/" + name, os.path.join(dev, name)
@@ -1497,10 +1518,19 @@ class Supervisor:
             os.symlink(target, os.path.join(dev, name))
         for sub in ("shm", "pts", "mqueue"):
             os.mkdir(os.path.join(dev, sub))
-        os.makedirs(os.path.join(ws.path, "shm"), exist_ok=True)
-        os.chmod(os.path.join(ws.path, "shm"), 0o1777)
-        mount(os.path.join(ws.path, "shm"), os.path.join(dev, "shm"), None, MS_BIND)
         mount("none", dev, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
+        self.dev = dev
+
+    def mount_dev(self, ws: Workspace) -> None:
+        """The view's /dev (make_dev's); /dev/shm is the workspace's own directory (its bytes
+        count in the disk cap)."""
+        dev = ws.root + "/dev"
+        os.makedirs(dev, exist_ok=True)
+        mount(self.dev, dev, None, MS_BIND | MS_REC)
+        shm = os.path.join(ws.path, "shm")
+        os.makedirs(shm, exist_ok=True)
+        os.chmod(shm, 0o1777)
+        mount(shm, os.path.join(dev, "shm"), None, MS_BIND)
 
     def teardown(self, ws: Workspace) -> None:
         for req_id in list(ws.jobs):
@@ -1560,7 +1590,21 @@ class Supervisor:
         return ws
 
     def remount(self, ws: Workspace) -> None:
-        """A new holder mounts the workspace's current stack; on failure the workspace goes."""
+        """The workspace's view on its current stack: its holder mounts it in place of the old
+        one; a holder that is gone or fails is replaced by a new one. If that fails too, the
+        workspace goes."""
+        assert ws.layers is not None
+        try:
+            if ws.ctl is None:
+                raise OSError(errno.EPIPE, "no holder")
+            ws.ctl.settimeout(60)
+            ws.ctl.send(json.dumps({"op": "remount", "overlay": ws.layers.overlay()}).encode())
+            ack = ws.ctl.recv(4096).decode(errors="replace")
+            ws.ctl.settimeout(None)
+        except OSError as e:
+            ack = f"error: holder did not answer ({e})"
+        if ack.startswith("ok"):
+            return
         self.detach_holder(ws)
         try:
             self.attach_holder(ws)
@@ -1629,7 +1673,12 @@ class Supervisor:
                 why = err[-2000:].decode(errors="replace")
                 raise SupervisorError("InfrastructureError", "export failed: " + why)
             if truncated:
-                raise SupervisorError("LimitExceeded", f"the checkpoint is over {cap} bytes")
+                over = (
+                    f"the checkpoint's archive is over {cap} bytes ({cap / (1 << 20):g} MiB), "
+                    "the most asked for: keep less in the workspace when it is checkpointed "
+                    "(build outputs, caches, virtual environments), or ask for a larger max_bytes"
+                )
+                raise SupervisorError("LimitExceeded", over)
             return {"archive_b64": base64.b64encode(archive).decode()}
 
         # Held while the child reads them: the workspace may be destroyed meanwhile.

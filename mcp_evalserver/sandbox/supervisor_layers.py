@@ -297,11 +297,20 @@ class WorkspaceLayers:
         of a checkpoint of this instance, or of one provisioned anew from the same spec).
 
         Raises:
-            LayerError: InvalidInput for an archive that is not one of ours.
+            LayerError: InvalidInput for an archive that is not one of ours; LimitExceeded
+                when its files do not fit the area (the workspace's disk cap).
         """
         try:
             dirs = read_archive(archive, lambda: area.new_dir("i"))
-        except (tarfile.TarError, ValueError, OSError) as e:
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise LayerError(
+                    "LimitExceeded",
+                    "the checkpoint's files do not fit a workspace's disk cap: start it on an "
+                    "instance whose `disk_bytes` is larger than the files the checkpoint holds",
+                ) from e
+            raise LayerError("InvalidInput", f"not a checkpoint archive: {e}") from e
+        except (tarfile.TarError, ValueError) as e:
             raise LayerError("InvalidInput", f"not a checkpoint archive: {e}") from e
         return cls(store, area, tuple(store.freeze(d, area) for d in dirs))
 

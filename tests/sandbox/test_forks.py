@@ -8,7 +8,9 @@ workspace does reaches a layer another workspace stands on.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import tarfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import anyio
@@ -16,11 +18,12 @@ import pytest
 
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import Instance, Workspace
+from mcp_evalserver.sandbox.supervised import SupervisedWorkspace
 
 from . import test_attacks as attacks
 from . import test_conformance as conformance
 from .conftest import LIMITED, REPO_SETUP, BackendUnderTest
-from .faults import sigkill_supervisor
+from .faults import kill_holder, sigkill_supervisor
 
 pytestmark = pytest.mark.anyio
 
@@ -250,6 +253,25 @@ async def test_a_fork_outlives_its_parent_and_keeps_its_layers(instance: Instanc
     assert (kept, fresh, inherited) == (["kept\n"], ["-"], ["kept\n"])
 
 
+@pytest.mark.backends("local", "docker")
+async def test_a_checkpoint_gives_a_workspace_whose_holder_died_a_new_one(
+    instance: Instance,
+) -> None:
+    # A checkpoint remounts the view inside the workspace's holder; without one, a new holder.
+    with anyio.fail_after(30):
+        async with await instance.workspace("orphan") as ws:
+            assert isinstance(ws, SupervisedWorkspace)
+            await ws.write_file("kept.txt", "kept\n")
+            await kill_holder(ws)
+            checkpoint = await ws.checkpoint()
+            await ws.write_file("later.txt", "later\n")
+            ran = await ws.exec("cat kept.txt later.txt")
+            await ws.restore(checkpoint)
+            restored = await cat(ws, "kept.txt", "later.txt")
+    assert (ran.exit_code, ran.stdout) == (0, "kept\nlater\n")
+    assert restored == ["kept\n", "-"]
+
+
 # --- exported checkpoints: what outlives a supervisor ------------------------------------------
 
 # A first layer with every kind of change, then a second one over it (a hard link included).
@@ -260,6 +282,22 @@ EXPORTED_CHANGES = (
     "echo two > a.txt && rm pkg/mod.py && ln a.txt hard.txt && mkdir -p pkg/new && "
     "echo n > pkg/new/n.txt",
 )
+
+
+def tar(*members: tuple[str, bytes | None, str]) -> bytes:
+    """An archive of (name, data or None for a directory, symlink target or "") members."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as out:
+        for name, data, link in members:
+            info = tarfile.TarInfo(name)
+            if link:
+                info.type, info.linkname = tarfile.SYMTYPE, link
+            elif data is None:
+                info.type = tarfile.DIRTYPE
+            else:
+                info.size = len(data)
+            out.addfile(info, io.BytesIO(data) if data else None)
+    return buffer.getvalue()
 
 
 async def exported(ws: Workspace) -> tuple[bytes, str, bytes]:
@@ -302,23 +340,6 @@ async def test_a_workspace_started_from_an_exported_checkpoint_has_exactly_its_f
 async def test_an_archive_that_is_not_an_exported_checkpoint_is_refused(
     instance: Instance,
 ) -> None:
-    import io
-    import tarfile
-
-    def tar(*members: tuple[str, bytes | None, str]) -> bytes:
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as out:
-            for name, data, link in members:
-                info = tarfile.TarInfo(name)
-                if link:
-                    info.type, info.linkname = tarfile.SYMTYPE, link
-                elif data is None:
-                    info.type = tarfile.DIRTYPE
-                else:
-                    info.size = len(data)
-                out.addfile(info, io.BytesIO(data) if data else None)
-        return buffer.getvalue()
-
     escapes = (
         b"not a tar at all",
         tar(("0", None, ""), ("0/../../../etc/evs-escape", b"x", "")),
@@ -333,6 +354,37 @@ async def test_an_archive_that_is_not_an_exported_checkpoint_is_refused(
         async with await instance.workspace("bogus0") as ws:  # the refusals left nothing behind
             assert await cat(ws, "a.txt") == ["hello\n"]
     assert not os.path.exists("/etc/evs-escape")
+
+
+async def test_a_checkpoint_too_big_for_the_disk_cap_is_refused_as_a_limit_not_a_bad_archive(
+    limited: Instance,
+) -> None:
+    # Well formed, but its one file is larger than a workspace of `limited` may write.
+    big = b"\xa5" * (LIMITED["disk_bytes"] + (1 << 20))
+    with anyio.fail_after(120):
+        with pytest.raises(errors.LimitExceeded, match="disk_bytes") as refused:
+            await limited.workspace_from_archive(
+                "too-big", tar(("0", None, ""), ("0/big", big, ""))
+            )
+        async with await limited.workspace("too-big") as ws:  # nothing was left behind
+            left = await cat(ws, "big")
+    assert "not a checkpoint archive" not in str(refused.value)
+    assert left == ["-"]
+
+
+async def test_a_checkpoint_over_the_export_cap_is_refused_with_what_to_do(
+    instance: Instance,
+) -> None:
+    with anyio.fail_after(60):
+        async with await instance.workspace("bulky") as ws:
+            await ws.write_file("build/out.bin", os.urandom(64 << 10))
+            checkpoint = await ws.checkpoint()
+            with pytest.raises(errors.LimitExceeded) as refused:
+                await ws.export_checkpoint(checkpoint, max_bytes=16 << 10)
+            kept = await ws.export_checkpoint(checkpoint)  # the default cap holds it
+    assert "16384 bytes" in str(refused.value)
+    assert "keep less in the workspace" in str(refused.value)
+    assert len(kept) > 64 << 10
 
 
 @pytest.mark.backends("local", "docker")
