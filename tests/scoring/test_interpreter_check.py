@@ -225,14 +225,9 @@ async def test_following_the_script_runs_no_test_and_applies_nothing(tmp_path: P
     assert "ran" not in listing.stdout.split()
 
 
-@pytest.mark.anyio
-@pytest.mark.root
-async def test_each_task_sharing_an_instance_is_checked_and_refused_on_its_own(
-    tmp_path: Path, hidden_tools: Path
-) -> None:
-    # Two tasks of one instance (the same directory): one runs its tests with a Python the
-    # workspace shows, the other with one under /root. Whichever makes the instance first,
-    # the other's check must still run, and one's refusal must not refuse the other.
+def _tasks_of_one_instance(tmp_path: Path, hidden_tools: Path) -> tuple[Task, Task]:
+    """Two tasks of one directory: `good` runs its tests with a Python the workspace shows,
+    `bad` with one under /root."""
     repo = git_repo(tmp_path / "repo", {"calc.py": BUGGY, "test_calc.py": TESTS})
     good = Task(
         id="good",
@@ -248,6 +243,18 @@ async def test_each_task_sharing_an_instance_is_checked_and_refused_on_its_own(
             "-m pytest -rA test_calc.py",
         }
     )
+    return good, bad
+
+
+@pytest.mark.anyio
+@pytest.mark.root
+async def test_each_task_sharing_an_instance_is_checked_and_refused_on_its_own(
+    tmp_path: Path, hidden_tools: Path
+) -> None:
+    # Two tasks of one instance (the same directory): one runs its tests with a Python the
+    # workspace shows, the other with one under /root. Whichever makes the instance first,
+    # the other's check must still run, and one's refusal must not refuse the other.
+    good, bad = _tasks_of_one_instance(tmp_path, hidden_tools)
     for first, second in ((good, bad), (bad, good)):
         with anyio.fail_after(180):
             _, state = await run_campaign(
@@ -272,21 +279,7 @@ async def test_a_later_campaign_on_a_shared_pool_checks_the_instance_an_earlier_
     # The server keeps one sandbox pool for every campaign: the instance the first campaign
     # made (and checked for its own task) is reused by the second, whose task runs its tests
     # with a Python under /root. Its check must run all the same.
-    repo = git_repo(tmp_path / "repo", {"calc.py": BUGGY, "test_calc.py": TESTS})
-    good = Task(
-        id="good",
-        path=str(repo),
-        patch=diff_of(repo, {"calc.py": FIXED}),
-        FAIL_TO_PASS=["test_calc.py::test_add"],
-        eval_script=f"PYTHONPATH={PYTEST_DEPS_DIR} /usr/bin/python3 -m pytest -rA test_calc.py",
-    )
-    bad = good.model_copy(
-        update={
-            "id": "bad",
-            "eval_script": f"PYTHONPATH={PYTEST_DEPS_DIR} {hidden_tools}/bin/python3 "
-            "-m pytest -rA test_calc.py",
-        }
-    )
+    good, bad = _tasks_of_one_instance(tmp_path, hidden_tools)
     store = CampaignStore(tmp_path / "state")
     states = {}
     async with SandboxPool() as pool:
