@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from mcp_evalserver.agents.builtin import OracleAgent
+from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.sandboxes import SandboxPool
 from mcp_evalserver.scoring.interpreters import check_test_command
@@ -261,3 +262,44 @@ async def test_each_task_sharing_an_instance_is_checked_and_refused_on_its_own(
             "bad@0": "error",
             "bad@1": "error",
         }
+
+
+@pytest.mark.anyio
+@pytest.mark.root
+async def test_a_later_campaign_on_a_shared_pool_checks_the_instance_an_earlier_one_made(
+    tmp_path: Path, hidden_tools: Path
+) -> None:
+    # The server keeps one sandbox pool for every campaign: the instance the first campaign
+    # made (and checked for its own task) is reused by the second, whose task runs its tests
+    # with a Python under /root. Its check must run all the same.
+    repo = git_repo(tmp_path / "repo", {"calc.py": BUGGY, "test_calc.py": TESTS})
+    good = Task(
+        id="good",
+        path=str(repo),
+        patch=diff_of(repo, {"calc.py": FIXED}),
+        FAIL_TO_PASS=["test_calc.py::test_add"],
+        eval_script=f"PYTHONPATH={PYTEST_DEPS_DIR} /usr/bin/python3 -m pytest -rA test_calc.py",
+    )
+    bad = good.model_copy(
+        update={
+            "id": "bad",
+            "eval_script": f"PYTHONPATH={PYTEST_DEPS_DIR} {hidden_tools}/bin/python3 "
+            "-m pytest -rA test_calc.py",
+        }
+    )
+    store = CampaignStore(tmp_path / "state")
+    states = {}
+    async with SandboxPool() as pool:
+        for task in (good, bad):
+            campaign_id = await store.create(spec_of([task]), task.id)
+            runner = CampaignRunner(
+                store, campaign_id, agent=OracleAgent(), scorer=TestsScorer(), sandboxes=pool
+            )
+            with anyio.fail_after(180):
+                states[task.id] = await runner.run()
+    assert outcomes(states["good"]) == {"good@0": "resolved"}
+    assert outcomes(states["bad"]) == {"bad@0": "error"}
+    # Refused by the check, not merely a run that printed nothing (tests_errored).
+    message = (states["bad"].trajectories["bad@0"].error or {}).get("message", "")
+    assert f"resolves to {hidden_tools}/bin/python3" in message
+    assert "/root is private to each workspace" in message
