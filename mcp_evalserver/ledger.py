@@ -86,7 +86,13 @@ def read_ledger(path: Path) -> LedgerContents:
             records = json.loads(b"[" + body[:-1].replace(b"\n", b",") + b"]")
         except ValueError:
             records = None
-        if records is not None and all(type(r) is dict for r in records):
+        # One record per line: a line holding `{...},{...}` parses as two here but is
+        # corrupt, and the line by line walk says so.
+        if (
+            records is not None
+            and len(records) == body.count(b"\n")
+            and all(type(r) is dict for r in records)
+        ):
             return LedgerContents(records, good_end, len(data) - good_end)
     return _read_line_by_line(path, data)
 

@@ -216,6 +216,12 @@ def replay(records: Iterable[dict[str, Any]]) -> CampaignState:
     first = next(iterator, None)
     if first is None or first.get("kind") != "campaign_created":
         raise LedgerCorrupt("a ledger must begin with a campaign_created record")
+    missing = [f for f in ("spec", "campaign", "ts", "seq") if f not in first]
+    if missing:
+        raise LedgerCorrupt(
+            f"the ledger's campaign_created record lacks {', '.join(missing)}; move the "
+            "ledger aside and inspect it: a ledger is never rewritten"
+        )
     spec = CampaignSpec.model_validate(first["spec"])
     trajectories: dict[str, TrajectoryState] = {}
     for task in spec.task_list():
@@ -281,8 +287,22 @@ def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
     """Applies one record to a state in place (what `replay` does for each record).
 
     Raises:
-        LedgerCorrupt: the record names an unknown trajectory or breaks the phase order.
+        LedgerCorrupt: the record names an unknown trajectory, breaks the phase order, or
+            lacks (or garbles) a field its kind has.
     """
+    try:
+        _apply(state, record)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        # Only an edited or damaged ledger gets here (ours are written whole): name the
+        # record, not a Python exception from deep inside the replay.
+        raise LedgerCorrupt(
+            f"ledger record seq {record.get('seq', '?')!r} ({record.get('kind', '?')!r}) "
+            f"lacks or garbles a field ({type(exc).__name__}: {exc}); move the ledger aside "
+            "and inspect it: a ledger is never rewritten"
+        ) from exc
+
+
+def _apply(state: CampaignState, record: dict[str, Any]) -> None:
     kind = record["kind"]
     # Time between a run's records is running time; the gap before a run (or a rescore request
     # written while none ran) is not.

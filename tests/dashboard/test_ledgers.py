@@ -147,3 +147,22 @@ async def test_a_line_that_is_not_one_record_is_corruption_named_by_its_byte(
     row = views.campaign_rows(LedgerCache(store))[0]
     assert row["id"] == "done"
     assert f"at byte {at}" in row["error"]
+
+
+async def test_a_refresh_stopped_by_a_bad_record_applies_nothing_twice(tmp_path: Path) -> None:
+    store, lines = await _store(tmp_path)
+    path = store.directory("done") / LEDGER_FILE
+    bad = json.loads(lines[-1])
+    del bad["seq"]
+    path.write_bytes(b"".join(lines[:-1]) + json.dumps(bad).encode() + b"\n")
+    ledger = LedgerCache(store).get("done")
+    for _ in range(2):  # each refresh meets the same record, after the same good ones
+        with pytest.raises(LedgerCorrupt, match="lacks or garbles a field"):
+            ledger.refresh()
+    path.write_bytes(b"".join(lines[:-1]))  # what an operator's repair leaves
+    expected = replay(json.loads(line) for line in lines[:-1])
+    state = ledger.refresh()
+    assert state.last_seq == expected.last_seq
+    assert {t.id: (t.outcome, t.attempts) for t in state.trajectories.values()} == {
+        t.id: (t.outcome, t.attempts) for t in expected.trajectories.values()
+    }

@@ -18,6 +18,7 @@ from mcp_evalserver.ledger import (
     read_artifact,
     read_ledger,
 )
+from mcp_evalserver.state import replay
 
 pytestmark = pytest.mark.anyio
 
@@ -224,3 +225,44 @@ async def test_after_a_failed_write_every_later_append_is_refused(tmp_path: Path
     ledger._fd = os.open(os.devnull, os.O_WRONLY)
     await ledger.aclose()
     assert [r["seq"] for r in read_ledger(tmp_path / LEDGER_FILE).records] == [0]
+
+
+async def test_a_line_holding_two_records_is_corruption_not_two_records(tmp_path: Path) -> None:
+    await _write(tmp_path, 3)
+    path = tmp_path / LEDGER_FILE
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].rstrip(b"\n") + b"," + lines[2]
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(LedgerCorrupt, match="line 2"):
+        read_ledger(path)
+
+
+@pytest.mark.parametrize(
+    ("field", "said"),
+    [
+        ("kind", "lacks or garbles a field"),
+        ("seq", "lacks or garbles a field"),
+        ("ts", "lacks or garbles a field"),
+        ("trajectory", "names unknown trajectory None"),
+    ],
+)
+async def test_a_record_without_a_field_of_its_kind_is_corruption_named_by_its_seq(
+    tmp_path: Path, field: str, said: str
+) -> None:
+    async with await LedgerWriter.open(tmp_path, "c1") as ledger:
+        await ledger.append("campaign_created", None, campaign="c1", spec={"tasks": [{"id": "a"}]})
+        await ledger.append("run_started", None)
+        await ledger.append("attempt_started", "a@0", attempt=1)
+    path = tmp_path / LEDGER_FILE
+    records = read_ledger(path).records
+    del records[2][field]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(LedgerCorrupt, match=said):
+        replay(read_ledger(path).records)
+
+
+async def test_a_first_record_without_its_spec_is_corruption_that_says_so(tmp_path: Path) -> None:
+    path = tmp_path / LEDGER_FILE
+    path.write_text(json.dumps({"v": 1, "seq": 0, "ts": 1.0, "kind": "campaign_created"}) + "\n")
+    with pytest.raises(LedgerCorrupt, match="lacks spec, campaign"):
+        replay(read_ledger(path).records)

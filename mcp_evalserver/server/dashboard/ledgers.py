@@ -88,7 +88,13 @@ class CampaignLedger:
             if stat.st_ino != self.inode or stat.st_size < self.offset:
                 self._reset(stat.st_ino)
             if stat.st_size > self.offset or self.state is None:
-                self._read_from_offset()
+                try:
+                    self._read_from_offset()
+                except BaseException:
+                    # Records before the bad one are applied but the offset did not move:
+                    # the next refresh must not apply them again (nor hash them again).
+                    self._reset(stat.st_ino)
+                    raise
             if self.state is None:
                 raise LedgerCorrupt(f"the ledger of campaign {self.id} holds no complete record")
             return self.state
