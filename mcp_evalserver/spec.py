@@ -31,7 +31,7 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.sandbox.base import HostPath
 from mcp_evalserver.scoring.config import ExactScorerConfig, ScorerConfig
 
-_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/]*$")
+_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/]*")
 #: Names a task accepts as given, the SWE-bench aliases included.
 _ALIASES = {"instance_id": "id", "problem_statement": "prompt"}
 
@@ -133,7 +133,9 @@ class Task(BaseModel):
     @field_validator("id")
     @classmethod
     def _id_is_safe(cls, value: str) -> str:
-        if not _ID_PATTERN.match(value) or "@" in value or ".." in value:
+        # fullmatch: `$` would also accept a trailing newline, which then lands in every
+        # trajectory id, log line and report row made from it.
+        if not _ID_PATTERN.fullmatch(value) or "@" in value or ".." in value:
             raise ValueError(
                 "task ids may hold letters, digits, '.', '_', '-', '/' (no '@', no '..')"
             )

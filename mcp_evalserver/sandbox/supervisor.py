@@ -1590,8 +1590,9 @@ class Supervisor:
         return ws
 
     def remount(self, ws: Workspace) -> None:
-        """Its holder mounts the workspace's current stack in place of the old one; on
-        failure the workspace goes."""
+        """The workspace's view on its current stack: its holder mounts it in place of the old
+        one; a holder that is gone or fails is replaced by a new one. If that fails too, the
+        workspace goes."""
         assert ws.layers is not None
         try:
             if ws.ctl is None:
@@ -1602,10 +1603,15 @@ class Supervisor:
             ws.ctl.settimeout(None)
         except OSError as e:
             ack = f"error: holder did not answer ({e})"
-        if not ack.startswith("ok"):
+        if ack.startswith("ok"):
+            return
+        self.detach_holder(ws)
+        try:
+            self.attach_holder(ws)
+        except BaseException:
             del self.workspaces[ws.name]
             self.teardown(ws)
-            raise SupervisorError("InfrastructureError", "workspace remount failed: " + ack)
+            raise
 
     def checkpoint(self, ws: Workspace) -> str:
         assert ws.layers is not None

@@ -74,7 +74,7 @@ __mcp_words() {
   [ $have = 0 ] || __mcp_w+=("$word")
 }
 # The PATH's directories that do not exist here, `:`-joined ("-" for none).
-__mcp_gone_from_path() {
+__mcp_gone() {
   local d gone=()
   local IFS=:
   for d in $PATH; do [ -z "$d" ] || [ -d "$d" ] || gone+=("$d"); done
@@ -86,7 +86,7 @@ __mcp_check() {
   local w=$1 depth=$2 p t n=0 interp arg home orig
   case $w in
     */*) p=$w; [ -e "$p" ] || [ -L "$p" ] || { __mcp_say missing "$3" "$p"; return 1; } ;;
-    *) p=$(command -v -- "$w") || { __mcp_say missing "$3" "$(__mcp_gone_from_path)"; return 1; }
+    *) p=$(command -v -- "$w") || { __mcp_say missing "$3" "PATH:$(__mcp_gone)"; return 1; }
        case $p in /*) ;; *) return 0 ;; esac ;;
   esac
   orig=$p
@@ -238,18 +238,19 @@ def _refuse(task: Task, verdict: str, word: str, path: str) -> None:
         "`/usr/bin/python3 -m venv .venv` inside the instance), or run the task in a docker "
         "image; until then every trajectory of this task is an error, none is graded"
     )
-    hidden = _hidden_by(path)
-    if verdict == "broken" and hidden is not None:
-        raise InvalidInput(
-            f"{what} resolves to {path}, which workspaces do not show ({hidden} is private to "
-            f"each workspace, as are {', '.join(PRIVATE_IN_WORKSPACES)}): {todo}"
-        )
-    if verdict == "broken":
+    # A path (broken on the way, or named and missing), else a bare name the PATH lacks.
+    if verdict == "broken" or (path != "-" and not path.startswith("PATH:")):
+        hidden = _hidden_by(path)
+        if hidden is not None:
+            raise InvalidInput(
+                f"{what} resolves to {path}, which workspaces do not show ({hidden} is private "
+                f"to each workspace, as are {', '.join(PRIVATE_IN_WORKSPACES)}): {todo}"
+            )
         raise InvalidInput(
             f"{what} resolves to {path}, which does not exist in a workspace: {todo}"
         )
     expanded = " (it expands to nothing)" if path == "-" and "$" in word else ""
-    gone = [d for d in path.split(":") if d != "-"]
+    gone = [d for d in path.removeprefix("PATH:").split(":") if d != "-"]
     hidden_gone = [d for d in gone if _hidden_by(d) is not None]
     if hidden_gone:
         hidden = _hidden_by(hidden_gone[0])

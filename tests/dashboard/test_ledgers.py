@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.errors import NotFound
+from mcp_evalserver.errors import LedgerCorrupt, NotFound
 from mcp_evalserver.ledger import LEDGER_FILE
+from mcp_evalserver.server.dashboard import views
 from mcp_evalserver.server.dashboard.ledgers import CampaignLedger, LedgerCache
 from mcp_evalserver.spec import CampaignSpec
 from mcp_evalserver.state import CampaignState, Phase, replay
@@ -129,3 +130,20 @@ async def test_records_appended_while_figures_are_computed_never_tear_them(
             break
     writer.join()
     assert before == json.loads(lines[-1])["seq"]
+
+
+@pytest.mark.parametrize(
+    "bad", [b"{not json}\n", b'{"seq": 99},{"seq": 100}\n', b"[1, 2]\n", b'"text"\n']
+)
+async def test_a_line_that_is_not_one_record_is_corruption_named_by_its_byte(
+    tmp_path: Path, bad: bytes
+) -> None:
+    store, lines = await _store(tmp_path)
+    path = store.directory("done") / LEDGER_FILE
+    path.write_bytes(b"".join(lines[:3]) + bad + b"".join(lines[3:]))
+    at = len(b"".join(lines[:3]))
+    with pytest.raises(LedgerCorrupt, match=f"at byte {at} is unreadable"):
+        LedgerCache(store).get("done").refresh()
+    row = views.campaign_rows(LedgerCache(store))[0]
+    assert row["id"] == "done"
+    assert f"at byte {at}" in row["error"]

@@ -78,6 +78,12 @@ def test_a_task_id_with_an_at_sign_is_rejected_because_trajectory_ids_use_it() -
         parse_spec({"tasks": [{"id": "a@1"}]})
 
 
+@pytest.mark.parametrize("task_id", ["a\n", "a\nb", "\na", "a\r", "a b", "a\x00"])
+def test_a_task_id_with_a_line_break_or_a_control_character_is_rejected(task_id: str) -> None:
+    with pytest.raises(InvalidInput, match="task ids may hold letters"):
+        parse_spec({"tasks": [{"id": task_id}]})
+
+
 def test_trajectory_ids_are_deterministic() -> None:
     assert trajectory_id("django__django-1", 2) == "django__django-1@2"
 

