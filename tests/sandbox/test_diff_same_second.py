@@ -36,15 +36,26 @@ async def test_a_same_size_edit_right_after_the_base_commit_is_in_the_diff(
     backend: BackendUnderTest,
 ) -> None:
     empty: list[str] = []
+    instances: list[Instance] = []
+
+    async def provision() -> None:
+        instances.append(await backend.backend.instance(backend.spec(SETUP)))
+
     with anyio.fail_after(240):
         for round_number in range(8):
-            instances = [await backend.backend.instance(backend.spec(SETUP)) for _ in range(3)]
+            # The round's instances at once: each base commit is as fresh as the last one's
+            # when the edits start (one after another, the first waited for the others).
+            async with anyio.create_task_group() as group:
+                for _ in range(3):
+                    group.start_soon(provision)
             async with anyio.create_task_group() as group:
                 for number, instance in enumerate(instances):
                     for sample in ("a", "b"):
                         group.start_soon(
                             _edit_and_diff, instance, f"r{round_number}i{number}{sample}", empty
                         )
-            for instance in instances:
-                await instance.aclose()
+            async with anyio.create_task_group() as group:
+                for instance in instances:
+                    group.start_soon(instance.aclose)
+            instances.clear()
     assert empty == []
