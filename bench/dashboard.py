@@ -14,7 +14,9 @@ the request (from /proc, in 10 ms clock ticks). Each page is timed side by side 
 
 - `ledger`: no summary beside the ledger (it is deleted before each server starts): the server
   reads and replays the whole ledger and computes the report, as every cold page did before
-  summaries, and as the first page of a campaign ever shown still does (it writes the summary);
+  summaries, and as the first page of a campaign ever shown still does (it writes the summary;
+  the server's background summarising starts on the same campaign at once, and the page waits
+  for it);
 - `summary`: the summary the `ledger` runs wrote is there and matches the ledger byte for byte:
   the campaign page comes from it, the trajectory page from a replay of that trajectory's
   records.

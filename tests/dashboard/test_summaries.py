@@ -16,6 +16,7 @@ from mcp_evalserver.server.dashboard import views
 from mcp_evalserver.server.dashboard.ledgers import CampaignLedger, LedgerCache
 from mcp_evalserver.server.dashboard.render import render
 from mcp_evalserver.server.dashboard.summaries import SUMMARY_FILE
+from mcp_evalserver.server.dashboard.web import start_summarising
 from mcp_evalserver.state import RESCORE_REQUESTED, replay
 from tests.engine.helpers import campaign_of_every_kind
 
@@ -135,3 +136,27 @@ async def test_a_summary_that_cannot_be_written_leaves_the_last_one_and_no_debri
     assert sorted(os.listdir(path.parent)) == sorted(
         ["artifacts", LEDGER_FILE, "ledger.lock", SUMMARY_FILE]
     )
+
+
+async def test_a_starting_server_summarises_the_campaigns_nobody_viewed_and_keeps_no_state(
+    tmp_path: Path,
+) -> None:
+    store, campaign_id, path, expected = await _summarised(tmp_path)
+    summary = path.parent / SUMMARY_FILE
+    summary.unlink()  # as a campaign run by the CLI leaves it
+    broken = store.directory("broken")
+    broken.mkdir()
+    (broken / LEDGER_FILE).write_bytes(b"garbage\n" + path.read_bytes())
+    cache = LedgerCache(store)
+    thread = start_summarising(cache)
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    assert summary.is_file()
+    assert not (broken / SUMMARY_FILE).exists()  # its page says why it cannot be read
+    assert cache.get(campaign_id).state is None  # nobody viewed it: nothing kept in memory
+    fresh = LedgerCache(store).get(campaign_id)
+    assert fresh.persisted() is not None
+    assert _pages(fresh, [key for key in expected if "@" in key]) == expected
+    written = summary.stat().st_mtime_ns
+    assert views.summarise_unsummarised(LedgerCache(store)) == []  # nothing left to do
+    assert summary.stat().st_mtime_ns == written

@@ -217,6 +217,12 @@ class CampaignLedger:
                 found.append(json.loads(handle.read(end - start)))
         return found
 
+    def forget(self) -> None:
+        """Drops what was read of the ledger (the state, the figures): its pages come from the
+        summary again, or from a new read. What a server keeps for a campaign nobody views."""
+        with self.lock:
+            self._reset(self.inode)
+
     def _reset(self, inode: int) -> None:
         self.state = None
         self.offset = 0

@@ -104,6 +104,32 @@ def _figures_of(ledger: CampaignLedger) -> dict[str, Any]:
     return figures
 
 
+def summarise_unsummarised(cache: LedgerCache) -> list[str]:
+    """Writes the summary of each campaign that has none matching its ledger and that no page
+    follows yet, newest first, then forgets its state (the summary serves its pages, so
+    memory is not held for campaigns nobody views). Returns the ids summarised.
+
+    A server runs it once as it starts, in the background: a campaign run by the CLI, or
+    finished while no server ran, then shows its first page from the summary too. A ledger
+    that cannot be read is left to its page, which says why.
+    """
+    summarised = []
+    for campaign_id in cache.ids():
+        try:
+            ledger = cache.get(campaign_id)
+            if ledger.persisted() is not None:
+                continue
+            with ledger.lock:
+                if ledger.state is not None:
+                    continue  # a page read it first and follows it
+                _figures_of(ledger)
+                ledger.forget()
+        except EvalServerError:
+            continue
+        summarised.append(campaign_id)
+    return summarised
+
+
 def _figures(state: CampaignState) -> dict[str, Any]:
     """The report and the plots, from one list of verdicts (a good part of the cost)."""
     finished = verdicts(state)

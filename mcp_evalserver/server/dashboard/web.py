@@ -8,8 +8,11 @@ never stalls the event loop that serves MCP.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import os
 import secrets
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -58,6 +61,22 @@ def _error(exc: EvalServerError) -> HTMLResponse:
     return _page("error.html", status=status, message=str(exc))
 
 
+def start_summarising(cache: LedgerCache) -> threading.Thread:
+    """`views.summarise_unsummarised` in a background thread at the lowest CPU priority, so
+    the first pages of campaigns nobody viewed yet come from summaries (a 10,000-trajectory
+    campaign costs about a second of CPU to read); a page asked meanwhile waits for that
+    campaign's lock at most, and pages of other campaigns not at all."""
+
+    def run() -> None:
+        with contextlib.suppress(OSError):  # a thread is a task on Linux: its own nice value
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        views.summarise_unsummarised(cache)
+
+    thread = threading.Thread(target=run, name="dashboard-summaries", daemon=True)
+    thread.start()
+    return thread
+
+
 def dashboard_routes(state_dir: Path, token: str) -> list[BaseRoute]:
     """The dashboard's routes over the campaigns in `state_dir`."""
     cache = LedgerCache(CampaignStore(state_dir))
@@ -65,6 +84,7 @@ def dashboard_routes(state_dir: Path, token: str) -> list[BaseRoute]:
     # Work that depends on no campaign is done as the server starts, not by its first page.
     compile_templates()
     summaries.code_fingerprint()
+    start_summarising(cache)
 
     def login_form(request: Request) -> Response:
         return _page("login.html", failed=False)
