@@ -70,15 +70,31 @@ def describe_load(figures: dict[str, Any]) -> str:
     return f"load {start:.1f} -> {end:.1f} (1 min) on {figures['cpus']} CPUs"
 
 
-def process_tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of `pid` and its live descendants, with the time of every
-    child they reaped (the kernel adds a reaped child's time to its parent's); 0 once gone."""
+def proc_stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (field 3, the state, first).
+
+    Raises:
+        OSError: no such process.
+    """
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def process_cpu_seconds(pid: int, *, reaped: bool = False) -> float:
+    """User + system CPU seconds of `pid` (every thread of it), with `reaped` the time of the
+    children it reaped too (the kernel adds a reaped child's time to its parent's); 0 once
+    gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        fields = proc_stat(pid)
     except OSError:
         return 0.0
-    own = sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return sum(int(x) for x in fields[11 : 15 if reaped else 13]) / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of `pid` and its live descendants, with the time of every
+    child they reaped; 0 once gone."""
+    own = process_cpu_seconds(pid, reaped=True)
     return own + sum(process_tree_cpu_seconds(child) for child in child_pids(pid))
 
 

@@ -35,26 +35,27 @@ from pathlib import Path
 _BENCH = Path(__file__).resolve().parent
 sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resolve() != _BENCH)]
 
-import contextlib  # noqa: E402
 import logging  # noqa: E402
-import os  # noqa: E402
-import socket  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
 from typing import Any  # noqa: E402
 
 import anyio  # noqa: E402
 import httpx2  # noqa: E402
 
-from bench.common import LoadRecord, describe_load, write_results  # noqa: E402
+from bench.common import (  # noqa: E402
+    LoadRecord,
+    child_running,
+    describe_load,
+    process_cpu_seconds,
+    write_results,
+)
 from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext  # noqa: E402
 from mcp_evalserver.campaigns import CampaignRunner, CampaignStore  # noqa: E402
 from mcp_evalserver.server.dashboard.summaries import SUMMARY_FILE  # noqa: E402
-from mcp_evalserver.server.http import TOKEN_ENV  # noqa: E402
 from mcp_evalserver.spec import CampaignSpec, Limits, Task  # noqa: E402
+from tests.server.helpers import http_server  # noqa: E402
 
 TASKS = 2000
 SAMPLES = 5
@@ -62,7 +63,6 @@ WARM_REQUESTS = 15
 TOKEN = "bench-token-0123456789abcdef"
 TARGET_MS = 200.0
 MODES = ("ledger", "summary")
-_TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 
 
 class ScriptedAgent(Agent):
@@ -95,58 +95,28 @@ async def _campaign(state_dir: Path) -> str:
     return campaign_id
 
 
-def _cpu_ms(pid: int) -> float:
-    """The process's CPU time (user + system, every thread) so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * _TICK_MS
-
-
-@contextlib.contextmanager
-def _server(state_dir: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """`mcp-evalserver --http` on a free loopback port; yields it and its base URL once up."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [str(Path(sys.executable).parent / "mcp-evalserver"), "--state-dir", str(state_dir)]
-    command += ["--http", "--host", "127.0.0.1", "--port", str(port), "--no-resume-running"]
-    env = {**os.environ, TOKEN_ENV: TOKEN}
-    log = state_dir / "server.log"
-    with log.open("ab") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=output)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, f"the server exited: {log.read_text()[-2000:]}"
-            with contextlib.suppress(httpx2.TransportError):
-                if httpx2.get(f"{base}/login", timeout=5).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "the server did not listen within 60 s"
-            time.sleep(0.05)
-        yield process, base
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-def _time_page(state_dir: Path, path: str) -> dict[str, float]:
+async def _time_page(state_dir: Path, path: str) -> dict[str, float]:
     """One fresh server: the page once (cold), then `WARM_REQUESTS` times (warm)."""
-    headers = {"authorization": f"Bearer {TOKEN}"}
-    with (
-        _server(state_dir) as (process, base),
-        httpx2.Client(base_url=base, headers=headers, timeout=120) as client,
+    async with (
+        http_server(state_dir, "--no-resume-running", token=TOKEN) as url,
+        httpx2.AsyncClient(
+            base_url=url.removesuffix("/mcp"),
+            headers={"authorization": f"Bearer {TOKEN}"},
+            timeout=120,
+        ) as client,
     ):
+        server = child_running("--http")
 
-        def timed() -> tuple[float, float]:
-            started, started_cpu = time.perf_counter(), _cpu_ms(process.pid)
-            response = client.get(path)
+        async def timed() -> tuple[float, float]:
+            started, started_cpu = time.perf_counter(), process_cpu_seconds(server)
+            response = await client.get(path)
             elapsed = (time.perf_counter() - started) * 1000
-            cpu = _cpu_ms(process.pid) - started_cpu
+            cpu = (process_cpu_seconds(server) - started_cpu) * 1000
             assert response.status_code == 200, (path, response.status_code, response.text[:300])
             return elapsed, cpu
 
-        cold, cold_cpu = timed()
-        warm = [timed() for _ in range(WARM_REQUESTS)]
+        cold, cold_cpu = await timed()
+        warm = [await timed() for _ in range(WARM_REQUESTS)]
     return {
         "cold_ms": cold,
         "cold_cpu_ms": cold_cpu,
@@ -156,12 +126,12 @@ def _time_page(state_dir: Path, path: str) -> dict[str, float]:
     }
 
 
-def main() -> dict[str, Any]:
+async def main() -> dict[str, Any]:
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="bench-dashboard-") as temporary:
         state_dir = Path(temporary)
         started = time.perf_counter()
-        campaign_id = anyio.run(_campaign, state_dir)
+        campaign_id = await _campaign(state_dir)
         campaign_s = time.perf_counter() - started
         directory = state_dir / "campaigns" / campaign_id
         ledger_bytes = (directory / "ledger.jsonl").stat().st_size
@@ -177,7 +147,7 @@ def main() -> dict[str, Any]:
             for name, path in pages.items():
                 if mode == "ledger":
                     (directory / SUMMARY_FILE).unlink(missing_ok=True)
-                runs[mode][name] = _time_page(state_dir, path)
+                runs[mode][name] = await _time_page(state_dir, path)
             if mode == "ledger":
                 # The campaign page's cold request wrote it (the last `ledger` run did too).
                 assert (directory / SUMMARY_FILE).is_file(), "no summary was written"
@@ -199,7 +169,7 @@ def main() -> dict[str, Any]:
 
 if __name__ == "__main__":
     load = LoadRecord()
-    results = load.finish(main())
+    results = load.finish(anyio.run(main))
     print(
         f"dashboard over {results['trajectories']} trajectories ({results['tasks']} tasks x "
         f"{results['samples']}; ledger {results['ledger_bytes'] / 1e6:.1f} MB, summary "

@@ -62,7 +62,15 @@ from typing import Any  # noqa: E402
 
 import anyio  # noqa: E402
 
-from bench.common import LoadRecord, describe_load, p50, p95, write_results  # noqa: E402
+from bench.common import (  # noqa: E402
+    LoadRecord,
+    describe_load,
+    p50,
+    p95,
+    proc_stat,
+    process_cpu_seconds,
+    write_results,
+)
 from mcp_evalserver.sandbox.base import Instance, InstanceSpec, Workspace  # noqa: E402
 from mcp_evalserver.sandbox.docker import DockerBackend  # noqa: E402
 from mcp_evalserver.sandbox.docker_engine import DockerEngine  # noqa: E402
@@ -164,8 +172,7 @@ class CpuMeter:
 
     def __init__(self, engine: DockerEngine, container: str) -> None:
         pid = int(engine.client.containers.get(container).attrs["State"]["Pid"])
-        with open(f"/proc/{pid}/stat") as f:
-            self.shim = int(f.read().rsplit(")", 1)[1].split()[1])  # its parent
+        self.shim = int(proc_stat(pid)[1])  # its parent
         self.cgroup = cgroup_cpu_file(pid)
 
     def sample(self) -> dict[str, float]:
@@ -199,16 +206,6 @@ def cgroup_cpu_seconds(path: Path) -> float:
         return int(text) / 1e9
     usage = next(line for line in text.splitlines() if line.startswith("usage_usec "))
     return int(usage.split()[1]) / 1e6
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of one process (0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def base_image() -> str:
@@ -338,9 +335,9 @@ async def measure(engine: DockerEngine, instance: Instance, image: str) -> dict[
     execs = [await timed(lambda: ws.exec("true")) for _ in range(EXECS)]
     after = meter.sample()
     figures["exec_overhead_p50_ms"] = p50(execs)
-    for part in ("client", "sandbox", "engine"):
-        figures[f"exec_cpu_{part}_ms"] = (after[part] - before[part]) * 1000 / EXECS
-    figures["exec_cpu_ms"] = sum(after[k] - before[k] for k in after) * 1000 / EXECS
+    parts = {part: (after[part] - before[part]) * 1000 / EXECS for part in after}
+    figures.update({f"exec_cpu_{part}_ms": ms for part, ms in parts.items()})
+    figures["exec_cpu_ms"] = sum(parts.values())
     floor = await exec_floor(engine, container, ws)
     figures["exec_floor_p50_ms"] = p50(floor["ms"])
     figures["exec_floor_cpu_ms"] = floor["cpu_ms"]

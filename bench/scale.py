@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -130,20 +131,21 @@ async def exec_overhead(address: str, path: str) -> dict[str, float]:
         exec_kwargs = {"cmd": "true", "timeout": 600.0, "output_cap": 1 << 20}
         hold_s = 0.0
 
-        async def ray_exec() -> None:
-            started = time.perf_counter()
-            await remote.exec("true")
-            timings["ray"].append(time.perf_counter() - started)
+        def timing(
+            name: str, call: Callable[[], Awaitable[object]]
+        ) -> Callable[[], Awaitable[None]]:
+            """A step that times one `call` into `timings[name]`."""
 
-        async def local_exec() -> None:
-            started = time.perf_counter()
-            await local.exec("true")
-            timings["local"].append(time.perf_counter() - started)
+            async def step() -> None:
+                started = time.perf_counter()
+                await call()
+                timings[name].append(time.perf_counter() - started)
 
-        async def ping() -> None:
-            started = time.perf_counter()
-            await instance.ping()
-            timings["ping"].append(time.perf_counter() - started)
+            return step
+
+        ray_exec = timing("ray", lambda: remote.exec("true"))
+        local_exec = timing("local", lambda: local.exec("true"))
+        ping = timing("ping", instance.ping)
 
         async def transit() -> None:
             sent = time.monotonic()

@@ -23,9 +23,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
+import pydantic_core
 
 from mcp_evalserver.errors import Conflict, LedgerCorrupt, NotFound
 
@@ -78,23 +79,29 @@ def read_ledger(path: Path) -> LedgerContents:
     except FileNotFoundError as exc:
         raise NotFound(f"no ledger at {path}") from exc
     good_end = data.rfind(b"\n") + 1
-    body = data[:good_end]
-    # One C-level parse of the whole file (lines joined into a JSON array) is ~3x faster than
-    # a json.loads per line; a failure falls back to the line by line walk that names the line.
-    if body:
-        try:
-            records = json.loads(b"[" + body[:-1].replace(b"\n", b",") + b"]")
-        except ValueError:
-            records = None
-        # One record per line: a line holding `{...},{...}` parses as two here but is
-        # corrupt, and the line by line walk says so.
-        if (
-            records is not None
-            and len(records) == body.count(b"\n")
-            and all(type(r) is dict for r in records)
-        ):
-            return LedgerContents(records, good_end, len(data) - good_end)
+    records = decode_lines(data[:good_end])
+    if records is not None:
+        return LedgerContents(records, good_end, len(data) - good_end)
     return _read_line_by_line(path, data)
+
+
+def decode_lines(lines: bytes) -> list[Record] | None:
+    """The record of each of `lines` (complete lines: the last ends with a line break), from
+    one parse of them joined into a JSON array, several times faster than a parse per line.
+
+    None when there are none, when that parse is refused, or when a line is not one object
+    (`{...},{...}` on one line parses as two here, but is corrupt): the caller then reads line
+    by line, which names the bad line.
+    """
+    if not lines:
+        return None
+    try:
+        records = pydantic_core.from_json(b"[" + lines[:-1].replace(b"\n", b",") + b"]")
+    except ValueError:
+        return None
+    if len(records) != lines.count(b"\n") or any(type(r) is not dict for r in records):
+        return None
+    return cast(list[Record], records)
 
 
 def _read_line_by_line(path: Path, data: bytes) -> LedgerContents:

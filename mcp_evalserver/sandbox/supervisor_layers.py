@@ -302,15 +302,13 @@ class WorkspaceLayers:
         """
         try:
             dirs = read_archive(archive, lambda: area.new_dir("i"))
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        except (tarfile.TarError, ValueError, OSError) as e:
+            if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise LayerError(
                     "LimitExceeded",
                     "the checkpoint's files do not fit a workspace's disk cap: start it on an "
                     "instance whose `disk_bytes` is larger than the files the checkpoint holds",
                 ) from e
-            raise LayerError("InvalidInput", f"not a checkpoint archive: {e}") from e
-        except (tarfile.TarError, ValueError) as e:
             raise LayerError("InvalidInput", f"not a checkpoint archive: {e}") from e
         return cls(store, area, tuple(store.freeze(d, area) for d in dirs))
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from functools import partial
 
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.sandbox.base import Instance
@@ -199,11 +200,9 @@ def interpreter_check(task: Task, script: str | None) -> InstanceCheck | None:
     if not script:
         return None
     key = hashlib.sha256(script.encode()).hexdigest()
-
-    async def check(instance: Instance) -> None:
-        await check_test_command(instance, task, script)
-
-    return InstanceCheck(f"interpreters:{key}", check)
+    return InstanceCheck(
+        f"interpreters:{key}", partial(check_test_command, task=task, script=script)
+    )
 
 
 async def check_test_command(instance: Instance, task: Task, script: str) -> None:

@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ import anyio
 import openai
 
 from mcp_evalserver.adaptive import EndpointLimiter
+from mcp_evalserver.atomic_files import write_atomically
 from mcp_evalserver.endpoint_calls import call_with_retries
 from mcp_evalserver.errors import InfrastructureError, InvalidInput
 from mcp_evalserver.ledger import ARTIFACTS_DIR
@@ -263,11 +263,5 @@ def _read_cache(path: Path) -> dict[str, Any] | None:
 
 
 def _write_cache(path: Path, entry: dict[str, Any]) -> None:
-    # Atomic rename: a crash leaves the old cache or the new entry, never half of one.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(entry, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    # A crash leaves the old cache or the new entry, never half of one.
+    write_atomically(path, json.dumps(entry).encode())

@@ -14,15 +14,14 @@ Shapes follow `swebench` 5.0.2 (`harness/utils.py`, `harness/grading.py::get_eva
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from mcp_evalserver.atomic_files import write_atomically
 from mcp_evalserver.errors import InvalidInput, NotFound
 from mcp_evalserver.scoring.grading import EvalStatus, Grade, parse_test_list
 from mcp_evalserver.scoring.logparsers import SWEBENCH_REPO_PARSERS
@@ -358,15 +357,8 @@ def _model_dir(model: str) -> str:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    # A reader (or a crash) never sees half a report: write aside, then rename over.
+    # A reader (or a crash) never sees half a report.
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(
-            "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", delete=False
-        ) as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, path)
+        write_atomically(path, text.encode())
     except OSError as error:
         raise InvalidInput(f"cannot write {path}: {error}") from error

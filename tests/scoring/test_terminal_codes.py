@@ -7,7 +7,7 @@ import random
 
 from swebench.utils import ansi_escape
 
-from mcp_evalserver.scoring.grading import grade_log
+from mcp_evalserver.scoring.grading import Grade, grade_log
 from mcp_evalserver.scoring.logparsers import get_parser
 from mcp_evalserver.scoring.terminal_codes import strip_terminal_codes
 
@@ -32,6 +32,20 @@ PIECES = [
 
 def _log(section: str) -> str:
     return f">>>>> Start Test Output\n{section}>>>>> End Test Output\n"
+
+
+def _grade(section: str) -> Grade:
+    """`section` graded as the test output of a task whose FAIL_TO_PASS is F2P alone."""
+    return grade_log(
+        _log(section), parser=get_parser("pytest"), fail_to_pass=[F2P], pass_to_pass=[]
+    )
+
+
+def _assert_the_real_failure_stands(section: str) -> None:
+    grade = _grade(section)
+    assert not grade.resolved
+    assert grade.tests is not None
+    assert grade.tests.fail_to_pass.failure == (F2P,)
 
 
 def test_pytests_colours_go_as_swebenchs_own_ansi_escape_removes_them() -> None:
@@ -68,12 +82,7 @@ def test_an_escape_string_opened_before_the_real_failure_and_closed_after_hides_
         f"\x1b[31mFAILED\x1b[0m tests/test_ops.py::\x1b[1mtest_mul\x1b[0m - assert 6 == 5\n"
         "\x07\n"
     )
-    grade = grade_log(
-        _log(section), parser=get_parser("pytest"), fail_to_pass=[F2P], pass_to_pass=[]
-    )
-    assert not grade.resolved
-    assert grade.tests is not None
-    assert grade.tests.fail_to_pass.failure == (F2P,)
+    _assert_the_real_failure_stands(section)
 
 
 def test_an_end_marker_split_by_an_escape_code_cannot_cut_the_real_failures_off() -> None:
@@ -83,27 +92,14 @@ def test_an_end_marker_split_by_an_escape_code_cannot_cut_the_real_failures_off(
         f"PASSED {F2P}\n>>>>> End\x1b[0m Test Output\n"
         f"\x1b[31mFAILED\x1b[0m tests/test_ops.py::\x1b[1mtest_mul\x1b[0m\n"
     )
-    grade = grade_log(
-        _log(section), parser=get_parser("pytest"), fail_to_pass=[F2P], pass_to_pass=[]
-    )
-    assert not grade.resolved
-    assert grade.tests is not None
-    assert grade.tests.fail_to_pass.failure == (F2P,)
+    _assert_the_real_failure_stands(section)
 
 
 def test_a_forged_line_in_codes_says_no_more_than_the_same_line_without_them() -> None:
     # Codes a terminal would not show (concealed text, a line erased and rewritten) are gone;
     # what is left is the plain line, which the tests could have printed as it is.
     for decorated in (f"\x1b[8mPASSED {F2P}\x1b[0m", f"\x1b[1A\x1b[2KPASSED {F2P}"):
-        plain = grade_log(
-            _log(f"PASSED {F2P}\n"),
-            parser=get_parser("pytest"),
-            fail_to_pass=[F2P],
-            pass_to_pass=[],
-        )
-        coded = grade_log(
-            _log(f"{decorated}\n"), parser=get_parser("pytest"), fail_to_pass=[F2P], pass_to_pass=[]
-        )
+        plain, coded = _grade(f"PASSED {F2P}\n"), _grade(f"{decorated}\n")
         assert (coded.status, coded.resolved, coded.statuses) == (
             plain.status,
             plain.resolved,
@@ -114,10 +110,5 @@ def test_a_forged_line_in_codes_says_no_more_than_the_same_line_without_them() -
 def test_an_unfinished_sequence_stays_and_the_line_it_starts_is_no_result() -> None:
     assert strip_terminal_codes("\x1b") == "\x1b"
     assert strip_terminal_codes(f"\x1b]0;PASSED {F2P}") == f"0;PASSED {F2P}"
-    grade = grade_log(
-        _log(f"\x1b]0;PASSED {F2P}\n1 passed\n"),
-        parser=get_parser("pytest"),
-        fail_to_pass=[F2P],
-        pass_to_pass=[],
-    )
+    grade = _grade(f"\x1b]0;PASSED {F2P}\n1 passed\n")
     assert not grade.resolved

@@ -26,13 +26,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
-
-import pydantic_core
+from typing import Any
 
 from mcp_evalserver.campaigns import CampaignStore
 from mcp_evalserver.errors import LedgerCorrupt, NotFound
-from mcp_evalserver.ledger import LEDGER_FILE
+from mcp_evalserver.ledger import LEDGER_FILE, decode_lines
 from mcp_evalserver.server.dashboard import summaries
 from mcp_evalserver.server.dashboard.summaries import LedgerKey, Summary
 from mcp_evalserver.state import (
@@ -189,13 +187,13 @@ class CampaignLedger:
             if not any(row[0] == trajectory_id for row in summary.trajectories):
                 raise NotFound(f"campaign {self.id} has no trajectory {trajectory_id!r}")
             spans = sorted({*summary.campaign_spans, *summary.spans_of(trajectory_id)})
-            with self.path.open("rb") as handle:
-                if self._first is None:
-                    # It holds the spec (every task): ~0.7 MB for 2,000 tasks.
-                    self._first = json.loads(handle.readline())
-                first = self._first
-        records = [first]
+            first = self._first
         with self.path.open("rb") as handle:
+            if first is None:
+                # It holds the spec (every task): ~0.7 MB for 2,000 tasks. Read once per
+                # summary (the ledger's bytes up to it do not change while it matches).
+                first = self._first = json.loads(handle.readline())
+            records = [first]
             for start, end in spans:
                 handle.seek(start)
                 records.append(json.loads(handle.read(end - start)))
@@ -239,7 +237,7 @@ class CampaignLedger:
         end = data.rfind(b"\n") + 1
         self.digest.update(memoryview(data)[:end])
         position = 0
-        records = _decode_lines(data[:end])
+        records = decode_lines(data[:end])
         if records is not None:
             for record in records:
                 newline = data.index(b"\n", position)
@@ -272,21 +270,6 @@ class CampaignLedger:
         # The first record is not kept: a trajectory's replay reads it on its own.
         if start and (not isinstance(trajectory, str) or record.get("kind") == TRAJECTORY_BRANCHED):
             self.campaign_spans.append((start, end))
-
-
-def _decode_lines(lines: bytes) -> list[dict[str, Any]] | None:
-    """Each line's object, from one parse of the lines joined into an array (twice as fast as
-    a `json.loads` per line on a 10 MB ledger); None if that parse is refused or a line is no
-    single object, and the lines are read one by one (which names the bad one)."""
-    if not lines:
-        return None
-    try:
-        records = pydantic_core.from_json(b"[" + lines[:-1].replace(b"\n", b",") + b"]")
-    except ValueError:
-        return None
-    if len(records) != lines.count(b"\n") or any(type(r) is not dict for r in records):
-        return None
-    return cast(list[dict[str, Any]], records)
 
 
 class LedgerCache:

@@ -16,12 +16,9 @@ per 10 MB, which is what makes "the same bytes" a proof rather than a guess.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -29,6 +26,8 @@ from typing import Any
 
 import pydantic_core
 from pydantic import TypeAdapter, ValidationError
+
+from mcp_evalserver.atomic_files import write_atomically
 
 #: Beside `ledger.jsonl` in the campaign's directory (gitignored like ledgers).
 SUMMARY_FILE = "dashboard-summary.json"
@@ -131,20 +130,7 @@ def store(ledger_path: Path, summary: Summary) -> None:
     A summary that cannot be written (a read-only state directory, a full disk) is logged and
     skipped: it only makes a later first page quicker.
     """
-    directory = ledger_path.parent
-    data = _ADAPTER.dump_json(summary)
     try:
-        fd, temporary = tempfile.mkstemp(prefix=f".{SUMMARY_FILE}.", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, directory / SUMMARY_FILE)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+        write_atomically(ledger_path.parent / SUMMARY_FILE, _ADAPTER.dump_json(summary))
     except OSError as exc:
-        _LOG.warning("could not write the dashboard summary in %s: %s", directory, exc)
+        _LOG.warning("could not write the dashboard summary in %s: %s", ledger_path.parent, exc)
