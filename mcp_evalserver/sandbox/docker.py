@@ -30,6 +30,7 @@ from mcp_evalserver.sandbox.docker_engine import ContainerLimits, DockerEngine, 
 from mcp_evalserver.sandbox.docker_fallback import NOTE as FALLBACK_NOTE
 from mcp_evalserver.sandbox.docker_fallback import PerTrajectoryInstance
 from mcp_evalserver.sandbox.docker_stream import open_exec_stream
+from mcp_evalserver.sandbox.native import CONTAINER_PATH, native_holder
 from mcp_evalserver.sandbox.supervised import SupervisedInstance
 
 __all__ = ["STORE", "SUPERVISOR_PATH", "DockerBackend", "base_image_tag"]
@@ -67,8 +68,10 @@ class DockerBackend(Backend):
         provisioning: int = 2,
         limits: ContainerLimits | None = None,
         network: str | None = None,
+        python_holder: bool = False,
     ) -> None:
         self._base_url = base_url
+        self._python_holder = python_holder  # the fallback holder, not the compiled one
         self._network = network
         self._limiter = anyio.CapacityLimiter(provisioning)
         self._limits = limits or ContainerLimits()
@@ -167,6 +170,10 @@ class DockerBackend(Backend):
                 f"{home}/{f.name}": await anyio.Path(f).read_bytes() for f in SUPERVISOR_FILES
             }
             await engine.put_files(container, sources)
+            holder = await native_holder(self._python_holder)
+            if holder is not None:  # static: it runs whatever the image's C library
+                binary = {CONTAINER_PATH: await anyio.Path(holder).read_bytes()}
+                await engine.put_files(container, binary, mode=0o755)
             # The supervisor changes into the workdir before running setup; an image without
             # it (the bare base image) gets an empty one.
             await engine.exec(container, ["mkdir", "-p", spec.workdir])
@@ -181,7 +188,12 @@ class DockerBackend(Backend):
             client = SupervisorClient(stream)
             await client.start(self._group)
             instance = await SupervisedInstance.open(
-                client, spec, mode="container", store=STORE, on_close=on_close
+                client,
+                spec,
+                mode="container",
+                store=STORE,
+                on_close=on_close,
+                holder=CONTAINER_PATH if holder is not None else None,
             )
         except BaseException as exc:
             tail = stream.stderr_tail.strip() if stream is not None else ""

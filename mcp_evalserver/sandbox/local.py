@@ -28,6 +28,7 @@ from anyio.streams.stapled import StapledByteStream
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import Backend, InstanceSpec
 from mcp_evalserver.sandbox.client import SUPERVISOR_SOURCE, SupervisorClient
+from mcp_evalserver.sandbox.native import native_holder
 from mcp_evalserver.sandbox.supervised import SupervisedInstance
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class LocalBackend(Backend):
         python: str | None = None,
         store_root: str = "/run/mcp-evalserver",
         set_up: Iterable[str] = (),
+        python_holder: bool = False,
     ):
         self._python = python or sys.executable
         self._store_root = store_root
@@ -71,6 +73,7 @@ class LocalBackend(Backend):
         self._group: anyio.abc.TaskGroup | None = None
         # Keys whose setup ran: a directory keeps its changes (`set_up`: in another process).
         self._set_up: set[str] = set(set_up)
+        self._python_holder = python_holder  # the fallback holder, not the compiled one
 
     async def __aenter__(self) -> LocalBackend:
         await anyio.to_thread.run_sync(sweep_leftovers, self._store_root)
@@ -159,6 +162,9 @@ class LocalBackend(Backend):
                 store_tmpfs=True,
                 run_setup=spec.key not in self._set_up,
                 on_close=on_close,
+                holder=str(holder)
+                if (holder := await native_holder(self._python_holder))
+                else None,
             )
             self._set_up.add(spec.key)
             cgroup_dirs.extend(instance.info.get("cgroup_dirs") or [])

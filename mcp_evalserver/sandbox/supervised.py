@@ -50,10 +50,13 @@ class SupervisedInstance(Instance):
         store_tmpfs: bool = False,
         run_setup: bool = True,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        holder: str | None = None,
     ) -> SupervisedInstance:
         """Initialises a started supervisor, runs the spec's setup and freezes the instance.
 
-        `store` holds the workspaces' upper layers and must not be on overlayfs; with
+        `holder` is the compiled holder's path where the supervisor runs (native.py), or
+        None for its Python one. `store` holds the workspaces' upper layers and must not be
+        on overlayfs; with
         `store_tmpfs` the supervisor mounts a private tmpfs there itself. `run_setup=False`
         freezes without the spec's setup (it already ran on this environment).
 
@@ -72,6 +75,7 @@ class SupervisedInstance(Instance):
             workdir=spec.workdir,
             paths=[entry.model_dump() for entry in spec.paths],
             network=spec.network,
+            holder=holder,
         )
         frozen = await client.request(
             "freeze",

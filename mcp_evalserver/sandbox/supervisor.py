@@ -293,6 +293,34 @@ def spawn_command(argv: list[str], env: dict[str, str]) -> int:
         raise CommandNotRun(argv[0], e.strerror or str(e), code) from e
 
 
+def encode_exec_request(request: dict[str, Any]) -> bytes:
+    """An exec's request as the holders read it (holder.c reads the same): NUL-terminated
+    fields `cwd user pids memory have_nproc have_memory argc argv... envc env...`; no JSON
+    parser in the compiled holder. Strings hold no NUL (op_exec refuses them)."""
+    limits, have, env = request["limits"], request["have"], request["env"]
+    fields = [request["cwd"], request.get("user") or "", str(limits.get("pids") or ""),
+              str(limits.get("memory_bytes") or ""), "1" if have.get("nproc") else "0",
+              "1" if have.get("memory") else "0", str(len(request["argv"])), *request["argv"],
+              str(len(env)), *(f"{k}={v}" for k, v in env.items())]  # fmt: skip
+    return b"".join(field.encode("utf-8", "surrogateescape") + b"\0" for field in fields)
+
+
+def decode_exec_request(data: bytes) -> dict[str, Any]:
+    """The Python holder's reading of encode_exec_request."""
+    fields = [f.decode("utf-8", "surrogateescape") for f in data.split(b"\0")[:-1]]
+    cwd, user, pids, memory, nproc, has_memory, argc = fields[:7]
+    argv = fields[7 : 7 + int(argc)]
+    envc = int(fields[7 + int(argc)])
+    pairs = fields[8 + int(argc) : 8 + int(argc) + envc]
+    return {
+        "cwd": cwd, "user": user or None, "argv": argv,
+        "env": dict(pair.split("=", 1) for pair in pairs),
+        "limits": {"pids": int(pids) if pids else None,
+                   "memory_bytes": int(memory) if memory else None},
+        "have": {"nproc": nproc == "1", "memory": has_memory == "1"},
+    }  # fmt: skip
+
+
 def make_readonly_recursive(path: str) -> None:
     """Read-only, nosuid, nodev for a mount and everything under it (rbind alone keeps rw)."""
     attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, 0)
@@ -751,30 +779,16 @@ class Holder:
                 for level, kind, data in ancdata:
                     if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                         fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-                request = json.loads(msg)
-                if request["op"] == "kill":
+                words = msg.split()  # b"exec JOB" (with fds) or b"kill JOB", as holder.c
+                if words[:1] == [b"kill"]:
                     for pid, job in self.children.items():
-                        if job == request["job"]:
+                        if job == int(words[1]):
                             os.kill(pid, signal.SIGKILL)
-                elif request["op"] == "remount":
-                    self.ctl.send(self.remount(dict(request["overlay"])))
-                elif len(fds) in (5, 6):  # the sixth: the exec's report channel
-                    self.fork_exec(int(request["job"]), list(fds))
-
-    def remount(self, overlay: dict[str, Any]) -> bytes:
-        """The view again at the same root, on the workspace's new stack (a checkpoint froze
-        its upper, or a restore dropped it): the old view goes, with every mount under it.
-
-        In place, in these namespaces: no new holder, no cgroup, no namespaces made or torn
-        down. The supervisor asks only when no command runs here, so nothing has the old view
-        open; an exec forked later copies the new one."""
-        try:
-            umount(self.ws.root)  # detached with everything under it
-            self.ws.overlay = overlay
-            self.sup.mount_view(self.ws)
-        except BaseException as e:
-            return f"error: {e}".encode()
-        return b"ok"
+                elif words[:1] == [b"exec"] and len(fds) in (5, 6):  # sixth: a report channel
+                    self.fork_exec(int(words[1]), list(fds))
+                else:
+                    for fd in fds:
+                        os.close(fd)
 
     def reap(self) -> None:
         while True:
@@ -808,7 +822,7 @@ class Holder:
                     report = fcntl.fcntl(report, fcntl.F_DUPFD, REPORT_FD + 64)
                 for target, fd in enumerate((stdin, out, err, info)):
                     os.dup2(fd, target)
-                request = json.loads(os.pread(memfd, os.fstat(memfd).st_size, 0))
+                request = decode_exec_request(os.pread(memfd, os.fstat(memfd).st_size, 0))
                 if report >= 0:
                     os.dup2(report, REPORT_FD)  # inheritable: the command gets it
                 close_fds_from(REPORT_FD + 1 if report >= 0 else 4)
@@ -848,6 +862,7 @@ class Supervisor:
         self.mask_file = self.mask_dir = self.skeleton = ""  # see make_masks, build_skeleton
         self.dev = ""  # every view's /dev: see make_dev
         self.late_paths: list[dict[str, Any]] = []  # mounted per workspace (build_skeleton)
+        self.native_holder = ""  # holder.c's binary, if init named one that can run here
 
     # -- plumbing --
     def send(self, msg: dict[str, Any]) -> None:
@@ -1098,7 +1113,7 @@ class Supervisor:
         if not job.pid and job.ws is not None and job.ws.ctl is not None:
             # Its parent, the holder, kills it: only the holder knows the pid for sure.
             with contextlib.suppress(OSError):
-                job.ws.ctl.send(json.dumps({"op": "kill", "job": job.req_id}).encode())
+                job.ws.ctl.send(b"kill %d" % job.req_id)
 
     def expire(self) -> None:
         now = time.monotonic()
@@ -1165,8 +1180,12 @@ class Supervisor:
         base = "/" if mode == "container" else cfg["instance"].rstrip("/") or "/"
         self.layer_store = layers.LayerStore(store, base)
         self.cgroups = Cgroups(in_container=mode == "container")
+        holder = str(cfg.get("holder") or "")
+        if holder and os.access(holder, os.X_OK) and SECCOMP_PROGRAM is not None:
+            self.native_holder = holder
         return {
             "version": PROTOCOL_VERSION,
+            "holder": "native" if self.native_holder else "python",
             "pid": os.getpid(),
             "python": platform.python_version(),
             "cgroups": self.cgroups.version,
@@ -1347,7 +1366,6 @@ class Supervisor:
             socket.sethostname("sandbox")
             if not self.cfg.get("network"):
                 loopback_up()
-            drop_bounding_set()  # effective caps stay: execs' parents still mount /proc
         except BaseException as e:
             broken = f"workspace setup failed: {e}"
         assignment = ctl.recv(65536)
@@ -1363,9 +1381,28 @@ class Supervisor:
         except BaseException as e:
             ctl.send(f"error: {e}".encode())
             return
+        if not broken and self.native_holder:
+            self.exec_native_holder(ws, ctl)  # returns only if it could not
+        # What an exec may ever gain back; our effective set stays: execs mount their /proc.
+        drop_bounding_set()  # after the exec above: root's execve takes the bounding set
         holder = Holder(self, ws, ctl)
         holder.broken = broken
         holder.run()
+
+    def exec_native_holder(self, ws: Workspace, ctl: socket.socket) -> None:
+        """Becomes holder.c (native.py builds it) in these namespaces, cgroup and view: a few
+        pages where this interpreter kept about 2 MB, and execs started by system calls, not
+        by a forked interpreter. Returns only if the exec failed (this one serves then)."""
+        os.set_inheritable(ctl.fileno(), True)
+        # Its settings travel in a memfd, not its argv: every exec's pid 1 starts as a copy of
+        # the holder, and its command line is what `ps` shows the trajectory.
+        fields = [str(ctl.fileno()), ws.root, self.mask_file, self.mask_dir]
+        settings = os.memfd_create("holder-settings", 0)
+        os.write(settings, b"".join(f.encode() + b"\0" for f in fields) + (SECCOMP_PROGRAM or b""))
+        with contextlib.suppress(OSError):
+            os.execve(self.native_holder, ["mcp-evalserver-holder", str(settings)], {})
+        os.close(settings)
+        sys.stderr.write(f"supervisor: holder {self.native_holder} did not start; Python holds\n")
 
     def refill_spares(self) -> None:
         while self.frozen and self.running and len(self.spares) < SPARE_HOLDERS:
@@ -1595,16 +1632,10 @@ class Supervisor:
         workspace goes."""
         assert ws.layers is not None
         try:
-            if ws.ctl is None:
-                raise OSError(errno.EPIPE, "no holder")
-            ws.ctl.settimeout(60)
-            ws.ctl.send(json.dumps({"op": "remount", "overlay": ws.layers.overlay()}).encode())
-            ack = ws.ctl.recv(4096).decode(errors="replace")
-            ws.ctl.settimeout(None)
-        except OSError as e:
-            ack = f"error: holder did not answer ({e})"
-        if ack.startswith("ok"):
+            self.remount_in_holder(ws)
             return
+        except OSError:
+            pass
         self.detach_holder(ws)
         try:
             self.attach_holder(ws)
@@ -1612,6 +1643,38 @@ class Supervisor:
             del self.workspaces[ws.name]
             self.teardown(ws)
             raise
+
+    def remount_in_holder(self, ws: Workspace) -> None:
+        """The view again at the same root, on the workspace's new stack, in its holder's mount
+        namespace, from here: the old view goes with every mount under it. No new holder, no
+        cgroup, no namespace made; the holder (Python or compiled) need not know. Asked only
+        when no command runs there, so nothing has the old view open; an exec started later
+        copies the new one.
+
+        Raises:
+            OSError: the holder is gone (its pid stays ours until the loop reaps it, so the
+                namespace opened is its own), or the mounts failed.
+        """
+        assert ws.layers is not None
+        if ws.ctl is None:
+            raise OSError(errno.EPIPE, "no holder")
+        ws.ctl.send(b"alive?")  # EPIPE once the holder is gone; holders ignore the word
+        target = os.open(f"/proc/{ws.holder_pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        own = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _check(_libc.setns(target, CLONE_NEWNS), "setns into the holder's view")
+            try:
+                umount(ws.root)  # detached with everything under it
+                ws.overlay = ws.layers.overlay()
+                self.mount_view(ws)
+            finally:
+                if _libc.setns(own, CLONE_NEWNS) != 0:  # never serve from a holder's view
+                    os._exit(70)
+                os.fchdir(cwd)
+        finally:
+            for fd in (target, own, cwd):
+                os.close(fd)
 
     def checkpoint(self, ws: Workspace) -> str:
         assert ws.layers is not None
@@ -1722,9 +1785,16 @@ class Supervisor:
         argv = [str(a) for a in args["argv"]]
         if not argv:
             raise SupervisorError("InvalidInput", "argv is empty")
+        env = {str(k): str(v) for k, v in (args.get("env") or {}).items()}
+        refuse_nul("argv", argv)
+        refuse_nul(
+            "env", [*env, *env.values(), str(args.get("cwd") or ""), str(args.get("user") or "")]
+        )
+        if any(not key or "=" in key for key in env):
+            raise SupervisorError("InvalidInput", "an env name is empty or holds '=': fix it")
         stdin = base64.b64decode(args["stdin_b64"]) if args.get("stdin_b64") else None
         job = self.spawn_sandboxed(
-            req_id, ws, argv, args.get("env") or {}, args.get("cwd"), float(args["timeout"]),
+            req_id, ws, argv, env, args.get("cwd"), float(args["timeout"]),
             int(args.get("output_cap") or 1 << 20), stdin, args.get("user"),
             bool(args.get("report")),
         )  # fmt: skip
@@ -1806,7 +1876,7 @@ class Supervisor:
             raise SupervisorError("NotFound", f"workspace {ws.name!r} is being destroyed")
         # The request travels in a memfd: argv may be larger than a socket message.
         memfd = os.memfd_create("exec-request", os.MFD_CLOEXEC)
-        os.write(memfd, json.dumps(request).encode())
+        os.write(memfd, encode_exec_request(request))
         pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, info
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1], memfd]
         ours: socket.socket | None = None
@@ -1816,7 +1886,7 @@ class Supervisor:
             ours.shutdown(socket.SHUT_WR)  # nothing flows to the command
             theirs.append(end.detach())
         try:
-            header = json.dumps({"op": "exec", "job": req_id}).encode()
+            header = b"exec %d" % req_id
             rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))]
             ws.ctl.sendmsg([header], rights)
         except OSError as e:
@@ -2043,6 +2113,13 @@ class Supervisor:
             return {"patch_b64": base64.b64encode(result["stdout"]).decode()}
 
         job.finish = finish
+
+
+def refuse_nul(what: str, strings: list[str]) -> None:
+    """No program can be given a string with a NUL in it: refused here, as the caller's
+    mistake, not failed later as the sandbox's."""
+    if any("\0" in text for text in strings):
+        raise SupervisorError("InvalidInput", f"{what} holds a NUL byte, which no program can take")
 
 
 def is_under(path: str, top: str) -> bool:

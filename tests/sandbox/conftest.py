@@ -7,6 +7,7 @@ same repository is built in a host directory (local) or in a container's /testbe
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -41,7 +42,9 @@ class BackendUnderTest:
 
 
 @asynccontextmanager
-async def local_backend() -> AsyncIterator[BackendUnderTest]:
+async def local_backend(
+    name: str = "local", python_holder: bool = False
+) -> AsyncIterator[BackendUnderTest]:
     with tempfile.TemporaryDirectory(prefix="evs-local-") as tmp:
         counter = iter(range(1_000_000))
 
@@ -50,12 +53,14 @@ async def local_backend() -> AsyncIterator[BackendUnderTest]:
             os.makedirs(path)
             return InstanceSpec(path=path, setup=tuple(setup), **fields)
 
-        async with LocalBackend() as backend:
-            yield BackendUnderTest("local", backend, spec)
+        async with LocalBackend(python_holder=python_holder) as backend:
+            yield BackendUnderTest(name, backend, spec)
 
 
 @asynccontextmanager
-async def docker_backend() -> AsyncIterator[BackendUnderTest]:
+async def docker_backend(
+    name: str = "docker", python_holder: bool = False
+) -> AsyncIterator[BackendUnderTest]:
     image = require_docker()  # fails under CI, skips elsewhere, when no engine can be had
     counter = iter(range(1_000_000))
 
@@ -64,8 +69,8 @@ async def docker_backend() -> AsyncIterator[BackendUnderTest]:
         fields.setdefault("key", f"conformance-{os.getpid()}-{next(counter)}")
         return InstanceSpec(image=image, setup=tuple(setup), **fields)
 
-    async with DockerBackend() as backend:
-        yield BackendUnderTest("docker", backend, spec)
+    async with DockerBackend(python_holder=python_holder) as backend:
+        yield BackendUnderTest(name, backend, spec)
 
 
 @asynccontextmanager
@@ -83,18 +88,25 @@ async def ray_backend(address: str, inner: str) -> AsyncIterator[BackendUnderTes
 BACKENDS: dict[str, Callable[[], AbstractAsyncContextManager[BackendUnderTest]]] = {
     "local": local_backend,
     "docker": docker_backend,
+    # The same backends with the supervisor's Python holder, the fallback of the compiled one
+    # (native.py): every sandbox test runs on both.
+    "local-python": functools.partial(local_backend, "local-python", python_holder=True),
+    "docker-python": functools.partial(docker_backend, "docker-python", python_holder=True),
 }
 BACKEND_PARAMS = [
     pytest.param("local", marks=pytest.mark.root),
     pytest.param("docker", marks=pytest.mark.docker),
+    pytest.param("local-python", marks=pytest.mark.root),
+    pytest.param("docker-python", marks=pytest.mark.docker),
     pytest.param("ray-local", marks=[pytest.mark.root, pytest.mark.ray]),
     pytest.param("ray-docker", marks=[pytest.mark.root, pytest.mark.ray, pytest.mark.docker]),
 ]
-ROOT_BACKENDS = {"local", "ray-local", "ray-docker"}
+ROOT_BACKENDS = {"local", "local-python", "ray-local", "ray-docker"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselects a test's backends that `@pytest.mark.backends(...)` does not name.
+    """Deselects a test's backends that `@pytest.mark.backends(...)` does not name (the
+    name of a backend covers it with either holder: "local" covers "local-python").
 
     A check that cannot apply to a backend is not collected for it, rather than skipped: under
     CI a skip must mean something is missing, never "does not apply here".
@@ -105,7 +117,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = item.get_closest_marker("backends")
         callspec = getattr(item, "callspec", None)
         param = callspec.params.get("backend") if callspec is not None else None
-        if marker is None or param is None or param in marker.args:
+        kind = param.removesuffix("-python") if isinstance(param, str) else param
+        if marker is None or param is None or kind in marker.args:
             kept.append(item)
         else:
             dropped.append(item)

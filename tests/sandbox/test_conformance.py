@@ -99,6 +99,33 @@ async def test_a_command_runs_in_the_workdir_and_a_nonzero_exit_is_data(instance
     assert not result.stdout_truncated
 
 
+async def test_the_instance_runs_the_holder_it_was_built_for(
+    backend: BackendUnderTest, instance: Instance
+) -> None:
+    # The compiled holder wherever it builds (here: always, so its absence is a failure),
+    # the Python one where the backend asks for it: each backend param tests the one it names.
+    expected = "python" if backend.name.endswith("-python") else "native"
+    assert getattr(instance, "info", {}).get("holder") == expected
+
+
+@pytest.mark.backends("local", "docker")
+async def test_the_supervisor_refuses_a_nul_byte_itself_as_bad_input(instance: Instance) -> None:
+    # The client refuses NUL before it sends; the supervisor must too, on its own: holders read
+    # an exec's request as NUL-terminated fields, and a NUL that got through would shift them.
+    # Before, it failed as an infrastructure error, which is retried and left out of the rate.
+    from mcp_evalserver.sandbox.supervised import SupervisedInstance
+
+    assert isinstance(instance, SupervisedInstance)
+    with anyio.fail_after(20):
+        async with await instance.workspace("nul") as ws:
+            for args in ({"argv": ["echo", "a\0b"]}, {"argv": ["true"], "env": {"A": "x\0y"}},
+                         {"argv": ["true"], "cwd": "a\0b"}):  # fmt: skip
+                with pytest.raises(errors.InvalidInput, match="NUL"):
+                    await instance.client.request("exec", ws="nul", timeout=10, **args)
+            after = await ws.exec(["echo", "fine"])
+    assert after.stdout == "fine\n"
+
+
 async def test_stdin_env_and_cwd_reach_the_command(instance: Instance) -> None:
     with anyio.fail_after(20):
         async with await instance.workspace("io") as ws:
@@ -564,12 +591,17 @@ def python_for(uid: int) -> str | None:
 
 
 @pytest.mark.root
-async def test_an_unprivileged_supervisor_isolates_through_a_user_namespace() -> None:
-    """The local backend's supervisor run as `nobody`: either it isolates, or it says why not."""
+@pytest.mark.parametrize("holder", ["native", "python"])
+async def test_an_unprivileged_supervisor_isolates_through_a_user_namespace(holder: str) -> None:
+    """The local backend's supervisor run as `nobody`, with either holder: either it isolates,
+    or it says why not."""
+    import shutil
+
     from anyio.streams.stapled import StapledByteStream
 
     from mcp_evalserver.sandbox.base import InstanceSpec
     from mcp_evalserver.sandbox.client import SUPERVISOR_SOURCE
+    from mcp_evalserver.sandbox.native import holder_binary
     from mcp_evalserver.sandbox.supervised import SupervisedInstance
 
     from .conftest import REPO_SETUP
@@ -584,6 +616,12 @@ async def test_an_unprivileged_supervisor_isolates_through_a_user_namespace() ->
         for path in (repo, store):
             os.mkdir(path)
             os.chown(path, nobody, nobody)
+        binary = None
+        if holder == "native":  # where nobody may run it (the build cache is root's)
+            built = holder_binary()
+            assert built is not None
+            binary = shutil.copy(built, os.path.join(tmp, "holder"))
+            os.chmod(binary, 0o755)
         command = ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups",
                    python, "-I", "-S", str(SUPERVISOR_SOURCE)]  # fmt: skip
         process = await anyio.open_process(command)
@@ -596,7 +634,7 @@ async def test_an_unprivileged_supervisor_isolates_through_a_user_namespace() ->
                 try:
                     instance = await SupervisedInstance.open(
                         client, InstanceSpec(path=repo, setup=REPO_SETUP),
-                        mode="host", store=store, store_tmpfs=True,
+                        mode="host", store=store, store_tmpfs=True, holder=binary,
                     )  # fmt: skip
                 except errors.SandboxUnavailable as e:  # user namespaces refused here
                     refusal = str(e)
@@ -616,6 +654,7 @@ async def test_an_unprivileged_supervisor_isolates_through_a_user_namespace() ->
             return
         with open(os.path.join(repo, "a.txt")) as f:
             assert f.read() == "hello\n"  # the host directory is the frozen lower
+    assert instance.info["holder"] == holder
     assert "Read-only file system" in wrote.stderr
     assert "Operation not permitted" in wrote.stderr
     assert other.stdout.split()[0] == "hello"

@@ -1,0 +1,567 @@
+/* mcp-evalserver: a workspace's holder, compiled (see native.py; supervisor.py's Holder is the
+ * same program in Python, and the fallback wherever this one cannot be built).
+ *
+ * Why compiled: an idle holder only keeps its workspace's namespaces alive, and every exec is
+ * a child it clones. In Python the holder is a forked interpreter (about 2 MB of its own) and
+ * each exec's init page-faults its way through that interpreter before it reaches execve;
+ * here the holder is a few pages and the init a handful of system calls.
+ *
+ * The supervisor's Python holder prepares everything (cgroup, namespaces, the view at ROOT)
+ * and then execs this program, which keeps them:
+ *
+ *     holder SETTINGS_FD
+ *
+ * SETTINGS_FD is a memfd holding NUL-terminated CTL_FD ROOT MASK_FILE MASK_DIR, then the
+ * seccomp filter every exec installs (raw BPF, to the end). CTL_FD is a SOCK_SEQPACKET socket to the supervisor; each message is one of
+ *     "exec JOB" with fds stdin, stdout, stderr, info, request[, report] (SCM_RIGHTS)
+ *     "kill JOB"     anything else is ignored; end of file ends the holder.
+ * The request (a memfd) is supervisor.py's encode_exec_request: NUL-terminated fields
+ *     cwd user pids memory have_nproc have_memory argc argv... envc env...
+ * An exec is a child cloned into a new pid namespace as its pid 1: it mounts its own /proc,
+ * confines itself exactly as supervisor.py's sandbox_init does, spawns the command, reaps
+ * every orphan until the command exits, and writes {"status": N} (or {"error": ...}) on the
+ * info pipe. Killing it kills the whole pid namespace.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define REPORT_FD 4
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define MAX_FIELDS_BYTES (64 << 20)
+
+/* The same lists as supervisor.py (PROC_MASKED, PROC_READONLY, KEPT_CAPS, RESET_SIGNALS). */
+static const char *const PROC_MASKED[] = {"kcore", "keys", "timer_list", "sched_debug",
+                                          "latency_stats", "acpi", "scsi"};
+static const char *const PROC_READONLY[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
+static const int KEPT_CAPS[] = {0, 1, 3, 4}; /* CHOWN, DAC_OVERRIDE, FOWNER, FSETID */
+static const int RESET_SIGNALS[] = {SIGPIPE, SIGXFSZ, SIGINT, SIGTERM, SIGCHLD};
+
+static const char *root, *mask_file, *mask_dir;
+static unsigned char *seccomp_program;
+static size_t seccomp_len;
+
+/* --- the info pipe: one JSON object per line -------------------------------------------- */
+static void json_string(char *out, size_t size, const char *s) {
+    size_t n = 0;
+    out[n++] = '"';
+    for (; *s && n + 8 < size; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)c;
+        } else if (c < 0x20) {
+            n += (size_t)snprintf(out + n, size - n, "\\u%04x", c);
+        } else {
+            out[n++] = (char)c;
+        }
+    }
+    out[n++] = '"';
+    out[n] = 0;
+}
+
+static void write_all(int fd, const char *data, size_t len) {
+    while (len) {
+        ssize_t n = write(fd, data, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;
+        data += n;
+        len -= (size_t)n;
+    }
+}
+
+/* {"error": MESSAGE[, "kind": KIND]} on `fd`. */
+static void report_error(int fd, const char *kind, const char *fmt, ...) {
+    char message[4096], quoted[8300], line[8400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    json_string(quoted, sizeof quoted, message);
+    int n = kind ? snprintf(line, sizeof line, "{\"error\": %s, \"kind\": \"%s\"}\n", quoted, kind)
+                 : snprintf(line, sizeof line, "{\"error\": %s}\n", quoted);
+    write_all(fd, line, (size_t)n);
+}
+
+static void report_status(int status) {
+    char line[64];
+    int n = snprintf(line, sizeof line, "{\"status\": %d}\n", status);
+    write_all(3, line, (size_t)n);
+}
+
+/* Set-up failed: say what, with errno, and end the exec (supervisor.py: "sandbox setup"). */
+static void setup_failed(const char *what) {
+    report_error(3, NULL, "sandbox setup: %s: %s", what, strerror(errno));
+    _exit(127);
+}
+
+/* --- the request ------------------------------------------------------------------------- */
+struct request {
+    char *cwd, *user;
+    long long pids, memory; /* 0: none */
+    int have_nproc, have_memory;
+    char **argv, **env;
+    size_t envc;
+};
+
+static char *next_field(char **at, char *end) {
+    char *field = *at;
+    char *nul = memchr(field, 0, (size_t)(end - field));
+    if (!nul) return NULL;
+    *at = nul + 1;
+    return field;
+}
+
+static int parse_request(char *data, size_t len, struct request *r) {
+    char *at = data, *end = data + len, *f;
+    char *fields[6];
+    for (int i = 0; i < 6; i++)
+        if (!(fields[i] = next_field(&at, end))) return -1;
+    r->cwd = fields[0];
+    r->user = fields[1][0] ? fields[1] : NULL;
+    r->pids = atoll(fields[2]);
+    r->memory = atoll(fields[3]);
+    r->have_nproc = fields[4][0] == '1';
+    r->have_memory = fields[5][0] == '1';
+    if (!(f = next_field(&at, end))) return -1;
+    long argc = atol(f);
+    if (argc < 1 || argc > (long)len) return -1;
+    r->argv = calloc((size_t)argc + 1, sizeof(char *));
+    for (long i = 0; i < argc; i++)
+        if (!(r->argv[i] = next_field(&at, end))) return -1;
+    if (!(f = next_field(&at, end))) return -1;
+    long envc = atol(f);
+    if (envc < 0 || envc > (long)len) return -1;
+    r->env = calloc((size_t)envc + 2, sizeof(char *)); /* room for HOME */
+    for (long i = 0; i < envc; i++)
+        if (!(r->env[i] = next_field(&at, end))) return -1;
+    r->envc = (size_t)envc;
+    return 0;
+}
+
+static const char *getenv_in(char **env, const char *name) {
+    size_t n = strlen(name);
+    for (; *env; env++)
+        if (!strncmp(*env, name, n) && (*env)[n] == '=') return *env + n + 1;
+    return NULL;
+}
+
+/* --- users, from the view's own /etc (supervisor.py's lookup_user) ------------------------ */
+static int is_digits(const char *s) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s)) return 0;
+    return 1;
+}
+
+/* Splits `line` at ':' into at most `max` fields; returns how many. */
+static int split_colons(char *line, char **fields, int max) {
+    int n = 0;
+    line[strcspn(line, "\n")] = 0;
+    fields[n++] = line;
+    for (char *p = line; *p && n < max; p++)
+        if (*p == ':') {
+            *p = 0;
+            fields[n++] = p + 1;
+        }
+    return n;
+}
+
+static int member_of(char *list, const char *name) {
+    for (char *item = strtok(list, ","); item; item = strtok(NULL, ","))
+        if (!strcmp(item, name)) return 1;
+    return 0;
+}
+
+/* 0, or -1 with the error reported on fd 3. */
+static int lookup_user(const char *user, uid_t *uid, gid_t *gid, gid_t *groups, int *ngroups,
+                       char *home, size_t home_size) {
+    char line[4096], name[4096];
+    char *f[8];
+    int found = 0;
+    FILE *passwd = fopen("/etc/passwd", "re");
+    while (passwd && fgets(line, sizeof line, passwd)) {
+        if (split_colons(line, f, 8) < 7) continue;
+        if (!strcmp(f[0], user) || (is_digits(user) && !strcmp(f[2], user))) {
+            found = 1;
+            break;
+        }
+    }
+    if (passwd) fclose(passwd);
+    if (!found) {
+        if (!is_digits(user)) {
+            report_error(3, "InvalidInput",
+                         "unable to find user %s: no matching entries in passwd file", user);
+            return -1;
+        }
+        *uid = (uid_t)strtoul(user, NULL, 10);
+        *gid = 0;
+        groups[0] = 0;
+        *ngroups = 1;
+        snprintf(home, home_size, "/");
+        return 0;
+    }
+    snprintf(name, sizeof name, "%s", f[0]);
+    *uid = (uid_t)strtoul(f[2], NULL, 10);
+    *gid = (gid_t)strtoul(f[3], NULL, 10);
+    snprintf(home, home_size, "%s", f[5][0] ? f[5] : "/");
+    groups[0] = *gid;
+    *ngroups = 1;
+    FILE *group = fopen("/etc/group", "re");
+    while (group && fgets(line, sizeof line, group) && *ngroups < 64) {
+        if (split_colons(line, f, 8) < 4 || !is_digits(f[2])) continue;
+        gid_t g = (gid_t)strtoul(f[2], NULL, 10);
+        int known = 0;
+        for (int i = 0; i < *ngroups; i++) known |= groups[i] == g;
+        if (!known && member_of(f[3], name)) groups[(*ngroups)++] = g;
+    }
+    if (group) fclose(group);
+    return 0;
+}
+
+/* --- privileges (supervisor.py's drop_privileges) ---------------------------------------- */
+static int is_kept(int cap) {
+    for (size_t i = 0; i < sizeof KEPT_CAPS / sizeof *KEPT_CAPS; i++)
+        if (KEPT_CAPS[i] == cap) return 1;
+    return 0;
+}
+
+static void drop_bounding_set(void) {
+    if (prctl(PR_CAPBSET_READ, CAP_SYS_ADMIN, 0, 0, 0) == 0) return; /* already done */
+    for (int cap = 0; cap <= 63; cap++) {
+        if (is_kept(cap)) continue;
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+            setup_failed("drop the bounding set");
+    }
+}
+
+static void drop_privileges(const uid_t *uid, gid_t gid, const gid_t *groups, int ngroups) {
+    drop_bounding_set();
+    if (uid) {
+        if (setgroups((size_t)ngroups, groups) || setgid(gid) || setuid(*uid))
+            setup_failed("switch user");
+    }
+    if (!uid || *uid == 0) {
+        __u32 keep = 0;
+        for (size_t i = 0; i < sizeof KEPT_CAPS / sizeof *KEPT_CAPS; i++) keep |= 1u << KEPT_CAPS[i];
+        struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+        struct __user_cap_data_struct data[2] = {{keep, keep, keep}, {0, 0, 0}};
+        if (syscall(SYS_capset, &header, data)) setup_failed("capset");
+    }
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) setup_failed("no_new_privs");
+    if (seccomp_len) {
+        struct sock_fprog prog = {(unsigned short)(seccomp_len / 8),
+                                  (struct sock_filter *)seccomp_program};
+        if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0)) setup_failed("seccomp");
+    }
+}
+
+/* --- the exec's init --------------------------------------------------------------------- */
+static void bind_readonly(const char *path) {
+    if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) ||
+        mount("none", path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL))
+        setup_failed(path);
+}
+
+static void mount_proc(void) {
+    char proc[4096], path[4200];
+    struct stat st;
+    snprintf(proc, sizeof proc, "%s/proc", root);
+    if (mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL)) setup_failed(proc);
+    for (size_t i = 0; i < sizeof PROC_READONLY / sizeof *PROC_READONLY; i++) {
+        snprintf(path, sizeof path, "%s/%s", proc, PROC_READONLY[i]);
+        if (stat(path, &st) == 0) bind_readonly(path);
+    }
+    for (size_t i = 0; i < sizeof PROC_MASKED / sizeof *PROC_MASKED; i++) {
+        snprintf(path, sizeof path, "%s/%s", proc, PROC_MASKED[i]);
+        if (lstat(path, &st) != 0) continue;
+        int dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+        if (mount(dir ? mask_dir : mask_file, path, NULL, MS_BIND, NULL)) setup_failed(path);
+    }
+}
+
+static void set_limit(int resource, long long n) {
+    struct rlimit limit = {(rlim_t)n, (rlim_t)n};
+    if (setrlimit(resource, &limit)) setup_failed("setrlimit");
+}
+
+/* execvp's search (supervisor.py's find_program): the program, or 126/127 with a reason. */
+static int find_program(const char *name, const char *path, char *out, size_t size,
+                        const char **reason) {
+    if (strchr(name, '/')) {
+        snprintf(out, size, "%s", name);
+        return 0;
+    }
+    int denied = 0;
+    const char *p = path;
+    for (;;) {
+        size_t len = strcspn(p, ":");
+        struct stat st;
+        snprintf(out, size, "%.*s/%s", len ? (int)len : 1, len ? p : ".", name);
+        if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (access(out, X_OK) == 0) return 0;
+            denied = 1;
+        }
+        if (!p[len]) break;
+        p += len + 1;
+    }
+    *reason = strerror(denied ? EACCES : ENOENT);
+    return denied ? 126 : 127;
+}
+
+/* Pid 1 of the exec: reaps every orphan until `command` exits, reports its status. */
+static void serve_as_init(pid_t command) {
+    close(0);
+    close(1);
+    close(2);
+    close(REPORT_FD);
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, 0);
+        if (pid < 0) {
+            if (errno == EINTR) continue;
+            _exit(1);
+        }
+        if (pid == command) {
+            report_status(status);
+            _exit(0); /* and the kernel kills whatever the command left running */
+        }
+    }
+}
+
+static void exec_init(struct request *r) {
+    if (unshare(CLONE_NEWNS)) setup_failed("unshare");
+    setsid(); /* no controlling terminal: /dev/tty is ENXIO, TIOCSTI has no target */
+    if (fcntl(3, F_SETFD, FD_CLOEXEC)) setup_failed("info pipe");
+    int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (adj >= 0) { /* the holder's -1000 is not for us */
+        write_all(adj, "0", 1);
+        close(adj);
+    }
+    mount_proc();
+    if (r->pids && r->have_nproc) set_limit(RLIMIT_NPROC, r->pids);
+    if (r->memory && !r->have_memory) set_limit(RLIMIT_AS, r->memory);
+    set_limit(RLIMIT_CORE, 0);
+    if (chroot(root)) setup_failed("chroot");
+    if (chdir(r->cwd)) {
+        report_error(3, "InvalidInput", "cwd '%s': %s", r->cwd, strerror(errno));
+        _exit(127);
+    }
+    if (r->user) {
+        uid_t uid;
+        gid_t gid, groups[64];
+        int ngroups;
+        static char home[4096], home_var[4200];
+        if (lookup_user(r->user, &uid, &gid, groups, &ngroups, home, sizeof home)) _exit(127);
+        if (!getenv_in(r->env, "HOME")) {
+            snprintf(home_var, sizeof home_var, "HOME=%s", home);
+            r->env[r->envc++] = home_var;
+        }
+        drop_privileges(&uid, gid, groups, ngroups);
+    } else {
+        drop_privileges(NULL, 0, NULL, 0);
+    }
+    /* Same uid as the command: without this it could open /proc/1/fd/3 (or ptrace us) and
+     * write its own status. The command's execve makes it dumpable again. */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) setup_failed("dumpable");
+
+    /* The command must not be pid 1: the kernel drops the signals pid 1 sends itself. */
+    char program[4096];
+    const char *reason = NULL, *path = getenv_in(r->env, "PATH");
+    int code = find_program(r->argv[0], path ? path : DEFAULT_PATH, program, sizeof program,
+                            &reason);
+    pid_t command = -1;
+    if (!code) {
+        posix_spawnattr_t attr;
+        sigset_t none, reset;
+        posix_spawnattr_init(&attr);
+        sigemptyset(&none);
+        sigemptyset(&reset);
+        for (size_t i = 0; i < sizeof RESET_SIGNALS / sizeof *RESET_SIGNALS; i++)
+            sigaddset(&reset, RESET_SIGNALS[i]);
+        posix_spawnattr_setsigmask(&attr, &none);
+        posix_spawnattr_setsigdefault(&attr, &reset);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
+                                            POSIX_SPAWN_SETSIGDEF);
+        int err = posix_spawn(&command, program, NULL, &attr, r->argv, r->env);
+        posix_spawnattr_destroy(&attr);
+        if (err) {
+            code = err == ENOENT ? 127 : 126;
+            reason = strerror(err);
+        }
+    }
+    if (code) {
+        char line[8400];
+        int n = snprintf(line, sizeof line, "sandbox: cannot run '%s': %s\n", r->argv[0], reason);
+        write_all(2, line, (size_t)n);
+        report_status(code << 8);
+        _exit(0);
+    }
+    serve_as_init(command);
+}
+
+/* --- the holder -------------------------------------------------------------------------- */
+struct child {
+    pid_t pid;
+    long job;
+};
+static struct child *children;
+static size_t nchildren, children_size;
+
+static int move_up(int fd) { /* out of the way of the dup2s to 0..4 */
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 16);
+    close(fd);
+    return moved;
+}
+
+/* The exec's child: never returns. */
+static void start_exec(int *fds, int nfds) {
+    for (int i = 0; i < nfds; i++) fds[i] = move_up(fds[i]);
+    sigset_t none;
+    sigemptyset(&none);
+    for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int target = 0; target < 4; target++)
+        if (dup2(fds[target], target) < 0) _exit(127);
+    if (nfds > 5 && dup2(fds[5], REPORT_FD) < 0) _exit(127);
+    struct stat st;
+    if (fstat(fds[4], &st) || st.st_size <= 0 || st.st_size > MAX_FIELDS_BYTES)
+        setup_failed("the request");
+    char *data = malloc((size_t)st.st_size);
+    if (!data || pread(fds[4], data, (size_t)st.st_size, 0) != st.st_size)
+        setup_failed("the request");
+    syscall(SYS_close_range, nfds > 5 ? REPORT_FD + 1 : REPORT_FD, ~0u, 0);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)) setup_failed("pdeathsig");
+    struct request r;
+    if (parse_request(data, (size_t)st.st_size, &r)) {
+        report_error(3, "InvalidInput", "exec: a malformed request");
+        _exit(127);
+    }
+    exec_init(&r);
+}
+
+static void handle_exec(long job, int *fds, int nfds) {
+    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
+    if (pid == 0) start_exec(fds, nfds);
+    if (pid < 0) /* typically the workspace's pids limit */
+        report_error(fds[3], "LimitExceeded", "cannot start a process: %s", strerror(errno));
+    for (int i = 0; i < nfds; i++) close(fds[i]); /* the info pipe too: the init reports */
+    if (pid < 0) return;
+    if (nchildren == children_size) {
+        children_size = children_size ? children_size * 2 : 16;
+        children = realloc(children, children_size * sizeof *children);
+        if (!children) _exit(1);
+    }
+    children[nchildren++] = (struct child){pid, job};
+}
+
+static void reap(void) {
+    pid_t pid;
+    while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
+        for (size_t i = 0; i < nchildren; i++)
+            if (children[i].pid == pid) {
+                children[i] = children[--nchildren];
+                break;
+            }
+}
+
+/* The settings (see the top): returns the control socket's fd, or -1. */
+static int read_settings(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) || st.st_size <= 0 || st.st_size > 1 << 20) return -1;
+    char *data = malloc((size_t)st.st_size), *at = data, *end = data + st.st_size, *f[4];
+    if (!data || pread(fd, data, (size_t)st.st_size, 0) != st.st_size) return -1;
+    close(fd);
+    for (int i = 0; i < 4; i++)
+        if (!(f[i] = next_field(&at, end))) return -1;
+    root = f[1];
+    mask_file = f[2];
+    mask_dir = f[3];
+    seccomp_program = (unsigned char *)at;
+    seccomp_len = (size_t)(end - at);
+    return atoi(f[0]);
+}
+
+int main(int argc, char **argv) {
+    int ctl = argc == 2 ? read_settings(atoi(argv[1])) : -1;
+    if (ctl < 0) {
+        fprintf(stderr, "usage: holder SETTINGS_FD (see holder.c)\n");
+        return 2;
+    }
+    /* Only what an exec may ever gain back; our own effective set stays (execs mount /proc). */
+    drop_bounding_set();
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sigfd < 0) return 1;
+    fcntl(ctl, F_SETFD, FD_CLOEXEC);
+    struct pollfd polled[2] = {{ctl, POLLIN, 0}, {sigfd, POLLIN, 0}};
+    for (;;) {
+        if (poll(polled, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            return 1;
+        }
+        if (polled[1].revents) {
+            struct signalfd_siginfo info;
+            while (read(sigfd, &info, sizeof info) > 0) {
+            }
+            reap();
+        }
+        if (!polled[0].revents) continue;
+        char msg[256];
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(8 * sizeof(int))];
+        } control;
+        struct iovec iov = {msg, sizeof msg - 1};
+        struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                             .msg_controllen = sizeof control.buf};
+        ssize_t n = recvmsg(ctl, &hdr, MSG_CMSG_CLOEXEC);
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN) continue;
+            return 1;
+        }
+        if (n == 0) return 0; /* the supervisor closed us: the workspace is gone */
+        msg[n] = 0;
+        int fds[8], nfds = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&hdr); c; c = CMSG_NXTHDR(&hdr, c))
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+                int count = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+                for (int i = 0; i < count && nfds < 8; i++)
+                    memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            }
+        long job;
+        if (sscanf(msg, "exec %ld", &job) == 1 && (nfds == 5 || nfds == 6)) {
+            handle_exec(job, fds, nfds);
+            continue;
+        }
+        for (int i = 0; i < nfds; i++) close(fds[i]);
+        if (sscanf(msg, "kill %ld", &job) == 1)
+            for (size_t i = 0; i < nchildren; i++)
+                if (children[i].job == job) kill(children[i].pid, SIGKILL);
+    }
+}

@@ -1,0 +1,80 @@
+"""The compiled holder (`holder.c`): built from this package on the machine that runs it.
+
+A workspace's holder keeps its namespaces alive and starts its execs. supervisor.py has one
+in Python; `holder.c` is the same program compiled, a few pages where a forked interpreter
+keeps about 2 MB, and an exec that costs system calls rather than an interpreter's page
+faults. It is built here with the machine's C compiler, statically, so the one binary runs in
+any image (the docker backend copies it into each instance container beside the supervisor);
+no binary is ever downloaded. Without a compiler, or with `MCP_EVALSERVER_HOLDER=python`,
+workspaces keep the Python holder, which every sandbox test also covers.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import anyio.to_thread
+
+log = logging.getLogger(__name__)
+
+HOLDER_SOURCE = Path(__file__).with_name("holder.c")
+CHOICE_ENV = "MCP_EVALSERVER_HOLDER"  # "python": never the compiled holder
+CONTAINER_PATH = "/opt/mcp-evalserver/holder"  # where the docker backend puts it
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mcp-evalserver"
+
+
+def wanted() -> bool:
+    """False when the operator asked for the Python holder (holder_binary still builds)."""
+    return os.environ.get(CHOICE_ENV, "").strip().lower() != "python"
+
+
+@functools.cache
+def holder_binary() -> Path | None:
+    """The compiled holder, built once per version of its source (cached by content hash);
+    None when it cannot be built here (the reason is logged) or the Python one is asked for.
+
+    Blocking (a compile takes about a second): call it from a worker thread.
+    """
+    source = HOLDER_SOURCE.read_bytes()
+    target = cache_dir() / f"holder-{hashlib.sha256(source).hexdigest()[:16]}"
+    if os.access(target, os.X_OK):
+        return target
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        log.warning("no C compiler here: workspaces keep the Python holder (install gcc)")
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        built = Path(scratch) / "holder"
+        # Static: the same file runs in every image, whatever its C library.
+        command = [compiler, "-O2", "-static", "-Wall", "-o", str(built), str(HOLDER_SOURCE)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            log.warning(
+                "the compiled holder did not build (%s); workspaces keep the Python holder: %s",
+                " ".join(command),
+                done.stderr.strip()[-2000:],
+            )
+            return None
+        os.replace(built, target)  # atomic: a concurrent build of the same source is the same
+    return target
+
+
+async def native_holder(python_holder: bool = False) -> Path | None:
+    """The compiled holder for a backend's instances (built from a worker thread: the first
+    call may compile), or None for the Python one: asked for by the backend
+    (`python_holder`) or the operator (`MCP_EVALSERVER_HOLDER=python`), or not buildable."""
+    if python_holder or not wanted():
+        return None
+    return await anyio.to_thread.run_sync(holder_binary)
