@@ -20,6 +20,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from pydantic import Field
@@ -52,6 +53,7 @@ from mcp_evalserver.server.models import (
 from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.server.scoped import ScopedTrajectory
 from mcp_evalserver.server.service import EvalService
+from mcp_evalserver.server.stdio_pipes import claim_stdio
 from mcp_evalserver.server.sweeps import Sweeps
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.spec import CampaignSpec
@@ -446,7 +448,14 @@ async def serve_stdio(
 ) -> None:
     """Serves MCP over this process's stdin/stdout until the client closes it."""
     server = create_server(state_dir, ray_address=ray_address, resume_running=resume_running)
-    await server.run_stdio_async()
+    with claim_stdio() as pipes:
+        if pipes is None:  # not pipes (a file, a terminal): the SDK's threaded transport
+            await server.run_stdio_async()
+            return
+        # What `run_stdio_async` does, over streams that need no worker thread per line.
+        lowlevel = server._lowlevel_server
+        async with stdio_server(*pipes) as (read_stream, write_stream):
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
 
 
 def http_app(
