@@ -70,6 +70,7 @@ async def serve_trajectory_endpoint(context: TrajectoryContext) -> AsyncIterator
     server = QuietServer(
         uvicorn.Config(
             BearerAuth(trajectory_http_app(scoped), token),
+            http="httptools",  # as the main server: the C parser, not h11
             log_level="warning",
             # None: uvicorn leaves the process's logging configuration as it is.
             log_config=None,
