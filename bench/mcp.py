@@ -9,6 +9,9 @@ Prints the figures and writes bench/results/mcp.json:
 - http_exec_p50_ms / _p95_ms: the same over streamable HTTP (bearer token, SSE responses).
 - http_calls_per_s_32: `sandbox_exec` calls per second with 32 clients, each on its own claim.
 - direct_exec_p50_ms: `true` straight through a workspace (no MCP), the floor the others add to.
+- stdio_client_cpu_ms, http_client_cpu_ms, direct_client_cpu_ms: CPU time per call of this
+  process in those same calls (the official SDK's client, or the direct workspace's supervisor
+  client): the share of each latency that is the caller's own work, not the server's.
 - stdio_server_cpu_ms, http_server_cpu_ms: CPU time per call of the server process and all it
   runs (its supervisor, holders, execs); direct_sandbox_cpu_ms: the same for the direct
   workspace's supervisor. Their difference is what the tool layer costs the server in CPU,
@@ -83,9 +86,9 @@ async def timed(action: Callable[[], Awaitable[object]]) -> float:
 
 async def interleaved_latencies(
     workspace: Workspace, stdio: Client, http: Client, repo: Path
-) -> tuple[dict[str, list[float]], dict[str, float]]:
+) -> tuple[dict[str, list[float]], dict[str, float], dict[str, float]]:
     """Milliseconds per `true`: direct, over stdio and over HTTP, taken in turn; and the CPU
-    milliseconds per call of the process that serves each (see spenders).
+    milliseconds per call of the process that serves each (see spenders) and of this one.
 
     Taking the three in turn puts them under the same machine load, which on a shared machine
     moves more than the differences being measured.
@@ -106,16 +109,19 @@ async def interleaved_latencies(
     }
     samples: dict[str, list[float]] = {name: [] for name in actions}
     cpu: dict[str, float] = {}
+    client_cpu = dict.fromkeys(actions, 0.0)
     for number in range(WARMUP + CALLS):
         if number == WARMUP:
             cpu = {name: process_tree_cpu_seconds(pid) for name, pid in spenders.items()}
         for name, action in actions.items():
+            began = time.process_time()
             elapsed = await timed(action)
             if number >= WARMUP:
                 samples[name].append(elapsed)
+                client_cpu[name] += (time.process_time() - began) * 1000 / CALLS
     for name, pid in spenders.items():
         cpu[name] = (process_tree_cpu_seconds(pid) - cpu[name]) * 1000 / CALLS
-    return samples, cpu
+    return samples, cpu, client_cpu
 
 
 async def http_throughput(url: str, repo: Path) -> dict[str, float]:
@@ -175,13 +181,15 @@ async def main() -> dict[str, Any]:
             http_server(root / "http-state", "--allow-paths", str(root)) as url,
             http_client(url) as http_session,
         ):
-            samples, cpu = await interleaved_latencies(workspace, stdio_session, http_session, repo)
+            samples, cpu, client_cpu = await interleaved_latencies(
+                workspace, stdio_session, http_session, repo
+            )
             throughput = await http_throughput(url, repo)
     direct, stdio, http = samples["direct"], samples["stdio"], samples["http"]
     for name, values in samples.items():
         print(
             f"{name:7} p50 {p50(values):.2f} ms  p95 {p95(values):.2f} ms  "
-            f"CPU {cpu[name]:.2f} ms per call",
+            f"CPU {cpu[name]:.2f} ms per call (caller {client_cpu[name]:.2f} ms)",
             file=sys.stderr,
         )
     print(
@@ -195,6 +203,7 @@ async def main() -> dict[str, Any]:
         "stdio_server_cpu_ms": round(cpu["stdio"], 2),
         "http_server_cpu_ms": round(cpu["http"], 2),
         "direct_sandbox_cpu_ms": round(cpu["direct"], 2),
+        **{f"{name}_client_cpu_ms": round(value, 2) for name, value in client_cpu.items()},
         "stdio_exec_p50_ms": round(p50(stdio), 2),
         "stdio_exec_p95_ms": round(p95(stdio), 2),
         "http_exec_p50_ms": round(p50(http), 2),
