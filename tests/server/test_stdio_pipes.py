@@ -83,6 +83,20 @@ async def test_a_message_larger_than_the_pipe_arrives_whole() -> None:
     assert received == [message]
 
 
+async def test_a_16_mb_line_in_many_reads_comes_whole() -> None:
+    line = "y" * (16 << 20) + "\n"  # write_file's largest content arrives in 256 reads
+    with anyio.fail_after(10), pipe() as (read_end, write_end):
+        received: list[str] = []
+
+        async def read() -> None:
+            received.append(await PipeReader(read_end).readline())
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(read)
+            await PipeWriter(write_end).write(line)
+    assert received == [line]
+
+
 SERVE = textwrap.dedent(
     """
     import os, sys
