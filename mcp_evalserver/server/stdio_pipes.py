@@ -107,10 +107,11 @@ def claim_stdio() -> Iterator[tuple[PipeReader, PipeWriter] | None]:
     """The wire's reader and writer over private duplicates of fd 0 and 1, non-blocking.
 
     Meanwhile fd 0 reads /dev/null and fd 1 writes to stderr; both are restored on exit.
-    Yields None (nothing changed) when stdin or stdout is not a pipe or socket: the caller
-    then serves through the SDK's own transport.
+    Yields None (nothing changed) when stdin or stdout is not a pipe or socket, or on Windows:
+    the caller then serves through the SDK's own transport.
     """
-    if not (_is_pipe_or_socket(0) and _is_pipe_or_socket(1)):
+    # Windows: anyio waits on sockets only there, and its pipes cannot be made non-blocking.
+    if sys.platform == "win32" or not (_is_pipe_or_socket(0) and _is_pipe_or_socket(1)):
         yield None
         return
     sys.stdout.flush()
