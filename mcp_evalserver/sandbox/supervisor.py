@@ -154,6 +154,7 @@ PROC_MASKED = ("kcore", "keys", "timer_list", "sched_debug", "latency_stats", "a
 PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 SPARE_HOLDERS = 2  # prepared ahead: see Supervisor.spawn_spare
+READY_WORKSPACES = 2  # whole workspaces prepared ahead: see Supervisor.refill_ready
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -693,7 +694,8 @@ class Workspace:
         self.name, self.path = name, path
         self.holder_pid = 0
         self.ctl: socket.socket | None = None  # to the holder; closing it ends the workspace
-        self.root = os.path.join(path, "r", name)  # the name shows in its mounts
+        # Not named after the workspace: one made ahead (refill_ready) gets its name later.
+        self.root = os.path.join(path, "r", "view")
         self.cgroups: list[str] = []
         self.jobs: set[int] = set()  # request ids running in this workspace
         self.limits: dict[str, Any] = {}
@@ -779,13 +781,15 @@ class Holder:
                 for level, kind, data in ancdata:
                     if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                         fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-                words = msg.split()  # b"exec JOB" (with fds) or b"kill JOB", as holder.c
+                words = msg.split()  # the messages of holder.c (see its top)
                 if words[:1] == [b"kill"]:
                     for pid, job in self.children.items():
                         if job == int(words[1]):
                             os.kill(pid, signal.SIGKILL)
                 elif words[:1] == [b"exec"] and len(fds) in (5, 6):  # sixth: a report channel
                     self.fork_exec(int(words[1]), list(fds))
+                elif msg == b"drop spare":  # holder.c's: this one keeps no exec ready
+                    self.ctl.send(b"dropped")
                 else:
                     for fd in fds:
                         os.close(fd)
@@ -863,6 +867,10 @@ class Supervisor:
         self.dev = ""  # every view's /dev: see make_dev
         self.late_paths: list[dict[str, Any]] = []  # mounted per workspace (build_skeleton)
         self.native_holder = ""  # holder.c's binary, if init named one that can run here
+        # Fresh workspaces built ahead with the limits of the last plain ws_create: the next
+        # one takes its name and goes (see refill_ready).
+        self.ready: list[Workspace] = []
+        self.ready_limits: dict[str, Any] | None = None
 
     # -- plumbing --
     def send(self, msg: dict[str, Any]) -> None:
@@ -922,6 +930,7 @@ class Supervisor:
             self.expire()
             self.remove_stale_cgroups()
             self.refill_spares()  # after the replies of this round went out
+            self.refill_ready()
 
     def read_requests(self) -> None:
         try:
@@ -1264,6 +1273,12 @@ class Supervisor:
         if name in self.workspaces:
             raise SupervisorError("Conflict", f"workspace {name!r} exists")
         started = time.monotonic()
+        if fork is None and archive is None:
+            ready = self.take_ready(name, limits)
+            if ready is not None:
+                self.workspaces[name] = ready
+                ms = (time.monotonic() - started) * 1000
+                return {"ws": name, "ms": ms, "holder_pid": ready.holder_pid, "root": ready.root}
         # A tmpfs per workspace (its area) is its disk cap.
         area = self.layer_store.open_area(limits.get("disk_bytes"))
         ws = Workspace(name, area.path)
@@ -1403,6 +1418,51 @@ class Supervisor:
             os.execve(self.native_holder, ["mcp-evalserver-holder", str(settings)], {})
         os.close(settings)
         sys.stderr.write(f"supervisor: holder {self.native_holder} did not start; Python holds\n")
+
+    def refill_ready(self) -> None:
+        """Builds fresh workspaces ahead (area, layers, a holder with the view mounted and its
+        next exec's init ready) with the limits the last plain ws_create asked for, so the next
+        such create only names one: creating a workspace is then off the path of the trajectory
+        that asks for it. Done between rounds of the loop, once replies went out."""
+        limits = self.ready_limits
+        while (
+            self.frozen
+            and self.running
+            and limits is not None
+            and len(self.ready) < READY_WORKSPACES
+        ):
+            assert self.layer_store is not None
+            area = self.layer_store.open_area(limits.get("disk_bytes"))
+            ws = Workspace(".ready", area.path)
+            ws.limits = dict(limits)
+            try:
+                ws.layers = layers.WorkspaceLayers(self.layer_store, area)
+            except BaseException:
+                self.layer_store.retire(area)
+                raise
+            try:
+                self.build_workspace(ws)
+            except BaseException as e:  # made on demand then, where the error reaches a caller
+                sys.stderr.write(f"supervisor: a workspace made ahead failed: {e}\n")
+                self.teardown(ws)
+                self.ready_limits = None
+                return
+            self.ready.append(ws)
+
+    def take_ready(self, name: str, limits: dict[str, Any]) -> Workspace | None:
+        """A workspace built ahead with these limits, now called `name`; None if there is none
+        (the ones built for other limits go)."""
+        if limits != self.ready_limits:
+            for ws in self.ready:
+                self.teardown(ws)
+            self.ready.clear()
+            self.ready_limits = dict(limits)
+            return None
+        if not self.ready:
+            return None
+        ws = self.ready.pop(0)
+        ws.name = name
+        return ws
 
     def refill_spares(self) -> None:
         while self.frozen and self.running and len(self.spares) < SPARE_HOLDERS:
@@ -1658,7 +1718,16 @@ class Supervisor:
         assert ws.layers is not None
         if ws.ctl is None:
             raise OSError(errno.EPIPE, "no holder")
-        ws.ctl.send(b"alive?")  # EPIPE once the holder is gone; holders ignore the word
+        # holder.c keeps an exec's init ready inside the view: it must be gone, and its copy
+        # of the old overlay with it, before the old upper becomes a lower. The answer also
+        # says the holder lives (its pid stays ours until the loop reaps it, so the namespace
+        # opened below is its own).
+        ws.ctl.settimeout(60)
+        ws.ctl.send(b"drop spare")
+        answer = ws.ctl.recv(64)
+        ws.ctl.settimeout(None)
+        if answer != b"dropped":
+            raise OSError(errno.EPIPE, f"holder answered {answer!r}")
         target = os.open(f"/proc/{ws.holder_pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         own = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -1675,6 +1744,7 @@ class Supervisor:
         finally:
             for fd in (target, own, cwd):
                 os.close(fd)
+        ws.ctl.send(b"respare")
 
     def checkpoint(self, ws: Workspace) -> str:
         assert ws.layers is not None
@@ -1768,9 +1838,10 @@ class Supervisor:
                 os.kill(pid, signal.SIGKILL)
             self.stale_cgroups.extend(cgroups)
         self.spares.clear()
-        for ws in list(self.workspaces.values()):
+        for ws in [*self.workspaces.values(), *self.ready]:
             self.teardown(ws)
         self.workspaces.clear()
+        self.ready.clear()
         deadline = time.monotonic() + 2
         while self.stale_cgroups and time.monotonic() < deadline:
             time.sleep(0.02)
