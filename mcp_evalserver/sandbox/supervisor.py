@@ -155,6 +155,8 @@ PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 SPARE_HOLDERS = 2  # prepared ahead: see Supervisor.spawn_spare
 READY_WORKSPACES = 2  # whole workspaces prepared ahead: see Supervisor.refill_ready
+IDLE_S = 0.002  # how long the loop has nothing to do before it prepares spares
+READY_WORKSPACES = 2  # whole workspaces prepared ahead: see Supervisor.refill_ready
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -910,7 +912,14 @@ class Supervisor:
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             if self.stale_cgroups:
                 timeout = 0.2 if timeout is None else min(timeout, 0.2)
-            for key, _ in self.sel.select(timeout):
+            # Spares are made only once nothing happened for IDLE_S: making one blocks this
+            # loop for milliseconds, which must not land on the command asked right after the
+            # create that took the last one.
+            preparing = self.wants_spares()
+            if preparing:
+                timeout = IDLE_S if timeout is None else min(timeout, IDLE_S)
+            events = self.sel.select(timeout)
+            for key, _ in events:
                 if key.data == "sigchld":
                     while True:
                         try:
@@ -929,8 +938,9 @@ class Supervisor:
                         sys.stderr.write(f"supervisor: job {job.req_id}: {e!r}\n")
             self.expire()
             self.remove_stale_cgroups()
-            self.refill_spares()  # after the replies of this round went out
-            self.refill_ready()
+            if preparing and not events:
+                self.refill_spares()
+                self.refill_ready()
 
     def read_requests(self) -> None:
         try:
@@ -1418,6 +1428,13 @@ class Supervisor:
             os.execve(self.native_holder, ["mcp-evalserver-holder", str(settings)], {})
         os.close(settings)
         sys.stderr.write(f"supervisor: holder {self.native_holder} did not start; Python holds\n")
+
+    def wants_spares(self) -> bool:
+        if not (self.frozen and self.running):
+            return False
+        return len(self.spares) < SPARE_HOLDERS or (
+            self.ready_limits is not None and len(self.ready) < READY_WORKSPACES
+        )
 
     def refill_ready(self) -> None:
         """Builds fresh workspaces ahead (area, layers, a holder with the view mounted and its
