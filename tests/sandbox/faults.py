@@ -56,12 +56,21 @@ def holder_of(workspace: SupervisedWorkspace) -> int:
     `holder_pid` is of the supervisor's pid namespace, a container's on docker: not this one.
     """
     root = str(workspace.info["root"])
+    # Every instance container has its views at the same paths: look in this one's only.
+    container = workspace.instance.info.get("container")
+    pid_ns = ""
+    if container:
+        done = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", str(container)],
+                              check=True, capture_output=True, text=True, timeout=60)  # fmt: skip
+        pid_ns = os.readlink(f"/proc/{done.stdout.strip()}/ns/pid")
     showing: set[int] = set()
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
+            if pid_ns and os.readlink(entry / "ns" / "pid") != pid_ns:
+                continue
             mounts = (entry / "mountinfo").read_text()
             stat = (entry / "stat").read_text()
         except OSError:
