@@ -847,8 +847,9 @@ class Holder:
 
 
 class Supervisor:
-    def __init__(self, proto_in: int, proto_out: int) -> None:
+    def __init__(self, proto_in: int, proto_out: int, lifeline: int = -1) -> None:
         self.proto_in, self.proto_out = proto_in, proto_out
+        self.lifeline = lifeline  # our stdin when requests come another way: its end ends us
         self.sel = selectors.DefaultSelector()
         self.jobs: dict[int, Job] = {}  # pid of our own child -> job
         self.active: set[Job] = set()  # unfinished jobs, with or without a pid of ours
@@ -901,6 +902,8 @@ class Supervisor:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.sel.register(rfd, selectors.EVENT_READ, "sigchld")
         self.sel.register(self.proto_in, selectors.EVENT_READ, "requests")
+        if self.lifeline >= 0:
+            self.sel.register(self.lifeline, selectors.EVENT_READ, "lifeline")
         try:
             self.loop(rfd)
         finally:
@@ -930,6 +933,10 @@ class Supervisor:
                     self.reap()
                 elif key.data == "requests":
                     self.read_requests()
+                elif key.data == "lifeline":
+                    with contextlib.suppress(BlockingIOError):
+                        if not os.read(self.lifeline, 4096):
+                            self.running = False
                 else:
                     job, fd = key.data
                     try:
@@ -2303,7 +2310,37 @@ def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 1 << 20)), hard))
-    Supervisor(proto_in, proto_out).run()
+    lifeline = -1
+    if "--listen" in sys.argv[1:-1]:
+        door = side_door(sys.argv[sys.argv.index("--listen") + 1], proto_out)
+        if door >= 0:  # requests come through it; our stdin's end still ends us
+            lifeline, proto_in, proto_out = proto_in, door, door
+    Supervisor(proto_in, proto_out, lifeline).run()
+
+
+def side_door(path: str, proto_out: int) -> int:
+    """Serves the client through a unix socket at `path` (a directory the client shares with
+    us, see docker_side_door.py), past whatever relays our stdio: says "listening" on stdout,
+    accepts one connection, removes the socket. Says "stdio" and returns -1 where the directory
+    is not the client's (no `here` in it)."""
+    if not os.path.exists(os.path.join(os.path.dirname(path), "here")):
+        os.write(proto_out, b"stdio\n")
+        return -1
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    os.chmod(path, 0o600)
+    server.listen(1)
+    os.write(proto_out, b"listening\n")
+    server.settimeout(60)
+    try:
+        conn, _ = server.accept()
+    finally:
+        server.close()
+        os.unlink(path)  # nobody else ever connects
+    conn.setblocking(True)  # read only when the loop saw it readable; writes may block
+    return conn.detach()
 
 
 if __name__ == "__main__":
