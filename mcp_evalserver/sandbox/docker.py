@@ -5,8 +5,11 @@ are overlay mounts in their own namespaces), `--network none` unless the task as
 (then a bridge network of the engine's: never the host's), memory/pids/cpu limits, and a tmpfs
 at `/trajs` for the workspaces' upper layers (an overlay upper cannot live on the container's
 own overlayfs root). The supervisor is copied in with
-`put_archive` and started by ONE `docker exec -i`, whose stdio carries every request of every
-workspace; the setup runs once inside it, then the container's filesystem is frozen.
+`put_archive` (with the compiled holder, see native.py) and started by ONE `docker exec -i`;
+every request of every workspace then goes through a unix socket in a directory shared with
+the container, past dockerd (docker_side_door.py), or, with an engine that shares no directory
+with us, through that exec's stdio. The setup runs once inside it, then the container's
+filesystem is frozen.
 
 Containers are keyed by the spec's key (image, setup, ...) and reused by every campaign and
 trajectory until the backend closes. At start-up, containers and images left by a dead run are
