@@ -99,13 +99,17 @@ async def test_a_command_runs_in_the_workdir_and_a_nonzero_exit_is_data(instance
     assert not result.stdout_truncated
 
 
-async def test_the_instance_runs_the_holder_it_was_built_for(
+async def test_the_instance_runs_the_holder_and_transport_it_was_built_for(
     backend: BackendUnderTest, instance: Instance
 ) -> None:
-    # The compiled holder wherever it builds (here: always, so its absence is a failure),
-    # the Python one where the backend asks for it: each backend param tests the one it names.
-    expected = "python" if backend.name.endswith("-python") else "native"
-    assert getattr(instance, "info", {}).get("holder") == expected
+    # The compiled holder wherever it builds and the docker side door wherever the engine is
+    # here (both always, here: their absence is a failure), the fallbacks where the backend
+    # asks for them: each backend param tests the path it names.
+    fallback = backend.name.endswith("-python")
+    info = getattr(instance, "info", {})
+    assert info.get("holder") == ("python" if fallback else "native")
+    if backend.name.startswith("docker"):
+        assert info.get("transport") == ("exec stream" if fallback else "socket")
 
 
 @pytest.mark.backends("local", "docker")
