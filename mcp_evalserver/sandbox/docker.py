@@ -192,6 +192,7 @@ class DockerBackend(Backend):
                         await anyio.to_thread.run_sync(remove_io_dir, io_dir)
 
         stream = None
+        transport: anyio.abc.ByteStream | None = None
         try:
             await engine.require_shell(container, image)
             python = await engine.exec(container, ["/bin/sh", "-c", _PYTHON_CHECK])
@@ -218,7 +219,7 @@ class DockerBackend(Backend):
                     "supervisor %s: %s", spec.key, data.decode("utf-8", "replace").rstrip()
                 ),
             )
-            transport: anyio.abc.ByteStream = stream
+            transport = stream
             if io_dir:
                 transport = await open_side_door(stream, io_dir, self._group)
             client = SupervisorClient(transport)
@@ -235,7 +236,7 @@ class DockerBackend(Backend):
             tail = stream.stderr_tail.strip() if stream is not None else ""
             if stream is not None:
                 with anyio.CancelScope(shield=True):
-                    await stream.aclose()
+                    await (transport or stream).aclose()  # the side door closes its session
             await on_close()
             if isinstance(exc, errors.SandboxUnavailable) and tail:
                 raise errors.SandboxUnavailable(f"{exc}; supervisor said: {tail[-2000:]}") from exc

@@ -57,14 +57,19 @@ class SideDoorStream(anyio.abc.ByteStream):
     def __init__(self, sock: anyio.abc.SocketStream, session: DockerExecStream) -> None:
         self._sock = sock
         self._session = session
+        self._draining = anyio.CancelScope()
+        self._drained = anyio.Event()
 
     async def drain_session(self) -> None:
         gone = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
-        with contextlib.suppress(*gone):
-            while True:
-                await self._session.receive()
-        with anyio.CancelScope(shield=True):
-            await self._sock.aclose()
+        try:
+            with self._draining, contextlib.suppress(*gone):
+                while True:
+                    await self._session.receive()
+            with anyio.CancelScope(shield=True):
+                await self._sock.aclose()
+        finally:
+            self._drained.set()
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
         return await self._sock.receive(max_bytes)
@@ -76,8 +81,13 @@ class SideDoorStream(anyio.abc.ByteStream):
         await self._sock.send_eof()
 
     async def aclose(self) -> None:
-        await self._sock.aclose()
-        await self._session.aclose()
+        # The session is closed only once nothing reads it: a stream closed under a reader
+        # breaks asyncio's transport.
+        self._draining.cancel()
+        with anyio.CancelScope(shield=True):
+            await self._drained.wait()
+            await self._sock.aclose()
+            await self._session.aclose()
 
 
 async def open_side_door(

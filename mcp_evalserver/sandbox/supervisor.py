@@ -13,7 +13,9 @@ Ops and their args (results in brackets):
   init       mode ("host"|"container"), store, store_tmpfs, instance, workdir, network
              [version, pid, python, cgroups, cgroup_dirs, limits: which are enforced]
   freeze     setup: [shell lines], timeout            [base: HEAD of workdir or null]
-  ws_create  ws, limits: {pids, memory_bytes, disk_bytes}    [ws, ms, holder_pid, root]
+  ws_create  ws, limits: {pids, memory_bytes, disk_bytes}
+             [ws, ms, holder_pid, root, made_ahead: built before it was asked for,
+              ready_left: how many more are (if made_ahead)]
   exec       ws, argv, env, cwd, stdin_b64, timeout, output_cap, user (name or uid in the view),
              report (a private channel at the command's fd REPORT_FD, see spawn_sandboxed)
              [exit_code (-signal), stdout_b64, stderr_b64, *_truncated, duration_s, timed_out;
@@ -154,9 +156,8 @@ PROC_MASKED = ("kcore", "keys", "timer_list", "sched_debug", "latency_stats", "a
 PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 SPARE_HOLDERS = 2  # prepared ahead: see Supervisor.spawn_spare
-READY_WORKSPACES = 2  # whole workspaces prepared ahead: see Supervisor.refill_ready
+READY_WORKSPACES = 2  # whole workspaces prepared ahead: see Supervisor.prepare_ready
 IDLE_S = 0.002  # how long the loop has nothing to do before it prepares spares
-READY_WORKSPACES = 2  # whole workspaces prepared ahead: see Supervisor.refill_ready
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -696,7 +697,7 @@ class Workspace:
         self.name, self.path = name, path
         self.holder_pid = 0
         self.ctl: socket.socket | None = None  # to the holder; closing it ends the workspace
-        # Not named after the workspace: one made ahead (refill_ready) gets its name later.
+        # Not named after the workspace: one made ahead (prepare_ready) gets its name later.
         self.root = os.path.join(path, "r", "view")
         self.cgroups: list[str] = []
         self.jobs: set[int] = set()  # request ids running in this workspace
@@ -871,9 +872,10 @@ class Supervisor:
         self.late_paths: list[dict[str, Any]] = []  # mounted per workspace (build_skeleton)
         self.native_holder = ""  # holder.c's binary, if init named one that can run here
         # Fresh workspaces built ahead with the limits of the last plain ws_create: the next
-        # one takes its name and goes (see refill_ready).
+        # one takes its name and goes (see prepare_ready).
         self.ready: list[Workspace] = []
         self.ready_limits: dict[str, Any] | None = None
+        self.prepare_after = 0.0  # monotonic time before which nothing is made ahead
 
     # -- plumbing --
     def send(self, msg: dict[str, Any]) -> None:
@@ -946,8 +948,7 @@ class Supervisor:
             self.expire()
             self.remove_stale_cgroups()
             if preparing and not events:
-                self.refill_spares()
-                self.refill_ready()
+                self.prepare_one()
 
     def read_requests(self) -> None:
         try:
@@ -1295,7 +1296,9 @@ class Supervisor:
             if ready is not None:
                 self.workspaces[name] = ready
                 ms = (time.monotonic() - started) * 1000
-                return {"ws": name, "ms": ms, "holder_pid": ready.holder_pid, "root": ready.root}
+                result = {"ws": name, "ms": ms, "holder_pid": ready.holder_pid}
+                result.update(root=ready.root, made_ahead=True, ready_left=len(self.ready))
+                return result
         # A tmpfs per workspace (its area) is its disk cap.
         area = self.layer_store.open_area(limits.get("disk_bytes"))
         ws = Workspace(name, area.path)
@@ -1325,6 +1328,7 @@ class Supervisor:
         # namespace: what an operator's shell enters (`nsenter -t PID -m ... chroot ROOT`).
         ms = (time.monotonic() - started) * 1000
         result = {"ws": name, "ms": ms, "holder_pid": ws.holder_pid, "root": ws.root}
+        result["made_ahead"] = False
         if start is not None:
             result["checkpoint"] = start
         return result
@@ -1437,41 +1441,41 @@ class Supervisor:
         sys.stderr.write(f"supervisor: holder {self.native_holder} did not start; Python holds\n")
 
     def wants_spares(self) -> bool:
-        if not (self.frozen and self.running):
+        if not (self.frozen and self.running) or time.monotonic() < self.prepare_after:
             return False
         return len(self.spares) < SPARE_HOLDERS or (
             self.ready_limits is not None and len(self.ready) < READY_WORKSPACES
         )
 
-    def refill_ready(self) -> None:
-        """Builds fresh workspaces ahead (area, layers, a holder with the view mounted and its
-        next exec's init ready) with the limits the last plain ws_create asked for, so the next
-        such create only names one: creating a workspace is then off the path of the trajectory
-        that asks for it. Done between rounds of the loop, once replies went out."""
-        limits = self.ready_limits
-        while (
-            self.frozen
-            and self.running
-            and limits is not None
-            and len(self.ready) < READY_WORKSPACES
-        ):
-            assert self.layer_store is not None
-            area = self.layer_store.open_area(limits.get("disk_bytes"))
-            ws = Workspace(".ready", area.path)
-            ws.limits = dict(limits)
-            try:
-                ws.layers = layers.WorkspaceLayers(self.layer_store, area)
-            except BaseException:
-                self.layer_store.retire(area)
-                raise
-            try:
-                self.build_workspace(ws)
-            except BaseException as e:  # made on demand then, where the error reaches a caller
-                sys.stderr.write(f"supervisor: a workspace made ahead failed: {e}\n")
-                self.teardown(ws)
-                self.ready_limits = None
-                return
-            self.ready.append(ws)
+    def prepare_ready(self) -> None:
+        """Builds one fresh workspace ahead (area, layers, a holder with the view mounted and
+        its next exec's init ready) with the limits the last plain ws_create asked for, so the
+        next such create only names one: creating a workspace is then off the path of the
+        trajectory that asks. A failure here is logged and stops this until the next plain
+        create: made on demand then, the error reaches a caller."""
+        limits, store = self.ready_limits, self.layer_store
+        if limits is None or store is None:
+            return
+        area = store.open_area(limits.get("disk_bytes"))
+        ws = Workspace(".ready", area.path)
+        ws.limits = dict(limits)
+        try:
+            ws.layers = layers.WorkspaceLayers(store, area)
+        except Exception as e:
+            store.retire(area)
+            self.stop_ready(e)
+            return
+        try:
+            self.build_workspace(ws)
+        except Exception as e:
+            self.teardown(ws)
+            self.stop_ready(e)
+            return
+        self.ready.append(ws)
+
+    def stop_ready(self, e: Exception) -> None:
+        sys.stderr.write(f"supervisor: a workspace made ahead failed: {e}\n")
+        self.ready_limits = None
 
     def take_ready(self, name: str, limits: dict[str, Any]) -> Workspace | None:
         """A workspace built ahead with these limits, now called `name`; None if there is none
@@ -1488,9 +1492,17 @@ class Supervisor:
         ws.name = name
         return ws
 
-    def refill_spares(self) -> None:
-        while self.frozen and self.running and len(self.spares) < SPARE_HOLDERS:
-            self.spares.append(self.spawn_spare())
+    def prepare_one(self) -> None:
+        """One spare holder, else one ready workspace: each blocks this loop for milliseconds,
+        so a request that arrives meanwhile waits for one of them at most."""
+        try:
+            if len(self.spares) < SPARE_HOLDERS:
+                self.spares.append(self.spawn_spare())
+            elif len(self.ready) < READY_WORKSPACES:
+                self.prepare_ready()
+        except Exception as e:  # e.g. no memory or disk for one more: on demand, then
+            self.stop_ready(e)
+            self.prepare_after = time.monotonic() + 1  # not again at once
 
     def mount_view(self, ws: Workspace) -> None:
         """In the workspace's fresh mount namespace: build the trajectory's view at ws.root."""

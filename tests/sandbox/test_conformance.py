@@ -130,6 +130,38 @@ async def test_the_supervisor_refuses_a_nul_byte_itself_as_bad_input(instance: I
     assert after.stdout == "fine\n"
 
 
+@pytest.mark.backends("local", "docker")
+async def test_a_workspace_built_ahead_is_never_handed_out_with_other_limits(
+    instance: Instance,
+) -> None:
+    # Workspaces are built ahead with the limits of the last plain create. A create that asks
+    # for a smaller disk, while one built without that cap waits, must get the cap.
+    from mcp_evalserver.sandbox.supervised import SupervisedInstance
+    from mcp_evalserver.sandbox.supervisor import IDLE_S
+
+    assert isinstance(instance, SupervisedInstance)
+    client = instance.client
+    with anyio.fail_after(60):
+        made_ahead = False
+        for i in range(1000):  # until one was built ahead, and another one waits
+            info = await client.request("ws_create", ws=f"ahead-{i}", limits={})
+            await client.request("ws_destroy", ws=f"ahead-{i}")
+            if info["made_ahead"] and info["ready_left"] >= 1:
+                made_ahead = True
+                break
+            # The supervisor builds ahead only once it had nothing to do for IDLE_S: the one
+            # thing that gives it that is time without a request.
+            await anyio.sleep(IDLE_S * 5)
+        capped = await client.request("ws_create", ws="capped", limits={"disk_bytes": 1 << 20})
+        big = await client.request(
+            "exec", ws="capped", argv=["sh", "-c", "head -c 4000000 /dev/zero > big"], timeout=30
+        )
+        await client.request("ws_destroy", ws="capped")
+    assert made_ahead
+    assert capped["made_ahead"] is False
+    assert big["exit_code"] != 0  # the 1 MiB cap held
+
+
 async def test_stdin_env_and_cwd_reach_the_command(instance: Instance) -> None:
     with anyio.fail_after(20):
         async with await instance.workspace("io") as ws:
