@@ -7,9 +7,11 @@ in this one run, side by side, on this machine. Prints a table and writes
 bench/results/sandbox.json.
 
 - workspace_create_p50_ms: a copy-on-write workspace created and its first `true` answered,
-  one after another with no pause (the supervisor keeps SPARE_HOLDERS workspaces prepared and
-  makes the next ones between requests); workspace_create_burst_p50_ms: BURST such creates
-  asked at once, more than are prepared, so most wait for one to be made;
+  one every CREATE_PACE_S (as a campaign starts trajectories: the supervisor keeps
+  READY_WORKSPACES workspaces built ahead, and builds the next ones once it has had nothing to
+  do for a moment); workspace_create_back_to_back_p50_ms: the same asked one after another
+  with no pause, faster than workspaces are built ahead, so after the first few each is built
+  when asked; workspace_create_burst_p50_ms: BURST such creates asked at once;
   fresh_container_p50_ms: `docker run --rm <image> true` (a container per trajectory);
   copy_p50_ms: `cp -a` of the project (a copy per trajectory), timed inside the sandbox.
 - exec_overhead_p50_ms: `true` through the supervisor; docker_exec_p50_ms: `true` by
@@ -75,12 +77,13 @@ from mcp_evalserver.sandbox.base import Instance, InstanceSpec, Workspace  # noq
 from mcp_evalserver.sandbox.docker import DockerBackend  # noqa: E402
 from mcp_evalserver.sandbox.docker_engine import DockerEngine  # noqa: E402
 from mcp_evalserver.sandbox.supervised import SupervisedInstance  # noqa: E402
-from mcp_evalserver.sandbox.supervisor import SPARE_HOLDERS  # noqa: E402
+from mcp_evalserver.sandbox.supervisor import READY_WORKSPACES, SPARE_HOLDERS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "bench"
 PROJECT = "django==5.2.19"
 CREATES, BURST, FRESH_CONTAINERS, COPIES = 30, 16, 15, 5
+CREATE_PACE_S = 0.02
 EXECS, DOCKER_EXECS, FLOOR_SPAWNS = 300, 50, 300
 IN_FLIGHT, THROUGHPUT_COMMANDS, DOCKER_THROUGHPUT_COMMANDS = 64, 1280, 320
 FORKS, CHANGED_FILES, KEEPS = 30, 1000, 10
@@ -303,7 +306,16 @@ async def measure(engine: DockerEngine, instance: Instance, image: str) -> dict[
         creates.append(await timed(lambda: create(i)))  # noqa: B023 (awaited at once)
     for ws in created:
         await ws.destroy()
-    figures["workspace_create_p50_ms"] = p50(creates)
+    figures["workspace_create_back_to_back_p50_ms"] = p50(creates)
+    created.clear()
+    paced: list[float] = []
+    for i in range(CREATES):
+        await anyio.sleep(CREATE_PACE_S)
+        paced.append(await timed(lambda: create(i + 2 * CREATES + BURST)))  # noqa: B023
+    for ws in created:
+        await ws.destroy()
+    created.clear()
+    figures["workspace_create_p50_ms"] = p50(paced)
     # Asked all at once: more than the supervisor keeps prepared, so most wait for a spare.
     burst: list[float] = []
     async with anyio.create_task_group() as group:
@@ -313,10 +325,11 @@ async def measure(engine: DockerEngine, instance: Instance, image: str) -> dict[
                 burst.append(await timed(lambda: create(i + CREATES)))
 
             group.start_soon(one)
-    for ws in created[CREATES:]:
+    for ws in created:
         await ws.destroy()
     figures["workspace_create_burst_p50_ms"] = p50(burst)
     figures["spares_prepared"] = SPARE_HOLDERS
+    figures["workspaces_prepared"] = READY_WORKSPACES
 
     def fresh_container() -> None:
         engine.client.containers.run(image, ["true"], remove=True, network_mode="none")
@@ -455,7 +468,12 @@ async def measure_forks(instance: Instance, prefix: str = "") -> dict[str, float
 def report(figures: dict[str, Any], project: str, files: int) -> None:
     f = figures
     rows = [
-        ("workspace create + first true", f["workspace_create_p50_ms"], "ms p50"),
+        (
+            f"workspace create + first true, every {CREATE_PACE_S * 1000:.0f} ms",
+            f["workspace_create_p50_ms"],
+            "ms p50",
+        ),
+        ("the same, back to back", f["workspace_create_back_to_back_p50_ms"], "ms p50"),
         (f"the same, {BURST} asked at once", f["workspace_create_burst_p50_ms"], "ms p50"),
         ("fresh container (docker run --rm)", f["fresh_container_p50_ms"], "ms p50"),
         (f"cp -a of the project ({files} files)", f["copy_p50_ms"], "ms p50"),

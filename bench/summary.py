@@ -45,8 +45,10 @@ LE, GE = operator.le, operator.ge
 TARGETS = [
     Target("sandbox", "exec `true` / kernel floor", key("exec_vs_floor"), LE, 2, "x"),
     Target("sandbox", "exec `true`, 64 in flight", key("throughput_64_per_s"), GE, 2000, "/s"),
-    Target("sandbox", "workspace create + first command", key("workspace_create_p50_ms"), LE,
-           2, "ms"),
+    Target("sandbox", "workspace create + first command (every 20 ms)",
+           key("workspace_create_p50_ms"), LE, 2, "ms"),
+    Target("sandbox", "the same, back to back (faster than made ahead)",
+           key("workspace_create_back_to_back_p50_ms"), LE, 2, "ms"),
     Target("sandbox", "the same, 16 asked at once (past the spares)",
            key("workspace_create_burst_p50_ms"), LE, 2, "ms"),
     Target("sandbox", "exec vs docker exec", lambda f: f["docker_exec_p50_ms"]

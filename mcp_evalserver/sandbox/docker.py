@@ -5,8 +5,11 @@ are overlay mounts in their own namespaces), `--network none` unless the task as
 (then a bridge network of the engine's: never the host's), memory/pids/cpu limits, and a tmpfs
 at `/trajs` for the workspaces' upper layers (an overlay upper cannot live on the container's
 own overlayfs root). The supervisor is copied in with
-`put_archive` and started by ONE `docker exec -i`, whose stdio carries every request of every
-workspace; the setup runs once inside it, then the container's filesystem is frozen.
+`put_archive` (with the compiled holder, see native.py) and started by ONE `docker exec -i`;
+every request of every workspace then goes through a unix socket in a directory shared with
+the container, past dockerd (docker_side_door.py), or, with an engine that shares no directory
+with us, through that exec's stdio. The setup runs once inside it, then the container's
+filesystem is frozen.
 
 Containers are keyed by the spec's key (image, setup, ...) and reused by every campaign and
 trajectory until the backend closes. At start-up, containers and images left by a dead run are
@@ -29,6 +32,13 @@ from mcp_evalserver.sandbox.client import SUPERVISOR_FILES, SupervisorClient
 from mcp_evalserver.sandbox.docker_engine import ContainerLimits, DockerEngine, base_image_tag
 from mcp_evalserver.sandbox.docker_fallback import NOTE as FALLBACK_NOTE
 from mcp_evalserver.sandbox.docker_fallback import PerTrajectoryInstance
+from mcp_evalserver.sandbox.docker_side_door import (
+    IO_MOUNT,
+    listen_argv,
+    make_io_dir,
+    open_side_door,
+    remove_io_dir,
+)
 from mcp_evalserver.sandbox.docker_stream import open_exec_stream
 from mcp_evalserver.sandbox.native import CONTAINER_PATH, native_holder
 from mcp_evalserver.sandbox.supervised import SupervisedInstance
@@ -37,6 +47,7 @@ __all__ = ["STORE", "SUPERVISOR_PATH", "DockerBackend", "base_image_tag"]
 
 STORE = "/trajs"
 SUPERVISOR_PATH = "/opt/mcp-evalserver/supervisor.py"
+IO_ROOT = "/run/mcp-evalserver/docker-io"  # here: a directory per instance container
 # Exit 0 only where the supervisor can run; `sh -c` so a missing python3 is exit 127, not an
 # exec error that some engines report differently.
 _PYTHON_CHECK = 'python3 -c "import sys; sys.exit(sys.version_info < (3, 8))"'
@@ -57,6 +68,10 @@ class DockerBackend(Backend):
         network: the engine network that containers of tasks with `network: true` join
             (default `$MCP_EVALSERVER_DOCKER_NETWORK`, else `bridge`); it must exist and
             isolate (not `host`), else such a task is refused.
+        python_holder: workspaces keep the supervisor's Python holder (see native.py).
+        side_door: requests reach the supervisor through a unix socket in a directory shared
+            with the container, past dockerd (see docker_side_door.py); False, or an engine
+            that shares no directory with us, keeps them on the `docker exec` stream.
     """
 
     name = "docker"
@@ -69,9 +84,11 @@ class DockerBackend(Backend):
         limits: ContainerLimits | None = None,
         network: str | None = None,
         python_holder: bool = False,
+        side_door: bool = True,
     ) -> None:
         self._base_url = base_url
         self._python_holder = python_holder  # the fallback holder, not the compiled one
+        self._side_door = side_door  # requests past dockerd where it can (docker_side_door)
         self._network = network
         self._limiter = anyio.CapacityLimiter(provisioning)
         self._limits = limits or ContainerLimits()
@@ -135,9 +152,12 @@ class DockerBackend(Backend):
             self._instances[spec.key] = instance
             return instance
 
-    async def _instance_container(self, spec: InstanceSpec, image: str, *, supervised: bool) -> str:
+    async def _instance_container(
+        self, spec: InstanceSpec, image: str, *, supervised: bool, io_dir: str | None = None
+    ) -> str:
         """Starts the instance's container: with the supervisor's store and SYS_ADMIN (its
-        workspaces are mounted inside), or without (a container per trajectory)."""
+        workspaces are mounted inside), or without (a container per trajectory); `io_dir` is
+        bind-mounted at IO_MOUNT."""
         await self.engine.ensure_image(image)
         return await self.engine.run_container(
             image,
@@ -147,18 +167,32 @@ class DockerBackend(Backend):
             network=spec.network,
             sys_admin=supervised,
             store=STORE if supervised else None,
+            binds={io_dir: IO_MOUNT} if io_dir else None,
         )
 
     async def _provision(self, spec: InstanceSpec, image: str) -> Instance:
         assert self._group is not None
         engine = self.engine
-        container = await self._instance_container(spec, image, supervised=True)
+        io_dir = None
+        if self._side_door and engine.url.startswith("unix://"):  # else it is not ours to share
+            io_dir = await anyio.to_thread.run_sync(make_io_dir, IO_ROOT)
+        try:
+            container = await self._instance_container(spec, image, supervised=True, io_dir=io_dir)
+        except BaseException:
+            if io_dir:
+                remove_io_dir(io_dir)
+            raise
 
         async def on_close() -> None:
             with anyio.CancelScope(shield=True):
-                await engine.remove_container(container)
+                try:
+                    await engine.remove_container(container)
+                finally:
+                    if io_dir:
+                        await anyio.to_thread.run_sync(remove_io_dir, io_dir)
 
         stream = None
+        transport: anyio.abc.ByteStream | None = None
         try:
             await engine.require_shell(container, image)
             python = await engine.exec(container, ["/bin/sh", "-c", _PYTHON_CHECK])
@@ -180,12 +214,15 @@ class DockerBackend(Backend):
             stream = await open_exec_stream(
                 engine.api,
                 container,
-                ["python3", "-I", "-S", SUPERVISOR_PATH],
+                ["python3", "-I", "-S", SUPERVISOR_PATH, *listen_argv(io_dir)],
                 on_stderr=lambda data: log.warning(
                     "supervisor %s: %s", spec.key, data.decode("utf-8", "replace").rstrip()
                 ),
             )
-            client = SupervisorClient(stream)
+            transport = stream
+            if io_dir:
+                transport = await open_side_door(stream, io_dir, self._group)
+            client = SupervisorClient(transport)
             await client.start(self._group)
             instance = await SupervisedInstance.open(
                 client,
@@ -199,12 +236,14 @@ class DockerBackend(Backend):
             tail = stream.stderr_tail.strip() if stream is not None else ""
             if stream is not None:
                 with anyio.CancelScope(shield=True):
-                    await stream.aclose()
+                    await (transport or stream).aclose()  # the side door closes its session
             await on_close()
             if isinstance(exc, errors.SandboxUnavailable) and tail:
                 raise errors.SandboxUnavailable(f"{exc}; supervisor said: {tail[-2000:]}") from exc
             raise
         instance.info.update(mode="supervisor", container=container, image=image)
+        instance.info["transport"] = "socket" if transport is not stream else "exec stream"
+        instance.info["io_dir"] = io_dir  # on this machine, bind-mounted at IO_MOUNT
         return instance
 
     async def aclose(self) -> None:

@@ -271,8 +271,10 @@ class DockerEngine:
         network: bool,
         sys_admin: bool,
         store: str | None,
+        binds: dict[str, str] | None = None,
     ) -> str:
-        """Starts a detached container that idles until removed; returns its id."""
+        """Starts a detached container that idles until removed; returns its id. `binds`:
+        host directory -> where the container sees it (read-write)."""
         host_config: dict[str, Any] = {
             "init": True,
             "mem_limit": limits.memory,
@@ -289,6 +291,10 @@ class DockerEngine:
         if store is not None:
             # Overlay uppers cannot live on the container's own overlayfs root.
             host_config["tmpfs"] = {store: f"size={limits.store_size},mode=0711"}
+        if binds:
+            host_config["volumes"] = {
+                host: {"bind": inside, "mode": "rw"} for host, inside in binds.items()
+            }
         network_mode = await self._network_mode(network)
         name = f"mcp-evalserver-{role}-{instance_key[:12]}-{os.urandom(3).hex()}"
         container = await self.call(

@@ -111,9 +111,19 @@ static void report_status(int status) {
     write_all(3, line, (size_t)n);
 }
 
-/* Set-up failed: say what, with errno, and end the exec (supervisor.py: "sandbox setup"). */
+static int spare_socket = -1; /* in a spare being prepared: where its request will come */
+static int take_request(int sock);
+
+/* Set-up failed: say what, with errno, and end the exec (supervisor.py: "sandbox setup").
+ * A spare that fails while it prepares says so to the request it is given. */
 static void setup_failed(const char *what) {
-    report_error(3, NULL, "sandbox setup: %s: %s", what, strerror(errno));
+    int err = errno;
+    if (spare_socket >= 0) {
+        int sock = spare_socket;
+        spare_socket = -1;
+        if (take_request(sock) < 0) _exit(127);
+    }
+    report_error(3, NULL, "sandbox setup: %s: %s", what, strerror(err));
     _exit(127);
 }
 
@@ -351,20 +361,26 @@ static void serve_as_init(pid_t command) {
     }
 }
 
-static void exec_init(struct request *r) {
+/* What does not depend on the request: a mount namespace with this pid namespace's /proc,
+ * inside the view. Done ahead by a spare (see prepare_spare). */
+static void enter_view(void) {
     if (unshare(CLONE_NEWNS)) setup_failed("unshare");
     setsid(); /* no controlling terminal: /dev/tty is ENXIO, TIOCSTI has no target */
-    if (fcntl(3, F_SETFD, FD_CLOEXEC)) setup_failed("info pipe");
     int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (adj >= 0) { /* the holder's -1000 is not for us */
         write_all(adj, "0", 1);
         close(adj);
     }
     mount_proc();
+    if (chroot(root) || chdir("/")) setup_failed("chroot");
+}
+
+/* The rest, with the request's fds at 0-4: never returns. */
+static void exec_init(struct request *r) {
+    if (fcntl(3, F_SETFD, FD_CLOEXEC)) setup_failed("info pipe");
     if (r->pids && r->have_nproc) set_limit(RLIMIT_NPROC, r->pids);
     if (r->memory && !r->have_memory) set_limit(RLIMIT_AS, r->memory);
     set_limit(RLIMIT_CORE, 0);
-    if (chroot(root)) setup_failed("chroot");
     if (chdir(r->cwd)) {
         report_error(3, "InvalidInput", "cwd '%s': %s", r->cwd, strerror(errno));
         _exit(127);
@@ -422,6 +438,139 @@ static void exec_init(struct request *r) {
     serve_as_init(command);
 }
 
+static int move_up(int fd) { /* out of the way of the dup2s to 0..4 */
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 16);
+    close(fd);
+    return moved;
+}
+
+static void reset_signals(void) {
+    sigset_t none;
+    sigemptyset(&none);
+    for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* A request's fds (stdin, stdout, stderr, info, request[, report]) to 0-3 and REPORT_FD;
+ * every other fd closed; the request read into `r`. Errors go to the info pipe. */
+static char *request_data;
+static off_t request_size;
+static int nfds_given;
+
+static void install_fds(int *fds, int nfds) {
+    for (int i = 0; i < nfds; i++) fds[i] = move_up(fds[i]);
+    for (int target = 0; target < 4; target++)
+        if (dup2(fds[target], target) < 0) _exit(127);
+    if (nfds > 5 && dup2(fds[5], REPORT_FD) < 0) _exit(127);
+    struct stat st;
+    request_data = NULL;
+    if (fstat(fds[4], &st) == 0 && st.st_size > 0 && st.st_size <= MAX_FIELDS_BYTES) {
+        request_data = malloc((size_t)st.st_size);
+        request_size = st.st_size;
+        if (request_data && pread(fds[4], request_data, (size_t)st.st_size, 0) != st.st_size)
+            request_data = NULL;
+    }
+    nfds_given = nfds;
+    syscall(SYS_close_range, nfds > 5 ? REPORT_FD + 1 : REPORT_FD, ~0u, 0);
+}
+
+static void run_request(void) {
+    struct request r;
+    if (!request_data) setup_failed("the request");
+    if (parse_request(request_data, (size_t)request_size, &r)) {
+        report_error(3, "InvalidInput", "exec: a malformed request");
+        _exit(127);
+    }
+    exec_init(&r);
+}
+
+/* A message's fds, as the holder's loop reads them: how many, or -1 at end of file. */
+static int receive(int sock, char *msg, size_t size, int *fds) {
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(8 * sizeof(int))];
+    } control;
+    struct iovec iov = {msg, size - 1};
+    struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                         .msg_controllen = sizeof control.buf};
+    ssize_t n;
+    do n = recvmsg(sock, &hdr, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0) return n == 0 ? -1 : -2;
+    msg[n] = 0;
+    int nfds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&hdr); c; c = CMSG_NXTHDR(&hdr, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            int count = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            for (int i = 0; i < count && nfds < 8; i++)
+                memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        }
+    return nfds;
+}
+
+/* A spare's wait for its request (the holder passes the exec's fds on): installs them. */
+static int take_request(int sock) {
+    char msg[64];
+    int fds[8];
+    int nfds = receive(sock, msg, sizeof msg, fds);
+    close(sock);
+    if (nfds != 5 && nfds != 6) return -1; /* the holder is gone, or dropped this spare */
+    install_fds(fds, nfds);
+    return 0;
+}
+
+/* An exec's pid 1 made ahead of its request, in its own pid namespace with its /proc
+ * mounted and the view its root: the mount work (a copy of the view's mount table, /proc and
+ * its masks: most of an exec's own cost) is off the path of the next command. A workspace
+ * keeps one; it is dropped when the view changes (a checkpoint or restore remounts it). */
+struct spare {
+    pid_t pid;
+    int sock; /* to it: the request's fds go there */
+};
+static struct spare spare = {-1, -1};
+
+static void spare_main(int sock) {
+    reset_signals();
+    sock = fcntl(sock, F_DUPFD_CLOEXEC, 100);
+    syscall(SYS_close_range, 3, 99, 0);
+    syscall(SYS_close_range, 101, ~0u, 0);
+    /* The holder's death ends it (and if the holder died before this, its end of the socket
+     * is closed: take_request sees the end of file). */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)) _exit(1);
+    spare_socket = sock;
+    enter_view();
+    spare_socket = -1;
+    if (take_request(sock) < 0) _exit(0);
+    run_request();
+}
+
+static void prepare_spare(void) {
+    int pair[2];
+    if (spare.pid > 0) return;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair)) return;
+    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
+    if (pid == 0) {
+        close(pair[0]);
+        spare_main(pair[1]);
+    }
+    close(pair[1]);
+    if (pid < 0) { /* the pids limit, say: the next exec prepares itself */
+        close(pair[0]);
+        return;
+    }
+    spare = (struct spare){pid, pair[0]};
+}
+
+/* Gone once this returns, with its mount namespace: nothing of it holds the old view. */
+static void drop_spare(void) {
+    if (spare.pid <= 0) return;
+    kill(spare.pid, SIGKILL);
+    close(spare.sock);
+    while (waitpid(spare.pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    spare = (struct spare){-1, -1};
+}
+
 /* --- the holder -------------------------------------------------------------------------- */
 struct child {
     pid_t pid;
@@ -430,41 +579,39 @@ struct child {
 static struct child *children;
 static size_t nchildren, children_size;
 
-static int move_up(int fd) { /* out of the way of the dup2s to 0..4 */
-    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 16);
-    close(fd);
-    return moved;
-}
-
-/* The exec's child: never returns. */
-static void start_exec(int *fds, int nfds) {
-    for (int i = 0; i < nfds; i++) fds[i] = move_up(fds[i]);
-    sigset_t none;
-    sigemptyset(&none);
-    for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    for (int target = 0; target < 4; target++)
-        if (dup2(fds[target], target) < 0) _exit(127);
-    if (nfds > 5 && dup2(fds[5], REPORT_FD) < 0) _exit(127);
-    struct stat st;
-    if (fstat(fds[4], &st) || st.st_size <= 0 || st.st_size > MAX_FIELDS_BYTES)
-        setup_failed("the request");
-    char *data = malloc((size_t)st.st_size);
-    if (!data || pread(fds[4], data, (size_t)st.st_size, 0) != st.st_size)
-        setup_failed("the request");
-    syscall(SYS_close_range, nfds > 5 ? REPORT_FD + 1 : REPORT_FD, ~0u, 0);
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)) setup_failed("pdeathsig");
-    struct request r;
-    if (parse_request(data, (size_t)st.st_size, &r)) {
-        report_error(3, "InvalidInput", "exec: a malformed request");
-        _exit(127);
-    }
-    exec_init(&r);
-}
-
 static void handle_exec(long job, int *fds, int nfds) {
-    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
-    if (pid == 0) start_exec(fds, nfds);
+    pid_t pid = -1;
+    if (spare.pid > 0) {
+        char header[32];
+        int n = snprintf(header, sizeof header, "exec %ld", job);
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(8 * sizeof(int))];
+        } control;
+        memset(&control, 0, sizeof control);
+        struct iovec iov = {header, (size_t)n};
+        struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                             .msg_controllen = CMSG_SPACE(nfds * sizeof(int))};
+        struct cmsghdr *c = CMSG_FIRSTHDR(&hdr);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+        if (sendmsg(spare.sock, &hdr, MSG_NOSIGNAL) == n) pid = spare.pid;
+        close(spare.sock);
+        if (pid < 0) kill(spare.pid, SIGKILL); /* it died: start this one afresh */
+        spare = (struct spare){-1, -1};
+    }
+    if (pid < 0) {
+        pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
+        if (pid == 0) {
+            reset_signals();
+            install_fds(fds, nfds);
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)) setup_failed("pdeathsig");
+            enter_view();
+            run_request();
+        }
+    }
     if (pid < 0) /* typically the workspace's pids limit */
         report_error(fds[3], "LimitExceeded", "cannot start a process: %s", strerror(errno));
     for (int i = 0; i < nfds; i++) close(fds[i]); /* the info pipe too: the init reports */
@@ -479,12 +626,17 @@ static void handle_exec(long job, int *fds, int nfds) {
 
 static void reap(void) {
     pid_t pid;
-    while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
+    while ((pid = waitpid(-1, NULL, WNOHANG)) > 0) {
+        if (pid == spare.pid) { /* died while it waited: the next exec prepares itself */
+            close(spare.sock);
+            spare = (struct spare){-1, -1};
+        }
         for (size_t i = 0; i < nchildren; i++)
             if (children[i].pid == pid) {
                 children[i] = children[--nchildren];
                 break;
             }
+    }
 }
 
 /* The settings (see the top): returns the control socket's fd, or -1. */
@@ -519,6 +671,7 @@ int main(int argc, char **argv) {
     int sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sigfd < 0) return 1;
     fcntl(ctl, F_SETFD, FD_CLOEXEC);
+    prepare_spare();
     struct pollfd polled[2] = {{ctl, POLLIN, 0}, {sigfd, POLLIN, 0}};
     for (;;) {
         if (poll(polled, 2, -1) < 0) {
@@ -533,35 +686,26 @@ int main(int argc, char **argv) {
         }
         if (!polled[0].revents) continue;
         char msg[256];
-        union {
-            struct cmsghdr align;
-            char buf[CMSG_SPACE(8 * sizeof(int))];
-        } control;
-        struct iovec iov = {msg, sizeof msg - 1};
-        struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                             .msg_controllen = sizeof control.buf};
-        ssize_t n = recvmsg(ctl, &hdr, MSG_CMSG_CLOEXEC);
-        if (n < 0) {
-            if (errno == EINTR || errno == EAGAIN) continue;
-            return 1;
-        }
-        if (n == 0) return 0; /* the supervisor closed us: the workspace is gone */
-        msg[n] = 0;
-        int fds[8], nfds = 0;
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&hdr); c; c = CMSG_NXTHDR(&hdr, c))
-            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-                int count = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-                for (int i = 0; i < count && nfds < 8; i++)
-                    memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-            }
+        int fds[8];
+        int nfds = receive(ctl, msg, sizeof msg, fds);
+        if (nfds == -1) return 0; /* the supervisor closed us: the workspace is gone */
+        if (nfds < 0) continue;
         long job;
         if (sscanf(msg, "exec %ld", &job) == 1 && (nfds == 5 || nfds == 6)) {
             handle_exec(job, fds, nfds);
+            prepare_spare(); /* for the next command, while this one runs */
             continue;
         }
         for (int i = 0; i < nfds; i++) close(fds[i]);
         if (sscanf(msg, "kill %ld", &job) == 1)
             for (size_t i = 0; i < nchildren; i++)
                 if (children[i].job == job) kill(children[i].pid, SIGKILL);
+        /* Around a remount of the view (supervisor.py's remount_in_holder): the spare's copy
+         * of the old view must be gone before the old upper becomes a lower. */
+        if (!strcmp(msg, "drop spare")) {
+            drop_spare();
+            write_all(ctl, "dropped", 7);
+        }
+        if (!strcmp(msg, "respare")) prepare_spare();
     }
 }

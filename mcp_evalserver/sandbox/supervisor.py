@@ -13,7 +13,9 @@ Ops and their args (results in brackets):
   init       mode ("host"|"container"), store, store_tmpfs, instance, workdir, network
              [version, pid, python, cgroups, cgroup_dirs, limits: which are enforced]
   freeze     setup: [shell lines], timeout            [base: HEAD of workdir or null]
-  ws_create  ws, limits: {pids, memory_bytes, disk_bytes}    [ws, ms, holder_pid, root]
+  ws_create  ws, limits: {pids, memory_bytes, disk_bytes}
+             [ws, ms, holder_pid, root, made_ahead: built before it was asked for,
+              ready_left: how many more are (if made_ahead)]
   exec       ws, argv, env, cwd, stdin_b64, timeout, output_cap, user (name or uid in the view),
              report (a private channel at the command's fd REPORT_FD, see spawn_sandboxed)
              [exit_code (-signal), stdout_b64, stderr_b64, *_truncated, duration_s, timed_out;
@@ -154,6 +156,8 @@ PROC_MASKED = ("kcore", "keys", "timer_list", "sched_debug", "latency_stats", "a
 PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 SPARE_HOLDERS = 2  # prepared ahead: see Supervisor.spawn_spare
+READY_WORKSPACES = 2  # whole workspaces prepared ahead: see Supervisor.prepare_ready
+IDLE_S = 0.002  # how long the loop has nothing to do before it prepares spares
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -693,7 +697,8 @@ class Workspace:
         self.name, self.path = name, path
         self.holder_pid = 0
         self.ctl: socket.socket | None = None  # to the holder; closing it ends the workspace
-        self.root = os.path.join(path, "r", name)  # the name shows in its mounts
+        # Not named after the workspace: one made ahead (prepare_ready) gets its name later.
+        self.root = os.path.join(path, "r", "view")
         self.cgroups: list[str] = []
         self.jobs: set[int] = set()  # request ids running in this workspace
         self.limits: dict[str, Any] = {}
@@ -779,13 +784,15 @@ class Holder:
                 for level, kind, data in ancdata:
                     if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                         fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-                words = msg.split()  # b"exec JOB" (with fds) or b"kill JOB", as holder.c
+                words = msg.split()  # the messages of holder.c (see its top)
                 if words[:1] == [b"kill"]:
                     for pid, job in self.children.items():
                         if job == int(words[1]):
                             os.kill(pid, signal.SIGKILL)
                 elif words[:1] == [b"exec"] and len(fds) in (5, 6):  # sixth: a report channel
                     self.fork_exec(int(words[1]), list(fds))
+                elif msg == b"drop spare":  # holder.c's: this one keeps no exec ready
+                    self.ctl.send(b"dropped")
                 else:
                     for fd in fds:
                         os.close(fd)
@@ -841,8 +848,9 @@ class Holder:
 
 
 class Supervisor:
-    def __init__(self, proto_in: int, proto_out: int) -> None:
+    def __init__(self, proto_in: int, proto_out: int, lifeline: int = -1) -> None:
         self.proto_in, self.proto_out = proto_in, proto_out
+        self.lifeline = lifeline  # our stdin when requests come another way: its end ends us
         self.sel = selectors.DefaultSelector()
         self.jobs: dict[int, Job] = {}  # pid of our own child -> job
         self.active: set[Job] = set()  # unfinished jobs, with or without a pid of ours
@@ -863,6 +871,11 @@ class Supervisor:
         self.dev = ""  # every view's /dev: see make_dev
         self.late_paths: list[dict[str, Any]] = []  # mounted per workspace (build_skeleton)
         self.native_holder = ""  # holder.c's binary, if init named one that can run here
+        # Fresh workspaces built ahead with the limits of the last plain ws_create: the next
+        # one takes its name and goes (see prepare_ready).
+        self.ready: list[Workspace] = []
+        self.ready_limits: dict[str, Any] | None = None
+        self.prepare_after = 0.0  # monotonic time before which nothing is made ahead
 
     # -- plumbing --
     def send(self, msg: dict[str, Any]) -> None:
@@ -891,6 +904,8 @@ class Supervisor:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.sel.register(rfd, selectors.EVENT_READ, "sigchld")
         self.sel.register(self.proto_in, selectors.EVENT_READ, "requests")
+        if self.lifeline >= 0:
+            self.sel.register(self.lifeline, selectors.EVENT_READ, "lifeline")
         try:
             self.loop(rfd)
         finally:
@@ -902,7 +917,14 @@ class Supervisor:
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             if self.stale_cgroups:
                 timeout = 0.2 if timeout is None else min(timeout, 0.2)
-            for key, _ in self.sel.select(timeout):
+            # Spares are made only once nothing happened for IDLE_S: making one blocks this
+            # loop for milliseconds, which must not land on the command asked right after the
+            # create that took the last one.
+            preparing = self.wants_spares()
+            if preparing:
+                timeout = IDLE_S if timeout is None else min(timeout, IDLE_S)
+            events = self.sel.select(timeout)
+            for key, _ in events:
                 if key.data == "sigchld":
                     while True:
                         try:
@@ -913,6 +935,10 @@ class Supervisor:
                     self.reap()
                 elif key.data == "requests":
                     self.read_requests()
+                elif key.data == "lifeline":
+                    with contextlib.suppress(BlockingIOError):
+                        if not os.read(self.lifeline, 4096):
+                            self.running = False
                 else:
                     job, fd = key.data
                     try:
@@ -921,7 +947,8 @@ class Supervisor:
                         sys.stderr.write(f"supervisor: job {job.req_id}: {e!r}\n")
             self.expire()
             self.remove_stale_cgroups()
-            self.refill_spares()  # after the replies of this round went out
+            if preparing and not events:
+                self.prepare_one()
 
     def read_requests(self) -> None:
         try:
@@ -1264,6 +1291,14 @@ class Supervisor:
         if name in self.workspaces:
             raise SupervisorError("Conflict", f"workspace {name!r} exists")
         started = time.monotonic()
+        if fork is None and archive is None:
+            ready = self.take_ready(name, limits)
+            if ready is not None:
+                self.workspaces[name] = ready
+                ms = (time.monotonic() - started) * 1000
+                result = {"ws": name, "ms": ms, "holder_pid": ready.holder_pid}
+                result.update(root=ready.root, made_ahead=True, ready_left=len(self.ready))
+                return result
         # A tmpfs per workspace (its area) is its disk cap.
         area = self.layer_store.open_area(limits.get("disk_bytes"))
         ws = Workspace(name, area.path)
@@ -1293,6 +1328,7 @@ class Supervisor:
         # namespace: what an operator's shell enters (`nsenter -t PID -m ... chroot ROOT`).
         ms = (time.monotonic() - started) * 1000
         result = {"ws": name, "ms": ms, "holder_pid": ws.holder_pid, "root": ws.root}
+        result["made_ahead"] = False
         if start is not None:
             result["checkpoint"] = start
         return result
@@ -1404,9 +1440,69 @@ class Supervisor:
         os.close(settings)
         sys.stderr.write(f"supervisor: holder {self.native_holder} did not start; Python holds\n")
 
-    def refill_spares(self) -> None:
-        while self.frozen and self.running and len(self.spares) < SPARE_HOLDERS:
-            self.spares.append(self.spawn_spare())
+    def wants_spares(self) -> bool:
+        if not (self.frozen and self.running) or time.monotonic() < self.prepare_after:
+            return False
+        return len(self.spares) < SPARE_HOLDERS or (
+            self.ready_limits is not None and len(self.ready) < READY_WORKSPACES
+        )
+
+    def prepare_ready(self) -> None:
+        """Builds one fresh workspace ahead (area, layers, a holder with the view mounted and
+        its next exec's init ready) with the limits the last plain ws_create asked for, so the
+        next such create only names one: creating a workspace is then off the path of the
+        trajectory that asks. A failure here is logged and stops this until the next plain
+        create: made on demand then, the error reaches a caller."""
+        limits, store = self.ready_limits, self.layer_store
+        if limits is None or store is None:
+            return
+        area = store.open_area(limits.get("disk_bytes"))
+        ws = Workspace(".ready", area.path)
+        ws.limits = dict(limits)
+        try:
+            ws.layers = layers.WorkspaceLayers(store, area)
+        except Exception as e:
+            store.retire(area)
+            self.stop_ready(e)
+            return
+        try:
+            self.build_workspace(ws)
+        except Exception as e:
+            self.teardown(ws)
+            self.stop_ready(e)
+            return
+        self.ready.append(ws)
+
+    def stop_ready(self, e: Exception) -> None:
+        sys.stderr.write(f"supervisor: a workspace made ahead failed: {e}\n")
+        self.ready_limits = None
+
+    def take_ready(self, name: str, limits: dict[str, Any]) -> Workspace | None:
+        """A workspace built ahead with these limits, now called `name`; None if there is none
+        (the ones built for other limits go)."""
+        if limits != self.ready_limits:
+            for ws in self.ready:
+                self.teardown(ws)
+            self.ready.clear()
+            self.ready_limits = dict(limits)
+            return None
+        if not self.ready:
+            return None
+        ws = self.ready.pop(0)
+        ws.name = name
+        return ws
+
+    def prepare_one(self) -> None:
+        """One spare holder, else one ready workspace: each blocks this loop for milliseconds,
+        so a request that arrives meanwhile waits for one of them at most."""
+        try:
+            if len(self.spares) < SPARE_HOLDERS:
+                self.spares.append(self.spawn_spare())
+            elif len(self.ready) < READY_WORKSPACES:
+                self.prepare_ready()
+        except Exception as e:  # e.g. no memory or disk for one more: on demand, then
+            self.stop_ready(e)
+            self.prepare_after = time.monotonic() + 1  # not again at once
 
     def mount_view(self, ws: Workspace) -> None:
         """In the workspace's fresh mount namespace: build the trajectory's view at ws.root."""
@@ -1658,7 +1754,16 @@ class Supervisor:
         assert ws.layers is not None
         if ws.ctl is None:
             raise OSError(errno.EPIPE, "no holder")
-        ws.ctl.send(b"alive?")  # EPIPE once the holder is gone; holders ignore the word
+        # holder.c keeps an exec's init ready inside the view: it must be gone, and its copy
+        # of the old overlay with it, before the old upper becomes a lower. The answer also
+        # says the holder lives (its pid stays ours until the loop reaps it, so the namespace
+        # opened below is its own).
+        ws.ctl.settimeout(60)
+        ws.ctl.send(b"drop spare")
+        answer = ws.ctl.recv(64)
+        ws.ctl.settimeout(None)
+        if answer != b"dropped":
+            raise OSError(errno.EPIPE, f"holder answered {answer!r}")
         target = os.open(f"/proc/{ws.holder_pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         own = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -1675,6 +1780,7 @@ class Supervisor:
         finally:
             for fd in (target, own, cwd):
                 os.close(fd)
+        ws.ctl.send(b"respare")
 
     def checkpoint(self, ws: Workspace) -> str:
         assert ws.layers is not None
@@ -1768,9 +1874,10 @@ class Supervisor:
                 os.kill(pid, signal.SIGKILL)
             self.stale_cgroups.extend(cgroups)
         self.spares.clear()
-        for ws in list(self.workspaces.values()):
+        for ws in [*self.workspaces.values(), *self.ready]:
             self.teardown(ws)
         self.workspaces.clear()
+        self.ready.clear()
         deadline = time.monotonic() + 2
         while self.stale_cgroups and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -2215,7 +2322,37 @@ def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 1 << 20)), hard))
-    Supervisor(proto_in, proto_out).run()
+    lifeline = -1
+    if "--listen" in sys.argv[1:-1]:
+        door = side_door(sys.argv[sys.argv.index("--listen") + 1], proto_out)
+        if door >= 0:  # requests come through it; our stdin's end still ends us
+            lifeline, proto_in, proto_out = proto_in, door, door
+    Supervisor(proto_in, proto_out, lifeline).run()
+
+
+def side_door(path: str, proto_out: int) -> int:
+    """Serves the client through a unix socket at `path` (a directory the client shares with
+    us, see docker_side_door.py), past whatever relays our stdio: says "listening" on stdout,
+    accepts one connection, removes the socket. Says "stdio" and returns -1 where the directory
+    is not the client's (no `here` in it)."""
+    if not os.path.exists(os.path.join(os.path.dirname(path), "here")):
+        os.write(proto_out, b"stdio\n")
+        return -1
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    os.chmod(path, 0o600)
+    server.listen(1)
+    os.write(proto_out, b"listening\n")
+    server.settimeout(60)
+    try:
+        conn, _ = server.accept()
+    finally:
+        server.close()
+        os.unlink(path)  # nobody else ever connects
+    conn.setblocking(True)  # read only when the loop saw it readable; writes may block
+    return conn.detach()
 
 
 if __name__ == "__main__":

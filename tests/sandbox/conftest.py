@@ -59,7 +59,7 @@ async def local_backend(
 
 @asynccontextmanager
 async def docker_backend(
-    name: str = "docker", python_holder: bool = False
+    name: str = "docker", python_holder: bool = False, side_door: bool = True
 ) -> AsyncIterator[BackendUnderTest]:
     image = require_docker()  # fails under CI, skips elsewhere, when no engine can be had
     counter = iter(range(1_000_000))
@@ -69,7 +69,7 @@ async def docker_backend(
         fields.setdefault("key", f"conformance-{os.getpid()}-{next(counter)}")
         return InstanceSpec(image=image, setup=tuple(setup), **fields)
 
-    async with DockerBackend(python_holder=python_holder) as backend:
+    async with DockerBackend(python_holder=python_holder, side_door=side_door) as backend:
         yield BackendUnderTest(name, backend, spec)
 
 
@@ -88,10 +88,14 @@ async def ray_backend(address: str, inner: str) -> AsyncIterator[BackendUnderTes
 BACKENDS: dict[str, Callable[[], AbstractAsyncContextManager[BackendUnderTest]]] = {
     "local": local_backend,
     "docker": docker_backend,
-    # The same backends with the supervisor's Python holder, the fallback of the compiled one
-    # (native.py): every sandbox test runs on both.
+    # The same backends with their fallbacks: the supervisor's Python holder instead of the
+    # compiled one (native.py), and on docker the exec stream instead of the side door
+    # (docker_side_door.py), as with an engine on another machine. Every sandbox test runs on
+    # both.
     "local-python": functools.partial(local_backend, "local-python", python_holder=True),
-    "docker-python": functools.partial(docker_backend, "docker-python", python_holder=True),
+    "docker-python": functools.partial(
+        docker_backend, "docker-python", python_holder=True, side_door=False
+    ),
 }
 BACKEND_PARAMS = [
     pytest.param("local", marks=pytest.mark.root),

@@ -50,31 +50,42 @@ async def docker_rm_f(instance: SupervisedInstance) -> None:
     await anyio.to_thread.run_sync(_docker, "rm", "-f", str(instance.info["container"]))
 
 
-def holder_of(workspace: str) -> int:
-    """The pid of a workspace's holder: the topmost process whose mounts show the workspace
-    (its execs, below it, show them too; its parent, the supervisor, does not).
+def holder_of(workspace: SupervisedWorkspace) -> int:
+    """The pid of a workspace's holder: the topmost process whose mounts show the workspace's
+    view (its execs, below it, show them too; its parent, the supervisor, does not). Its
+    `holder_pid` is of the supervisor's pid namespace, a container's on docker: not this one.
     """
+    root = str(workspace.info["root"])
+    # Every instance container has its views at the same paths: look in this one's only.
+    container = workspace.instance.info.get("container")
+    pid_ns = ""
+    if container:
+        done = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", str(container)],
+                              check=True, capture_output=True, text=True, timeout=60)  # fmt: skip
+        pid_ns = os.readlink(f"/proc/{done.stdout.strip()}/ns/pid")
     showing: set[int] = set()
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
+            if pid_ns and os.readlink(entry / "ns" / "pid") != pid_ns:
+                continue
             mounts = (entry / "mountinfo").read_text()
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        if f"/{workspace}/" in mounts:
+        if f" {root}/" in mounts:
             pid = int(entry.name)
             showing.add(pid)
             parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
     tops = [pid for pid in showing if parents[pid] not in showing]
-    assert len(tops) == 1, f"expected one holder of {workspace}, found {tops}"
+    assert len(tops) == 1, f"expected one holder of {root}, found {tops}"
     return tops[0]
 
 
 async def kill_holder(workspace: SupervisedWorkspace) -> None:
-    os.kill(holder_of(workspace.name), signal.SIGKILL)
+    os.kill(holder_of(workspace), signal.SIGKILL)
 
 
 #: What `scripts/ensure-docker.sh` gives the shared engine; a private engine gets the same.

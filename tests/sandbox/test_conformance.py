@@ -99,13 +99,17 @@ async def test_a_command_runs_in_the_workdir_and_a_nonzero_exit_is_data(instance
     assert not result.stdout_truncated
 
 
-async def test_the_instance_runs_the_holder_it_was_built_for(
+async def test_the_instance_runs_the_holder_and_transport_it_was_built_for(
     backend: BackendUnderTest, instance: Instance
 ) -> None:
-    # The compiled holder wherever it builds (here: always, so its absence is a failure),
-    # the Python one where the backend asks for it: each backend param tests the one it names.
-    expected = "python" if backend.name.endswith("-python") else "native"
-    assert getattr(instance, "info", {}).get("holder") == expected
+    # The compiled holder wherever it builds and the docker side door wherever the engine is
+    # here (both always, here: their absence is a failure), the fallbacks where the backend
+    # asks for them: each backend param tests the path it names.
+    fallback = backend.name.endswith("-python")
+    info = getattr(instance, "info", {})
+    assert info.get("holder") == ("python" if fallback else "native")
+    if backend.name.startswith("docker"):
+        assert info.get("transport") == ("exec stream" if fallback else "socket")
 
 
 @pytest.mark.backends("local", "docker")
@@ -124,6 +128,38 @@ async def test_the_supervisor_refuses_a_nul_byte_itself_as_bad_input(instance: I
                     await instance.client.request("exec", ws="nul", timeout=10, **args)
             after = await ws.exec(["echo", "fine"])
     assert after.stdout == "fine\n"
+
+
+@pytest.mark.backends("local", "docker")
+async def test_a_workspace_built_ahead_is_never_handed_out_with_other_limits(
+    instance: Instance,
+) -> None:
+    # Workspaces are built ahead with the limits of the last plain create. A create that asks
+    # for a smaller disk, while one built without that cap waits, must get the cap.
+    from mcp_evalserver.sandbox.supervised import SupervisedInstance
+    from mcp_evalserver.sandbox.supervisor import IDLE_S
+
+    assert isinstance(instance, SupervisedInstance)
+    client = instance.client
+    with anyio.fail_after(60):
+        made_ahead = False
+        for i in range(1000):  # until one was built ahead, and another one waits
+            info = await client.request("ws_create", ws=f"ahead-{i}", limits={})
+            await client.request("ws_destroy", ws=f"ahead-{i}")
+            if info["made_ahead"] and info["ready_left"] >= 1:
+                made_ahead = True
+                break
+            # The supervisor builds ahead only once it had nothing to do for IDLE_S: the one
+            # thing that gives it that is time without a request.
+            await anyio.sleep(IDLE_S * 5)
+        capped = await client.request("ws_create", ws="capped", limits={"disk_bytes": 1 << 20})
+        big = await client.request(
+            "exec", ws="capped", argv=["sh", "-c", "head -c 4000000 /dev/zero > big"], timeout=30
+        )
+        await client.request("ws_destroy", ws="capped")
+    assert made_ahead
+    assert capped["made_ahead"] is False
+    assert big["exit_code"] != 0  # the 1 MiB cap held
 
 
 async def test_stdin_env_and_cwd_reach_the_command(instance: Instance) -> None:

@@ -259,6 +259,39 @@ async def test_equal_specs_share_one_container_and_other_specs_get_their_own(
         assert len(containers_of(engine, spec.key)) == 1
 
 
+@pytest.mark.parametrize("side_door", [True, False])
+async def test_requests_take_the_side_door_where_a_directory_is_shared_else_the_exec_stream(
+    base_image: str, side_door: bool
+) -> None:
+    # The side door (a unix socket in a directory bind-mounted from here) skips dockerd and
+    # the shim; without it, or with an engine that shares no directory, the exec stream serves.
+    # Neither leaves a way in for a trajectory: the socket is gone once we connected, and the
+    # bind is not part of any workspace's view.
+    spec = InstanceSpec(image=base_image, setup=REPO, key=f"door-{side_door}-{os.getpid()}")
+    async with DockerBackend(side_door=side_door) as backend:
+        with anyio.fail_after(120):
+            instance = await backend.instance(spec)
+            assert isinstance(instance, SupervisedInstance)
+            async with await instance.workspace("w") as ws:
+                seen = await ws.exec("ls -A /run/mcp-evalserver-io 2>/dev/null; cat a.txt")
+            engine = backend.engine
+            inside = await engine.exec(
+                str(instance.info["container"]), ["ls", "-A", "/run/mcp-evalserver-io"]
+            )
+            io_dir = instance.info.get("io_dir")
+            shared = bool(io_dir) and os.path.isdir(str(io_dir))
+            await instance.aclose()
+    assert instance.info["transport"] == ("socket" if side_door else "exec stream")
+    assert seen.stdout == "hello\n"  # nothing of the directory in the view
+    if side_door:
+        assert inside.output.split() == ["here"]  # the socket went once we were in
+        assert shared
+        assert not os.path.exists(str(io_dir))  # removed with the container
+    else:
+        assert io_dir is None
+        assert inside.exit_code != 0  # no such directory in the container at all
+
+
 async def test_starting_the_backend_removes_a_dead_runs_containers(
     engine: DockerEngine, base_image: str
 ) -> None:

@@ -134,6 +134,7 @@ async def test_a_command_whose_workspace_lost_its_holder_is_an_infrastructure_er
         with anyio.fail_after(120):
             instance = await pool.instance(task, anyio.CapacityLimiter(1))
             workspace = await instance.workspace("held")
+            assert isinstance(workspace, SupervisedWorkspace)
             await workspace.exec("true")
         failure: list[BaseException] = []
 
@@ -149,7 +150,7 @@ async def test_a_command_whose_workspace_lost_its_holder_is_an_infrastructure_er
             async with anyio.create_task_group() as group:
                 group.start_soon(run_long_command)
                 await anyio.wait_all_tasks_blocked()
-                os.kill(holder_of("held"), signal.SIGKILL)
+                os.kill(holder_of(workspace), signal.SIGKILL)
         assert len(failure) == 1
         assert isinstance(failure[0], InfrastructureError), failure[0]
         assert "holder" in str(failure[0])
