@@ -1891,6 +1891,8 @@ class Supervisor:
         for ws in list(self.workspaces.values()):
             self.teardown(ws)
         self.workspaces.clear()
+        for pid in list(self.dying):  # nothing reaps from here on: free their areas now
+            self.ended(pid, None)
         deadline = time.monotonic() + 2
         while self.stale_cgroups and time.monotonic() < deadline:
             time.sleep(0.02)
