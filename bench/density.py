@@ -10,7 +10,10 @@ Memory per workspace = (PSS of every process the sandbox keeps: the supervisor a
 workspace's holder, summed from /proc/PID/smaps_rollup) + (what `MemAvailable` lost beyond the
 growth of that PSS: page tables, mount and namespace structures, sockets and other kernel
 memory), divided by the count. `MemAvailable` moves with everything else this shared machine
-runs, so the kernel share is noisy; each round's figures and the load average are recorded.
+runs, so the kernel share is noisy; each round's figures and the load average are recorded,
+with the growth of the kernel's own counters (unreclaimable slab, kernel stacks, page tables,
+per-CPU memory) per workspace and the supervisor's PSS apart. Measured once more after every
+workspace answered (idle again, as between an agent's commands); the larger figure counts.
 Prints a table and writes bench/results/density.json (idle_workspaces, idle_workspace_mb).
 """
 
@@ -53,6 +56,20 @@ def mem_available() -> int:
     raise RuntimeError("no MemAvailable in /proc/meminfo")
 
 
+# Kernel memory /proc/meminfo names (machine-wide: the same noise as MemAvailable).
+KERNEL_PARTS = ("SUnreclaim", "KernelStack", "PageTables", "Percpu")
+
+
+def meminfo(names: tuple[str, ...]) -> dict[str, int]:
+    found = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            name, value = line.split(":", 1)
+            if name in names:
+                found[name] = int(value.split()[0]) * 1024
+    return found
+
+
 def mem_total() -> int:
     with open("/proc/meminfo") as f:
         return int(f.readline().split()[1]) * 1024
@@ -76,6 +93,15 @@ def descendants(root: int) -> list[int]:
         found.append(pid)
         todo.extend(children.get(pid, []))
     return found
+
+
+def memory_cgroups() -> int:
+    """Memory cgroups on the machine (each costs kernel memory: see README, Benchmarks)."""
+    with open("/proc/cgroups") as f:
+        for line in f:
+            if line.startswith("memory\t"):
+                return int(line.split()[2])
+    return 0
 
 
 def pss_bytes(pids: list[int]) -> int:
@@ -119,6 +145,18 @@ async def answer_all(workspaces: list[Workspace]) -> int:
     return answered
 
 
+def report(figures: dict[str, Any], when: str = "") -> None:
+    parts = ", ".join(f"{k} {v:.0f}" for k, v in figures["kernel_parts_kib_each"].items())
+    print(
+        f"{figures['workspaces']:>6} workspaces{' ' + when if when else ''}: "
+        f"PSS {figures['pss_mb']:8.1f} MiB (supervisor {figures['supervisor_pss_mb']:.1f}), "
+        f"MemAvailable -{figures['mem_available_lost_mb']:8.1f} MiB, "
+        f"{figures['per_workspace_mb']:.3f} MiB each; KiB each: {parts} "
+        f"(load {figures['load_average'][0]:.1f})",
+        flush=True,
+    )
+
+
 async def main(target: int) -> dict[str, Any]:
     floor = max(6 << 30, int(0.3 * mem_total()))
     rounds: list[dict[str, Any]] = []
@@ -133,6 +171,32 @@ async def main(target: int) -> dict[str, Any]:
             await warm.destroy()
             base_available = mem_available()
             base_pss = pss_bytes(descendants(supervisor))
+            base_kernel = meminfo(KERNEL_PARTS)
+            base_memcgs = memory_cgroups()
+
+            def measure(count: int) -> dict[str, Any]:
+                pids = descendants(supervisor)
+                pss = pss_bytes(pids)
+                lost = base_available - mem_available()
+                kernel = max(0, lost - (pss - base_pss))
+                parts = meminfo(KERNEL_PARTS)
+                return {
+                    "workspaces": count,
+                    "pss_mb": pss / MIB,
+                    "supervisor_pss_mb": pss_bytes([supervisor]) / MIB,
+                    "processes": len(pids),
+                    "mem_available_lost_mb": lost / MIB,
+                    "kernel_mb": kernel / MIB,
+                    # What the kernel's own counters grew by, per workspace (KiB).
+                    "kernel_parts_kib_each": {
+                        name: (parts[name] - base_kernel[name]) / max(count, 1) / 1024
+                        for name in KERNEL_PARTS
+                    },
+                    "memory_cgroups_made": memory_cgroups() - base_memcgs,
+                    "per_workspace_mb": (pss + kernel) / max(count, 1) / MIB,
+                    "load_average": load_average(),
+                }
+
             workspaces: list[Workspace] = []
             started = time.perf_counter()
             for goal in [r for r in ROUNDS if r < target] + [target]:
@@ -145,33 +209,22 @@ async def main(target: int) -> dict[str, Any]:
                 except EvalServerError as exc:
                     stopped = f"workspace {len(workspaces)} could not be made: {exc}"
                 count = len(workspaces)
-                pss = pss_bytes(descendants(supervisor))
-                lost = base_available - mem_available()
-                kernel = max(0, lost - (pss - base_pss))
-                rounds.append(
-                    {
-                        "workspaces": count,
-                        "pss_mb": pss / MIB,
-                        "mem_available_lost_mb": lost / MIB,
-                        "kernel_mb": kernel / MIB,
-                        "per_workspace_mb": (pss + kernel) / count / MIB,
-                        "create_s": time.perf_counter() - started,
-                        "load_average": load_average(),
-                    }
-                )
-                print(
-                    f"{count:>6} workspaces: PSS {pss / MIB:8.1f} MiB, MemAvailable -"
-                    f"{lost / MIB:8.1f} MiB, {rounds[-1]['per_workspace_mb']:.3f} MiB each "
-                    f"(load {rounds[-1]['load_average'][0]:.1f})",
-                    flush=True,
-                )
+                rounds.append(measure(count))
+                rounds[-1]["create_s"] = time.perf_counter() - started
+                report(rounds[-1])
                 if count < goal:
                     break
+            answering = time.perf_counter()
             answered = await answer_all(workspaces)
+            answer_s = time.perf_counter() - answering
             print(f"{answered} of {len(workspaces)} answered `true`", flush=True)
             if answered != len(workspaces):
                 raise RuntimeError(f"only {answered} of {len(workspaces)} workspaces answered")
-            last = rounds[-1]
+            # Idle again, each having run a command: what a campaign's workspaces look like
+            # between an agent's commands. The figure is the larger of the two.
+            after = measure(len(workspaces))
+            report(after, "after answering")
+            last = max(rounds[-1], after, key=lambda r: r["per_workspace_mb"])
             teardown = time.perf_counter()
             for ws in workspaces:
                 await ws.destroy()
@@ -181,6 +234,11 @@ async def main(target: int) -> dict[str, Any]:
         "idle_workspace_mb": last["per_workspace_mb"],
         "idle_workspace_pss_mb": last["pss_mb"] / last["workspaces"],
         "idle_workspace_kernel_mb": last["kernel_mb"] / last["workspaces"],
+        "idle_workspace_supervisor_pss_mb": last["supervisor_pss_mb"] / last["workspaces"],
+        "idle_workspace_kernel_parts_kib": last["kernel_parts_kib_each"],
+        "before_answering_mb": rounds[-1]["per_workspace_mb"],
+        "after_answering_mb": after["per_workspace_mb"],
+        "answer_all_s": answer_s,
         "stopped": stopped,
         "mem_available_floor_mb": floor / MIB,
         "destroy_all_s": destroy_s,

@@ -217,6 +217,15 @@ class WorkspaceLayers:
         return {"lowers": [layer.dir for layer in self.stack], "upper": self.upper,
                 "work": self.work}  # fmt: skip
 
+    def mounted_areas(self) -> list[str]:
+        """The areas that are mounts (tmpfs) under every stack it has or may restore, its own
+        first: what its holder's mount namespace must show. Fixed from its creation on: its
+        own layers lie on its own area, the rest came with the checkpoint it forked."""
+        areas = {self.area.path: self.area}
+        for stack in (self.stack, *self.checkpoints.values()):
+            areas.update((layer.area.path, layer.area) for layer in stack)
+        return [path for path, area in areas.items() if area.mounted]
+
     def checkpoint(self) -> tuple[str, bool]:
         """Freezes the upper; (checkpoint id, whether the overlay must be mounted again).
 

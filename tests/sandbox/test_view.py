@@ -215,3 +215,34 @@ def test_a_task_declares_extra_paths_read_only_by_default_or_writable() -> None:
     )
     plain = Task.model_validate({"id": "t", "path": "/srv/repo"})
     assert task.instance_key != plain.instance_key  # a different view is another instance
+
+
+def area_mounts(holder_pid: int) -> list[str]:
+    """The mount points of workspace areas (`<store>/.aN`, tmpfs) in a holder's namespace."""
+    mountinfo = Path(f"/proc/{holder_pid}/mountinfo").read_text().splitlines()
+    points = [line.split()[4] for line in mountinfo]
+    return [p for p in points if os.path.basename(p).startswith(".a")]
+
+
+async def test_a_holder_keeps_the_areas_of_its_own_layers_only_however_many_workspaces_exist(
+    layout: Path, backend: LocalBackend
+) -> None:
+    # A holder that copied the supervisor's namespace kept every earlier workspace's area:
+    # N workspaces held N*N/2 mounts of kernel memory (bench/density.py).
+    spec = InstanceSpec(path=str(layout / "instances" / "task"))
+    with anyio.fail_after(60):
+        instance = await backend.instance(spec)
+        earlier = [await instance.workspace(f"earlier{i}") for i in range(3)]
+        async with await instance.workspace("parent") as parent:
+            await parent.exec("echo parent > a.txt")
+            async with await parent.fork("child") as child:
+                await child.exec("echo child >> a.txt")
+                parents = area_mounts(int(parent.info["holder_pid"]))
+                childs = area_mounts(int(child.info["holder_pid"]))
+                seen = await child.exec("cat a.txt")
+        for ws in earlier:
+            await ws.destroy()
+    assert len(parents) == 1
+    assert len(childs) == 2  # its own and its parent's, where its layers lie
+    assert parents[0] in childs
+    assert seen.stdout == "parent\nchild\n"
