@@ -46,6 +46,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define REPORT_FD 4
@@ -522,12 +523,22 @@ static int take_request(int sock) {
 /* An exec's pid 1 made ahead of its request, in its own pid namespace with its /proc
  * mounted and the view its root: the mount work (a copy of the view's mount table, /proc and
  * its masks: most of an exec's own cost) is off the path of the next command. A workspace
- * keeps one; it is dropped when the view changes (a checkpoint or restore remounts it). */
+ * keeps one while it is busy: made when the holder starts and after each exec, dropped after
+ * SPARE_IDLE_MS without a command (an idle workspace keeps no second process, pid and mount
+ * namespace, or /proc), and when the view changes (a checkpoint or restore remounts it). */
+#define SPARE_IDLE_MS 2000
 struct spare {
     pid_t pid;
     int sock; /* to it: the request's fds go there */
+    long long made_ms;
 };
-static struct spare spare = {-1, -1};
+static struct spare spare = {-1, -1, 0};
+
+static long long now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
 
 static void spare_main(int sock) {
     reset_signals();
@@ -558,7 +569,7 @@ static void prepare_spare(void) {
         close(pair[0]);
         return;
     }
-    spare = (struct spare){pid, pair[0]};
+    spare = (struct spare){pid, pair[0], now_ms()};
 }
 
 /* Gone once this returns, with its mount namespace: nothing of it holds the old view. */
@@ -568,7 +579,7 @@ static void drop_spare(void) {
     close(spare.sock);
     while (waitpid(spare.pid, NULL, 0) < 0 && errno == EINTR) {
     }
-    spare = (struct spare){-1, -1};
+    spare = (struct spare){-1, -1, 0};
 }
 
 /* --- the holder -------------------------------------------------------------------------- */
@@ -600,7 +611,7 @@ static void handle_exec(long job, int *fds, int nfds) {
         if (sendmsg(spare.sock, &hdr, MSG_NOSIGNAL) == n) pid = spare.pid;
         close(spare.sock);
         if (pid < 0) kill(spare.pid, SIGKILL); /* it died: start this one afresh */
-        spare = (struct spare){-1, -1};
+        spare = (struct spare){-1, -1, 0};
     }
     if (pid < 0) {
         pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
@@ -629,7 +640,7 @@ static void reap(void) {
     while ((pid = waitpid(-1, NULL, WNOHANG)) > 0) {
         if (pid == spare.pid) { /* died while it waited: the next exec prepares itself */
             close(spare.sock);
-            spare = (struct spare){-1, -1};
+            spare = (struct spare){-1, -1, 0};
         }
         for (size_t i = 0; i < nchildren; i++)
             if (children[i].pid == pid) {
@@ -674,7 +685,17 @@ int main(int argc, char **argv) {
     prepare_spare();
     struct pollfd polled[2] = {{ctl, POLLIN, 0}, {sigfd, POLLIN, 0}};
     for (;;) {
-        if (poll(polled, 2, -1) < 0) {
+        int wait_ms = -1;
+        if (spare.pid > 0) {
+            long long left = spare.made_ms + SPARE_IDLE_MS - now_ms();
+            wait_ms = left > 0 ? (int)left : 0;
+        }
+        int ready = poll(polled, 2, wait_ms);
+        if (ready == 0) { /* idle: the spare goes */
+            drop_spare();
+            continue;
+        }
+        if (ready < 0) {
             if (errno == EINTR) continue;
             return 1;
         }
