@@ -572,7 +572,8 @@ def killed(pid: int) -> bool:
                 if name in ("SigPnd", "ShdPnd") and int(value, 16) >> (signal.SIGKILL - 1) & 1:
                     return True
         with open(f"/proc/{pid}/stat") as f:
-            state, flags = (f.read().rsplit(")", 1)[1].split()[i] for i in (0, 6))
+            fields = f.read().rsplit(")", 1)[1].split()
+        state, flags = fields[0], fields[6]
     except (OSError, ValueError, IndexError):
         return True
     return state in ("Z", "X") or bool(int(flags) & PF_EXITING)

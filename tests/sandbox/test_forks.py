@@ -254,6 +254,27 @@ async def test_a_fork_outlives_its_parent_and_keeps_its_layers(instance: Instanc
 
 
 @pytest.mark.backends("local", "docker")
+async def test_a_checkpoint_and_a_restore_keep_a_live_workspaces_holder(
+    instance: Instance,
+) -> None:
+    # The view is remounted in place, in the holder's namespaces: a new holder per checkpoint
+    # (the fallback for a dead one) costs a cgroup, namespaces and a process each time.
+    with anyio.fail_after(30):
+        async with await instance.workspace("kept-holder") as ws:
+            assert isinstance(ws, SupervisedWorkspace)
+            holder = ws.info["holder_pid"]
+            await ws.write_file("a.txt", "changed\n")
+            checkpoint = await ws.checkpoint()
+            after_checkpoint = ws.info["holder_pid"]
+            await ws.write_file("a.txt", "later\n")
+            await ws.restore(checkpoint)
+            after_restore = ws.info["holder_pid"]
+            content = await cat(ws, "a.txt")
+    assert (after_checkpoint, after_restore) == (holder, holder)
+    assert content == ["changed\n"]
+
+
+@pytest.mark.backends("local", "docker")
 async def test_a_checkpoint_gives_a_workspace_whose_holder_died_a_new_one(
     instance: Instance,
 ) -> None:
