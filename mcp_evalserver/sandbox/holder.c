@@ -456,7 +456,6 @@ static void reset_signals(void) {
  * every other fd closed; the request read into `r`. Errors go to the info pipe. */
 static char *request_data;
 static off_t request_size;
-static int nfds_given;
 
 static void install_fds(int *fds, int nfds) {
     for (int i = 0; i < nfds; i++) fds[i] = move_up(fds[i]);
@@ -471,7 +470,6 @@ static void install_fds(int *fds, int nfds) {
         if (request_data && pread(fds[4], request_data, (size_t)st.st_size, 0) != st.st_size)
             request_data = NULL;
     }
-    nfds_given = nfds;
     syscall(SYS_close_range, nfds > 5 ? REPORT_FD + 1 : REPORT_FD, ~0u, 0);
 }
 

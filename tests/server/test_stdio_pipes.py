@@ -69,8 +69,15 @@ async def test_the_last_line_without_a_newline_then_the_end_reads_empty() -> Non
         os.close(read_end)
 
 
-async def test_a_message_larger_than_the_pipe_arrives_whole() -> None:
-    message = "x" * (1 << 20) + "\n"  # 16 times a Linux pipe's buffer: the writer must wait
+@pytest.mark.parametrize(
+    "size",
+    [
+        pytest.param(1 << 20, id="16 times a pipe's buffer: the writer must wait"),
+        pytest.param(16 << 20, id="write_file's largest content: 256 reads"),
+    ],
+)
+async def test_a_line_larger_than_the_pipe_arrives_whole(size: int) -> None:
+    line = "y" * size + "\n"
     with anyio.fail_after(10), pipe() as (read_end, write_end):
         received: list[str] = []
 
@@ -79,21 +86,7 @@ async def test_a_message_larger_than_the_pipe_arrives_whole() -> None:
 
         async with anyio.create_task_group() as group:
             group.start_soon(read)
-            assert await PipeWriter(write_end).write(message) == len(message)
-    assert received == [message]
-
-
-async def test_a_16_mb_line_in_many_reads_comes_whole() -> None:
-    line = "y" * (16 << 20) + "\n"  # write_file's largest content arrives in 256 reads
-    with anyio.fail_after(10), pipe() as (read_end, write_end):
-        received: list[str] = []
-
-        async def read() -> None:
-            received.append(await PipeReader(read_end).readline())
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(read)
-            await PipeWriter(write_end).write(line)
+            assert await PipeWriter(write_end).write(line) == len(line)
     assert received == [line]
 
 
