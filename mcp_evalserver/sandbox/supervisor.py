@@ -81,7 +81,6 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_CAPBSET_READ, PR_CAPBSET_DROP, CAP_SYS_ADMIN = 1, 23, 24, 21
 PR_SET_DUMPABLE = 4
-PF_EXITING = 0x4  # a process's flags in /proc/PID/stat: it is in exit(2)
 # Where an exec asked with `report` finds the write end of its private report channel.
 REPORT_FD = 4
 REPORT_CAP = 64 << 20
@@ -561,22 +560,6 @@ def reset_signals() -> None:
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
-
-
-def killed(pid: int) -> bool:
-    """Whether process `pid` is gone or going: a SIGKILL pending, exiting or exited."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                name, _, value = line.partition(":")
-                if name in ("SigPnd", "ShdPnd") and int(value, 16) >> (signal.SIGKILL - 1) & 1:
-                    return True
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        state, flags = fields[0], fields[6]
-    except (OSError, ValueError, IndexError):
-        return True
-    return state in ("Z", "X") or bool(int(flags) & PF_EXITING)
 
 
 def write_file(path: str, text: str) -> None:
@@ -1861,7 +1844,7 @@ class Supervisor:
     def remount_in_holder(self, ws: Workspace) -> None:
         """The view again at the same root, on the workspace's new stack, in its holder's mount
         namespace, from here: the old view goes with every mount under it. No new holder, no
-        cgroup, no namespace made; the holder (Python or compiled) need not know. Asked only
+        cgroup, no namespace made; the holder (Python or compiled) only drops its spare. Asked only
         when no command runs there, so nothing has the old view open; an exec started later
         copies the new one.
 
@@ -1874,8 +1857,9 @@ class Supervisor:
             raise OSError(errno.EPIPE, "no holder")
         # holder.c keeps an exec's init ready inside the view: it must be gone, and its copy
         # of the old overlay with it, before the old upper becomes a lower. The answer also
-        # says the holder lives (its pid stays ours until the loop reaps it, so the namespace
-        # opened below is its own).
+        # says the holder lives: one killed (its socket and namespace outlast it a moment)
+        # never runs again to answer, and its pid stays ours until the loop reaps it, so the
+        # namespace opened below is its own.
         ws.ctl.settimeout(60)
         ws.ctl.send(b"drop spare")
         answer = ws.ctl.recv(64)
@@ -1883,9 +1867,6 @@ class Supervisor:
         if answer != b"dropped":
             raise OSError(errno.EPIPE, f"holder answered {answer!r}")
         target = os.open(f"/proc/{ws.holder_pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-        if killed(ws.holder_pid):  # its socket and namespace last a moment longer than it
-            os.close(target)
-            raise OSError(errno.ESRCH, "the holder was killed")
         own = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
