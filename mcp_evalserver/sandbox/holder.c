@@ -17,10 +17,11 @@
  *     "kill JOB"     anything else is ignored; end of file ends the holder.
  * The request (a memfd) is supervisor.py's encode_exec_request: NUL-terminated fields
  *     cwd user pids memory have_nproc have_memory argc argv... envc env...
- * An exec is a child cloned into a new pid namespace as its pid 1: it mounts its own /proc,
- * confines itself exactly as supervisor.py's sandbox_init does, spawns the command, reaps
- * every orphan until the command exits, and writes {"status": N} (or {"error": ...}) on the
- * info pipe. Killing it kills the whole pid namespace.
+ * An exec runs on a runner: pid 1 of a pid namespace of its own, with its own /proc, which
+ * forks the command, confines it exactly as supervisor.py's sandbox_init does, reaps every
+ * orphan until the command exits, kills whatever it left, and writes {"status": N} (or the
+ * child's {"error": ...}) on the info pipe. A runner serves one exec at a time, and exec after
+ * exec (see struct runner). Killing it kills the whole pid namespace.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -33,7 +34,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,12 +53,11 @@
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define MAX_FIELDS_BYTES (64 << 20)
 
-/* The same lists as supervisor.py (PROC_MASKED, PROC_READONLY, KEPT_CAPS, RESET_SIGNALS). */
+/* The same lists as supervisor.py (PROC_MASKED, PROC_READONLY, KEPT_CAPS). */
 static const char *const PROC_MASKED[] = {"kcore", "keys", "timer_list", "sched_debug",
                                           "latency_stats", "acpi", "scsi"};
 static const char *const PROC_READONLY[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
 static const int KEPT_CAPS[] = {0, 1, 3, 4}; /* CHOWN, DAC_OVERRIDE, FOWNER, FSETID */
-static const int RESET_SIGNALS[] = {SIGPIPE, SIGXFSZ, SIGINT, SIGTERM, SIGCHLD};
 
 static const char *root, *mask_file, *mask_dir;
 static unsigned char *seccomp_program;
@@ -342,28 +341,8 @@ static int find_program(const char *name, const char *path, char *out, size_t si
     return denied ? 126 : 127;
 }
 
-/* Pid 1 of the exec: reaps every orphan until `command` exits, reports its status. */
-static void serve_as_init(pid_t command) {
-    close(0);
-    close(1);
-    close(2);
-    close(REPORT_FD);
-    for (;;) {
-        int status;
-        pid_t pid = waitpid(-1, &status, 0);
-        if (pid < 0) {
-            if (errno == EINTR) continue;
-            _exit(1);
-        }
-        if (pid == command) {
-            report_status(status);
-            _exit(0); /* and the kernel kills whatever the command left running */
-        }
-    }
-}
-
 /* What does not depend on the request: a mount namespace with this pid namespace's /proc,
- * inside the view. Done ahead by a spare (see prepare_spare). */
+ * inside the view. Done once per runner (see runner_main). */
 static void enter_view(void) {
     if (unshare(CLONE_NEWNS)) setup_failed("unshare");
     setsid(); /* no controlling terminal: /dev/tty is ENXIO, TIOCSTI has no target */
@@ -376,9 +355,13 @@ static void enter_view(void) {
     if (chroot(root) || chdir("/")) setup_failed("chroot");
 }
 
-/* The rest, with the request's fds at 0-4: never returns. */
-static void exec_init(struct request *r) {
+/* The command, in the runner's child, with the request's fds at 0-4: confines itself exactly
+ * as supervisor.py's sandbox_init does, then execs. Never returns: a set-up failure is
+ * reported on the info pipe and a program that cannot run exits 126 or 127, whose status the
+ * runner reports as the command's. */
+static void run_command(struct request *r) {
     if (fcntl(3, F_SETFD, FD_CLOEXEC)) setup_failed("info pipe");
+    if (setsid() < 0) setup_failed("setsid");
     if (r->pids && r->have_nproc) set_limit(RLIMIT_NPROC, r->pids);
     if (r->memory && !r->have_memory) set_limit(RLIMIT_AS, r->memory);
     set_limit(RLIMIT_CORE, 0);
@@ -400,43 +383,19 @@ static void exec_init(struct request *r) {
     } else {
         drop_privileges(NULL, 0, NULL, 0);
     }
-    /* Same uid as the command: without this it could open /proc/1/fd/3 (or ptrace us) and
-     * write its own status. The command's execve makes it dumpable again. */
-    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) setup_failed("dumpable");
-
-    /* The command must not be pid 1: the kernel drops the signals pid 1 sends itself. */
     char program[4096];
     const char *reason = NULL, *path = getenv_in(r->env, "PATH");
     int code = find_program(r->argv[0], path ? path : DEFAULT_PATH, program, sizeof program,
                             &reason);
-    pid_t command = -1;
     if (!code) {
-        posix_spawnattr_t attr;
-        sigset_t none, reset;
-        posix_spawnattr_init(&attr);
-        sigemptyset(&none);
-        sigemptyset(&reset);
-        for (size_t i = 0; i < sizeof RESET_SIGNALS / sizeof *RESET_SIGNALS; i++)
-            sigaddset(&reset, RESET_SIGNALS[i]);
-        posix_spawnattr_setsigmask(&attr, &none);
-        posix_spawnattr_setsigdefault(&attr, &reset);
-        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                            POSIX_SPAWN_SETSIGDEF);
-        int err = posix_spawn(&command, program, NULL, &attr, r->argv, r->env);
-        posix_spawnattr_destroy(&attr);
-        if (err) {
-            code = err == ENOENT ? 127 : 126;
-            reason = strerror(err);
-        }
+        execve(program, r->argv, r->env);
+        code = errno == ENOENT ? 127 : 126;
+        reason = strerror(errno);
     }
-    if (code) {
-        char line[8400];
-        int n = snprintf(line, sizeof line, "sandbox: cannot run '%s': %s\n", r->argv[0], reason);
-        write_all(2, line, (size_t)n);
-        report_status(code << 8);
-        _exit(0);
-    }
-    serve_as_init(command);
+    char line[8400];
+    int n = snprintf(line, sizeof line, "sandbox: cannot run '%s': %s\n", r->argv[0], reason);
+    write_all(2, line, (size_t)n);
+    _exit(code);
 }
 
 static int move_up(int fd) { /* out of the way of the dup2s to 0..4 */
@@ -453,7 +412,9 @@ static void reset_signals(void) {
 }
 
 /* A request's fds (stdin, stdout, stderr, info, request[, report]) to 0-3 and REPORT_FD;
- * every other fd closed; the request read into `r`. Errors go to the info pipe. */
+ * every other fd closed but the runner's socket (RUNNER_SOCKET); the request read. Errors go
+ * to the info pipe. */
+#define RUNNER_SOCKET 100
 static char *request_data;
 static off_t request_size;
 
@@ -463,24 +424,18 @@ static void install_fds(int *fds, int nfds) {
         if (dup2(fds[target], target) < 0) _exit(127);
     if (nfds > 5 && dup2(fds[5], REPORT_FD) < 0) _exit(127);
     struct stat st;
+    free(request_data);
     request_data = NULL;
     if (fstat(fds[4], &st) == 0 && st.st_size > 0 && st.st_size <= MAX_FIELDS_BYTES) {
         request_data = malloc((size_t)st.st_size);
         request_size = st.st_size;
-        if (request_data && pread(fds[4], request_data, (size_t)st.st_size, 0) != st.st_size)
+        if (request_data && pread(fds[4], request_data, (size_t)st.st_size, 0) != st.st_size) {
+            free(request_data);
             request_data = NULL;
+        }
     }
-    syscall(SYS_close_range, nfds > 5 ? REPORT_FD + 1 : REPORT_FD, ~0u, 0);
-}
-
-static void run_request(void) {
-    struct request r;
-    if (!request_data) setup_failed("the request");
-    if (parse_request(request_data, (size_t)request_size, &r)) {
-        report_error(3, "InvalidInput", "exec: a malformed request");
-        _exit(127);
-    }
-    exec_init(&r);
+    syscall(SYS_close_range, nfds > 5 ? REPORT_FD + 1 : REPORT_FD, RUNNER_SOCKET - 1, 0);
+    syscall(SYS_close_range, RUNNER_SOCKET + 1, ~0u, 0);
 }
 
 /* A message's fds, as the holder's loop reads them: how many, or -1 at end of file. */
@@ -507,30 +462,113 @@ static int receive(int sock, char *msg, size_t size, int *fds) {
     return nfds;
 }
 
-/* A spare's wait for its request (the holder passes the exec's fds on): installs them. */
+/* A runner's wait for its next request (the holder passes the exec's fds on): installs them. */
 static int take_request(int sock) {
     char msg[64];
     int fds[8];
     int nfds = receive(sock, msg, sizeof msg, fds);
-    close(sock);
-    if (nfds != 5 && nfds != 6) return -1; /* the holder is gone, or dropped this spare */
+    if (nfds != 5 && nfds != 6) { /* the holder is gone, or retired this runner */
+        for (int i = 0; i < nfds; i++) close(fds[i]);
+        return -1;
+    }
     install_fds(fds, nfds);
     return 0;
 }
 
-/* An exec's pid 1 made ahead of its request, in its own pid namespace with its /proc
- * mounted and the view its root: the mount work (a copy of the view's mount table, /proc and
- * its masks: most of an exec's own cost) is off the path of the next command. A workspace
- * keeps one while it is busy: made when the holder starts and after each exec, dropped after
- * SPARE_IDLE_MS without a command (an idle workspace keeps no second process, pid and mount
- * namespace, or /proc), and when the view changes (a checkpoint or restore remounts it). */
+/* One exec on this runner: the command is its child; every orphan comes back to it (pid 1).
+ * Once the command exits, whatever it left running is killed and reaped, so the next exec
+ * starts in a pid namespace that holds nothing but the runner, as a new one would; then the
+ * runner tells the holder it is free (before the status: the supervisor's next exec, sent
+ * once it has the status, finds it free), reports the status and closes the info pipe. */
+static void run_job(int sock) {
+    struct request r;
+    if (!request_data) setup_failed("the request");
+    if (parse_request(request_data, (size_t)request_size, &r)) {
+        report_error(3, "InvalidInput", "exec: a malformed request");
+        _exit(127);
+    }
+    /* The command must not be pid 1: the kernel drops the signals pid 1 sends itself. */
+    pid_t command = fork();
+    if (command == 0) {
+        close(sock);
+        run_command(&r);
+    }
+    int err = errno;
+    free(r.argv);
+    free(r.env);
+    close(0);
+    close(1);
+    close(2);
+    close(REPORT_FD);
+    int status = 126 << 8;
+    if (command < 0) { /* the pids limit, say */
+        report_error(3, "LimitExceeded", "cannot start a process: %s", strerror(err));
+        _exit(127);
+    }
+    for (;;) {
+        int reaped;
+        pid_t pid = waitpid(-1, &reaped, 0);
+        if (pid < 0 && errno != EINTR) _exit(1);
+        if (pid == command) {
+            status = reaped;
+            break;
+        }
+    }
+    /* A process forking as it is killed gets no child out (the kernel refuses a fork with
+     * SIGKILL pending), and one that escapes a round is in the next. */
+    for (;;) {
+        kill(-1, SIGKILL);
+        if (waitpid(-1, NULL, 0) < 0 && errno == ECHILD) break;
+    }
+    write_all(sock, "idle", 4);
+    report_status(status);
+    close(3);
+}
+
+static void runner_main(int sock) {
+    reset_signals();
+    if (sock != RUNNER_SOCKET) {
+        if (dup3(sock, RUNNER_SOCKET, O_CLOEXEC) < 0) _exit(1);
+        close(sock);
+        sock = RUNNER_SOCKET;
+    }
+    syscall(SYS_close_range, 3, RUNNER_SOCKET - 1, 0);
+    syscall(SYS_close_range, RUNNER_SOCKET + 1, ~0u, 0);
+    /* The holder's death ends it (and if the holder died before this, its end of the socket
+     * is closed: take_request sees the end of file). */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)) _exit(1);
+    /* Root with every capability in a namespace of commands that have a few: not dumpable,
+     * so none can open /proc/1/fd/3 (the info pipe) or ptrace it to write its own status. */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) _exit(1);
+    spare_socket = sock;
+    enter_view();
+    spare_socket = -1;
+    for (;;) {
+        if (take_request(sock) < 0) _exit(0);
+        run_job(sock);
+    }
+}
+
+/* --- the holder -------------------------------------------------------------------------- */
+/* An exec's pid 1 (a "runner"), in its own pid namespace with its /proc mounted and the view
+ * its root. Making one (a copy of the view's mount table, /proc and its masks) is most of an
+ * exec's own cost, so a runner serves exec after exec: one is made ahead when the holder
+ * starts and whenever none is free, and a runner whose exec ended is free again. A free
+ * runner goes after SPARE_IDLE_MS without a command (an idle workspace keeps no second
+ * process, pid and mount namespace, or /proc), and when the view changes (a checkpoint or
+ * restore remounts it: a runner holds the view of its generation). At most MAX_FREE wait. */
 #define SPARE_IDLE_MS 2000
-struct spare {
+#define MAX_FREE 64
+struct runner {
     pid_t pid;
-    int sock; /* to it: the request's fds go there */
-    long long made_ms;
+    int sock;         /* to it: the request's fds go there; -1 once it is retired or killed */
+    long job;         /* the exec it runs, or -1 when free */
+    unsigned view;    /* the view generation it was made in */
+    long long free_ms; /* when it became free */
 };
-static struct spare spare = {-1, -1, 0};
+static struct runner *runners;
+static size_t nrunners, runners_size;
+static unsigned view_generation;
 
 static long long now_ms(void) {
     struct timespec t;
@@ -538,114 +576,126 @@ static long long now_ms(void) {
     return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-static void spare_main(int sock) {
-    reset_signals();
-    sock = fcntl(sock, F_DUPFD_CLOEXEC, 100);
-    syscall(SYS_close_range, 3, 99, 0);
-    syscall(SYS_close_range, 101, ~0u, 0);
-    /* The holder's death ends it (and if the holder died before this, its end of the socket
-     * is closed: take_request sees the end of file). */
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)) _exit(1);
-    spare_socket = sock;
-    enter_view();
-    spare_socket = -1;
-    if (take_request(sock) < 0) _exit(0);
-    run_request();
+static int is_free(const struct runner *r) { return r->sock >= 0 && r->job < 0; }
+
+static size_t free_runners(void) {
+    size_t n = 0;
+    for (size_t i = 0; i < nrunners; i++) n += is_free(&runners[i]);
+    return n;
 }
 
-static void prepare_spare(void) {
+/* A new free runner: its index, or -1 (the pids limit, say: the exec reports it). */
+static long make_runner(void) {
     int pair[2];
-    if (spare.pid > 0) return;
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair)) return;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair)) return -1;
     pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
     if (pid == 0) {
         close(pair[0]);
-        spare_main(pair[1]);
+        runner_main(pair[1]);
     }
     close(pair[1]);
-    if (pid < 0) { /* the pids limit, say: the next exec prepares itself */
+    if (pid < 0) {
         close(pair[0]);
+        return -1;
+    }
+    if (nrunners == runners_size) {
+        runners_size = runners_size ? runners_size * 2 : 16;
+        runners = realloc(runners, runners_size * sizeof *runners);
+        if (!runners) _exit(1);
+    }
+    runners[nrunners] = (struct runner){pid, pair[0], -1, view_generation, now_ms()};
+    return (long)nrunners++;
+}
+
+static void prepare_spare(void) {
+    if (free_runners() == 0) make_runner();
+}
+
+/* Ends a runner: closed, it exits at its next wait for a request; killed, at once. */
+static void retire(struct runner *r, int kill_it) {
+    if (kill_it) kill(r->pid, SIGKILL);
+    if (r->sock >= 0) close(r->sock);
+    r->sock = -1;
+    r->job = -1;
+}
+
+/* Gone once this returns, with their mount namespaces: nothing of them holds the old view. */
+static void drop_free_runners(void) {
+    for (size_t i = 0; i < nrunners; i++)
+        if (is_free(&runners[i])) {
+            retire(&runners[i], 1);
+            while (waitpid(runners[i].pid, NULL, 0) < 0 && errno == EINTR) {
+            }
+            runners[i].pid = -1; /* reaped: dropped from the table below */
+        }
+    size_t kept = 0;
+    for (size_t i = 0; i < nrunners; i++)
+        if (runners[i].pid > 0) runners[kept++] = runners[i];
+    nrunners = kept;
+}
+
+/* Hands the exec to a free runner (the one freed last), or a new one. */
+static void handle_exec(long job, int *fds, int nfds) {
+    char header[32];
+    int n = snprintf(header, sizeof header, "exec %ld", job);
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(8 * sizeof(int))];
+    } control;
+    memset(&control, 0, sizeof control);
+    struct iovec iov = {header, (size_t)n};
+    struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                         .msg_controllen = CMSG_SPACE(nfds * sizeof(int))};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&hdr);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+    long chosen = -1;
+    for (;;) {
+        long pick = -1;
+        for (size_t i = 0; i < nrunners; i++)
+            if (is_free(&runners[i]) && (pick < 0 || runners[i].free_ms >= runners[pick].free_ms))
+                pick = (long)i;
+        int made = pick < 0;
+        if (made && (pick = make_runner()) < 0) break;
+        if (sendmsg(runners[pick].sock, &hdr, MSG_NOSIGNAL) == n) {
+            chosen = pick;
+            break;
+        }
+        retire(&runners[pick], 1); /* it died: the next one, or a new one */
+        if (made) break;
+    }
+    if (chosen < 0) /* typically the workspace's pids limit */
+        report_error(fds[3], "LimitExceeded", "cannot start a process: %s", strerror(errno));
+    else
+        runners[chosen].job = job;
+    for (int i = 0; i < nfds; i++) close(fds[i]); /* the info pipe too: the runner reports */
+}
+
+/* A busy runner's word: "idle" once its exec ended; end of file if it died. */
+static void runner_said(struct runner *r) {
+    char msg[16];
+    ssize_t n = recv(r->sock, msg, sizeof msg, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n == 4 && !memcmp(msg, "idle", 4) && r->view == view_generation &&
+        free_runners() < MAX_FREE) {
+        r->job = -1;
+        r->free_ms = now_ms();
         return;
     }
-    spare = (struct spare){pid, pair[0], now_ms()};
-}
-
-/* Gone once this returns, with its mount namespace: nothing of it holds the old view. */
-static void drop_spare(void) {
-    if (spare.pid <= 0) return;
-    kill(spare.pid, SIGKILL);
-    close(spare.sock);
-    while (waitpid(spare.pid, NULL, 0) < 0 && errno == EINTR) {
-    }
-    spare = (struct spare){-1, -1, 0};
-}
-
-/* --- the holder -------------------------------------------------------------------------- */
-struct child {
-    pid_t pid;
-    long job;
-};
-static struct child *children;
-static size_t nchildren, children_size;
-
-static void handle_exec(long job, int *fds, int nfds) {
-    pid_t pid = -1;
-    if (spare.pid > 0) {
-        char header[32];
-        int n = snprintf(header, sizeof header, "exec %ld", job);
-        union {
-            struct cmsghdr align;
-            char buf[CMSG_SPACE(8 * sizeof(int))];
-        } control;
-        memset(&control, 0, sizeof control);
-        struct iovec iov = {header, (size_t)n};
-        struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                             .msg_controllen = CMSG_SPACE(nfds * sizeof(int))};
-        struct cmsghdr *c = CMSG_FIRSTHDR(&hdr);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-        memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-        if (sendmsg(spare.sock, &hdr, MSG_NOSIGNAL) == n) pid = spare.pid;
-        close(spare.sock);
-        if (pid < 0) kill(spare.pid, SIGKILL); /* it died: start this one afresh */
-        spare = (struct spare){-1, -1, 0};
-    }
-    if (pid < 0) {
-        pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
-        if (pid == 0) {
-            reset_signals();
-            install_fds(fds, nfds);
-            if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)) setup_failed("pdeathsig");
-            enter_view();
-            run_request();
-        }
-    }
-    if (pid < 0) /* typically the workspace's pids limit */
-        report_error(fds[3], "LimitExceeded", "cannot start a process: %s", strerror(errno));
-    for (int i = 0; i < nfds; i++) close(fds[i]); /* the info pipe too: the init reports */
-    if (pid < 0) return;
-    if (nchildren == children_size) {
-        children_size = children_size ? children_size * 2 : 16;
-        children = realloc(children, children_size * sizeof *children);
-        if (!children) _exit(1);
-    }
-    children[nchildren++] = (struct child){pid, job};
+    retire(r, n != 4);
 }
 
 static void reap(void) {
     pid_t pid;
-    while ((pid = waitpid(-1, NULL, WNOHANG)) > 0) {
-        if (pid == spare.pid) { /* died while it waited: the next exec prepares itself */
-            close(spare.sock);
-            spare = (struct spare){-1, -1, 0};
-        }
-        for (size_t i = 0; i < nchildren; i++)
-            if (children[i].pid == pid) {
-                children[i] = children[--nchildren];
+    while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
+        for (size_t i = 0; i < nrunners; i++)
+            if (runners[i].pid == pid) {
+                if (runners[i].sock >= 0) close(runners[i].sock);
+                runners[i] = runners[--nrunners];
                 break;
             }
-    }
 }
 
 /* The settings (see the top): returns the control socket's fd, or -1. */
@@ -681,22 +731,45 @@ int main(int argc, char **argv) {
     if (sigfd < 0) return 1;
     fcntl(ctl, F_SETFD, FD_CLOEXEC);
     prepare_spare();
-    struct pollfd polled[2] = {{ctl, POLLIN, 0}, {sigfd, POLLIN, 0}};
+    struct pollfd *polled = NULL;
+    size_t polled_size = 0;
     for (;;) {
         int wait_ms = -1;
-        if (spare.pid > 0) {
-            long long left = spare.made_ms + SPARE_IDLE_MS - now_ms();
-            wait_ms = left > 0 ? (int)left : 0;
+        long long now = now_ms();
+        for (size_t i = 0; i < nrunners; i++)
+            if (is_free(&runners[i])) {
+                long long left = runners[i].free_ms + SPARE_IDLE_MS - now;
+                if (wait_ms < 0 || left < wait_ms) wait_ms = left > 0 ? (int)left : 0;
+            }
+        /* The control socket, SIGCHLD, and every busy runner's socket (its "idle"). */
+        if (polled_size < nrunners + 2) {
+            polled_size = (nrunners + 2) * 2;
+            polled = realloc(polled, polled_size * sizeof *polled);
+            if (!polled) return 1;
         }
-        int ready = poll(polled, 2, wait_ms);
-        if (ready == 0) { /* idle: the spare goes */
-            drop_spare();
-            continue;
-        }
+        polled[0] = (struct pollfd){ctl, POLLIN, 0};
+        polled[1] = (struct pollfd){sigfd, POLLIN, 0};
+        size_t npolled = 2;
+        for (size_t i = 0; i < nrunners; i++)
+            if (runners[i].sock >= 0 && runners[i].job >= 0)
+                polled[npolled++] = (struct pollfd){runners[i].sock, POLLIN, 0};
+        int ready = poll(polled, (nfds_t)npolled, wait_ms);
         if (ready < 0) {
             if (errno == EINTR) continue;
             return 1;
         }
+        /* Runners first: one freed before the exec that follows it is free for that exec. */
+        for (size_t p = 2; p < npolled; p++)
+            if (polled[p].revents)
+                for (size_t i = 0; i < nrunners; i++)
+                    if (runners[i].sock == polled[p].fd) {
+                        runner_said(&runners[i]);
+                        break;
+                    }
+        now = now_ms();
+        for (size_t i = 0; i < nrunners; i++) /* idle: they go */
+            if (is_free(&runners[i]) && now - runners[i].free_ms >= SPARE_IDLE_MS)
+                retire(&runners[i], 0);
         if (polled[1].revents) {
             struct signalfd_siginfo info;
             while (read(sigfd, &info, sizeof info) > 0) {
@@ -710,19 +783,21 @@ int main(int argc, char **argv) {
         if (nfds == -1) return 0; /* the supervisor closed us: the workspace is gone */
         if (nfds < 0) continue;
         long job;
-        if (sscanf(msg, "exec %ld", &job) == 1 && (nfds == 5 || nfds == 6)) {
+        if (sscanf(msg, "exec %ld", &job) == 1 && job >= 0 && (nfds == 5 || nfds == 6)) {
             handle_exec(job, fds, nfds);
-            prepare_spare(); /* for the next command, while this one runs */
+            prepare_spare(); /* for a command asked while this one runs */
             continue;
         }
         for (int i = 0; i < nfds; i++) close(fds[i]);
-        if (sscanf(msg, "kill %ld", &job) == 1)
-            for (size_t i = 0; i < nchildren; i++)
-                if (children[i].job == job) kill(children[i].pid, SIGKILL);
-        /* Around a remount of the view (supervisor.py's remount_in_holder): the spare's copy
-         * of the old view must be gone before the old upper becomes a lower. */
+        if (sscanf(msg, "kill %ld", &job) == 1 && job >= 0)
+            for (size_t i = 0; i < nrunners; i++)
+                if (runners[i].job == job) retire(&runners[i], 1);
+        /* Around a remount of the view (supervisor.py's remount_in_holder): the free runners'
+         * copies of the old view must be gone before the old upper becomes a lower, and a
+         * busy one (there should be none) is not kept once its exec ends. */
         if (!strcmp(msg, "drop spare")) {
-            drop_spare();
+            view_generation++;
+            drop_free_runners();
             write_all(ctl, "dropped", 7);
         }
         if (!strcmp(msg, "respare")) prepare_spare();

@@ -1855,8 +1855,8 @@ class Supervisor:
         assert ws.layers is not None
         if ws.ctl is None:
             raise OSError(errno.EPIPE, "no holder")
-        # holder.c keeps an exec's init ready inside the view: it must be gone, and its copy
-        # of the old overlay with it, before the old upper becomes a lower. The answer also
+        # holder.c keeps free exec inits (its runners) inside the view: they must be gone, and
+        # their copies of the old overlay with them, before the old upper becomes a lower. The answer also
         # says the holder lives: one killed (its socket and namespace outlast it a moment)
         # never runs again to answer, and its pid stays ours until the loop reaps it, so the
         # namespace opened below is its own.

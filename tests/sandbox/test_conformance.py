@@ -435,6 +435,61 @@ async def test_a_command_cannot_write_the_sandboxs_report_of_its_own_exit(
     assert results[2].stdout == "-1\n"
 
 
+async def test_the_next_command_finds_nothing_the_last_one_left_running(
+    instance: Instance,
+) -> None:
+    # One pid 1 serves exec after exec: whatever a command leaves behind (a forking loop, a
+    # new session, a process waiting to forge the next command's status through pid 1) must
+    # be dead before the next command starts, as in a fresh pid namespace.
+    left = marker()
+    script = (
+        f"exec 3>&- 4>&-; (while :; do sleep {left} & done) >/dev/null 2>&1 & "
+        f"setsid sleep {left} >/dev/null 2>&1 & "
+        f"(sleep {left}; echo '{{\"status\": 0}}' > /proc/1/fd/3) >/dev/null 2>&1 & echo left"
+    )
+    with anyio.fail_after(30):
+        async with await instance.workspace("leaver") as ws:
+            first = await ws.exec(script)
+            after = await ws.exec("ps -eo comm= | sort | uniq -c; exit 5")
+        await wait_until_gone(left)
+    assert first.stdout == "left\n"
+    assert after.exit_code == 5  # its own status, not a forged one
+    assert "sleep" not in after.stdout, after.stdout
+    # pid 1, and the pipeline's sh, ps, sort and uniq
+    assert sum(int(line.split()[0]) for line in after.stdout.splitlines()) == 5, after.stdout
+
+
+async def test_a_command_cannot_kill_stop_or_take_over_the_pid_1_that_reports_its_status(
+    instance: Instance,
+) -> None:
+    attack = (
+        "kill -STOP 1; kill -9 1; kill -TERM 1; kill -9 -1; "
+        "cat /proc/1/environ /proc/1/mem; ls /proc/1/root/ /proc/1/fd/; exit 3"
+    )
+    with anyio.fail_after(30):
+        async with await instance.workspace("pid1") as ws:
+            attacked = await ws.exec(attack)
+            next_one = await ws.exec("echo still here")
+    assert attacked.exit_code == 3, attacked.stderr
+    assert "Permission denied" in attacked.stderr
+    assert next_one.stdout == "still here\n"
+
+
+async def test_each_command_gets_its_own_user_and_limits_not_the_last_ones(
+    instance: Instance,
+) -> None:
+    with anyio.fail_after(30):
+        async with await instance.workspace("users") as ws:
+            seen = [
+                await ws.exec("id -u; ulimit -n 7; ulimit -n", user="nobody"),
+                await ws.exec("id -u; ulimit -n"),
+                await ws.exec("id -u", user="nobody"),
+            ]
+    assert [r.stdout.split() for r in seen] == [["65534", "7"], ["0", seen[1].stdout.split()[1]],
+                                                ["65534"]]  # fmt: skip
+    assert seen[1].stdout.split()[1] != "7"
+
+
 async def test_a_report_channel_returns_what_was_written_and_counts_its_writers(
     instance: Instance,
 ) -> None:
