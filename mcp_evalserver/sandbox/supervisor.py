@@ -1856,10 +1856,10 @@ class Supervisor:
         if ws.ctl is None:
             raise OSError(errno.EPIPE, "no holder")
         # holder.c keeps free exec inits (its runners) inside the view: they must be gone, and
-        # their copies of the old overlay with them, before the old upper becomes a lower. The answer also
-        # says the holder lives: one killed (its socket and namespace outlast it a moment)
-        # never runs again to answer, and its pid stays ours until the loop reaps it, so the
-        # namespace opened below is its own.
+        # their copies of the old overlay with them, before the old upper becomes a lower. The
+        # answer also says the holder lives: one killed (its socket and namespace outlast it a
+        # moment) never runs again to answer, and its pid stays ours until the loop reaps it, so
+        # the namespace opened below is its own.
         ws.ctl.settimeout(60)
         ws.ctl.send(b"drop spare")
         answer = ws.ctl.recv(64)
