@@ -91,6 +91,31 @@ def process_cpu_seconds(pid: int, *, reaped: bool = False) -> float:
     return sum(int(x) for x in fields[11 : 15 if reaped else 13]) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu_seconds() -> float:
+    """CPU seconds every CPU of this machine has spent busy since boot (/proc/stat: user,
+    nice, system, irq, softirq)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def named_processes_cpu_seconds(names: frozenset[str]) -> float:
+    """User + system CPU seconds of the live processes whose command name is in `names`."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                if f.read().strip() not in names:
+                    continue
+        except OSError:
+            continue
+        total += process_cpu_seconds(int(entry))
+    return total
+
+
 def process_tree_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of `pid` and its live descendants, with the time of every
     child they reaped; 0 once gone."""
