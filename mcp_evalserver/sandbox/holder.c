@@ -553,10 +553,11 @@ static void runner_main(int sock) {
 /* An exec's pid 1 (a "runner"), in its own pid namespace with its /proc mounted and the view
  * its root. Making one (a copy of the view's mount table, /proc and its masks) is most of an
  * exec's own cost, so a runner serves exec after exec: one is made ahead when the holder
- * starts and whenever none is free, and a runner whose exec ended is free again. A free
- * runner goes after SPARE_IDLE_MS without a command (an idle workspace keeps no second
- * process, pid and mount namespace, or /proc), and when the view changes (a checkpoint or
- * restore remounts it: a runner holds the view of its generation). At most MAX_FREE wait. */
+ * starts (and while commands overlap, whenever none is free), and a runner whose exec ended
+ * is free again. A free runner goes after SPARE_IDLE_MS without a command (an idle workspace
+ * keeps no second process, pid and mount namespace, or /proc), and when the view changes (a
+ * checkpoint or restore remounts it: a runner holds the view of its generation). At most
+ * MAX_FREE wait. */
 #define SPARE_IDLE_MS 2000
 #define MAX_FREE 64
 struct runner {
@@ -577,6 +578,12 @@ static long long now_ms(void) {
 }
 
 static int is_free(const struct runner *r) { return r->sock >= 0 && r->job < 0; }
+
+static size_t busy_runners(void) {
+    size_t n = 0;
+    for (size_t i = 0; i < nrunners; i++) n += runners[i].sock >= 0 && runners[i].job >= 0;
+    return n;
+}
 
 static size_t free_runners(void) {
     size_t n = 0;
@@ -785,7 +792,9 @@ int main(int argc, char **argv) {
         long job;
         if (sscanf(msg, "exec %ld", &job) == 1 && job >= 0 && (nfds == 5 || nfds == 6)) {
             handle_exec(job, fds, nfds);
-            prepare_spare(); /* for a command asked while this one runs */
+            /* Commands overlap here: one more ready for the next. One at a time, the runner
+             * that ran the last is free for the next, and an idle workspace keeps one. */
+            if (busy_runners() > 1) prepare_spare();
             continue;
         }
         for (int i = 0; i < nfds; i++) close(fds[i]);
