@@ -626,10 +626,11 @@ static void retire(struct runner *r, int kill_it) {
     r->job = -1;
 }
 
-/* Gone once this returns, with their mount namespaces: nothing of them holds the old view. */
+/* Every runner not running a command (free, or retired and not yet gone) is gone once this
+ * returns, with its mount namespace: nothing of them holds the old view. */
 static void drop_free_runners(void) {
     for (size_t i = 0; i < nrunners; i++)
-        if (is_free(&runners[i])) {
+        if (runners[i].job < 0) {
             retire(&runners[i], 1);
             while (waitpid(runners[i].pid, NULL, 0) < 0 && errno == EINTR) {
             }
@@ -806,6 +807,8 @@ int main(int argc, char **argv) {
          * busy one (there should be none) is not kept once its exec ends. */
         if (!strcmp(msg, "drop spare")) {
             view_generation++;
+            for (size_t i = 0; i < nrunners; i++) /* an "idle" not yet read: free, so it goes */
+                if (runners[i].sock >= 0 && runners[i].job >= 0) runner_said(&runners[i]);
             drop_free_runners();
             write_all(ctl, "dropped", 7);
         }
