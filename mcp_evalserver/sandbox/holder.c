@@ -573,8 +573,23 @@ struct runner {
     unsigned view;    /* the view generation it was made in */
     long long free_ms; /* when it became free */
 };
-static struct runner *runners;
+/* On main's stack (pages an idle holder touches anyway) until a workspace runs more than
+ * INLINE_RUNNERS commands at once: on the heap, or in pages of their own, they cost every
+ * idle workspace a page or two (10,000 of them: 40-80 MiB). */
+#define INLINE_RUNNERS 8
+static struct runner *inline_runners, *runners;
 static size_t nrunners, runners_size;
+
+/* `*table` (now `*size` items of `item` bytes, at first `inline_table`) with room for twice
+ * `needed`, moved to the heap. */
+static void *grown(void *table, size_t *size, size_t needed, size_t item, void *inline_table) {
+    size_t bigger = needed * 2;
+    void *moved = table == inline_table ? malloc(bigger * item) : realloc(table, bigger * item);
+    if (!moved) _exit(1);
+    if (table == inline_table) memcpy(moved, inline_table, *size * item);
+    *size = bigger;
+    return moved;
+}
 static unsigned view_generation;
 
 static long long now_ms(void) {
@@ -611,11 +626,8 @@ static long make_runner(void) {
         close(pair[0]);
         return -1;
     }
-    if (nrunners == runners_size) {
-        runners_size = runners_size ? runners_size * 2 : 16;
-        runners = realloc(runners, runners_size * sizeof *runners);
-        if (!runners) _exit(1);
-    }
+    if (nrunners == runners_size)
+        runners = grown(runners, &runners_size, nrunners + 1, sizeof *runners, inline_runners);
     runners[nrunners] = (struct runner){pid, pair[0], -1, view_generation, now_ms()};
     return (long)nrunners++;
 }
@@ -744,9 +756,12 @@ int main(int argc, char **argv) {
     int sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sigfd < 0) return 1;
     fcntl(ctl, F_SETFD, FD_CLOEXEC);
+    struct runner first_runners[INLINE_RUNNERS];
+    struct pollfd inline_polled[INLINE_RUNNERS + 2], *polled = inline_polled;
+    size_t polled_size = INLINE_RUNNERS + 2;
+    runners = inline_runners = first_runners;
+    runners_size = INLINE_RUNNERS;
     prepare_spare();
-    struct pollfd *polled = NULL;
-    size_t polled_size = 0;
     for (;;) {
         int wait_ms = -1;
         long long now = now_ms();
@@ -756,11 +771,8 @@ int main(int argc, char **argv) {
                 if (wait_ms < 0 || left < wait_ms) wait_ms = left > 0 ? (int)left : 0;
             }
         /* The control socket, SIGCHLD, and every busy runner's socket (its "idle"). */
-        if (polled_size < nrunners + 2) {
-            polled_size = (nrunners + 2) * 2;
-            polled = realloc(polled, polled_size * sizeof *polled);
-            if (!polled) return 1;
-        }
+        if (polled_size < nrunners + 2)
+            polled = grown(polled, &polled_size, nrunners + 2, sizeof *polled, inline_polled);
         polled[0] = (struct pollfd){ctl, POLLIN, 0};
         polled[1] = (struct pollfd){sigfd, POLLIN, 0};
         size_t npolled = 2;

@@ -198,6 +198,34 @@ async def test_commands_of_one_workspace_run_concurrently_and_large_stdin_arrive
     assert results["digest"].stdout.split()[0] == hashlib.sha256(big).hexdigest()
 
 
+async def test_twenty_overlapping_commands_of_one_workspace_each_run_and_report_their_own(
+    instance: Instance,
+) -> None:
+    # More at once than a holder keeps in its first table of exec inits. Each command waits
+    # until all twenty have started (one blocking on another's init would never get there),
+    # then exits with its own number: a status crossed between inits would show.
+    count = 20
+    script = (
+        f"touch /tmp/at-$N; while [ $(ls /tmp | grep -c '^at-') -lt {count} ]; do :; done; "
+        "echo $N; exit $N"
+    )
+    with anyio.fail_after(60):
+        async with await instance.workspace("crowd") as ws:
+            results: dict[int, ExecResult] = {}
+
+            async def run(n: int) -> None:
+                results[n] = await ws.exec(script, env={"N": str(n)})
+
+            async with anyio.create_task_group() as tg:
+                for n in range(1, count + 1):
+                    tg.start_soon(run, n)
+            after = await ws.exec("ps -eo comm= | wc -l")
+    assert {n: (r.exit_code, r.stdout) for n, r in results.items()} == {
+        n: (n, f"{n}\n") for n in range(1, count + 1)
+    }
+    assert int(after.stdout) <= 4  # pid 1, sh, ps, wc: the crowd is gone
+
+
 async def test_files_are_read_written_and_listed_as_the_trajectory_sees_them(
     instance: Instance,
 ) -> None:
