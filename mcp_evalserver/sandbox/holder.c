@@ -111,16 +111,16 @@ static void report_status(int status) {
     write_all(3, line, (size_t)n);
 }
 
-static int spare_socket = -1; /* in a spare being prepared: where its request will come */
+static int preparing_socket = -1; /* in a runner being prepared: where its request comes */
 static int take_request(int sock);
 
 /* Set-up failed: say what, with errno, and end the exec (supervisor.py: "sandbox setup").
- * A spare that fails while it prepares says so to the request it is given. */
+ * A runner that fails while it prepares says so to the first request it is given. */
 static void setup_failed(const char *what) {
     int err = errno;
-    if (spare_socket >= 0) {
-        int sock = spare_socket;
-        spare_socket = -1;
+    if (preparing_socket >= 0) {
+        int sock = preparing_socket;
+        preparing_socket = -1;
         if (take_request(sock) < 0) _exit(127);
     }
     report_error(3, NULL, "sandbox setup: %s: %s", what, strerror(err));
@@ -500,19 +500,15 @@ static void run_job(int sock) {
     close(1);
     close(2);
     close(REPORT_FD);
-    int status = 126 << 8;
     if (command < 0) { /* the pids limit, say */
         report_error(3, "LimitExceeded", "cannot start a process: %s", strerror(err));
         _exit(127);
     }
+    int status;
     for (;;) {
-        int reaped;
-        pid_t pid = waitpid(-1, &reaped, 0);
+        pid_t pid = waitpid(-1, &status, 0);
         if (pid < 0 && errno != EINTR) _exit(1);
-        if (pid == command) {
-            status = reaped;
-            break;
-        }
+        if (pid == command) break;
     }
     /* Every process of this namespace descends from pid 1 (orphans come back to it; none
      * can join from outside), so no child left means nothing left: the usual case, which
@@ -546,9 +542,9 @@ static void runner_main(int sock) {
     /* Root with every capability in a namespace of commands that have a few: not dumpable,
      * so none can open /proc/1/fd/3 (the info pipe) or ptrace it to write its own status. */
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) _exit(1);
-    spare_socket = sock;
+    preparing_socket = sock;
     enter_view();
-    spare_socket = -1;
+    preparing_socket = -1;
     for (;;) {
         if (take_request(sock) < 0) _exit(0);
         run_job(sock);
@@ -646,7 +642,7 @@ static void retire(struct runner *r, int kill_it) {
 
 /* Every runner not running a command (free, or retired and not yet gone) is gone once this
  * returns, with its mount namespace: nothing of them holds the old view. */
-static void drop_free_runners(void) {
+static void drop_idle_runners(void) {
     for (size_t i = 0; i < nrunners; i++)
         if (runners[i].job < 0) {
             retire(&runners[i], 1);
@@ -827,7 +823,7 @@ int main(int argc, char **argv) {
             view_generation++;
             for (size_t i = 0; i < nrunners; i++) /* an "idle" not yet read: free, so it goes */
                 if (runners[i].sock >= 0 && runners[i].job >= 0) runner_said(&runners[i]);
-            drop_free_runners();
+            drop_idle_runners();
             write_all(ctl, "dropped", 7);
         }
         if (!strcmp(msg, "respare")) prepare_spare();
