@@ -18,17 +18,25 @@ Standalone use: `async with SupervisorClient(stream) as client:` owns its own ta
 Wire format, one JSON object per line: requests `{"id", "op", "args"}`; replies
 `{"id", "ok": true, "result"}` or `{"id", "ok": false, "error": {"type", "message"}}` where
 `type` names a class in `mcp_evalserver.errors`. Replies may arrive in any order.
+
+More connections to the same supervisor can be opened (`open_connection`) where a socket can
+be passed to it: over its connection channel (the local backend's) or its request stream if
+that is a unix socket (docker's side door). A `BlockingConnection` is for a thread that waits
+on its reply itself, as a Ray actor's threads do (ray_node.py), one request at a time; ending
+it cancels what it asked.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
 import itertools
 import json
 import math
+import socket
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self, runtime_checkable
 
 import anyio
 import anyio.abc
@@ -54,6 +62,21 @@ _ERROR_TYPES: dict[str, type[errors.EvalServerError]] = {
 }
 
 
+@runtime_checkable
+class PassesSockets(Protocol):
+    """A stream that can carry a socket along with bytes (anyio's `UNIXSocketStream`)."""
+
+    async def send_fds(self, message: bytes, fds: list[int]) -> None: ...
+
+
+def _error_of(err: dict[str, Any]) -> errors.EvalServerError:
+    cls = _ERROR_TYPES.get(str(err.get("type")), errors.InfrastructureError)
+    error = cls(str(err.get("message", "supervisor error")))
+    if err.get("errno"):
+        error.errno_name = str(err["errno"])
+    return error
+
+
 class _Pending:
     __slots__ = ("done", "error", "result")
 
@@ -70,8 +93,9 @@ class SupervisorClient:
     `SandboxUnavailable` naming the cause.
     """
 
-    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+    def __init__(self, stream: anyio.abc.ByteStream, channel: socket.socket | None = None) -> None:
         self._stream = stream
+        self._channel = channel  # the supervisor's `--connections`, if it was given one
         self._reader = BufferedByteReceiveStream(stream)
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
@@ -128,9 +152,45 @@ class SupervisorClient:
             raise pending.error
         return pending.result
 
+    async def open_connection(self) -> BlockingConnection:
+        """Another connection to this supervisor, for a thread that blocks on its replies.
+
+        Raises:
+            InvalidInput: no socket can be passed to this supervisor.
+            SandboxUnavailable: the supervisor is gone.
+        """
+        if self._dead is not None:
+            raise errors.SandboxUnavailable(self._dead)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with theirs:
+                rights = [
+                    (socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]))
+                ]
+                if self._channel is not None:
+                    self._channel.sendmsg([b"c"], rights)  # one byte: never blocks for long
+                elif isinstance(self._stream, PassesSockets):
+                    async with self._send_lock:  # a blank line: nothing to the protocol
+                        await self._stream.send_fds(b"\n", [theirs.fileno()])
+                else:
+                    raise errors.InvalidInput(
+                        "this supervisor takes no other connection: it has no connection "
+                        "channel and its stream is not a unix socket"
+                    )
+        except OSError as e:
+            ours.close()
+            why = f"cannot pass a connection to the supervisor: {e}"
+            raise errors.SandboxUnavailable(why) from e
+        except BaseException:
+            ours.close()
+            raise
+        return BlockingConnection(ours)
+
     async def aclose(self) -> None:
         """Closes the stream; pending requests fail with SandboxUnavailable."""
         self._fail_all("supervisor connection closed")
+        if self._channel is not None:
+            self._channel.close()
         with anyio.CancelScope(shield=True):
             await self._stream.aclose()
 
@@ -191,11 +251,7 @@ class SupervisorClient:
         if msg.get("ok"):
             pending.result = dict(msg.get("result") or {})
         else:
-            err = msg.get("error") or {}
-            cls = _ERROR_TYPES.get(str(err.get("type")), errors.InfrastructureError)
-            pending.error = cls(str(err.get("message", "supervisor error")))
-            if err.get("errno"):
-                pending.error.errno_name = str(err["errno"])
+            pending.error = _error_of(msg.get("error") or {})
         pending.done.set()
 
     def _fail_all(self, reason: str) -> None:
@@ -205,3 +261,69 @@ class SupervisorClient:
             if not pending.done.is_set():
                 pending.error = errors.SandboxUnavailable(self._dead)
                 pending.done.set()
+
+
+class BlockingConnection:
+    """A connection of its own to a supervisor: one request at a time, the caller's thread
+    blocked on it (no event loop, so no other thread to wake for the reply).
+
+    `close` from another thread is how a caller gives up: the supervisor cancels what the
+    connection asked, and the blocked `request` raises `SandboxUnavailable`.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._ids = itertools.count(1)
+        self._buffer = bytearray()
+        self.closed = False
+
+    def request(self, op: str, reply_timeout: float | None = None, **args: Any) -> dict[str, Any]:
+        """Sends one request and waits for its reply; after a timeout the connection is closed
+        (which cancels the request).
+
+        Raises:
+            SandboxUnavailable: the supervisor is gone, or the connection was closed.
+            Timeout: `reply_timeout` passed.
+            EvalServerError: the supervisor's error, as its own class.
+        """
+        req_id = next(self._ids)
+        line = json.dumps({"id": req_id, "op": op, "args": args}, separators=(",", ":"))
+        try:
+            self._sock.settimeout(reply_timeout)
+            self._sock.sendall(line.encode() + b"\n")
+            reply = self._receive_line()
+        except TimeoutError:
+            self.close()
+            raise errors.Timeout(
+                f"supervisor gave no answer to {op!r} in {reply_timeout}s"
+            ) from None
+        except OSError as e:
+            self.close()
+            raise errors.SandboxUnavailable(f"supervisor connection broken: {e!r}") from e
+        msg = json.loads(reply)
+        if int(msg.get("id", 0)) != req_id:  # one request at a time: never another's reply
+            self.close()
+            raise errors.InfrastructureError(f"supervisor answered {msg.get('id')} for {req_id}")
+        if not msg.get("ok"):
+            raise _error_of(msg.get("error") or {})
+        return dict(msg.get("result") or {})
+
+    def _receive_line(self) -> bytes:
+        while (end := self._buffer.find(b"\n")) < 0:
+            if len(self._buffer) > MAX_LINE_BYTES:
+                raise OSError(f"supervisor sent a line over {MAX_LINE_BYTES} bytes")
+            chunk = self._sock.recv(1 << 20)
+            if not chunk:
+                why = "connection closed" if self.closed else "supervisor closed the connection"
+                raise OSError(why)
+            self._buffer += chunk
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
+        return line
+
+    def close(self) -> None:
+        """Ends the connection (from any thread): what it asked is cancelled."""
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
+        self._sock.close()

@@ -54,7 +54,7 @@ class SideDoorStream(anyio.abc.ByteStream):
     session's output is drained (its stderr logged by the exec stream) until it ends, and its
     end closes the connection, as the end of the exec stream itself did."""
 
-    def __init__(self, sock: anyio.abc.SocketStream, session: DockerExecStream) -> None:
+    def __init__(self, sock: anyio.abc.UNIXSocketStream, session: DockerExecStream) -> None:
         self._sock = sock
         self._session = session
         self._draining = anyio.CancelScope()
@@ -79,6 +79,10 @@ class SideDoorStream(anyio.abc.ByteStream):
 
     async def send_eof(self) -> None:
         await self._sock.send_eof()
+
+    async def send_fds(self, message: bytes, fds: list[int]) -> None:
+        """Passes sockets along with `message` (client.py: open_connection)."""
+        await self._sock.send_fds(message, fds)
 
     async def aclose(self) -> None:
         # The session is closed only once nothing reads it: a stream closed under a reader

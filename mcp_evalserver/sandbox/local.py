@@ -16,6 +16,7 @@ import collections
 import contextlib
 import logging
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -124,20 +125,27 @@ class LocalBackend(Backend):
         if os.geteuid() != 0:
             runtime = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
             store = f"{runtime}/mcp-evalserver-{os.getpid()}-{spec.key}"
+        # Requests go through pipes (cheaper here than a socket through anyio); the channel
+        # takes the sockets that become more connections (client.py: open_connection).
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            process = await anyio.open_process(
-                [self._python, "-I", "-S", str(SUPERVISOR_SOURCE)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
+            with theirs:
+                process = await anyio.open_process(
+                    [self._python, "-I", "-S", str(SUPERVISOR_SOURCE),
+                     "--connections", str(theirs.fileno())],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    pass_fds=[theirs.fileno()],
+                )  # fmt: skip
         except OSError as e:
+            ours.close()
             raise errors.SandboxUnavailable(f"cannot start the supervisor: {e}") from e
         assert process.stdin is not None
         assert process.stdout is not None
         stderr_tail: collections.deque[str] = collections.deque(maxlen=50)
         self._group.start_soon(_drain_stderr, process, stderr_tail, spec.key)
-        client = SupervisorClient(StapledByteStream(process.stdin, process.stdout))
+        client = SupervisorClient(StapledByteStream(process.stdin, process.stdout), ours)
         await client.start(self._group)
 
         async def on_close() -> None:

@@ -13,12 +13,66 @@ from typing import Any, Literal
 
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import ExecResult, FileEntry, Instance, InstanceSpec, Workspace
-from mcp_evalserver.sandbox.client import SupervisorClient
+from mcp_evalserver.sandbox.client import BlockingConnection, SupervisorClient
 
 # How long past a command's own timeout we wait for the supervisor before calling it lost.
 REPLY_GRACE_S = 30.0
 FILE_OP_TIMEOUT_S = 60.0
 CHECKPOINT_TIMEOUT_S = 300.0  # a checkpoint that squashes a deep chain copies its old layers
+
+
+def exec_args(
+    cmd: str | Sequence[str],
+    timeout: float = 600.0,
+    stdin: bytes | str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    output_cap: int = 1 << 20,
+    user: str | None = None,
+    report: bool = False,
+) -> dict[str, Any]:
+    """The supervisor's `exec` arguments for a workspace's `exec`.
+
+    Raises:
+        InvalidInput: the command is empty, a limit is not positive, or NUL where none may be.
+    """
+    argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
+    if not argv or (isinstance(cmd, str) and not cmd.strip()):
+        raise errors.InvalidInput("the command is empty")
+    if timeout <= 0 or output_cap <= 0:
+        raise errors.InvalidInput("timeout and output_cap must be positive")
+    env = dict(env or {})
+    if any("\0" in a for a in argv) or any(
+        not k or "=" in k or "\0" in k or "\0" in v for k, v in env.items()
+    ):
+        raise errors.InvalidInput("argv and env may not contain NUL; env names no '='")
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    return {
+        "argv": argv,
+        "env": env,
+        "cwd": cwd,
+        "stdin_b64": base64.b64encode(data).decode() if data else None,
+        "timeout": timeout,
+        "output_cap": output_cap,
+        "user": user,
+        **({"report": True} if report else {}),
+    }
+
+
+def exec_result(result: Mapping[str, Any]) -> ExecResult:
+    """A workspace's `ExecResult` from the supervisor's `exec` reply."""
+    return ExecResult(
+        exit_code=int(result["exit_code"]),
+        stdout=base64.b64decode(result["stdout_b64"]).decode(errors="replace"),
+        stderr=base64.b64decode(result["stderr_b64"]).decode(errors="replace"),
+        stdout_truncated=bool(result["stdout_truncated"]),
+        stderr_truncated=bool(result["stderr_truncated"]),
+        duration_s=float(result["duration_s"]),
+        timed_out=bool(result["timed_out"]),
+        report=base64.b64decode(result["report_b64"]) if "report_b64" in result else None,
+        report_truncated=bool(result.get("report_truncated")),
+        report_writers=int(result.get("report_writers") or 0),
+    )
 
 
 class SupervisedInstance(Instance):
@@ -152,41 +206,17 @@ class SupervisedWorkspace(Workspace):
         user: str | None = None,
         report: bool = False,
     ) -> ExecResult:
-        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
-        if not argv or (isinstance(cmd, str) and not cmd.strip()):
-            raise errors.InvalidInput("the command is empty")
-        if timeout <= 0 or output_cap <= 0:
-            raise errors.InvalidInput("timeout and output_cap must be positive")
-        env = dict(env or {})
-        if any("\0" in a for a in argv) or any(
-            not k or "=" in k or "\0" in k or "\0" in v for k, v in env.items()
-        ):
-            raise errors.InvalidInput("argv and env may not contain NUL; env names no '='")
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        result = await self._call(
-            "exec",
-            timeout + REPLY_GRACE_S,
-            argv=argv,
-            env=env,
-            cwd=cwd,
-            stdin_b64=base64.b64encode(data).decode() if data else None,
-            timeout=timeout,
-            output_cap=output_cap,
-            user=user,
-            **({"report": True} if report else {}),
-        )
-        return ExecResult(
-            exit_code=int(result["exit_code"]),
-            stdout=base64.b64decode(result["stdout_b64"]).decode(errors="replace"),
-            stderr=base64.b64decode(result["stderr_b64"]).decode(errors="replace"),
-            stdout_truncated=bool(result["stdout_truncated"]),
-            stderr_truncated=bool(result["stderr_truncated"]),
-            duration_s=float(result["duration_s"]),
-            timed_out=bool(result["timed_out"]),
-            report=base64.b64decode(result["report_b64"]) if "report_b64" in result else None,
-            report_truncated=bool(result.get("report_truncated")),
-            report_writers=int(result.get("report_writers") or 0),
-        )
+        args = exec_args(cmd, timeout, stdin, env, cwd, output_cap, user, report)
+        return exec_result(await self._call("exec", timeout + REPLY_GRACE_S, **args))
+
+    def exec_on(
+        self, connection: BlockingConnection, cmd: str | Sequence[str], **options: Any
+    ) -> ExecResult:
+        """`exec` (same options) over a connection of the caller's own, blocking its thread
+        (ray_node.py)."""
+        args = exec_args(cmd, **options)
+        reply_timeout = args["timeout"] + REPLY_GRACE_S
+        return exec_result(connection.request("exec", reply_timeout, ws=self.name, **args))
 
     async def read_file(self, path: str, *, max_bytes: int = 16 << 20) -> bytes:
         result = await self._call("read", FILE_OP_TIMEOUT_S, path=path, max_bytes=max_bytes)

@@ -28,6 +28,9 @@ Ops and their args (results in brackets):
   ws_export  ws, checkpoint, max_bytes [archive_b64: the checkpoint's layers as a tar]
   ws_create  ... start_b64 (such an archive): the workspace starts at it [checkpoint: of it]
   cancel     target (a request id)               shutdown
+A socket passed to us (SCM_RIGHTS) on our request socket, or on the connection channel
+`--connections FD` (the local backend's: its requests come through pipes), becomes another
+connection that speaks this same protocol: see Connection.
 One thread runs a selectors loop and never waits on a command: every sandboxed thing runs in
 a forked child (so no fork races another thread's locks), and each workspace has a holder
 process that keeps its namespaces and cgroup and forks its execs.
@@ -48,6 +51,7 @@ import ctypes
 import errno
 import fcntl
 import io
+import itertools
 import json
 import os
 import platform
@@ -159,6 +163,9 @@ PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 SPARE_HOLDERS = 2  # prepared ahead: see Supervisor.spawn_spare
 READY_WORKSPACES = 2  # whole workspaces prepared ahead: see Supervisor.prepare_ready
+# Request ids of other connections are renumbered from here: far past any first connection's.
+CONNECTION_IDS = 1 << 48
+MAX_PASSED = 16  # sockets taken with one read (of the request socket or the channel)
 IDLE_S = 0.002  # how long the loop has nothing to do before it prepares spares
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -729,6 +736,29 @@ class Workspace:
         self.overlay: dict[str, Any] = {}  # what its holder mounts: layers.overlay()
 
 
+class Connection:
+    """A client connection besides the first, passed to us (client.py: open_connection).
+
+    A caller that blocks on its own connection (a Ray actor's thread) gets its reply with no
+    other thread to wake. Its requests are renumbered here (ids of its own may repeat the first
+    connection's) and answered on it; when it ends, what it asked and has not had answered is
+    cancelled, so closing it is how its client gives up on a command.
+    """
+
+    def __init__(self, sock: socket.socket, routes: dict[int, tuple[Connection, int]]) -> None:
+        self.sock = sock
+        self.inbuf = bytearray()
+        self.asked: set[int] = set()  # our ids of its requests not answered yet
+        self.routes = routes  # the supervisor's: our id -> (connection, its id)
+
+    def our_id(self, their_id: Any) -> int:
+        """Our id of a request it asked and we did not answer yet, or -1."""
+        for our_id in self.asked:
+            if self.routes[our_id][1] == their_id:
+                return our_id
+        return -1
+
+
 class Job:
     """A child whose pipes the loop drains; `finish` runs once it exited and hit EOF.
 
@@ -871,7 +901,9 @@ class Holder:
 
 
 class Supervisor:
-    def __init__(self, proto_in: int, proto_out: int, lifeline: int = -1) -> None:
+    def __init__(
+        self, proto_in: int, proto_out: int, lifeline: int = -1, channel: int = -1
+    ) -> None:
         self.proto_in, self.proto_out = proto_in, proto_out
         self.lifeline = lifeline  # our stdin when requests come another way: its end ends us
         self.sel = selectors.DefaultSelector()
@@ -902,9 +934,19 @@ class Supervisor:
         self.ready_limits: dict[str, Any] | None = None
         self.prepare_after = 0.0  # monotonic time before which nothing is made ahead
         self.snapshot = -1  # the mount namespace holders copy (see snapshot_namespace)
+        # Where sockets that become connections come from: our request socket, if it is one,
+        # and the connection channel.
+        self.proto_sock = as_unix_socket(proto_in)
+        self.channel = socket.socket(fileno=channel) if channel >= 0 else None
+        self.routes: dict[int, tuple[Connection, int]] = {}  # our id -> (connection, its id)
+        self.route_ids = itertools.count(CONNECTION_IDS)
 
     # -- plumbing --
     def send(self, msg: dict[str, Any]) -> None:
+        route = self.routes.pop(msg["id"], None) if self.routes else None
+        if route is not None:
+            self.send_on(route[0], route[1], msg)
+            return
         data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
         view = memoryview(data)
         try:
@@ -912,6 +954,42 @@ class Supervisor:
                 view = view[os.write(self.proto_out, view) :]
         except OSError:  # the client is gone: nobody to answer, so clean up and leave
             self.running = False
+
+    def send_on(self, conn: Connection, their_id: int, msg: dict[str, Any]) -> None:
+        conn.asked.discard(msg["id"])
+        msg["id"] = their_id
+        try:  # blocking, as on the first connection
+            conn.sock.sendall((json.dumps(msg, separators=(",", ":")) + "\n").encode())
+        except OSError:  # its client is gone: it no longer waits for anything
+            self.drop_connection(conn)
+
+    def read_connection(self, conn: Connection) -> None:
+        try:
+            chunk = conn.sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.drop_connection(conn)
+            return
+        conn.inbuf += chunk
+        if b"\n" not in chunk:
+            return
+        *lines, rest = bytes(conn.inbuf).split(b"\n")
+        conn.inbuf = bytearray(rest)
+        for line in lines:
+            if line.strip():
+                self.handle(line, conn)
+
+    def drop_connection(self, conn: Connection) -> None:
+        """Ends `conn`, cancelling what it asked that is still running."""
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(conn.sock)
+        for our_id in list(conn.asked):
+            self.cancel(our_id)  # forgets its route too
+        conn.asked.clear()
+        conn.sock.close()
 
     def reply(self, req_id: int, result: dict[str, Any]) -> None:
         self.send({"id": req_id, "ok": True, "result": result})
@@ -932,6 +1010,8 @@ class Supervisor:
         self.sel.register(self.proto_in, selectors.EVENT_READ, "requests")
         if self.lifeline >= 0:
             self.sel.register(self.lifeline, selectors.EVENT_READ, "lifeline")
+        if self.channel is not None:
+            self.sel.register(self.channel, selectors.EVENT_READ, "channel")
         try:
             self.loop(rfd)
         finally:
@@ -961,6 +1041,10 @@ class Supervisor:
                     self.reap()
                 elif key.data == "requests":
                     self.read_requests()
+                elif isinstance(key.data, Connection):
+                    self.read_connection(key.data)
+                elif key.data == "channel":
+                    self.read_channel()
                 elif key.data == "lifeline":
                     with contextlib.suppress(BlockingIOError):
                         if not os.read(self.lifeline, 4096):
@@ -978,7 +1062,10 @@ class Supervisor:
 
     def read_requests(self) -> None:
         try:
-            chunk = os.read(self.proto_in, 1 << 20)
+            if self.proto_sock is not None:
+                chunk = self.receive_with_sockets(self.proto_sock)
+            else:
+                chunk = os.read(self.proto_in, 1 << 20)
         except BlockingIOError:
             return
         if not chunk:
@@ -993,11 +1080,53 @@ class Supervisor:
             if line.strip():
                 self.handle(line)
 
-    def handle(self, line: bytes) -> None:
+    def read_channel(self) -> None:
+        assert self.channel is not None
+        try:
+            chunk = self.receive_with_sockets(self.channel)
+        except (BlockingIOError, InterruptedError):
+            return
+        if not chunk:  # the client closed it: no more connections, nothing else changes
+            self.sel.unregister(self.channel)
+            self.channel.close()
+            self.channel = None
+
+    def receive_with_sockets(self, sock: socket.socket) -> bytes:
+        """Reads from `sock`; every socket that came along becomes a connection. They come
+        close-on-exec: never a holder's or a command's."""
+        space = socket.CMSG_SPACE(MAX_PASSED * array.array("i").itemsize)
+        chunk, ancillary, flags, _ = sock.recvmsg(1 << 20, space, socket.MSG_CMSG_CLOEXEC)
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+                for fd in fds:
+                    self.connect(socket.socket(fileno=fd))
+        if flags & socket.MSG_CTRUNC:
+            sys.stderr.write("supervisor: more sockets came at once than we take; dropped\n")
+        return chunk
+
+    def connect(self, sock: socket.socket) -> None:
+        if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+            sock.close()  # a client's mistake: its requests there go unanswered, it sees EOF
+            return
+        sock.setblocking(True)  # read only when the loop saw it readable; writes may block
+        self.sel.register(sock, selectors.EVENT_READ, Connection(sock, self.routes))
+
+    def handle(self, line: bytes, conn: Connection | None = None) -> None:
         req_id = 0
+        if conn is not None:  # answered on conn, under its own id (see send), even if bad
+            req_id = next(self.route_ids)
+            self.routes[req_id] = (conn, 0)
+            conn.asked.add(req_id)
         try:
             req = json.loads(line)
-            req_id = int(req["id"])
+            if conn is None:
+                req_id = int(req["id"])
+            else:
+                self.routes[req_id] = (conn, int(req["id"]))
+                if req.get("op") == "cancel":  # its target is one of conn's own ids
+                    req["args"] = {"target": conn.our_id(req.get("args", {}).get("target"))}
             handler = getattr(self, "op_" + str(req["op"]), None)
             if handler is None:
                 raise SupervisorError("InvalidInput", "unknown op {!r}".format(req["op"]))
@@ -1958,18 +2087,27 @@ class Supervisor:
         job.finish, job.on_done = finish, lambda: store.release(stack)
 
     def op_cancel(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
-        job = self.by_req.pop(int(args["target"]), None)
+        return {"cancelled": self.cancel(int(args["target"]))}
+
+    def cancel(self, target: int) -> bool:
+        route = self.routes.pop(target, None)  # a cancelled request is never answered
+        if route is not None:
+            route[0].asked.discard(target)
+        job = self.by_req.pop(target, None)
         if job is not None:
             self.kill(job)
             if job.ws is not None:
                 job.ws.jobs.discard(job.req_id)
-        return {"cancelled": job is not None}
+        return job is not None
 
     def op_shutdown(self, req_id: int, args: dict[str, Any]) -> dict[str, Any]:
         self.running = False
         return {}
 
     def shutdown(self) -> None:
+        for key in list(self.sel.get_map().values()):
+            if isinstance(key.data, Connection):
+                self.drop_connection(key.data)
         for pid, ctl, cgroups in self.spares:
             ctl.close()
             with contextlib.suppress(OSError):
@@ -2398,6 +2536,17 @@ def declared_paths(paths: Any, instance: str) -> list[dict[str, Any]]:
     return checked
 
 
+def as_unix_socket(fd: int) -> socket.socket | None:
+    """A socket object on `fd` (a duplicate) if it is a unix stream socket, else None."""
+    if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+        return None
+    sock = socket.socket(fileno=os.dup(fd))
+    if sock.family != socket.AF_UNIX:
+        sock.close()
+        return None
+    return sock
+
+
 def require_regular(path: str, mode: int, verb: str) -> None:
     """File tools touch regular files only: never a terminal, a device, a FIFO or a socket."""
     if stat.S_ISREG(mode):
@@ -2426,12 +2575,15 @@ def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 1 << 20)), hard))
-    lifeline = -1
+    lifeline = channel = -1
+    if "--connections" in sys.argv[1:-1]:
+        channel = int(sys.argv[sys.argv.index("--connections") + 1])
+        os.set_inheritable(channel, False)  # a holder or a command with it could connect
     if "--listen" in sys.argv[1:-1]:
         door = side_door(sys.argv[sys.argv.index("--listen") + 1], proto_out)
         if door >= 0:  # requests come through it; our stdin's end still ends us
             lifeline, proto_in, proto_out = proto_in, door, door
-    Supervisor(proto_in, proto_out, lifeline).run()
+    Supervisor(proto_in, proto_out, lifeline, channel).run()
 
 
 def side_door(path: str, proto_out: int) -> int:

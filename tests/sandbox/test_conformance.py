@@ -8,20 +8,23 @@ which sees every sandboxed process of a local or docker backend on this machine.
 from __future__ import annotations
 
 import ast
+import base64
 import hashlib
+import json
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import uuid
+from typing import Any
 
 import anyio
 import pytest
 
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import REPORT_FD, ExecResult, Instance, Workspace
-from mcp_evalserver.sandbox.client import SupervisorClient
+from mcp_evalserver.sandbox.client import BlockingConnection, SupervisorClient
 
 from .conftest import BackendUnderTest
 from .faults import sigkill_supervisor
@@ -648,6 +651,140 @@ async def test_a_reply_that_takes_too_long_is_a_timeout_and_its_command_is_cance
             assert (await ws.exec("echo still usable")).stdout == "still usable\n"
 
 
+def supervisor_client(instance: Instance) -> SupervisorClient:
+    client = getattr(instance, "client", None)
+    assert isinstance(client, SupervisorClient), f"{instance!r} has no SupervisorClient"
+    return client
+
+
+async def other_connection(instance: Instance) -> BlockingConnection | None:
+    """Another connection to the instance's supervisor; None where none can be had, which is
+    only over docker's exec stream (a socket cannot pass dockerd), and said so."""
+    client = supervisor_client(instance)
+    if getattr(instance, "info", {}).get("transport") == "exec stream":
+        with pytest.raises(errors.InvalidInput, match="takes no other connection"):
+            await client.open_connection()
+        return None
+    return await client.open_connection()
+
+
+@pytest.mark.backends("local", "docker")  # the backends that speak through a SupervisorClient
+async def test_another_connection_runs_commands_beside_the_first_and_answers_on_itself(
+    instance: Instance,
+) -> None:
+    """Both connections number their requests from 1 up: every reply still finds its asker."""
+    connection = await other_connection(instance)
+    if connection is None:
+        return
+    rounds = 40
+    async with await instance.workspace("two-ways") as ws:
+
+        def on_the_other() -> list[str]:
+            out = []
+            for number in range(rounds):
+                reply = connection.request(
+                    "exec", 30, ws=ws.name, argv=["echo", f"other-{number}"], timeout=20
+                )
+                out.append(base64.b64decode(reply["stdout_b64"]).decode())
+            return out
+
+        async def on_the_first() -> None:
+            for number in range(rounds):
+                first.append((await ws.exec(["echo", f"first-{number}"])).stdout)
+
+        first: list[str] = []
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(on_the_first)
+                other = await anyio.to_thread.run_sync(on_the_other)
+    connection.close()
+    assert other == [f"other-{n}\n" for n in range(rounds)]
+    assert first == [f"first-{n}\n" for n in range(rounds)]
+
+
+@pytest.mark.backends("local", "docker")
+async def test_closing_a_connection_kills_the_command_it_asked_for(instance: Instance) -> None:
+    connection = await other_connection(instance)
+    if connection is None:
+        return
+    arg = marker()
+    with anyio.fail_after(30):
+        async with await instance.workspace("hung-up") as ws:
+
+            def run() -> None:
+                argv = ["/bin/sh", "-c", started(arg)]
+                with pytest.raises(errors.SandboxUnavailable):
+                    connection.request("exec", 60, ws=ws.name, argv=argv, timeout=50)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(anyio.to_thread.run_sync, run)
+                await wait_for_file(ws, "/tmp/started")
+                connection.close()
+            await wait_until_gone(arg)
+            assert (await ws.exec("echo still usable")).stdout == "still usable\n"
+
+
+@pytest.mark.backends("local", "docker")
+async def test_cancels_on_another_connection_reach_none_of_the_first_connections_requests(
+    instance: Instance,
+) -> None:
+    """Ids repeat across connections: a client that cancels every id it can think of on its
+    own connection cancels its own requests, never the first connection's."""
+    connection = await other_connection(instance)
+    if connection is None:
+        return
+    sock = connection._sock  # raw: a BlockingConnection asks one thing at a time
+    mine, theirs = marker(), marker()
+    asked = range(1, 21)
+    tried = range(1, 3001)  # past any id the first connection has used in this module
+    with anyio.fail_after(60):
+        async with await instance.workspace("cancel-here") as ws:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ws.exec, started(theirs))  # on the first connection
+                await wait_for_file(ws, "/tmp/started")
+                requests = [
+                    {
+                        "id": n,
+                        "op": "exec",
+                        "args": {"ws": ws.name, "timeout": 50, "argv": ["sleep", mine]},
+                    }
+                    for n in asked
+                ] + [{"id": 10_000 + n, "op": "cancel", "args": {"target": n}} for n in tried]
+                payload = "".join(json.dumps(r) + "\n" for r in requests).encode()
+                await anyio.to_thread.run_sync(sock.sendall, payload)
+                replies: dict[int, Any] = {}
+                buffer = b""
+                while len(replies) < len(tried):
+                    buffer += await anyio.to_thread.run_sync(sock.recv, 1 << 20)
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        reply = json.loads(line)
+                        replies[reply["id"] - 10_000] = reply["result"]["cancelled"]
+                assert host_pids(theirs)  # the first connection's command was not touched
+                tg.cancel_scope.cancel()
+            await wait_until_gone(theirs)
+            await wait_until_gone(mine)
+    connection.close()
+    assert {n for n, cancelled in replies.items() if cancelled} == set(asked)
+
+
+@pytest.mark.backends("local", "docker")
+async def test_a_command_finds_no_socket_to_the_supervisor_among_its_files(
+    instance: Instance,
+) -> None:
+    """An agent that wants the supervisor (to run in another workspace, or outside) looks for
+    a way to talk to it: with other connections open, no socket is in reach."""
+    connections = [c for _ in range(3) if (c := await other_connection(instance)) is not None]
+    look = "for f in /proc/[0-9]*/fd/*; do readlink $f; done 2>/dev/null | sort | uniq -c"
+    async with await instance.workspace("seeker") as ws:
+        result = await ws.exec(look)
+    for connection in connections:
+        connection.close()
+    assert result.exit_code == 0
+    assert "pipe:" in result.stdout  # it did see its own files
+    assert "socket:" not in result.stdout, result.stdout
+
+
 # Only a local supervisor is a process of this host the test can kill.
 @pytest.mark.backends("local", "ray-local")
 async def test_a_dead_supervisor_fails_pending_and_later_calls_as_unavailable(
@@ -749,6 +886,8 @@ async def test_an_unprivileged_supervisor_isolates_through_a_user_namespace(hold
         async with process, anyio.create_task_group() as tg:
             client = SupervisorClient(StapledByteStream(process.stdin, process.stdout))
             await client.start(tg)
+            with pytest.raises(errors.InvalidInput, match="takes no other connection"):
+                await client.open_connection()  # pipes, no channel: nothing can be passed
             with anyio.fail_after(60):
                 try:
                     instance = await SupervisedInstance.open(
