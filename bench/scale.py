@@ -10,12 +10,13 @@ bench/results/scale.json:
   ray_actor_call_p50_ms: an actor call that does nothing, back to back. That is not the floor
   of an exec's overhead: between an exec's request and its reply every thread on Ray's path
   sleeps, and waking each again (driver loop, core worker threads on both sides, the actor's
-  event loop) costs more than a call that follows another at once. So, taken in turn with
+  thread) costs more than a call that follows another at once. So, taken in turn with
   the above and paired per call (timestamps on one CLOCK_MONOTONIC, which every process here
   shares): exec_transit_p50_ms, the round trip of the instance actor's own `call("exec")`
   minus the time the node's backend took inside it (node_exec_p50_ms: that time, the same
   `exec true` as local_exec_p50_ms but on the node); ray_idle_call_overhead_p50_ms, the same
-  for a bare async actor (no code of ours) that waits as long as a local `exec true` takes;
+  for a bare threaded actor (no code of ours; ours is threaded too, see ray_node.py) that
+  waits as long as a local `exec true` takes;
   and ours_over_ray_p50_ms, their difference: what our layers add to Ray's own call.
 - throughput_{1,2,4}_per_s: sleep-bound trajectories per second through the real campaign runner
   (scheduler, ledger, agent, scorer) with 1, 2 and 4 worker nodes of SLOTS sandbox slots each.
@@ -33,7 +34,6 @@ are noisy.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import statistics
 import subprocess
@@ -73,11 +73,12 @@ def _repos(root: Path, count: int) -> list[str]:
 
 
 class _BareActor:
-    """An async actor with no code of ours: Ray's own cost of a call that waits inside."""
+    """A threaded actor (the kind `InstanceHost` is) with no code of ours: Ray's own cost of a
+    call that waits inside."""
 
-    async def hold(self, seconds: float) -> tuple[float, float]:
+    def hold(self, seconds: float) -> tuple[float, float]:
         started = time.monotonic()
-        await asyncio.sleep(seconds)
+        time.sleep(seconds)
         return started, time.monotonic()
 
 
@@ -86,11 +87,11 @@ def _timed_host_class() -> type:
     from mcp_evalserver.sandbox.ray_node import InstanceHost, Reply
 
     class TimedHost(InstanceHost):
-        async def timed_call(
+        def timed_call(
             self, name: str, op: str, kwargs: dict[str, Any]
         ) -> tuple[Reply, float, float]:
             started = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process here
-            reply = await self.call(name, op, kwargs)
+            reply = self.call(name, op, kwargs)
             return reply, started, time.monotonic()
 
     return TimedHost
@@ -103,7 +104,7 @@ async def exec_overhead(address: str, path: str) -> dict[str, float]:
 
     from mcp_evalserver.sandbox.base import InstanceSpec
     from mcp_evalserver.sandbox.local import LocalBackend
-    from mcp_evalserver.sandbox.ray import RayBackend
+    from mcp_evalserver.sandbox.ray import OPS_AT_ONCE, RayBackend
 
     spec = InstanceSpec(path=path)
     timings: dict[str, list[float]] = {
@@ -117,7 +118,7 @@ async def exec_overhead(address: str, path: str) -> dict[str, float]:
         assert instance.placed is not None
         on_node = {
             "num_cpus": 0,
-            "max_concurrency": 10_000,
+            "max_concurrency": OPS_AT_ONCE,
             "scheduling_strategy": NodeAffinitySchedulingStrategy(instance.placed.node_id, False),
         }
         bare: Any = ray.remote(_BareActor).options(**on_node).remote()

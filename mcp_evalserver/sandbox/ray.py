@@ -20,6 +20,7 @@ slots, and new instances go there.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -48,6 +49,9 @@ INSTALL_HINT = "install it with `pip install 'mcp-evalserver[ray]'`"
 # How long an instance may wait for a free slot (and for its setup) before that is a fault.
 PLACEMENT_TIMEOUT_S = 1800.0
 STOP_TIMEOUT_S = 30.0
+# Calls one instance's actor runs at once (a thread each, made when the actor starts: about
+# 30 KiB apiece, user and kernel); more wait in Ray's queue for a free one.
+OPS_AT_ONCE = 256
 
 
 def import_ray() -> ModuleType:
@@ -238,7 +242,7 @@ class RayBackend(Backend):
                 resources={self.slots_resource: 1},
                 scheduling_strategy="SPREAD",
                 max_restarts=0,
-                max_concurrency=10_000,
+                max_concurrency=OPS_AT_ONCE,
             ).remote(
                 instance.spec.model_dump(mode="json"),
                 "docker" if instance.spec.image is not None else "local",
@@ -379,7 +383,9 @@ class RayWorkspace(Workspace):
         if op == "exec":
             placed.commands += 1
         try:
-            return await _call(placed, self.instance.spec.key, "call", self.name, op, kwargs)
+            return await _call(
+                placed, self.instance.spec.key, "call", self.name, op, kwargs, next(_tokens)
+            )
         finally:
             if op == "exec":
                 placed.commands -= 1
@@ -468,8 +474,14 @@ class RayWorkspace(Workspace):
             self.instance.backend.release()
 
 
+_tokens = (str(n) for n in itertools.count(1))  # names a `call` to cancel (ray_node.py)
+
+
 async def _call(placed: _Placement, key: str, method: str, *args: Any) -> Any:
     """One actor call: its value, or the error the node answered, raised here.
+
+    A `call`'s last argument is its token: if the caller gives up, the node is told to end it
+    (Ray does not interrupt a threaded actor's running call), which kills its command.
 
     Raises:
         SandboxUnavailable: the actor (or its node) is gone.
@@ -485,7 +497,10 @@ async def _call(placed: _Placement, key: str, method: str, *args: Any) -> Any:
         # The caller gave up (a timeout, a cancelled trajectory): stop the work on the node
         # too, which kills the command's processes, as cancelling a local exec does.
         with contextlib.suppress(Exception):
-            ray.cancel(ref)
+            ray.cancel(ref)  # still queued on the node: it never starts
+        if method == "call":
+            with contextlib.suppress(Exception):
+                placed.handle.cancel.remote(args[-1])  # running: the node ends it
         raise
     except ray.exceptions.RayError as exc:
         placed.alive = False
