@@ -18,6 +18,7 @@ from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import InstanceSpec
 from mcp_evalserver.sandbox.ray import RayBackend
 from tests.ray.cluster import LoopbackCluster, worker_without
+from tests.sandbox.host_processes import host_pids, marker, wait_until_gone
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ray, pytest.mark.root]
 
@@ -144,3 +145,35 @@ async def test_a_cluster_without_slots_is_a_clear_error(
     resource, backend = own_slots
     with anyio.fail_after(60), pytest.raises(errors.SandboxUnavailable, match=resource):
         await backend.instance(_repo(tmp_path))
+
+
+async def test_a_cancelled_command_dies_even_while_every_thread_of_its_actor_is_busy(
+    ray_cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    """Ray does not interrupt a threaded actor's running call: the driver's cancel is a call
+    of its own, and it must not wait behind the commands it is there to stop."""
+    resource = f"slots_{uuid.uuid4().hex[:8]}"
+    ray_cluster.add_worker(1, resource)
+    busy, cancelled = marker(), marker()
+    async with RayBackend(ray_cluster.address, slots_resource=resource, calls_at_once=2) as backend:
+        with anyio.fail_after(180):
+            instance = await backend.instance(_repo(tmp_path))
+            async with await instance.workspace("full") as ws, anyio.create_task_group() as tg:
+                scope = anyio.CancelScope()
+
+                async def given_up_on() -> None:
+                    with scope:
+                        await ws.exec(f"sleep {cancelled}")
+
+                tg.start_soon(ws.exec, f"sleep {busy}")
+                tg.start_soon(given_up_on)
+                # Every thread of the actor runs a command: nothing else can ask it.
+                while not (host_pids(busy) and host_pids(cancelled)):  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+                scope.cancel()
+                with anyio.fail_after(10):
+                    await wait_until_gone(cancelled)
+                assert host_pids(busy)  # the other command runs on
+                tg.cancel_scope.cancel()
+            await wait_until_gone(busy)
+            await instance.aclose()

@@ -28,48 +28,9 @@ from mcp_evalserver.sandbox.client import BlockingConnection, SupervisorClient
 
 from .conftest import BackendUnderTest
 from .faults import sigkill_supervisor
+from .host_processes import host_pids, marker, wait_until_gone
 
 pytestmark = pytest.mark.anyio
-
-
-def marker() -> str:
-    """A unique `sleep` argument, so the host can find exactly this test's processes."""
-    return f"{300 + uuid.uuid4().int % 10_000}.{uuid.uuid4().int % 1000:03d}"
-
-
-def host_pids(argument: str) -> list[int]:
-    """Host pids of live processes whose command line contains `argument` as a word."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                words = f.read().split(b"\0")
-            with open(f"/proc/{entry}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if argument.encode() in words and state != "Z":
-            found.append(int(entry))
-    return found
-
-
-async def wait_until_gone(argument: str) -> None:
-    """Waits (bounded by the caller's fail_after) until no process carries `argument`.
-
-    A SIGKILLed tree is reaped asynchronously, so each pid's exit is awaited on a pidfd.
-    """
-    while pids := host_pids(argument):
-        for pid in pids:
-            try:
-                fd = os.pidfd_open(pid)
-            except ProcessLookupError:
-                continue
-            try:
-                await anyio.wait_readable(fd)
-            finally:
-                os.close(fd)
 
 
 def started(argument: str) -> str:

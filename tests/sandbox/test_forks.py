@@ -20,6 +20,7 @@ from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import Instance, Workspace
 from mcp_evalserver.sandbox.supervised import SupervisedWorkspace
 
+from . import host_processes
 from . import test_attacks as attacks
 from . import test_conformance as conformance
 from .conftest import LIMITED, REPO_SETUP, BackendUnderTest
@@ -212,7 +213,7 @@ async def test_a_deep_chain_of_checkpoints_keeps_working_past_the_layer_limit(
 async def test_checkpointing_a_workspace_with_a_command_running_is_refused(
     instance: Instance,
 ) -> None:
-    arg = conformance.marker()
+    arg = host_processes.marker()
     with anyio.fail_after(30):
         async with await instance.workspace("busy") as ws, anyio.create_task_group() as tg:
             tg.start_soon(ws.exec, conformance.started(arg))
@@ -222,7 +223,7 @@ async def test_checkpointing_a_workspace_with_a_command_running_is_refused(
             with pytest.raises(errors.Conflict, match="running"):
                 await ws.fork("busy-fork")
             tg.cancel_scope.cancel()
-        await conformance.wait_until_gone(arg)
+        await host_processes.wait_until_gone(arg)
 
 
 async def test_a_forks_name_must_be_free_and_its_checkpoint_known(instance: Instance) -> None:
