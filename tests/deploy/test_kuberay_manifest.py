@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 KUBERAY = REPO / "deploy" / "kuberay"
 SCHEMA = Path(__file__).with_name("raycluster_crd_v1_schema.yaml")
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
-# Memory a slot must have at least: the instance's Ray actor (~80 MB PSS, README's sizing) and
+# Memory a slot must have at least: the instance's Ray actor (~85 MB PSS, README's sizing) and
 # room for the commands of its workspaces; SWE-bench runs take 0.5-4 GB each.
 MIN_MEMORY_PER_SLOT = 1 << 30
 _QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
