@@ -39,6 +39,8 @@ from mcp_evalserver.sandbox.supervised import SupervisedInstance, SupervisedWork
 # What an actor call answers: ("ok", value) or ("error", (error class name, message)).
 Reply = tuple[str, Any]
 
+# What a call the driver gave up on answers (the driver no longer reads it).
+CANCELLED: Reply = ("error", ("InfrastructureError", "the call was cancelled"))
 # Tokens of calls cancelled before they began, kept so a late start still sees it; bounded.
 CANCELLED_KEPT = 4096
 
@@ -220,15 +222,28 @@ class InstanceHost:
         self._cancelled: OrderedDict[str, None] = OrderedDict()
 
     def _on_loop(self, coro: Coroutine[Any, Any, Reply], token: str | None = None) -> Reply:
-        """Runs `coro` on the actor's loop and waits; `cancel(token)` cancels it."""
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        with self._cancellable(token, future.cancel) as cancelled:
+        """Runs `coro` on the actor's loop and waits; `cancel(token)` cancels it (before it
+        began: it never runs)."""
+        given_up = threading.Event()
+        running: list[concurrent.futures.Future[Reply]] = []
+
+        def give_up() -> None:
+            given_up.set()
+            for future in running:
+                future.cancel()
+
+        with self._cancellable(token, give_up) as cancelled:
             if cancelled:
+                coro.close()
+                return CANCELLED
+            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+            running.append(future)
+            if given_up.is_set():  # a cancel that came while it was being scheduled
                 future.cancel()
             try:
                 return future.result()
             except concurrent.futures.CancelledError:
-                return ("error", ("InfrastructureError", "the call was cancelled"))
+                return CANCELLED
 
     @contextlib.contextmanager
     def _cancellable(self, token: str | None, give_up: Callable[[], object]) -> Iterator[bool]:
@@ -308,11 +323,11 @@ class InstanceHost:
         try:
             with self._cancellable(token, give_up) as cancelled:
                 if cancelled:
-                    return ("error", ("InfrastructureError", "the call was cancelled"))
+                    return CANCELLED
                 result = workspace.exec_on(connection, **kwargs)
         except Exception as exc:
             if given_up.is_set():
-                return ("error", ("InfrastructureError", "the call was cancelled"))
+                return CANCELLED
             return _error(exc)
         finally:
             self._give_back(connection)

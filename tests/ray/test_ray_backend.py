@@ -6,6 +6,7 @@ adds, so it knows exactly which nodes can hold them (the session's nodes cannot)
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,7 +17,8 @@ import ray
 
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import InstanceSpec
-from mcp_evalserver.sandbox.ray import RayBackend
+from mcp_evalserver.sandbox.ray import RayBackend, connect
+from mcp_evalserver.sandbox.ray_node import InstanceHost
 from tests.ray.cluster import LoopbackCluster, worker_without
 from tests.sandbox.host_processes import host_pids, marker, wait_until_gone
 
@@ -177,3 +179,49 @@ async def test_a_cancelled_command_dies_even_while_every_thread_of_its_actor_is_
                 tg.cancel_scope.cancel()
             await wait_until_gone(busy)
             await instance.aclose()
+
+
+async def test_where_no_connection_can_be_had_execs_run_on_the_actors_loop_and_still_cancel(
+    ray_cluster: LoopbackCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over docker's exec stream no socket reaches the supervisor: the actor's execs fall back
+    to its event loop, where a cancel must kill the command too. The actor's class is driven
+    here in this process, as Ray would drive it, one thread per call."""
+    connect(ray_cluster.address)  # its start names the node it runs on
+    host = InstanceHost(_repo(tmp_path).model_dump(mode="json"), "local")
+
+    async def refused() -> None:
+        raise errors.InvalidInput("this supervisor takes no other connection")
+
+    monkeypatch.setattr(host._hosted, "connect", refused)
+    arg = marker()
+    with anyio.fail_after(120):
+        assert (await anyio.to_thread.run_sync(host.start))[0] == "ok"
+        assert await anyio.to_thread.run_sync(host.create, "w") == ("ok", None)
+        status, result = await anyio.to_thread.run_sync(
+            host.call, "w", "exec", {"cmd": "cat a.txt"}, "t1"
+        )
+        assert (status, result["stdout"]) == ("ok", "hello\n")
+        async with anyio.create_task_group() as tg:
+            outcome: list[object] = []
+
+            async def hung() -> None:
+                sleep = {"cmd": f"sleep {arg}", "timeout": 30}  # the sandbox's bound if no cancel
+                call = functools.partial(host.call, "w", "exec", sleep, "t2")
+                outcome.append(await anyio.to_thread.run_sync(call, abandon_on_cancel=True))
+
+            tg.start_soon(hung)
+            while not host_pids(arg):  # noqa: ASYNC110 (a host process: no event to wait on)
+                await anyio.sleep(0.05)
+            assert await anyio.to_thread.run_sync(host.cancel, "t2") == ("ok", None)
+        await wait_until_gone(arg)
+        # A cancel that comes before its call: the call never starts.
+        assert await anyio.to_thread.run_sync(host.cancel, "t3") == ("ok", None)
+        sleep = {"cmd": f"sleep {arg}", "timeout": 30}
+        call = functools.partial(host.call, "w", "exec", sleep, "t3")
+        early = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+        assert await anyio.to_thread.run_sync(host.stop) == ("ok", None)
+    assert outcome == [("error", ("InfrastructureError", "the call was cancelled"))]
+    assert early == ("error", ("InfrastructureError", "the call was cancelled"))
+    assert not host_pids(arg)
+    assert host._direct is False
