@@ -387,9 +387,8 @@ class RayWorkspace(Workspace):
         if op == "exec":
             placed.commands += 1
         try:
-            return await _call(
-                placed, self.instance.spec.key, "call", self.name, op, kwargs, next(_tokens)
-            )
+            key = self.instance.spec.key
+            return await _call(placed, key, "call", self.name, op, kwargs, token=next(_tokens))
         finally:
             if op == "exec":
                 placed.commands -= 1
@@ -481,11 +480,14 @@ class RayWorkspace(Workspace):
 _tokens = (str(n) for n in itertools.count(1))  # names a `call` to cancel (ray_node.py)
 
 
-async def _call(placed: _Placement, key: str, method: str, *args: Any) -> Any:
+async def _call(
+    placed: _Placement, key: str, method: str, *args: Any, token: str | None = None
+) -> Any:
     """One actor call: its value, or the error the node answered, raised here.
 
-    A `call`'s last argument is its token: if the caller gives up, the node is told to end it
-    (Ray does not interrupt a threaded actor's running call), which kills its command.
+    A call given a `token` (the method takes it) can be ended: if the caller gives up, the node
+    is told to end it (Ray does not interrupt a threaded actor's running call), which kills
+    its command.
 
     Raises:
         SandboxUnavailable: the actor (or its node) is gone.
@@ -494,7 +496,8 @@ async def _call(placed: _Placement, key: str, method: str, *args: Any) -> Any:
     ray = import_ray()
     if not placed.alive:
         raise _gone(placed, key, "it was released")
-    ref = getattr(placed.handle, method).remote(*args)
+    named = {"token": token} if token is not None else {}
+    ref = getattr(placed.handle, method).remote(*args, **named)
     try:
         reply: Reply = await ref
     except anyio.get_cancelled_exc_class():
@@ -502,10 +505,10 @@ async def _call(placed: _Placement, key: str, method: str, *args: Any) -> Any:
         # too, which kills the command's processes, as cancelling a local exec does.
         with contextlib.suppress(Exception):
             ray.cancel(ref)  # still queued on the node: it never starts
-        if method == "call":
+        if token is not None:
             with contextlib.suppress(Exception):
                 cancel = placed.handle.cancel.options(concurrency_group=CONTROL)
-                cancel.remote(args[-1])  # running: the node ends it
+                cancel.remote(token)  # running: the node ends it
         raise
     except ray.exceptions.RayError as exc:
         placed.alive = False

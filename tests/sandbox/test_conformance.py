@@ -51,6 +51,12 @@ async def wait_for_file(ws: Workspace, path: str) -> None:
             await anyio.lowlevel.checkpoint()
 
 
+def supervisor_client(instance: Instance) -> SupervisorClient:
+    client = getattr(instance, "client", None)
+    assert isinstance(client, SupervisorClient), f"{instance!r} has no SupervisorClient"
+    return client
+
+
 # --- behaviour ---------------------------------------------------------------------------------
 
 
@@ -599,8 +605,7 @@ async def test_cancelling_an_exec_kills_its_processes(instance: Instance) -> Non
 async def test_a_reply_that_takes_too_long_is_a_timeout_and_its_command_is_cancelled(
     instance: Instance,
 ) -> None:
-    client = getattr(instance, "client", None)
-    assert isinstance(client, SupervisorClient), f"{instance!r} has no SupervisorClient"
+    client = supervisor_client(instance)
     arg = marker()
     with anyio.fail_after(20):
         async with await instance.workspace("impatient") as ws:
@@ -610,12 +615,6 @@ async def test_a_reply_that_takes_too_long_is_a_timeout_and_its_command_is_cance
                 )
             await wait_until_gone(arg)
             assert (await ws.exec("echo still usable")).stdout == "still usable\n"
-
-
-def supervisor_client(instance: Instance) -> SupervisorClient:
-    client = getattr(instance, "client", None)
-    assert isinstance(client, SupervisorClient), f"{instance!r} has no SupervisorClient"
-    return client
 
 
 async def other_connection(instance: Instance) -> BlockingConnection | None:
