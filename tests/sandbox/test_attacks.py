@@ -108,6 +108,24 @@ async def test_calls_dockers_default_profile_refuses_are_refused(instance: Insta
     assert len(outcome) == len(nrs) + 1  # every call was tried, ioctl twice (not as a name)
 
 
+async def test_no_command_can_gain_privileges_through_execve_whoever_it_runs_as(
+    instance: Instance,
+) -> None:
+    # A setuid-root program or one with file capabilities would lift a command above the
+    # capabilities it was left with. Every mount of the view is nosuid, but a command must
+    # also carry no_new_privs and the seccomp filter, as root or as another user, on every
+    # command its workspace serves (the compiled holder's runner takes both once, and its
+    # commands inherit them).
+    probe = "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status | tr -d '\t' | tr '\n' ' '"
+    with anyio.fail_after(30):
+        async with await instance.workspace("privileges") as ws:
+            seen = [
+                (await ws.exec(probe, user=user)).stdout
+                for user in (None, "nobody", None, "nobody")
+            ]
+    assert seen == ["NoNewPrivs:1 Seccomp:2 "] * 4
+
+
 async def test_device_nodes_cannot_be_changed_and_still_work(instance: Instance) -> None:
     vandal = (
         "chmod 000 /dev/null; chown 65534 /dev/null; chmod 000 /dev/zero; "
