@@ -88,7 +88,8 @@ async def test_a_sweep_finds_the_errors_past_the_ceiling_and_recommends_the_leve
     assert list(by_level) == LEVELS
     for level, row in by_level.items():
         assert row["trajectories"] == 32, level
-        assert row["requests"] >= 32 * 3 - row["http_429"] * 2
+        # Once seen failing (62 requests, no 429, level not known): the row says which.
+        assert row["requests"] >= 32 * 3 - row["http_429"] * 2, (level, row)
         assert row["throughput_per_min"] > 0
         assert row["latency_p50_s"] <= row["latency_p95_s"]
         assert row["tokens_per_s"] > 0
