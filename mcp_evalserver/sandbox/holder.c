@@ -502,8 +502,9 @@ static void run_job(int sock) {
      * vfork, as posix_spawn does (and the bench's floor with it): the child borrows this
      * process's memory until it execs, instead of a copy it would fault page after page
      * and throw away (about 5% of the machine's CPU per `true` at 64 in flight). The runner
-     * waits meanwhile; the child writes only its own statics and the request it was given
-     * (freed below), and never returns from run_command. */
+     * waits meanwhile. What the child writes of the runner's memory is its own statics, the
+     * request it was given (freed below) and, for a named user, the heap under fopen (freed
+     * again before it execs); it never returns from run_command. */
     pid_t command = vfork();
     if (command == 0) {
         close(sock);
