@@ -208,11 +208,19 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: pytest shows failures, not access logs."""
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's listen backlog is 5: with 64 clients connecting at once on a busy
+    # machine, connections beyond it were dropped and the client saw "Connection error."
+    # (test_sweep's level 64, about one run in seven). A provider answers every request,
+    # with a 429 when it is over capacity; it does not drop connections.
+    request_queue_size = 1024
+
+
 @contextmanager
 def serving(fake: FakeOpenAI) -> Iterator[FakeOpenAI]:
     """Serves `fake` on an ephemeral loopback port for the duration of the block."""
     handler = type("Handler", (_Handler,), {"fake": fake})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     # Handler threads of kept-alive connections must not hold up the test at close.
     server.block_on_close = False
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01})
