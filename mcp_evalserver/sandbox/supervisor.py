@@ -973,14 +973,8 @@ class Supervisor:
         if not chunk:
             self.drop_connection(conn)
             return
-        conn.inbuf += chunk
-        if b"\n" not in chunk:
-            return
-        *lines, rest = bytes(conn.inbuf).split(b"\n")
-        conn.inbuf = bytearray(rest)
-        for line in lines:
-            if line.strip():
-                self.handle(line, conn)
+        for line in complete_lines(conn.inbuf, chunk):
+            self.handle(line, conn)
 
     def drop_connection(self, conn: Connection) -> None:
         """Ends `conn`, cancelling what it asked that is still running."""
@@ -1071,14 +1065,8 @@ class Supervisor:
         if not chunk:
             self.running = False
             return
-        self.inbuf += chunk
-        if b"\n" not in chunk:
-            return  # a large request (a file to write) is still arriving: no rescans
-        *lines, rest = bytes(self.inbuf).split(b"\n")
-        self.inbuf = bytearray(rest)
-        for line in lines:
-            if line.strip():
-                self.handle(line)
+        for line in complete_lines(self.inbuf, chunk):
+            self.handle(line)
 
     def read_channel(self) -> None:
         assert self.channel is not None
@@ -2534,6 +2522,17 @@ def declared_paths(paths: Any, instance: str) -> list[dict[str, Any]]:
             raise SupervisorError("InvalidInput", msg + "instance is always there")
         checked.append({"path": path, "writable": writable})
     return checked
+
+
+def complete_lines(buffer: bytearray, chunk: bytes) -> list[bytes]:
+    """Adds `chunk` to a connection's `buffer`; takes out and returns the lines it completed
+    (blank ones dropped), leaving the unfinished rest."""
+    buffer += chunk
+    if b"\n" not in chunk:
+        return []  # a large request (a file to write) is still arriving: no rescans
+    *lines, rest = bytes(buffer).split(b"\n")
+    buffer[:] = rest
+    return [line for line in lines if line.strip()]
 
 
 def as_unix_socket(fd: int) -> socket.socket | None:
