@@ -20,7 +20,7 @@ from mcp_evalserver.sandbox.base import InstanceSpec
 from mcp_evalserver.sandbox.ray import RayBackend, connect
 from mcp_evalserver.sandbox.ray_node import InstanceHost
 from tests.ray.cluster import LoopbackCluster, worker_without
-from tests.sandbox.host_processes import host_pids, marker, wait_until_gone
+from tests.sandbox.host_processes import host_pids, marker, wait_until_gone, wait_until_running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ray, pytest.mark.root]
 
@@ -170,8 +170,7 @@ async def test_a_cancelled_command_dies_even_while_every_thread_of_its_actor_is_
                 tg.start_soon(ws.exec, f"sleep {busy}")
                 tg.start_soon(given_up_on)
                 # Every thread of the actor runs a command: nothing else can ask it.
-                while not (host_pids(busy) and host_pids(cancelled)):  # noqa: ASYNC110
-                    await anyio.sleep(0.05)
+                await wait_until_running(busy, cancelled)
                 scope.cancel()
                 with anyio.fail_after(10):
                     await wait_until_gone(cancelled)
@@ -211,8 +210,7 @@ async def test_where_no_connection_can_be_had_execs_run_on_the_actors_loop_and_s
                 outcome.append(await anyio.to_thread.run_sync(call, abandon_on_cancel=True))
 
             tg.start_soon(hung)
-            while not host_pids(arg):  # noqa: ASYNC110 (a host process: no event to wait on)
-                await anyio.sleep(0.05)
+            await wait_until_running(arg)
             assert await anyio.to_thread.run_sync(host.cancel, "t2") == ("ok", None)
         await wait_until_gone(arg)
         # A cancel that comes before its call: the call never starts.

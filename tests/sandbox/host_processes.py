@@ -1,4 +1,5 @@
-"""The host's view of a sandbox's processes: found by a unique argument, awaited until gone."""
+"""The host's view of a sandbox's processes: found by a unique argument, awaited until they
+run or until they are gone."""
 
 from __future__ import annotations
 
@@ -46,3 +47,12 @@ async def wait_until_gone(argument: str) -> None:
                 await anyio.wait_readable(fd)
             finally:
                 os.close(fd)
+
+
+async def wait_until_running(*arguments: str) -> None:
+    """Waits (bounded by the caller's fail_after) until a process carries each of `arguments`.
+
+    A process's start gives the host nothing to wait on, so /proc is looked at every 50 ms.
+    """
+    while not all(host_pids(argument) for argument in arguments):  # noqa: ASYNC110
+        await anyio.sleep(0.05)
