@@ -61,16 +61,17 @@ from bench.common import (  # noqa: E402
 )
 from bench.sandbox import base_image  # noqa: E402
 from demo.build_suite import DEFAULT_CACHE, ensure_testenv, load_projects  # noqa: E402
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext  # noqa: E402
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore  # noqa: E402
+from mcp_evalserver.agents.base import Agent, TrajectoryContext  # noqa: E402
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore  # noqa: E402
+from mcp_evalserver.runtime.sandboxes import BackendName, SandboxPool  # noqa: E402
 from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec, Workspace  # noqa: E402
 from mcp_evalserver.sandbox.docker import DockerBackend  # noqa: E402
 from mcp_evalserver.sandbox.docker_engine import DockerEngine  # noqa: E402
 from mcp_evalserver.sandbox.docker_fallback import PerTrajectoryInstance  # noqa: E402
-from mcp_evalserver.sandboxes import BackendName, SandboxPool  # noqa: E402
-from mcp_evalserver.scoring.config import TestsScorerConfig  # noqa: E402
-from mcp_evalserver.scoring.patching import patched_files  # noqa: E402
-from mcp_evalserver.spec import CampaignSpec, Limits, Task  # noqa: E402
+from mcp_evalserver.scoring.swebench.patching import patched_files  # noqa: E402
+from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task  # noqa: E402
+from mcp_evalserver.spec.scorers import TestsScorerConfig  # noqa: E402
+from mcp_evalserver.spec.submission import Submission  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = 3

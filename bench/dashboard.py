@@ -51,10 +51,11 @@ from bench.common import (  # noqa: E402
     process_cpu_seconds,
     write_results,
 )
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext  # noqa: E402
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore  # noqa: E402
+from mcp_evalserver.agents.base import Agent, TrajectoryContext  # noqa: E402
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore  # noqa: E402
 from mcp_evalserver.server.dashboard.summaries import SUMMARY_FILE  # noqa: E402
-from mcp_evalserver.spec import CampaignSpec, Limits, Task  # noqa: E402
+from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task  # noqa: E402
+from mcp_evalserver.spec.submission import Submission  # noqa: E402
 from tests.server.helpers import http_server  # noqa: E402
 
 TASKS = 2000

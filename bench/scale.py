@@ -192,10 +192,11 @@ async def exec_overhead(address: str, path: str) -> dict[str, float]:
 
 async def throughput(address: str, paths: list[str], state_dir: Path) -> float:
     """Sleep-bound trajectories per second over these instances, once they are placed."""
-    from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
-    from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-    from mcp_evalserver.sandboxes import SandboxPool
-    from mcp_evalserver.spec import CampaignSpec, Limits, RaySandboxConfig, Task
+    from mcp_evalserver.agents.base import Agent, TrajectoryContext
+    from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+    from mcp_evalserver.runtime.sandboxes import SandboxPool
+    from mcp_evalserver.spec.campaign import CampaignSpec, Limits, RaySandboxConfig, Task
+    from mcp_evalserver.spec.submission import Submission
 
     class Sleeper(Agent):
         async def generate(self, context: TrajectoryContext) -> Submission:

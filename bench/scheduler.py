@@ -24,11 +24,12 @@ from typing import Any  # noqa: E402
 import anyio  # noqa: E402
 
 from bench.common import LoadRecord, describe_load, write_results  # noqa: E402
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext  # noqa: E402
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore  # noqa: E402
-from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_ledger  # noqa: E402
-from mcp_evalserver.spec import CampaignSpec, Limits, Task, trajectory_id  # noqa: E402
-from mcp_evalserver.state import replay  # noqa: E402
+from mcp_evalserver.agents.base import Agent, TrajectoryContext  # noqa: E402
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore  # noqa: E402
+from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger  # noqa: E402
+from mcp_evalserver.engine.state import replay  # noqa: E402
+from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task, trajectory_id  # noqa: E402
+from mcp_evalserver.spec.submission import Submission  # noqa: E402
 
 TRAJECTORIES = 200
 MODEL_LATENCY_S = 0.050

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcp_evalserver.scoring.grading import eval_test_section, extract_test_output
-from mcp_evalserver.scoring.logparsers import TestStatus, parse_pytest
+from mcp_evalserver.scoring.swebench.grading import eval_test_section, extract_test_output
+from mcp_evalserver.scoring.swebench.logparsers import TestStatus, parse_pytest
 
 DEMO_DIR = Path(__file__).resolve().parent
 DEFAULT_BUILD_DIR = DEMO_DIR / "build"

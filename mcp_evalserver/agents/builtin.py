@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.spec.submission import Submission
 
 
 class NoopAgent(Agent):

@@ -25,9 +25,10 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
-from mcp_evalserver.agents.config import CommandAgentConfig
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput
+from mcp_evalserver.spec.agents import CommandAgentConfig
+from mcp_evalserver.spec.submission import Submission
 
 #: What the transcript keeps of each of the program's output streams (head and tail).
 OUTPUT_CAP = 64 << 10

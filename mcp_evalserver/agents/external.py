@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
-from mcp_evalserver.agents.config import ExternalAgentConfig
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.errors import Conflict, NotFound
+from mcp_evalserver.spec.agents import ExternalAgentConfig
+from mcp_evalserver.spec.submission import Submission
 
 #: How many closed claims are remembered, so late calls get a precise reason, not "unknown".
 _CLOSED_MEMORY = 10_000

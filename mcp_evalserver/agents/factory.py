@@ -5,7 +5,11 @@ from __future__ import annotations
 from mcp_evalserver.agents.base import Agent
 from mcp_evalserver.agents.builtin import NoopAgent, OracleAgent
 from mcp_evalserver.agents.command import EndpointFactory
-from mcp_evalserver.agents.config import (
+from mcp_evalserver.agents.external import ClaimBoard, ExternalAgent
+from mcp_evalserver.agents.predictions import PredictionsAgent
+from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.runtime.plugins import load_factory
+from mcp_evalserver.spec.agents import (
     AgentConfig,
     CommandAgentConfig,
     ExternalAgentConfig,
@@ -14,10 +18,6 @@ from mcp_evalserver.agents.config import (
     OracleAgentConfig,
     PredictionsAgentConfig,
 )
-from mcp_evalserver.agents.external import ClaimBoard, ExternalAgent
-from mcp_evalserver.agents.predictions import PredictionsAgent
-from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.plugins import load_factory
 
 
 def build_agent(

@@ -27,13 +27,14 @@ from openai.types.chat import (
     ChatCompletionToolUnionParam,
 )
 
-from mcp_evalserver.adaptive import EndpointLimiter
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext, Usage
-from mcp_evalserver.agents.config import DEFAULT_BASE_URL, OpenAIAgentConfig
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.agents.workspace_tools import WorkspaceTools, tool_schemas
-from mcp_evalserver.endpoint_calls import call_with_retries, shorten
 from mcp_evalserver.errors import InfrastructureError, InvalidInput
-from mcp_evalserver.scheduler import RetryPolicy
+from mcp_evalserver.runtime.adaptive import EndpointLimiter
+from mcp_evalserver.runtime.endpoint_calls import call_with_retries, shorten
+from mcp_evalserver.runtime.limits import RetryPolicy
+from mcp_evalserver.spec.agents import DEFAULT_BASE_URL, OpenAIAgentConfig
+from mcp_evalserver.spec.submission import Submission, Usage
 
 _T = TypeVar("_T")
 

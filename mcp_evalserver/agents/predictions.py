@@ -13,10 +13,11 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
-from mcp_evalserver.agents.config import PredictionsAgentConfig
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.errors import NotFound
-from mcp_evalserver.scoring.swebench_compat import GOLD, Prediction, load_predictions
+from mcp_evalserver.spec.agents import PredictionsAgentConfig
+from mcp_evalserver.spec.predictions import GOLD, Prediction, load_predictions
+from mcp_evalserver.spec.submission import Submission
 
 
 class PredictionsAgent(Agent):

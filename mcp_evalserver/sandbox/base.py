@@ -19,23 +19,11 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mcp_evalserver import errors
+from mcp_evalserver.spec.host_paths import HostPath
 
 DEFAULT_WORKDIR = "/testbed"
 #: The file descriptor at which `exec(report=True)` gives the command its report channel.
 REPORT_FD = 4
-
-
-class HostPath(BaseModel):
-    """A host path a local instance's view shows besides the instance directory."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    path: str = Field(description="Absolute host path without symlinks: a directory or a file.")
-    writable: bool = Field(
-        default=False,
-        description="Copy-on-write per workspace: writes count in its disk cap and never reach "
-        "the host. Read-only otherwise.",
-    )
 
 
 class InstanceSpec(BaseModel):

@@ -10,7 +10,7 @@ from typing import Literal
 
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
-from mcp_evalserver.scoring.matchers import (
+from mcp_evalserver.spec.matchers import (
     MatchVerdict,
     match_exact,
     match_json,

@@ -19,11 +19,11 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from mcp_evalserver.agents.base import Submission
-from mcp_evalserver.ledger import store_artifact
-from mcp_evalserver.sandboxes import InstanceCheck, TrajectorySandbox
-from mcp_evalserver.scheduler import Limiters
-from mcp_evalserver.spec import Task
+from mcp_evalserver.runtime.artifacts import store_artifact
+from mcp_evalserver.runtime.limits import Limiters
+from mcp_evalserver.runtime.sandboxes import InstanceCheck, TrajectorySandbox
+from mcp_evalserver.spec.campaign import Task
+from mcp_evalserver.spec.submission import Submission
 
 
 class ScoreResult(BaseModel):

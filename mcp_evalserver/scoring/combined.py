@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from mcp_evalserver.errors import InfrastructureError
+from mcp_evalserver.runtime.sandboxes import InstanceCheck
 from mcp_evalserver.sandbox.base import Instance
-from mcp_evalserver.sandboxes import InstanceCheck
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
-from mcp_evalserver.spec import Task
+from mcp_evalserver.spec.campaign import Task
 
 Mode = Literal["all_of", "any_of", "weighted"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from mcp_evalserver.errors import InvalidInput, LimitExceeded, NotFound
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
-from mcp_evalserver.scoring.patching import EVAL_DIR, apply_patch
+from mcp_evalserver.scoring.swebench.patching import EVAL_DIR, apply_patch
 
 ANSWER_FILE_ENV = "MCP_EVALSERVER_ANSWER_FILE"
 

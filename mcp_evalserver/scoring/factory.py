@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.plugins import load_factory
+from mcp_evalserver.runtime.plugins import load_factory
 from mcp_evalserver.scoring.answers import ExactScorer, JsonScorer, RegexScorer
 from mcp_evalserver.scoring.base import Scorer
 from mcp_evalserver.scoring.combined import CombinedScorer
 from mcp_evalserver.scoring.command import CommandScorer
-from mcp_evalserver.scoring.config import (
+from mcp_evalserver.scoring.testsuite import TestsScorer
+from mcp_evalserver.scoring.trajectory import TrajectoryScorer
+from mcp_evalserver.spec.scorers import (
     AllOfScorerConfig,
     AnyOfScorerConfig,
     CommandScorerConfig,
@@ -22,8 +24,6 @@ from mcp_evalserver.scoring.config import (
     TrajectoryScorerConfig,
     WeightedScorerConfig,
 )
-from mcp_evalserver.scoring.testsuite import TestsScorer
-from mcp_evalserver.scoring.trajectory import TrajectoryScorer
 
 
 def build_scorer(config: ScorerConfig) -> Scorer:

@@ -30,14 +30,14 @@ from typing import Any
 import anyio
 import openai
 
-from mcp_evalserver.adaptive import EndpointLimiter
-from mcp_evalserver.atomic_files import write_atomically
-from mcp_evalserver.endpoint_calls import call_with_retries
 from mcp_evalserver.errors import InfrastructureError, InvalidInput
-from mcp_evalserver.ledger import ARTIFACTS_DIR
-from mcp_evalserver.scheduler import RetryPolicy
+from mcp_evalserver.runtime.adaptive import EndpointLimiter
+from mcp_evalserver.runtime.artifacts import ARTIFACTS_DIR
+from mcp_evalserver.runtime.atomic_files import write_atomically
+from mcp_evalserver.runtime.endpoint_calls import call_with_retries
+from mcp_evalserver.runtime.limits import RetryPolicy
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
-from mcp_evalserver.scoring.matchers import parse_json
+from mcp_evalserver.spec.matchers import parse_json
 
 #: Changing the judge's instructions must not reuse verdicts given under the old ones.
 PROMPT_VERSION = "1"

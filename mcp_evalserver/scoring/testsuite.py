@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mcp_evalserver.errors import Conflict, InvalidInput
+from mcp_evalserver.runtime.sandboxes import InstanceCheck
 from mcp_evalserver.sandbox.base import REPORT_FD, Workspace
-from mcp_evalserver.sandboxes import InstanceCheck
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
-from mcp_evalserver.scoring.grading import (
+from mcp_evalserver.scoring.swebench.grading import (
     END_TEST_OUTPUT,
     START_TEST_OUTPUT,
     TEST_EXIT_CODE,
@@ -49,16 +49,16 @@ from mcp_evalserver.scoring.grading import (
     eval_test_section,
     grade_log,
 )
-from mcp_evalserver.scoring.interpreters import interpreter_check
-from mcp_evalserver.scoring.logparsers import LogParser, get_parser
-from mcp_evalserver.scoring.patching import (
+from mcp_evalserver.scoring.swebench.interpreters import interpreter_check
+from mcp_evalserver.scoring.swebench.logparsers import LogParser, get_parser
+from mcp_evalserver.scoring.swebench.patching import (
     EVAL_DIR,
     apply_patch,
     patched_files,
     restore_files,
 )
-from mcp_evalserver.scoring.runners import section_runners
-from mcp_evalserver.scoring.strict import (
+from mcp_evalserver.scoring.swebench.runners import section_runners
+from mcp_evalserver.scoring.swebench.strict import (
     files_named_by,
     git_dir_paths_in,
     git_dir_restore_script,
@@ -69,8 +69,8 @@ from mcp_evalserver.scoring.strict import (
     plugin_env,
     plugin_source,
 )
-from mcp_evalserver.scoring.test_plans import TestPlan, plan_tests
-from mcp_evalserver.spec import Task
+from mcp_evalserver.scoring.swebench.test_plans import TestPlan, plan_tests
+from mcp_evalserver.spec.campaign import Task
 
 #: The shell variable the eval script keeps the test command's exit status in.
 EXIT_CODE_VAR = "MCP_EVALSERVER_TEST_EXIT_CODE"

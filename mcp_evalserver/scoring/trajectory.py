@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
-from mcp_evalserver.scoring.transcript_checks import TrajectoryAssertion, recorded_calls
+from mcp_evalserver.spec.transcript_checks import TrajectoryAssertion, recorded_calls
 
 # How many call names the verdict's details list (a runaway agent may make thousands).
 _CALLS_SHOWN = 200

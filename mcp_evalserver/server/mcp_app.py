@@ -14,7 +14,7 @@ import functools
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
@@ -29,10 +29,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcp_evalserver import __version__
-from mcp_evalserver.calibration import calibrate_campaign, parse_labels
+from mcp_evalserver.agents.base import TrajectoryContext
+from mcp_evalserver.engine.calibration import calibrate_campaign, parse_labels
+from mcp_evalserver.engine.state import Outcome
+from mcp_evalserver.engine.sweep import DEFAULT_LEVELS
 from mcp_evalserver.errors import Conflict, EvalServerError
-from mcp_evalserver.scoring.config import ScorerConfig
-from mcp_evalserver.server.http import allowed_host_names
 from mcp_evalserver.server.models import (
     Branches,
     BranchIds,
@@ -51,14 +52,15 @@ from mcp_evalserver.server.models import (
     SweepStatus,
 )
 from mcp_evalserver.server.privileges import Privileges
-from mcp_evalserver.server.scoped import ScopedTrajectory
 from mcp_evalserver.server.service import EvalService
-from mcp_evalserver.server.stdio_pipes import claim_stdio
 from mcp_evalserver.server.sweeps import Sweeps
 from mcp_evalserver.server.trajectories import ExternalTrajectories
-from mcp_evalserver.spec import CampaignSpec
-from mcp_evalserver.state import Outcome
-from mcp_evalserver.sweep import DEFAULT_LEVELS
+from mcp_evalserver.server.trajectory.endpoint import ServedTrajectory, serve_trajectory_endpoint
+from mcp_evalserver.server.trajectory.scoped import ScopedTrajectory
+from mcp_evalserver.server.transport.http import allowed_host_names
+from mcp_evalserver.server.transport.stdio_pipes import claim_stdio
+from mcp_evalserver.spec.campaign import CampaignSpec
+from mcp_evalserver.spec.scorers import ScorerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +147,7 @@ def create_server(
             ray_address=ray_address,
             resume_running=resume_running,
             privileges=privileges,
+            trajectory_endpoints=serve_trajectory,
         )
         async with service:
             yield service
@@ -590,3 +593,8 @@ def trajectory_http_app(trajectory: ScopedTrajectory) -> Starlette:
     return create_trajectory_server(trajectory).streamable_http_app(
         host="127.0.0.1", transport_security=security
     )
+
+
+def serve_trajectory(context: TrajectoryContext) -> AbstractAsyncContextManager[ServedTrajectory]:
+    """A `command` agent's endpoint for one trajectory, serving `create_trajectory_server`."""
+    return serve_trajectory_endpoint(context, trajectory_http_app)

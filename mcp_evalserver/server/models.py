@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from mcp_evalserver.scoring.comparison import PairedComparison
-from mcp_evalserver.scoring.stats import CampaignSummary
+from mcp_evalserver.scoring.stats.comparison import PairedComparison
+from mcp_evalserver.scoring.stats.summary import CampaignSummary
 
 
 class InstanceReprovisioned(BaseModel):

@@ -30,17 +30,17 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
-from mcp_evalserver.agents.config import (
+from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.spec.agents import (
     DEFAULT_BASE_URL,
     CommandAgentConfig,
     OpenAIAgentConfig,
     PredictionsAgentConfig,
     PythonAgentConfig,
 )
-from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.scoring.config import LlmJudgeScorerConfig, PythonScorerConfig
-from mcp_evalserver.scoring.swebench_compat import GOLD
-from mcp_evalserver.spec import CampaignSpec, RaySandboxConfig, Task
+from mcp_evalserver.spec.campaign import CampaignSpec, RaySandboxConfig, Task
+from mcp_evalserver.spec.predictions import GOLD
+from mcp_evalserver.spec.scorers import LlmJudgeScorerConfig, PythonScorerConfig
 
 # The configs that make the server import a module or run a program of the client's choosing
 # (a `command` scorer runs in the sandbox: it is not one of them).

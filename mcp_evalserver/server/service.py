@@ -22,11 +22,11 @@ from typing import Any, Self
 import anyio
 import anyio.abc
 
+from mcp_evalserver.agents.command import EndpointFactory
 from mcp_evalserver.agents.external import ClaimBoard
 from mcp_evalserver.agents.factory import build_agent
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.errors import Conflict, EvalServerError, NotFound
-from mcp_evalserver.report import (
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.report import (
     CONFIDENCE,
     RESAMPLES,
     SEED,
@@ -36,12 +36,13 @@ from mcp_evalserver.report import (
     render_markdown,
     verdicts,
 )
-from mcp_evalserver.rescoring import request_rescore
-from mcp_evalserver.sandboxes import SandboxPool
-from mcp_evalserver.scoring.comparison import PairedComparison
-from mcp_evalserver.scoring.config import ScorerConfig
+from mcp_evalserver.engine.rescoring import request_rescore
+from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState
+from mcp_evalserver.errors import Conflict, EvalServerError, NotFound
+from mcp_evalserver.runtime.sandboxes import SandboxPool
 from mcp_evalserver.scoring.factory import build_scorer
-from mcp_evalserver.scoring.stats import summarise_campaign
+from mcp_evalserver.scoring.stats.comparison import PairedComparison
+from mcp_evalserver.scoring.stats.summary import summarise_campaign
 from mcp_evalserver.server.models import (
     CampaignList,
     CampaignStatus,
@@ -51,9 +52,8 @@ from mcp_evalserver.server.models import (
 )
 from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.server.sweeps import Sweeps
-from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
-from mcp_evalserver.spec import CampaignSpec
-from mcp_evalserver.state import INFRA_OUTCOMES, CampaignState
+from mcp_evalserver.spec.campaign import CampaignSpec
+from mcp_evalserver.spec.scorers import ScorerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -92,8 +92,11 @@ class EvalService:
         ray_address: str | None = None,
         resume_running: bool = False,
         privileges: Privileges | None = None,
+        trajectory_endpoints: EndpointFactory | None = None,
     ) -> None:
         self.store = CampaignStore(state_dir)
+        #: Serves a `command` agent's MCP endpoints (the MCP app's; none: such agents refuse).
+        self._trajectory_endpoints = trajectory_endpoints
         #: What clients may make the server do on its host (everything, unless told).
         self.privileges = privileges or Privileges()
         self.claims = ClaimBoard()
@@ -111,7 +114,9 @@ class EvalService:
             # The pool outlives the campaigns that use it: entered first, left last.
             self._pool = await stack.enter_async_context(SandboxPool(self._ray_address))
             self._group = await stack.enter_async_context(anyio.create_task_group())
-            self.sweeps = Sweeps(self.store, self._group, self._pool, self.privileges)
+            self.sweeps = Sweeps(
+                self.store, self._group, self._pool, self.privileges, self._trajectory_endpoints
+            )
             stack.callback(self.sweeps.cancel_all)
             stack.callback(self._cancel_all)
             if self._resume_running:
@@ -165,7 +170,7 @@ class EvalService:
         resolved = self.admit(spec)
         # Built now so a bad plugin path fails this call, not the background run.
         build_agent(
-            resolved.agent, claims=self.claims, trajectory_endpoints=serve_trajectory_endpoint
+            resolved.agent, claims=self.claims, trajectory_endpoints=self._trajectory_endpoints
         )
         build_scorer(resolved.scorer)
         new_id = await self.store.create(resolved, campaign_id)
@@ -446,7 +451,7 @@ class EvalService:
         state = self._load(campaign_id)
         self.privileges.admit_keys(state.spec, f"campaign {campaign_id}")
         agent = build_agent(
-            state.spec.agent, claims=self.claims, trajectory_endpoints=serve_trajectory_endpoint
+            state.spec.agent, claims=self.claims, trajectory_endpoints=self._trajectory_endpoints
         )
         run = _Run()
         run.runner = CampaignRunner(

@@ -17,14 +17,9 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from mcp_evalserver.campaigns import CampaignStore
-from mcp_evalserver.errors import Conflict, EvalServerError, NotFound
-from mcp_evalserver.sandboxes import SandboxPool
-from mcp_evalserver.server.models import SweepStatus
-from mcp_evalserver.server.privileges import Privileges
-from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
-from mcp_evalserver.spec import CampaignSpec
-from mcp_evalserver.sweep import (
+from mcp_evalserver.agents.command import EndpointFactory
+from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.sweep import (
     PLAN_FILE,
     PLOT_FILE,
     SWEEP_FILE,
@@ -32,6 +27,11 @@ from mcp_evalserver.sweep import (
     run_sweep,
     sweeps_dir,
 )
+from mcp_evalserver.errors import Conflict, EvalServerError, NotFound
+from mcp_evalserver.runtime.sandboxes import SandboxPool
+from mcp_evalserver.server.models import SweepStatus
+from mcp_evalserver.server.privileges import Privileges
+from mcp_evalserver.spec.campaign import CampaignSpec
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +54,10 @@ class Sweeps:
         group: anyio.abc.TaskGroup,
         pool: SandboxPool,
         privileges: Privileges,
+        trajectory_endpoints: EndpointFactory | None = None,
     ) -> None:
         self.store = store
+        self._trajectory_endpoints = trajectory_endpoints
         self._privileges = privileges
         self._group = group
         self._pool = pool
@@ -147,7 +149,7 @@ class Sweeps:
                     sweep.plan,
                     sandboxes=self._pool,
                     on_level=on_level,
-                    trajectory_endpoints=serve_trajectory_endpoint,
+                    trajectory_endpoints=self._trajectory_endpoints,
                 )
         except EvalServerError as exc:
             sweep.error = str(exc)

@@ -22,7 +22,7 @@ from mcp_evalserver.server.models import (
     Restored,
     Submitted,
 )
-from mcp_evalserver.server.trajectory_tools import TrajectoryTools
+from mcp_evalserver.server.trajectory.tools import TrajectoryTools
 
 
 class ExternalTrajectories:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.ledger import LEDGER_FILE, Record, read_artifact, read_ledger
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.ledger import LEDGER_FILE, Record, read_ledger
+from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.runtime.artifacts import read_artifact
 from mcp_evalserver.scoring.base import Scorer
-from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
-from mcp_evalserver.spec import CampaignSpec
-from mcp_evalserver.state import CampaignState
+from mcp_evalserver.server.mcp_app import serve_trajectory
+from mcp_evalserver.spec.campaign import CampaignSpec
 
 KEY_ENV = "EVALSERVER_TEST_OPENAI_KEY"
 KEY = "sk-test-0123"
@@ -57,7 +58,7 @@ async def run(
     store = CampaignStore(state_dir)
     campaign_id = await store.create(campaign)
     state = await CampaignRunner(
-        store, campaign_id, scorer=scorer, trajectory_endpoints=serve_trajectory_endpoint
+        store, campaign_id, scorer=scorer, trajectory_endpoints=serve_trajectory
     ).run()
     return state, store.directory(campaign_id)
 

@@ -11,14 +11,14 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore, resumed_endpoints
-from mcp_evalserver.cli import main
+from mcp_evalserver.cli.main import main
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore, resumed_endpoints
+from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.report import build_report, render_markdown
-from mcp_evalserver.scheduler import Limiters
+from mcp_evalserver.runtime.limits import Limiters
 from mcp_evalserver.server.mcp_app import create_server
-from mcp_evalserver.spec import parse_spec
-from mcp_evalserver.state import CampaignState
+from mcp_evalserver.spec.campaign import parse_spec
 from tests.agents.fake_openai import Failure, FakeOpenAI, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, openai_agent, records, spec
 from tests.server.helpers import call as call_tool

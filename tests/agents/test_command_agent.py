@@ -13,12 +13,12 @@ import pytest
 
 from mcp_evalserver.agents import command
 from mcp_evalserver.agents.command import CommandAgent
-from mcp_evalserver.agents.config import CommandAgentConfig
 from mcp_evalserver.agents.factory import build_agent
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.scoring.config import CommandScorerConfig
 from mcp_evalserver.scoring.factory import build_scorer
-from mcp_evalserver.server.trajectory_endpoint import serve_trajectory_endpoint
+from mcp_evalserver.server.mcp_app import serve_trajectory
+from mcp_evalserver.spec.agents import CommandAgentConfig
+from mcp_evalserver.spec.scorers import CommandScorerConfig
 from tests.agents.helpers import artifact_text, records, run, spec
 from tests.server.helpers import BUGGY, git_repo, require_root
 
@@ -183,7 +183,7 @@ def test_the_readmes_command_agent_example_builds_a_command_agent() -> None:
     example = section.split("```json\n", 1)[1].split("```", 1)[0]
     campaign = spec([ANSWER_TASK], json.loads("{" + example + "}")["agent"])
     assert isinstance(campaign.agent, CommandAgentConfig)
-    built = build_agent(campaign.agent, trajectory_endpoints=serve_trajectory_endpoint)
+    built = build_agent(campaign.agent, trajectory_endpoints=serve_trajectory)
     assert isinstance(built, CommandAgent)
 
 

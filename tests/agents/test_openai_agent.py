@@ -16,17 +16,18 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from mcp_evalserver.agents.base import Submission, TrajectoryContext
-from mcp_evalserver.agents.config import OpenAIAgentConfig
+from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.agents.factory import build_agent
 from mcp_evalserver.agents.openai_agent import (
     ATTEMPT_HEADER,
     IDEMPOTENCY_HEADER,
 )
-from mcp_evalserver.endpoint_calls import retry_after_seconds
-from mcp_evalserver.sandboxes import TrajectorySandbox
-from mcp_evalserver.scheduler import Limiters
-from mcp_evalserver.spec import Limits, Task
+from mcp_evalserver.runtime.endpoint_calls import retry_after_seconds
+from mcp_evalserver.runtime.limits import Limiters
+from mcp_evalserver.runtime.sandboxes import TrajectorySandbox
+from mcp_evalserver.spec.agents import OpenAIAgentConfig
+from mcp_evalserver.spec.campaign import Limits, Task
+from mcp_evalserver.spec.submission import Submission
 from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, artifact_text, openai_agent, records, run, spec
 

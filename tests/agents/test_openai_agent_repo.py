@@ -10,8 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.scoring.config import CommandScorerConfig
 from mcp_evalserver.scoring.factory import build_scorer
+from mcp_evalserver.spec.scorers import CommandScorerConfig
 from tests.agents.fake_openai import FakeOpenAI, Reply, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, artifact_text, openai_agent, records, run, spec
 

@@ -12,10 +12,9 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_evalserver.campaigns import CampaignStore
-from mcp_evalserver.cli import main
-from mcp_evalserver.server.mcp_app import create_server
-from mcp_evalserver.sweep import (
+from mcp_evalserver.cli.main import main
+from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.sweep import (
     PLOT_FILE,
     SWEEP_FILE,
     parse_levels,
@@ -25,6 +24,7 @@ from mcp_evalserver.sweep import (
     sweep_figure,
     sweeps_dir,
 )
+from mcp_evalserver.server.mcp_app import create_server
 from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, openai_agent, records, spec
 from tests.server.helpers import call as call_tool

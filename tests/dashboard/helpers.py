@@ -13,8 +13,10 @@ import pytest
 import uvicorn
 from playwright.async_api import Browser, Page, async_playwright
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
-from mcp_evalserver.server.http import build_http_app, listening_socket
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.server.http_app import build_http_app
+from mcp_evalserver.server.transport.http import listening_socket
+from mcp_evalserver.spec.submission import Submission
 
 TOKEN = "dashboard-token-0123456789"
 CHROMIUM = "/usr/bin/chromium"

@@ -10,9 +10,9 @@ import anyio
 import httpx2
 import pytest
 
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.server.http import SESSION_COOKIE, session_value
-from mcp_evalserver.spec import CampaignSpec
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.server.transport.http import SESSION_COOKIE, session_value
+from mcp_evalserver.spec.campaign import CampaignSpec
 from tests.dashboard.helpers import TOKEN, dashboard_server
 
 pytestmark = pytest.mark.anyio

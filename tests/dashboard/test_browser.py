@@ -9,10 +9,11 @@ import anyio
 import pytest
 from playwright.async_api import Route, expect
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.cli import main
-from mcp_evalserver.spec import CampaignSpec
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.cli.main import main
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.spec.campaign import CampaignSpec
+from mcp_evalserver.spec.submission import Submission
 from tests.dashboard.helpers import (
     GatedAgent,
     chromium,

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.ledger import LEDGER_FILE
+from mcp_evalserver.engine.state import CampaignState, replay
 from mcp_evalserver.errors import LedgerCorrupt, NotFound
-from mcp_evalserver.ledger import LEDGER_FILE
 from mcp_evalserver.server.dashboard import views
 from mcp_evalserver.server.dashboard.ledgers import CampaignLedger, LedgerCache
-from mcp_evalserver.spec import CampaignSpec
-from mcp_evalserver.state import CampaignState, replay
+from mcp_evalserver.spec.campaign import CampaignSpec
 
 pytestmark = pytest.mark.anyio
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.cli import main
-from mcp_evalserver.ledger import LedgerWriter
-from mcp_evalserver.spec import CampaignSpec
-from mcp_evalserver.state import ENDPOINT_LIMIT
+from mcp_evalserver.cli.main import main
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.ledger import LedgerWriter
+from mcp_evalserver.engine.state import ENDPOINT_LIMIT
+from mcp_evalserver.spec.campaign import CampaignSpec
 
 pytestmark = pytest.mark.anyio
 

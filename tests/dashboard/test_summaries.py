@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from mcp_evalserver.campaigns import CampaignStore
-from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_ledger
+from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger
+from mcp_evalserver.engine.state import RESCORE_REQUESTED, replay
 from mcp_evalserver.server.dashboard import views
 from mcp_evalserver.server.dashboard.ledgers import CampaignLedger, LedgerCache
 from mcp_evalserver.server.dashboard.render import render
 from mcp_evalserver.server.dashboard.summaries import SUMMARY_FILE
 from mcp_evalserver.server.dashboard.web import start_summarising
-from mcp_evalserver.state import RESCORE_REQUESTED, replay
 from tests.engine.helpers import campaign_of_every_kind
 
 pytestmark = pytest.mark.anyio

@@ -15,10 +15,10 @@ import pytest
 from mcp import Client
 
 from demo.build_suite import DEMO_DIR, build_suite
-from mcp_evalserver.agents.config import OpenAIAgentConfig
+from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.server.mcp_app import create_server
-from mcp_evalserver.spec import CampaignSpec, load_tasks
-from mcp_evalserver.state import CampaignState
+from mcp_evalserver.spec.agents import OpenAIAgentConfig
+from mcp_evalserver.spec.campaign import CampaignSpec, load_tasks
 from tests.agents.fake_openai import FakeOpenAI, serving
 from tests.agents.fake_openai import call as call_tool
 from tests.engine.helpers import run_campaign

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from demo.build_suite import DEMO_DIR, build_suite
-from mcp_evalserver.scoring.grading import grade_log
-from mcp_evalserver.scoring.logparsers import parse_pytest
-from mcp_evalserver.spec import load_tasks
+from mcp_evalserver.scoring.swebench.grading import grade_log
+from mcp_evalserver.scoring.swebench.logparsers import parse_pytest
+from mcp_evalserver.spec.campaign import load_tasks
 
 pytestmark = pytest.mark.slow
 

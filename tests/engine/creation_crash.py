@@ -71,7 +71,7 @@ def main() -> int:
 
     sys.addaudithook(audit)
     os.write = write
-    from mcp_evalserver.cli import main as cli_main
+    from mcp_evalserver.cli.main import main as cli_main
 
     return cli_main(cli_args)
 

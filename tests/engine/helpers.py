@@ -6,18 +6,18 @@ from pathlib import Path
 from typing import Any
 
 from mcp_evalserver.agents.base import Agent
-from mcp_evalserver.agents.config import OracleAgentConfig
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.ledger import LedgerWriter
-from mcp_evalserver.scoring.base import Scorer
-from mcp_evalserver.spec import CampaignSpec, Limits, Task
-from mcp_evalserver.state import (
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.ledger import LedgerWriter
+from mcp_evalserver.engine.state import (
     CHECKPOINT_KEPT,
     RESCORE_REQUESTED,
     RETRY_REQUESTED,
     TRAJECTORY_BRANCHED,
     CampaignState,
 )
+from mcp_evalserver.scoring.base import Scorer
+from mcp_evalserver.spec.agents import OracleAgentConfig
+from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task
 from tests.plugins.scripted import expected_answer
 
 

@@ -18,13 +18,14 @@ from typing import Any
 import anyio
 import pytest
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.ledger import LEDGER_FILE, read_ledger
-from mcp_evalserver.report import build_report, render_markdown
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
+from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.sandbox.supervised import SupervisedWorkspace
-from mcp_evalserver.spec import Task
-from mcp_evalserver.state import CampaignState
+from mcp_evalserver.spec.campaign import Task
+from mcp_evalserver.spec.submission import Submission
 from tests.engine.helpers import spec_of
 from tests.server.helpers import git_repo, require_root
 

@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from mcp_evalserver.agents.config import OracleAgentConfig
-from mcp_evalserver.campaigns import CampaignRunner
-from mcp_evalserver.cli import main
-from mcp_evalserver.errors import LedgerCorrupt
-from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_ledger
-from mcp_evalserver.report import build_report, render_markdown
-from mcp_evalserver.state import (
+from mcp_evalserver.cli.main import main
+from mcp_evalserver.engine.campaigns import CampaignRunner
+from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger
+from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.state import (
     CHECKPOINT_KEPT,
     RESCORE_REQUESTED,
     RETRY_REQUESTED,
@@ -22,6 +20,8 @@ from mcp_evalserver.state import (
     concerning,
     replay,
 )
+from mcp_evalserver.errors import LedgerCorrupt
+from mcp_evalserver.spec.agents import OracleAgentConfig
 from tests.engine.helpers import campaign_of_every_kind, numbered_tasks, run_campaign, spec_of
 
 pytestmark = pytest.mark.anyio

@@ -22,20 +22,21 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.cli import main
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.cli.main import main
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
+from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.errors import SandboxUnavailable
-from mcp_evalserver.ledger import LEDGER_FILE, read_ledger
+from mcp_evalserver.runtime.sandboxes import SandboxPool
 from mcp_evalserver.sandbox.base import InstanceSpec
 from mcp_evalserver.sandbox.docker import DockerBackend
 from mcp_evalserver.sandbox.local import LocalBackend
 from mcp_evalserver.sandbox.supervised import SupervisedInstance, SupervisedWorkspace
-from mcp_evalserver.sandboxes import SandboxPool
-from mcp_evalserver.scoring.config import TestsScorerConfig
 from mcp_evalserver.server.service import EvalService
-from mcp_evalserver.spec import CampaignSpec, Limits, Task
-from mcp_evalserver.state import CampaignState
+from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task
+from mcp_evalserver.spec.scorers import TestsScorerConfig
+from mcp_evalserver.spec.submission import Submission
 from tests.sandbox.conftest import require_root
 from tests.sandbox.docker_support import require_docker
 from tests.sandbox.faults import (

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_evalserver.campaigns import CampaignStore
-from mcp_evalserver.cli import main
+from mcp_evalserver.cli.main import main
+from mcp_evalserver.engine.campaigns import CampaignStore
 
 
 def _spec(tmp_path: Path, agent: str) -> Path:

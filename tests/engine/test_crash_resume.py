@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 import pytest
 
-from mcp_evalserver.campaigns import CampaignStore
-from mcp_evalserver.ledger import LEDGER_FILE, read_ledger
+from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.campaigns import CampaignStore
-from mcp_evalserver.ledger import LEDGER_FILE, read_ledger
+from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
 from tests.engine.creation_crash import POINTS
 
 pytestmark = pytest.mark.anyio

@@ -10,17 +10,18 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.cli import main
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.cli.main import main
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
+from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.state import replay
 from mcp_evalserver.errors import InfrastructureError, SandboxUnavailable
-from mcp_evalserver.ledger import LEDGER_FILE, read_ledger
-from mcp_evalserver.report import build_report, render_markdown
-from mcp_evalserver.scheduler import RetryPolicy
+from mcp_evalserver.runtime.limits import RetryPolicy
 from mcp_evalserver.scoring.base import ScoreResult, ScoringContext
 from mcp_evalserver.server.service import EvalService
-from mcp_evalserver.spec import CampaignSpec
-from mcp_evalserver.state import replay
+from mcp_evalserver.spec.campaign import CampaignSpec
+from mcp_evalserver.spec.submission import Submission
 from tests.engine.helpers import numbered_tasks, outcomes, run_campaign, spec_of
 from tests.plugins.scripted import ScriptedScorer, expected_answer
 

@@ -10,15 +10,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, create_ledger, read_ledger
+from mcp_evalserver.engine.state import replay
 from mcp_evalserver.errors import Conflict, LedgerCorrupt, NotFound
-from mcp_evalserver.ledger import (
-    LEDGER_FILE,
-    LedgerWriter,
-    create_ledger,
-    read_artifact,
-    read_ledger,
-)
-from mcp_evalserver.state import replay
+from mcp_evalserver.runtime.artifacts import read_artifact
 
 pytestmark = pytest.mark.anyio
 

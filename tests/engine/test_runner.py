@@ -8,12 +8,13 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
+from mcp_evalserver.engine.state import replay
 from mcp_evalserver.errors import InfrastructureError
-from mcp_evalserver.ledger import LEDGER_FILE, read_ledger
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
-from mcp_evalserver.state import replay
+from mcp_evalserver.spec.submission import Submission
 from tests.engine.helpers import numbered_tasks, outcomes, run_campaign, spec_of
 from tests.plugins.scripted import ScriptedAgent, ScriptedScorer, expected_answer
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.agents.builtin import NoopAgent
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
-from mcp_evalserver.spec import Task
+from mcp_evalserver.spec.campaign import Task
+from mcp_evalserver.spec.submission import Submission
 from tests.engine.helpers import outcomes, run_campaign, spec_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.sandboxes import instance_spec
-from mcp_evalserver.spec import (
+from mcp_evalserver.runtime.sandboxes import instance_spec
+from mcp_evalserver.spec.campaign import (
     CampaignSpec,
     RaySandboxConfig,
     Task,

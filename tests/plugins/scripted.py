@@ -21,8 +21,9 @@ from typing import Any
 
 import anyio
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.spec.submission import Submission
 
 
 def expected_answer(task_id: str) -> str:

@@ -6,7 +6,8 @@ from typing import Any
 
 import anyio
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.spec.submission import Submission
 
 #: One event per test (`options["key"]`), set once the command is on its way to the node.
 HOLDING: dict[str, anyio.Event] = {}

@@ -16,12 +16,13 @@ import anyio
 import pytest
 
 from demo.build_suite import DEMO_DIR
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.report import build_report, render_markdown
-from mcp_evalserver.sandboxes import SandboxPool
-from mcp_evalserver.spec import CampaignSpec, RaySandboxConfig, load_tasks
-from mcp_evalserver.state import CampaignState
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.runtime.sandboxes import SandboxPool
+from mcp_evalserver.spec.campaign import CampaignSpec, RaySandboxConfig, load_tasks
+from mcp_evalserver.spec.submission import Submission
 from tests.demo.test_demo_campaign import subset_file as demo_subset_file
 from tests.engine.helpers import run_campaign
 from tests.ray.cluster import SLOTS, LoopbackCluster

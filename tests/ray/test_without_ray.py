@@ -14,9 +14,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.campaigns import CampaignStore
-from mcp_evalserver.ledger import LEDGER_FILE
-from mcp_evalserver.spec import CampaignSpec
+from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.ledger import LEDGER_FILE
+from mcp_evalserver.spec.campaign import CampaignSpec
 from tests.server.helpers import answer_spec
 
 pytestmark = pytest.mark.anyio
@@ -36,7 +36,7 @@ def _without_ray(program: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    program = "from mcp_evalserver.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    program = "from mcp_evalserver.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
     return _without_ray(program, *args)
 
 

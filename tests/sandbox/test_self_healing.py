@@ -15,10 +15,10 @@ import anyio
 import pytest
 
 from mcp_evalserver.errors import InfrastructureError, SandboxUnavailable
+from mcp_evalserver.runtime.sandboxes import Reprovisioned, SandboxPool
 from mcp_evalserver.sandbox.base import Instance
 from mcp_evalserver.sandbox.supervised import SupervisedInstance, SupervisedWorkspace
-from mcp_evalserver.sandboxes import Reprovisioned, SandboxPool
-from mcp_evalserver.spec import Task
+from mcp_evalserver.spec.campaign import Task
 from tests.sandbox.conftest import REPO_SETUP, require_root
 from tests.sandbox.docker_support import require_docker
 from tests.sandbox.faults import Fault, docker_kill, docker_rm_f, holder_of, sigkill_supervisor

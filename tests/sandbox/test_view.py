@@ -21,10 +21,11 @@ import anyio
 import pytest
 
 from mcp_evalserver import errors
-from mcp_evalserver.sandbox.base import HostPath, InstanceSpec
+from mcp_evalserver.runtime.sandboxes import instance_spec
+from mcp_evalserver.sandbox.base import InstanceSpec
 from mcp_evalserver.sandbox.local import LocalBackend
-from mcp_evalserver.sandboxes import instance_spec
-from mcp_evalserver.spec import Task
+from mcp_evalserver.spec.campaign import Task
+from mcp_evalserver.spec.host_paths import HostPath
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.agents.base import Submission
-from mcp_evalserver.ledger import ARTIFACTS_DIR
-from mcp_evalserver.sandboxes import SandboxPool, TrajectorySandbox
-from mcp_evalserver.scheduler import Limiters
+from mcp_evalserver.runtime.artifacts import ARTIFACTS_DIR
+from mcp_evalserver.runtime.limits import Limiters
+from mcp_evalserver.runtime.sandboxes import SandboxPool, TrajectorySandbox
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
-from mcp_evalserver.spec import Limits, Task
+from mcp_evalserver.spec.campaign import Limits, Task
+from mcp_evalserver.spec.submission import Submission
 
 GIT = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
 

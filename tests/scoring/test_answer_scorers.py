@@ -8,14 +8,14 @@ from typing import Any, get_args
 import anyio
 import pytest
 
-from mcp_evalserver.agents.base import Submission
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.sandboxes import TrajectorySandbox
-from mcp_evalserver.scheduler import Limiters
+from mcp_evalserver.runtime.limits import Limiters
+from mcp_evalserver.runtime.sandboxes import TrajectorySandbox
 from mcp_evalserver.scoring.base import ScoreResult, ScoringContext
-from mcp_evalserver.scoring.config import PythonScorerConfig, ScorerConfig
 from mcp_evalserver.scoring.factory import build_scorer
-from mcp_evalserver.spec import CampaignSpec, Limits, Task
+from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task
+from mcp_evalserver.spec.scorers import PythonScorerConfig, ScorerConfig
+from mcp_evalserver.spec.submission import Submission
 
 pytestmark = pytest.mark.anyio
 

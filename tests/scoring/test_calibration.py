@@ -14,18 +14,18 @@ import pytest
 from mcp import Client
 from scipy import stats  # type: ignore[import-untyped]
 
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.cli import main
+from mcp_evalserver.cli.main import main
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.report import build_report, render_markdown
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.report import build_report, render_markdown
-from mcp_evalserver.scoring.agreement import (
+from mcp_evalserver.scoring.stats.agreement import (
     average_ranks,
     bootstrap_correlation,
     kendall_tau_b,
     spearman,
 )
 from mcp_evalserver.server.mcp_app import create_server
-from mcp_evalserver.spec import CampaignSpec
+from mcp_evalserver.spec.campaign import CampaignSpec
 from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, Response, serving
 from tests.agents.helpers import KEY, KEY_ENV, records
 from tests.server.helpers import call, call_error

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from mcp_evalserver.agents.base import Submission
 from mcp_evalserver.scoring.command import CommandScorer
-from mcp_evalserver.scoring.config import CommandScorerConfig
 from mcp_evalserver.scoring.factory import build_scorer
-from mcp_evalserver.spec import Task
+from mcp_evalserver.spec.campaign import Task
+from mcp_evalserver.spec.scorers import CommandScorerConfig
+from mcp_evalserver.spec.submission import Submission
 from tests.scoring.sandboxed import diff_of, git_repo, require_root, scoring_in_workspaces
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]

@@ -7,8 +7,8 @@ from fractions import Fraction
 
 import pytest
 
-from mcp_evalserver.scoring.comparison import compare_campaigns, sign_test_p_value
-from mcp_evalserver.scoring.stats import Outcome, Verdict
+from mcp_evalserver.scoring.stats.comparison import compare_campaigns, sign_test_p_value
+from mcp_evalserver.scoring.stats.summary import Outcome, Verdict
 
 
 def verdicts(task_id: str, *outcomes: Outcome) -> list[Verdict]:

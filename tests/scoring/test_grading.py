@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.scoring.grading import (
+from mcp_evalserver.scoring.swebench.grading import (
     PATCH_RESET_COMMANDS,
     EvalStatus,
     ResolutionStatus,
@@ -25,7 +25,7 @@ from mcp_evalserver.scoring.grading import (
     patch_already_applied_check,
     patch_apply_attempts,
 )
-from mcp_evalserver.scoring.logparsers import TestStatus, parse_pytest
+from mcp_evalserver.scoring.swebench.logparsers import TestStatus, parse_pytest
 
 P, F, S, E, X = (
     TestStatus.PASSED,

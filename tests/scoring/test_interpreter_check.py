@@ -14,12 +14,12 @@ import anyio
 import pytest
 
 from mcp_evalserver.agents.builtin import OracleAgent
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.sandboxes import SandboxPool
-from mcp_evalserver.scoring.interpreters import check_test_command
+from mcp_evalserver.runtime.sandboxes import SandboxPool
+from mcp_evalserver.scoring.swebench.interpreters import check_test_command
 from mcp_evalserver.scoring.testsuite import TestsScorer
-from mcp_evalserver.spec import Task
+from mcp_evalserver.spec.campaign import Task
 from tests.engine.helpers import outcomes, run_campaign, spec_of
 from tests.scoring.sandboxed import PYTEST_DEPS_DIR, diff_of, git_repo, require_root
 

@@ -19,16 +19,16 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.agents.base import Submission
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.rescoring import request_rescore
 from mcp_evalserver.errors import InfrastructureError
-from mcp_evalserver.rescoring import request_rescore
-from mcp_evalserver.sandboxes import TrajectorySandbox
-from mcp_evalserver.scheduler import Limiters
+from mcp_evalserver.runtime.limits import Limiters
+from mcp_evalserver.runtime.sandboxes import TrajectorySandbox
 from mcp_evalserver.scoring.base import ScoreResult, ScoringContext
-from mcp_evalserver.scoring.config import LlmJudgeScorerConfig
 from mcp_evalserver.scoring.factory import build_scorer
-from mcp_evalserver.spec import CampaignSpec, Limits, Task
+from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task
+from mcp_evalserver.spec.scorers import LlmJudgeScorerConfig
+from mcp_evalserver.spec.submission import Submission
 
 pytestmark = pytest.mark.anyio
 

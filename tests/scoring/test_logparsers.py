@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.scoring.logparsers import (
+from mcp_evalserver.scoring.swebench.logparsers import (
     TestStatus,
     get_parser,
     parse_django,

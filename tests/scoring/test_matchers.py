@@ -7,7 +7,7 @@ from typing import Any, Literal
 import pytest
 
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.scoring.matchers import match_exact, match_json, match_regex, parse_json
+from mcp_evalserver.spec.matchers import match_exact, match_json, match_regex, parse_json
 
 
 @pytest.mark.parametrize(

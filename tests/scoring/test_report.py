@@ -8,16 +8,17 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.agents.base import Agent, Submission, TrajectoryContext, Usage
-from mcp_evalserver.agents.config import OracleAgentConfig
-from mcp_evalserver.errors import InfrastructureError
-from mcp_evalserver.report import (
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.engine.report import (
     build_comparison,
     build_report,
     render_comparison_markdown,
     render_markdown,
 )
+from mcp_evalserver.errors import InfrastructureError
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.spec.agents import OracleAgentConfig
+from mcp_evalserver.spec.submission import Submission, Usage
 from tests.engine.helpers import numbered_tasks, run_campaign, spec_of
 from tests.plugins.scripted import ScriptedScorer, expected_answer
 

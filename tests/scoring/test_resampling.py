@@ -10,14 +10,14 @@ from collections import Counter
 import pytest
 from scipy import stats as scipy_stats  # type: ignore[import-untyped]
 
-from mcp_evalserver.scoring.resampling import (
+from mcp_evalserver.scoring.stats.resampling import (
     VALUES_PER_LEVEL,
     Binomial,
     counts_resampled_means,
     plain_resampled_means,
     resampled_means,
 )
-from mcp_evalserver.scoring.stats import bootstrap_mean_ci, percentile
+from mcp_evalserver.scoring.stats.summary import bootstrap_mean_ci, percentile
 
 DRAWS = 20_000
 

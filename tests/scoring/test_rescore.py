@@ -12,12 +12,12 @@ from typing import Any
 import anyio
 import pytest
 
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger
+from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.rescoring import request_rescore
 from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
-from mcp_evalserver.ledger import LEDGER_FILE, LedgerWriter, read_ledger
-from mcp_evalserver.report import build_report, render_markdown
-from mcp_evalserver.rescoring import request_rescore
-from mcp_evalserver.spec import CampaignSpec, Limits
+from mcp_evalserver.spec.campaign import CampaignSpec, Limits
 from tests.engine.helpers import numbered_tasks
 from tests.engine.test_crash_resume import _cli, _finish, _wait_for_event
 

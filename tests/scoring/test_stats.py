@@ -10,7 +10,7 @@ from fractions import Fraction
 import pytest
 
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.scoring.stats import (
+from mcp_evalserver.scoring.stats.summary import (
     Outcome,
     Verdict,
     bootstrap_mean_ci,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mcp_evalserver.scoring.grading import EvalStatus
-from mcp_evalserver.scoring.logparsers import TestStatus
-from mcp_evalserver.scoring.strict import (
+from mcp_evalserver.scoring.swebench.grading import EvalStatus
+from mcp_evalserver.scoring.swebench.logparsers import TestStatus
+from mcp_evalserver.scoring.swebench.strict import (
     git_dir_paths_in,
     grade_report,
     infrastructure_in_patch,

@@ -15,12 +15,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.agents.base import Submission
 from mcp_evalserver.sandbox.base import REPORT_FD
 from mcp_evalserver.scoring.base import ScoreResult
-from mcp_evalserver.scoring.strict import grade_report, plugin_env, plugin_source
+from mcp_evalserver.scoring.swebench.strict import grade_report, plugin_env, plugin_source
 from mcp_evalserver.scoring.testsuite import TestsScorer
-from mcp_evalserver.spec import Task
+from mcp_evalserver.spec.campaign import Task
+from mcp_evalserver.spec.submission import Submission
 from tests.scoring.sandboxed import (
     PYTHON_PYTEST,
     diff_of,

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from mcp_evalserver.campaigns import CampaignStore
+from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.rescoring import request_rescore
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.rescoring import request_rescore
-from mcp_evalserver.scoring.config import TestsScorerConfig
-from mcp_evalserver.scoring.runners import section_runners
-from mcp_evalserver.spec import CampaignSpec, Task
+from mcp_evalserver.scoring.swebench.runners import section_runners
+from mcp_evalserver.spec.campaign import CampaignSpec, Task
+from mcp_evalserver.spec.scorers import TestsScorerConfig
 
 pytestmark = pytest.mark.anyio
 

@@ -14,19 +14,18 @@ from typing import Any
 import pytest
 
 from mcp_evalserver.errors import InvalidInput, NotFound
-from mcp_evalserver.scoring.grading import grade_log
-from mcp_evalserver.scoring.logparsers import parse_pytest
-from mcp_evalserver.scoring.swebench_compat import (
-    Prediction,
+from mcp_evalserver.scoring.swebench.compat import (
     dump_predictions,
     instance_report,
     instance_report_path,
     load_instances,
-    load_predictions,
     run_summary,
     run_summary_filename,
     write_instance_report,
 )
+from mcp_evalserver.scoring.swebench.grading import grade_log
+from mcp_evalserver.scoring.swebench.logparsers import parse_pytest
+from mcp_evalserver.spec.predictions import Prediction, load_predictions
 
 try:
     from swebench.harness import grading as swe_grading

@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from mcp_evalserver.scoring.grading import (
+from mcp_evalserver.scoring.swebench.grading import (
     EvalStatus,
     Grade,
     grade_log,
     grade_tests,
     patch_apply_attempts,
 )
-from mcp_evalserver.scoring.logparsers import PARSERS, StatusMap, TestStatus, get_parser
+from mcp_evalserver.scoring.swebench.logparsers import PARSERS, StatusMap, TestStatus, get_parser
 
 try:
     from swebench.harness import grading as swe_grading

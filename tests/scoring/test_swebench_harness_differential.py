@@ -28,16 +28,13 @@ from typing import Any
 import anyio
 import pytest
 
-from mcp_evalserver.agents.base import Submission
+from mcp_evalserver.engine.swebench_runs import grade_of, instance_task
 from mcp_evalserver.scoring.base import ScoreResult
-from mcp_evalserver.scoring.swebench_compat import (
-    Prediction,
-    SwebenchInstance,
-    instance_report,
-)
+from mcp_evalserver.scoring.swebench.compat import SwebenchInstance, instance_report
 from mcp_evalserver.scoring.testsuite import TestsScorer
-from mcp_evalserver.spec import Task
-from mcp_evalserver.swebench_runs import grade_of, instance_task
+from mcp_evalserver.spec.campaign import Task
+from mcp_evalserver.spec.predictions import Prediction
+from mcp_evalserver.spec.submission import Submission
 from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo, scoring_in_workspaces
 from tests.scoring.test_tests_scorer import BUGGY, FIXED, HANGS, NEW_TESTS, OLD_TESTS
 from tests.scoring.test_tests_scorer_adversarial import FAKE_PASSES, at_exit

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mcp_evalserver.cli import main
-from mcp_evalserver.scoring.swebench_compat import load_predictions
+from mcp_evalserver.cli.main import main
+from mcp_evalserver.spec.predictions import load_predictions
 from tests.scoring.sandboxed import diff_of, git_repo, require_root
 from tests.scoring.test_tests_scorer import (
     BUGGY,

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from mcp_evalserver.agents.base import Submission
-from mcp_evalserver.scoring.grading import START_TEST_OUTPUT
-from mcp_evalserver.scoring.test_plans import SWEBENCH_ENV
+from mcp_evalserver.scoring.swebench.grading import START_TEST_OUTPUT
+from mcp_evalserver.scoring.swebench.test_plans import SWEBENCH_ENV
 from mcp_evalserver.scoring.testsuite import TestsScorer
-from mcp_evalserver.spec import Task
+from mcp_evalserver.spec.campaign import Task
+from mcp_evalserver.spec.submission import Submission
 from tests.scoring.sandboxed import diff_of, git_repo, require_root, scoring_in_workspaces
 
 DJANGO_OLD_LOCALE = [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_evalserver.scoring.test_plans import SWEBENCH_ENV, plan_tests, swebench_directives
-from mcp_evalserver.spec import Task
+from mcp_evalserver.scoring.swebench.test_plans import SWEBENCH_ENV, plan_tests, swebench_directives
+from mcp_evalserver.spec.campaign import Task
 
 PY = 'PY="$(command -v python || command -v python3)"; "$PY" -m'
 

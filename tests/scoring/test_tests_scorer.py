@@ -8,15 +8,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.agents.base import Submission
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.sandboxes import TrajectorySandbox
-from mcp_evalserver.scheduler import Limiters
+from mcp_evalserver.runtime.limits import Limiters
+from mcp_evalserver.runtime.sandboxes import TrajectorySandbox
 from mcp_evalserver.scoring.base import ScoringContext
-from mcp_evalserver.scoring.config import TestsScorerConfig
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.scoring.testsuite import TestsScorer
-from mcp_evalserver.spec import Limits, Task
+from mcp_evalserver.spec.campaign import Limits, Task
+from mcp_evalserver.spec.scorers import TestsScorerConfig
+from mcp_evalserver.spec.submission import Submission
 from tests.scoring.sandboxed import (
     PYTEST_DEPS_DIR,
     PYTHON_PYTEST,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mcp_evalserver.agents.base import Submission
 from mcp_evalserver.scoring.testsuite import TestsScorer
-from mcp_evalserver.spec import Task
+from mcp_evalserver.spec.campaign import Task
+from mcp_evalserver.spec.submission import Submission
 from tests.scoring.sandboxed import GIT, diff_of, require_root, scoring_in_workspaces
 from tests.scoring.test_tests_scorer import BUGGY, FIXED, NEW_TESTS, _task
 

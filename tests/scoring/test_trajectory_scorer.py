@@ -10,10 +10,10 @@ from typing import Any
 import anyio
 import pytest
 
-from mcp_evalserver.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.rescoring import request_rescore
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.rescoring import request_rescore
-from mcp_evalserver.spec import parse_spec
+from mcp_evalserver.spec.campaign import parse_spec
 from tests.agents.fake_openai import FakeOpenAI, Reply, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, openai_agent, run, spec
 from tests.server.helpers import FIXED, git_repo, require_root

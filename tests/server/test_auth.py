@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.server.http import (
+from mcp_evalserver.server.transport.http import (
     TOKEN_ENV,
     BearerAuth,
     is_loopback,

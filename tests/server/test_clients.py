@@ -101,7 +101,7 @@ async def test_the_example_agent_fixes_a_trajectory_through_the_tools(tmp_path: 
 
 
 def test_the_ready_to_paste_configs_start_the_real_server() -> None:
-    from mcp_evalserver.cli import build_parser
+    from mcp_evalserver.cli.main import build_parser
 
     configs = REPO / "clients" / "configs"
     for path in sorted(configs.glob("*.json")):

@@ -10,8 +10,8 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_evalserver.campaigns import CampaignStore
-from mcp_evalserver.report import build_report
+from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.report import build_report
 from mcp_evalserver.server.mcp_app import create_server
 from tests.server.helpers import FIXED, MODES, call, call_error, repo_spec, require_root
 

@@ -8,7 +8,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_evalserver.ledger import LedgerWriter
+from mcp_evalserver.engine.ledger import LedgerWriter
 from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.server.service import EvalService
 from tests.server.helpers import MODES, answer_spec, call, call_error

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.ledger import read_artifact
+from mcp_evalserver.runtime.artifacts import read_artifact
 from tests.server.helpers import (
     REPO,
     TOKEN,

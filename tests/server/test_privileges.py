@@ -16,12 +16,12 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_evalserver.campaigns import CampaignStore
-from mcp_evalserver.cli import main
+from mcp_evalserver.cli.main import main
+from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.sweep import plan_sweep, sweeps_dir
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.server.privileges import Privileges
-from mcp_evalserver.spec import CampaignSpec, RaySandboxConfig
-from mcp_evalserver.sweep import plan_sweep, sweeps_dir
+from mcp_evalserver.spec.campaign import CampaignSpec, RaySandboxConfig
 from tests.agents.fake_openai import FakeOpenAI, Reply, serving
 from tests.agents.fake_openai import call as fake_call
 from tests.server.helpers import (
@@ -354,8 +354,8 @@ async def created_elsewhere(state_dir: Path, campaign_id: str, spec: dict[str, A
     code = (
         "import anyio, json, sys\n"
         "from pathlib import Path\n"
-        "from mcp_evalserver.campaigns import CampaignStore\n"
-        "from mcp_evalserver.spec import CampaignSpec\n"
+        "from mcp_evalserver.engine.campaigns import CampaignStore\n"
+        "from mcp_evalserver.spec.campaign import CampaignSpec\n"
         "spec = CampaignSpec.model_validate(json.loads(sys.argv[2]))\n"
         "anyio.run(CampaignStore(Path(sys.argv[1])).create, spec, sys.argv[3])\n"
     )

@@ -8,10 +8,10 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_evalserver.campaigns import CampaignStore
+from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.server.mcp_app import create_server
-from mcp_evalserver.spec import parse_spec
-from mcp_evalserver.state import CampaignState
+from mcp_evalserver.spec.campaign import parse_spec
 from tests.server.helpers import answer_spec, call
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.server.stdio_pipes import PipeReader, PipeWriter
+from mcp_evalserver.server.transport.stdio_pipes import PipeReader, PipeWriter
 
 pytestmark = pytest.mark.anyio
 
@@ -94,7 +94,7 @@ SERVE = textwrap.dedent(
     """
     import os, sys
     import anyio
-    from mcp_evalserver.server.stdio_pipes import claim_stdio
+    from mcp_evalserver.server.transport.stdio_pipes import claim_stdio
 
     async def main():
         with claim_stdio() as pipes:

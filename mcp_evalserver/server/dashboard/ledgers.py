@@ -28,18 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp_evalserver.campaigns import CampaignStore
-from mcp_evalserver.errors import LedgerCorrupt, NotFound
-from mcp_evalserver.ledger import LEDGER_FILE, decode_lines
-from mcp_evalserver.server.dashboard import summaries
-from mcp_evalserver.server.dashboard.summaries import LedgerKey, Summary
-from mcp_evalserver.state import (
+from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.ledger import LEDGER_FILE, decode_lines
+from mcp_evalserver.engine.state import (
     TRAJECTORY_BRANCHED,
     CampaignState,
     apply_record,
     concerning,
     replay,
 )
+from mcp_evalserver.errors import LedgerCorrupt, NotFound
+from mcp_evalserver.server.dashboard import summaries
+from mcp_evalserver.server.dashboard.summaries import LedgerKey, Summary
 
 #: What `CampaignStore.create` accepts, minus names made of dots only (`..`).
 _CAMPAIGN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")

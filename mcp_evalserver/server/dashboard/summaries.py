@@ -27,7 +27,7 @@ from typing import Any
 import pydantic_core
 from pydantic import TypeAdapter, ValidationError
 
-from mcp_evalserver.atomic_files import write_atomically
+from mcp_evalserver.runtime.atomic_files import write_atomically
 
 #: Beside `ledger.jsonl` in the campaign's directory (gitignored like ledgers).
 SUMMARY_FILE = "dashboard-summary.json"
@@ -88,14 +88,15 @@ _ADAPTER = TypeAdapter(Summary)
 @cache
 def code_fingerprint() -> str:
     """A hash of the sources that compute the figures: a summary made by other code is stale."""
-    from mcp_evalserver import report, state
-    from mcp_evalserver.scoring import resampling, stats
-    from mcp_evalserver.server.dashboard import plots, views
+    from mcp_evalserver.engine import report, state
+    from mcp_evalserver.scoring.stats import resampling, summary
 
+    # The pages' modules by path, not by import: they import this module's callers.
+    here = Path(__file__).parent
+    sources = [Path(str(module.__file__)) for module in (report, state, resampling, summary)]
     digest = hashlib.sha256()
-    for module in (report, state, resampling, stats, plots, views):
-        digest.update(Path(str(module.__file__)).read_bytes())
-    digest.update(Path(__file__).read_bytes())
+    for source in [*sources, here / "plots.py", here / "views.py", Path(__file__)]:
+        digest.update(source.read_bytes())
     return digest.hexdigest()
 
 

@@ -19,14 +19,14 @@ from typing import Any
 
 from markupsafe import Markup
 
+from mcp_evalserver.engine.report import build_comparison, build_report, verdicts
+from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState, TrajectoryState
 from mcp_evalserver.errors import EvalServerError, NotFound
-from mcp_evalserver.ledger import read_artifact
-from mcp_evalserver.report import build_comparison, build_report, verdicts
-from mcp_evalserver.scoring.stats import Verdict, wilson_interval
+from mcp_evalserver.runtime.artifacts import read_artifact
+from mcp_evalserver.scoring.stats.summary import Verdict, wilson_interval
 from mcp_evalserver.server.dashboard import plots
 from mcp_evalserver.server.dashboard.ledgers import CampaignLedger, LedgerCache
-from mcp_evalserver.spec import Task
-from mcp_evalserver.state import INFRA_OUTCOMES, CampaignState, TrajectoryState
+from mcp_evalserver.spec.campaign import Task
 
 #: Rows per page of the task and trajectory tables: a 10,000-trajectory campaign is paged.
 PAGE_SIZE = 100

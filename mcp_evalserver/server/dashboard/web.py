@@ -21,12 +21,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from mcp_evalserver.campaigns import CampaignStore
+from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
 from mcp_evalserver.server.dashboard import summaries, views
 from mcp_evalserver.server.dashboard.ledgers import LedgerCache
 from mcp_evalserver.server.dashboard.render import compile_templates, render
-from mcp_evalserver.server.http import LOGIN_PATH, SESSION_COOKIE, session_value
+from mcp_evalserver.server.transport.http import LOGIN_PATH, SESSION_COOKIE, session_value
 
 #: Refresh interval of the live parts of a page (short polling of server-rendered fragments).
 POLL_MS = 1000

@@ -1,0 +1,692 @@
+"""Campaigns: where they live on disk, and the runner that drives one to completion.
+
+The runner replays the ledger, then drives every unfinished trajectory in an anyio task group:
+generation (bounded per instance and globally, timed out, retried with backoff on
+infrastructure errors only), then scoring as its own phase (bounded separately), each step
+recorded in the ledger before it counts. Running a campaign again is resuming it: scored
+trajectories are done, generated ones are only scored, interrupted generations start a new
+attempt, and trajectories that ended in an infrastructure failure run again from the phase it
+struck (a harness's fault is never a result). Nothing completed runs twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.agents.command import EndpointFactory
+from mcp_evalserver.agents.factory import build_agent
+from mcp_evalserver.engine.ledger import (
+    LEDGER_FILE,
+    LedgerWriter,
+    create_ledger,
+    live_writer_pid,
+    read_ledger,
+)
+from mcp_evalserver.engine.state import (
+    BRANCH_RESTARTED,
+    CHECKPOINT_KEPT,
+    ENDPOINT_CALLS,
+    ENDPOINT_LIMIT,
+    INSTANCE_REPROVISIONED,
+    RETRY_REQUESTED,
+    TRAJECTORY_BRANCHED,
+    CampaignState,
+    TrajectoryState,
+    apply_record,
+    replay,
+)
+from mcp_evalserver.errors import (
+    Conflict,
+    EvalServerError,
+    InfrastructureError,
+    InvalidInput,
+    LedgerCorrupt,
+    LimitExceeded,
+    NotFound,
+    sole_error,
+)
+from mcp_evalserver.runtime.adaptive import LimitChange
+from mcp_evalserver.runtime.artifacts import read_artifact
+from mcp_evalserver.runtime.limits import Limiters, RetryPolicy
+from mcp_evalserver.runtime.sandboxes import (
+    InstanceCheck,
+    Reprovisioned,
+    SandboxPool,
+    TrajectorySandbox,
+    require_placement,
+    workspace_name,
+)
+from mcp_evalserver.sandbox.base import Workspace
+from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.scoring.factory import build_scorer
+from mcp_evalserver.spec.campaign import CampaignSpec, Task
+from mcp_evalserver.spec.submission import Submission
+
+logger = logging.getLogger(__name__)
+
+STATE_DIR_ENV = "MCP_EVALSERVER_STATE_DIR"
+#: Branches one `fork_trajectory` call may make.
+MAX_BRANCHES = 64
+#: The largest checkpoint kept with the ledger for branches that must start again.
+MAX_KEPT_BYTES = 256 << 20
+
+
+def default_state_dir() -> Path:
+    """`$MCP_EVALSERVER_STATE_DIR`, else `$XDG_DATA_HOME/mcp-evalserver`, else ~/.local/share."""
+    if configured := os.environ.get(STATE_DIR_ENV):
+        return Path(configured)
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "mcp-evalserver"
+
+
+class CampaignStore:
+    """The campaigns under one state directory: `<state_dir>/campaigns/<id>/`."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.campaigns_dir = state_dir / "campaigns"
+
+    def directory(self, campaign_id: str) -> Path:
+        return self.campaigns_dir / campaign_id
+
+    def list_ids(self) -> list[str]:
+        """Campaign ids, oldest first."""
+        if not self.campaigns_dir.is_dir():
+            return []
+        found = [p for p in self.campaigns_dir.iterdir() if (p / LEDGER_FILE).is_file()]
+        return [p.name for p in sorted(found, key=lambda p: (p / LEDGER_FILE).stat().st_mtime)]
+
+    def load(self, campaign_id: str) -> CampaignState:
+        """Replays a campaign's ledger (read-only: safe while another process runs it).
+
+        Raises:
+            NotFound: no such campaign (the message lists the known ones), or its creation
+                was interrupted before its first record (the message says how to start it).
+            LedgerCorrupt: the ledger is corrupt before its end.
+        """
+        path = self.directory(campaign_id) / LEDGER_FILE
+        if not path.is_file():
+            if path.parent.is_dir():
+                raise self.never_created(campaign_id)
+            known = self.list_ids()
+            hint = ", ".join(known[-10:]) if known else "none yet: start one with `run SPEC`"
+            raise NotFound(f"no campaign {campaign_id!r} in {self.state_dir}; known: {hint}")
+        contents = read_ledger(path)
+        if not contents.records:
+            raise self.never_created(campaign_id)
+        state = replay(contents.records)
+        state.extra["torn_tail_bytes"] = contents.torn_tail_bytes
+        return state
+
+    async def create(self, spec: CampaignSpec, campaign_id: str | None = None) -> str:
+        """Records a new campaign (its resolved spec is the ledger's first record).
+
+        Creation is atomic: killed at any point, it leaves either a campaign or none, and an id
+        whose creation was interrupted can be created again.
+
+        Raises:
+            InvalidInput: the id is taken or malformed, the spec has no tasks loaded, its
+                scorer cannot be built or refuses its tasks (`Scorer.check_tasks`), or it
+                places instances on Ray and Ray is not installed.
+            Conflict: another process holds that campaign's lock (creating or running it).
+        """
+        # The scorer refuses tasks it cannot grade at all before anything is recorded.
+        build_scorer(spec.scorer).check_tasks(spec.task_list())
+        require_placement(spec.sandbox, None)
+        if campaign_id is None:
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+            campaign_id = f"{spec.name}-{stamp}-{secrets.token_hex(2)}"
+        elif not campaign_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise InvalidInput(f"campaign id {campaign_id!r}: use letters, digits, '-', '_', '.'")
+        spec_json = spec.model_dump(mode="json")
+        created = await create_ledger(
+            self.directory(campaign_id), campaign_id, "campaign_created", spec=spec_json
+        )
+        if created is None:
+            raise InvalidInput(f"campaign {campaign_id!r} exists; resume it instead")
+        return campaign_id
+
+    def running_elsewhere(self, campaign_id: str) -> bool:
+        """Whether another live process seems to run the campaign (a hint: see its lock)."""
+        return live_writer_pid(self.directory(campaign_id)) is not None
+
+    def never_created(self, campaign_id: str) -> NotFound:
+        """The error for a ledger without a first record: its creation was interrupted."""
+        return NotFound(
+            f"campaign {campaign_id!r} was never created: its creation was interrupted before "
+            f"its first record reached {self.directory(campaign_id) / LEDGER_FILE}. Start it "
+            f"again with `run SPEC --id {campaign_id}` (or start_campaign with that id)"
+        )
+
+
+def resumed_endpoints(state: CampaignState) -> dict[str, tuple[int, bool]]:
+    """Where each adaptive endpoint limit was left: a resumed run starts from there."""
+    return {key: (e.limit, e.decreases > 0) for key, e in state.endpoint_limits.items()}
+
+
+NODES_FILE = "nodes.json"
+NODES_INTERVAL_S = 1.0
+
+
+@dataclass
+class RunProgress:
+    """Counters a progress display reads while a run goes on (the total it reads from the
+    live state: branches join it as they are made)."""
+
+    started_monotonic: float
+    done_at_start: int
+
+
+class CampaignRunner:
+    """Drives one campaign to completion (or until cancelled). One runner per process."""
+
+    def __init__(
+        self,
+        store: CampaignStore,
+        campaign_id: str,
+        *,
+        agent: Agent | None = None,
+        scorer: Scorer | None = None,
+        on_record: Callable[[CampaignState, dict[str, Any]], None] | None = None,
+        sandboxes: SandboxPool | None = None,
+        ray_address: str | None = None,
+        trajectory_endpoints: EndpointFactory | None = None,
+    ) -> None:
+        """`trajectory_endpoints` serves a `command` agent's MCP endpoints (given by the CLI
+        and the server, the layers that know MCP)."""
+        self.store = store
+        self._trajectory_endpoints = trajectory_endpoints
+        self._ray_address = ray_address  # for a pool of its own, when not given one
+        self._sandboxes = sandboxes
+        self.campaign_id = campaign_id
+        self.directory = store.directory(campaign_id)
+        self._agent = agent
+        self._scorer = scorer
+        self._on_record = on_record
+        self._cancel_scope: anyio.CancelScope | None = None
+        self._cancel_requested = False
+        self._stopped_by = "request"
+        self.state: CampaignState | None = None
+        self.progress: RunProgress | None = None
+        #: Trajectories this run sent back because their last outcome was an infrastructure
+        #: failure (set once the run has started).
+        self.retrying = 0
+
+    def cancel(self, *, shutdown: bool = False) -> None:
+        """Stops the run: in-flight trajectories are cancelled, the ledger stays consistent.
+
+        `shutdown`: the process is stopping, nobody asked to stop the campaign; the record says
+        so, and a server started with `resume_running` continues it.
+        """
+        self._stopped_by = "shutdown" if shutdown else "request"
+        self._cancel_requested = True
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
+
+    async def run(self) -> CampaignState:
+        """Runs (or resumes) the campaign until every trajectory is done or it is cancelled.
+
+        Raises:
+            NotFound: the campaign does not exist, or its creation was interrupted.
+            Conflict: another process is running it.
+            InvalidInput: its agent or scorer cannot be built, or it places instances on Ray
+                and Ray is not installed.
+        """
+        if not (self.directory / LEDGER_FILE).is_file():
+            self.store.load(self.campaign_id)  # raises NotFound with the list of campaigns
+        try:
+            if self._sandboxes is not None:
+                return await self._run(self._sandboxes)
+            async with SandboxPool(self._ray_address) as sandboxes:
+                return await self._run(sandboxes)
+        except BaseExceptionGroup as group:
+            # Task groups (the pool's, the trajectories') wrap what the run raises; callers
+            # catch our errors themselves and show their message.
+            error = sole_error(group)
+            if isinstance(error, EvalServerError):
+                raise error from None
+            raise
+
+    async def _write_nodes(self, sandboxes: SandboxPool) -> None:
+        """Keeps `nodes.json` (where sandbox work runs now) fresh for `status` in other processes.
+
+        Written only when instances run on a cluster; a snapshot, not a record: the ledger
+        keeps which node each step ran on.
+        """
+        path = self.directory / NODES_FILE
+        last = None
+        while True:
+            nodes = sandboxes.nodes()
+            if nodes is not None and nodes != last:
+                snapshot = json.dumps({"ts": time.time(), "nodes": nodes}, indent=1)
+                await anyio.to_thread.run_sync(_replace_file, path, snapshot)
+                last = nodes
+            await anyio.sleep(NODES_INTERVAL_S)
+
+    async def _run(self, sandboxes: SandboxPool) -> CampaignState:
+        async with await LedgerWriter.open(self.directory, self.campaign_id) as ledger:
+            if not ledger.recovered:
+                raise self.store.never_created(self.campaign_id)
+            state = replay(ledger.recovered)
+            ledger.recovered = []
+            self.state = state
+            spec = state.spec
+            # Resumed where Ray is missing: say so before this run records anything.
+            require_placement(spec.sandbox, sandboxes.ray_address)
+            agent = self._agent or build_agent(
+                spec.agent, trajectory_endpoints=self._trajectory_endpoints
+            )
+            scorer = self._scorer or build_scorer(spec.scorer)
+            drive = _Drive(
+                ledger=ledger,
+                state=state,
+                agent=agent,
+                scorer=scorer,
+                limiters=Limiters(spec.limits, resumed_endpoints=resumed_endpoints(state)),
+                policy=RetryPolicy.of(spec.limits),
+                tasks={task.id: task for task in spec.task_list()},
+                directory=self.directory,
+                on_record=self._on_record,
+                sandboxes=sandboxes,
+            )
+            self.progress = RunProgress(time.monotonic(), state.done_count)
+            await drive.record("run_started", None, pid=os.getpid(), resumed=state.runs > 0)
+            if infra_failed := state.infra_failed:
+                await drive.record(RETRY_REQUESTED, None, trajectories=infra_failed)
+                self.retrying = len(infra_failed)
+            with anyio.CancelScope() as self._cancel_scope:
+                if self._cancel_requested:
+                    self._cancel_scope.cancel()
+                async with anyio.create_task_group() as watching:
+                    watching.start_soon(self._write_nodes, sandboxes)
+                    async with anyio.create_task_group() as group:
+                        drive.group = group  # branches join the run's trajectories
+                        unfinished = [t for t in state.trajectories.values() if not t.done]
+                        for number, trajectory in enumerate(unfinished, start=1):
+                            group.start_soon(drive.trajectory, trajectory)
+                            # Let the first trajectories start while the rest are spawned.
+                            if number % 16 == 0:
+                                await anyio.lowlevel.checkpoint()
+                    watching.cancel_scope.cancel()
+            if calls := drive.limiters.endpoint_calls():
+                # Per run, not per call: a count of refusals (429, 5xx) for the sweep and the
+                # report. A run killed outright loses its counts, never a trajectory.
+                with anyio.CancelScope(shield=True):
+                    await drive.record(ENDPOINT_CALLS, None, calls=calls)
+            if self._cancel_requested and state.status != "finished":
+                with anyio.CancelScope(shield=True):
+                    await drive.record(
+                        "campaign_cancelled", None, done=state.done_count, by=self._stopped_by
+                    )
+            return state
+
+
+def _replace_file(path: Path, text: str) -> None:
+    scratch = path.with_suffix(".tmp")
+    scratch.write_text(text)
+    os.replace(scratch, path)
+
+
+def read_nodes(directory: Path) -> dict[str, Any] | None:
+    """The last `nodes.json` snapshot of a campaign run on a cluster, if there is one."""
+    try:
+        loaded: dict[str, Any] = json.loads((directory / NODES_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return loaded
+
+
+def _where(sandbox: TrajectorySandbox) -> dict[str, Any]:
+    """The node a step's workspace ran on, for backends of many nodes (nothing otherwise)."""
+    return {"node": sandbox.node} if sandbox.node else {}
+
+
+@dataclass
+class _Drive:
+    """The work of one run: what every trajectory task shares."""
+
+    ledger: LedgerWriter
+    state: CampaignState
+    agent: Agent
+    scorer: Scorer
+    limiters: Limiters
+    policy: RetryPolicy
+    tasks: dict[str, Task]
+    directory: Path
+    on_record: Callable[[CampaignState, dict[str, Any]], None] | None
+    sandboxes: SandboxPool
+    fresh_submissions: dict[str, Submission] = field(default_factory=dict)
+    #: Per task, what the scorer checks on each new instance (before generation uses it).
+    instance_checks: dict[str, InstanceCheck | None] = field(default_factory=dict)
+    group: anyio.abc.TaskGroup | None = None
+    #: Forked workspaces waiting for the first attempt of their branch.
+    forks: dict[str, Workspace] = field(default_factory=dict)
+    #: Set once the checkpoint a branch of this run starts from is kept (or known not to be).
+    keeping: dict[str, anyio.Event] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.limiters.on_endpoint_limit = self._endpoint_limit_changed
+        self.instance_checks = {
+            t: self.scorer.instance_check(task) for t, task in self.tasks.items()
+        }
+
+    async def _endpoint_limit_changed(self, change: LimitChange) -> None:
+        await self.record(ENDPOINT_LIMIT, None, durable=False, **dataclasses.asdict(change))
+
+    async def record(
+        self, kind: str, trajectory: str | None, *, durable: bool = True, **payload: Any
+    ) -> None:
+        """Makes a step durable, then applies it to the live state (same code as replay)."""
+        record = await self.ledger.append(kind, trajectory, durable=durable, **payload)
+        apply_record(self.state, record)
+        if self.on_record is not None:
+            self.on_record(self.state, record)
+
+    async def trajectory(self, trajectory: TrajectoryState) -> None:
+        task = self.tasks[trajectory.task_id]
+        # Tasks without an environment share no instance, so no instance limit applies to them.
+        # The instance limiter comes first: a trajectory waiting for its instance then holds no
+        # global slot that trajectories of other instances could use.
+        has_instance = task.image is not None or task.path is not None
+        instance = self.limiters.instance(task.instance_key) if has_instance else nullcontext()
+        while trajectory.phase in ("pending", "generating"):
+            async with instance, self.limiters.trajectories:
+                delay = await self._generate_once(trajectory, task)
+            if delay:
+                await anyio.sleep(delay)
+        # Evaluations have a limit of their own: queued behind the instance's pending
+        # generations (FIFO), they would wait until every generation had started.
+        while trajectory.phase in ("generated", "scoring"):
+            async with self.limiters.scoring:
+                delay = await self._score_once(trajectory, task)
+            if delay:
+                await anyio.sleep(delay)
+
+    async def _generate_once(self, trajectory: TrajectoryState, task: Task) -> float:
+        """One generation attempt; returns the backoff delay before the next, if any."""
+        attempt = trajectory.attempts + 1
+        tid = trajectory.id
+        await self.record("attempt_started", tid, durable=False, attempt=attempt)
+        sandbox = self._sandbox(task, tid, f"a{attempt}")
+        restart = False
+        if (fork := self.forks.pop(tid, None)) is not None:
+            sandbox.adopt(fork)  # a branch starts from its parent's checkpoint
+        else:
+            restart = trajectory.parent is not None and sandbox.available
+
+        async def branch(n: int) -> list[str]:
+            return await self.branch(trajectory, sandbox, n)
+
+        context = TrajectoryContext(
+            campaign_id=self.state.id,
+            trajectory_id=tid,
+            task=task,
+            sample=trajectory.sample,
+            attempt=attempt,
+            campaign_dir=self.directory,
+            limiters=self.limiters,
+            sandbox=sandbox,
+            branch=branch,
+        )
+        started = time.monotonic()
+        timeout = self.state.spec.limits.trajectory_timeout_s
+        try:
+            with anyio.move_on_after(timeout) as scope:
+                try:
+                    if restart:
+                        await self._restart_branch(trajectory, sandbox)
+                    submission = await self.agent.generate(context)
+                finally:
+                    await sandbox.aclose()
+        except InfrastructureError as exc:
+            failures = trajectory.failure_causes.get(type(exc).__name__, 0) + 1
+            final = self.policy.gives_up_after(failures)
+            await self._failed(
+                "generation_failed", trajectory, exc, started, final=final, node=sandbox.node
+            )
+            return 0.0 if final else self.policy.delay(failures)
+        except Exception as exc:
+            await self._failed(
+                "generation_failed", trajectory, exc, started, outcome="error", node=sandbox.node
+            )
+            return 0.0
+        duration = time.monotonic() - started
+        if scope.cancelled_caught:
+            await self.record(
+                "generation_failed",
+                tid,
+                outcome="timeout",
+                final=True,
+                error={"type": "Timeout", "message": f"generation exceeded {timeout:g}s"},
+                duration_s=round(duration, 6),
+            )
+            return 0.0
+        await self.record(
+            "generated",
+            tid,
+            attempt=attempt,
+            submission=await self._store_submission(submission),
+            usage=submission.usage.model_dump() if submission.usage else None,
+            duration_s=round(duration, 6),
+            **_where(sandbox),
+        )
+        self.fresh_submissions[tid] = submission
+        return 0.0
+
+    async def _score_once(self, trajectory: TrajectoryState, task: Task) -> float:
+        """One scoring attempt; returns the backoff delay before the next, if any."""
+        tid = trajectory.id
+        await self.record("scoring_started", tid, durable=False)
+        # Scored straight from memory when this run generated it; from its artifacts on resume.
+        submission = self.fresh_submissions.pop(tid, None)
+        if submission is None:
+            submission = await anyio.to_thread.run_sync(self._load_submission, trajectory)
+        sandbox = self._sandbox(task, tid, f"eval{trajectory.scoring_failures}")
+        context = ScoringContext(
+            campaign_id=self.state.id,
+            trajectory_id=tid,
+            task=task,
+            submission=submission,
+            campaign_dir=self.directory,
+            limiters=self.limiters,
+            sandbox=sandbox,
+        )
+        started = time.monotonic()
+        timeout = self.state.spec.limits.scoring_timeout_s
+        result: ScoreResult | None = None
+        try:
+            with anyio.move_on_after(timeout):
+                try:
+                    result = await self.scorer.score(context)
+                finally:
+                    await sandbox.aclose()
+        except InfrastructureError as exc:
+            failures = trajectory.failure_causes.get(type(exc).__name__, 0) + 1
+            final = self.policy.gives_up_after(failures)
+            await self._failed(
+                "scoring_failed", trajectory, exc, started, final=final, node=sandbox.node
+            )
+            return 0.0 if final else self.policy.delay(failures)
+        except Exception as exc:
+            await self._failed(
+                "scoring_failed", trajectory, exc, started, outcome="error", node=sandbox.node
+            )
+            return 0.0
+        duration = round(time.monotonic() - started, 6)
+        if result is None:
+            error = {"type": "Timeout", "message": f"scoring exceeded {timeout:g}s"}
+            await self.record(
+                "scoring_failed", tid, outcome="timeout", final=True, error=error,
+                duration_s=duration,
+            )  # fmt: skip
+            return 0.0
+        score = result.model_dump(mode="json")
+        await self.record("scored", tid, score=score, duration_s=duration, **_where(sandbox))
+        return 0.0
+
+    async def branch(
+        self, parent: TrajectoryState, sandbox: TrajectorySandbox, n: int
+    ) -> list[str]:
+        """Forks `parent` into `n` new trajectories at a checkpoint of its workspace.
+
+        Each branch (`<parent>.<k>`) is recorded before it runs and is then driven like any
+        trajectory of the run, starting in its own fork of the workspace.
+
+        Raises:
+            InvalidInput: `n` out of range, or the task has no workspace.
+            Conflict: the run is not accepting trajectories, or a command is running.
+        """
+        if not 1 <= n <= MAX_BRANCHES:
+            raise InvalidInput(f"n must be between 1 and {MAX_BRANCHES}, got {n}")
+        if self.group is None:
+            raise Conflict("this run does not start new trajectories now; try again shortly")
+        workspace = await sandbox.workspace()
+        checkpoint = await workspace.checkpoint()
+        siblings = sum(t.parent == parent.id for t in self.state.trajectories.values())
+        branches = []
+        kept = anyio.Event()
+        for k in range(siblings + 1, siblings + n + 1):
+            tid = f"{parent.id}.{k}"
+            name = workspace_name(self.state.id, tid, "a1")
+            self.forks[tid] = await workspace.fork(name, checkpoint=checkpoint)
+            await self.record(TRAJECTORY_BRANCHED, tid, parent=parent.id, checkpoint=checkpoint)
+            self.keeping[tid] = kept
+            self.group.start_soon(self.trajectory, self.state.trajectories[tid])
+            branches.append(tid)
+        # Off the fork's path (it takes about the size of the changes): until it is recorded,
+        # a restart of these branches waits for it, and a crash restarts them clean.
+        self.group.start_soon(self._keep_checkpoint, workspace, checkpoint, branches, kept)
+        return branches
+
+    async def _keep_checkpoint(
+        self, workspace: Workspace, checkpoint: str, branches: list[str], kept: anyio.Event
+    ) -> None:
+        """Keeps the checkpoint's files with the ledger (a `checkpoint_kept` record), for
+        `branches` that must start again after their forks are gone (a supervisor died, the
+        run crashed)."""
+        start: dict[str, Any]
+        try:
+            archive = await workspace.export_checkpoint(checkpoint, max_bytes=MAX_KEPT_BYTES)
+            start = {"start": (await self.ledger.put_artifact(archive, ".tar")).as_json()}
+        except EvalServerError as exc:
+            # The branches run from their forks all the same; only a restart starts clean.
+            # Said so that a reader of the ledger knows what a restart will do, and why.
+            why = f"its checkpoint could not be kept (a restart starts these branches clean): {exc}"
+            start = {"start_missing": why[:4000]}
+        try:
+            await self.record(CHECKPOINT_KEPT, None, trajectories=branches, checkpoint=checkpoint,
+                              **start)  # fmt: skip
+        finally:
+            kept.set()
+
+    async def _restart_branch(
+        self, trajectory: TrajectoryState, sandbox: TrajectorySandbox
+    ) -> None:
+        """Starts a branch that has no fork from this run at its recorded checkpoint; when that
+        is not to be had, from a clean copy of the task, and the ledger says why.
+
+        Raises:
+            InfrastructureError: the instance is unavailable (the attempt is retried).
+        """
+        if (keeping := self.keeping.get(trajectory.id)) is not None:
+            await keeping.wait()
+        reason = trajectory.start_missing or "its checkpoint was not kept before the run ended"
+        if trajectory.start is not None:
+            try:
+                archive = await anyio.to_thread.run_sync(
+                    read_artifact, self.directory, trajectory.start
+                )
+                await sandbox.start_at(archive)
+            except (NotFound, LedgerCorrupt, InvalidInput, Conflict, LimitExceeded) as exc:
+                reason = f"its checkpoint could not be restored: {exc}"
+            else:
+                checkpoint = trajectory.checkpoint
+                await self.record(
+                    BRANCH_RESTARTED, trajectory.id, source="checkpoint", checkpoint=checkpoint
+                )
+                return
+        logger.warning("branch %s starts from a clean copy of its task: %s", trajectory.id, reason)
+        await self.record(BRANCH_RESTARTED, trajectory.id, source="clean", reason=reason)
+
+    def _sandbox(self, task: Task, trajectory_id: str, step: str) -> TrajectorySandbox:
+        name = workspace_name(self.state.id, trajectory_id, step)
+        provisioning = self.limiters.provisioning
+        return TrajectorySandbox(
+            self.sandboxes,
+            task,
+            name,
+            provisioning,
+            self._reprovisioned,
+            self.state.spec.sandbox,
+            self.instance_checks.get(task.id),
+        )
+
+    async def _reprovisioned(self, event: Reprovisioned) -> None:
+        await self.record(
+            INSTANCE_REPROVISIONED,
+            None,
+            durable=False,
+            backend=event.backend,
+            instance=event.instance_key,
+            task=event.task_id,
+            reason=event.reason[:4000],
+        )
+
+    async def _failed(
+        self,
+        kind: str,
+        trajectory: TrajectoryState,
+        exc: Exception,
+        started: float,
+        *,
+        final: bool = True,
+        outcome: str = "infra_error",
+        node: str | None = None,
+    ) -> None:
+        where: dict[str, Any] = {"node": node} if node else {}
+        await self.record(
+            kind,
+            trajectory.id,
+            outcome=outcome,
+            final=final,
+            error={"type": type(exc).__name__, "message": str(exc)[:4000]},
+            duration_s=round(time.monotonic() - started, 6),
+            **where,
+        )
+
+    async def _store_submission(self, submission: Submission) -> dict[str, Any]:
+        """Writes the artifacts first, so the record that names them never dangles."""
+        stored: dict[str, Any] = {"answer": submission.answer, "empty": submission.empty}
+        if submission.patch:
+            ref = await self.ledger.put_artifact(submission.patch.encode(), ".diff")
+            stored["patch"] = ref.as_json()
+        if submission.transcript is not None:
+            data = json.dumps(submission.transcript, ensure_ascii=False).encode()
+            stored["transcript"] = (await self.ledger.put_artifact(data, ".json")).as_json()
+        return stored
+
+    def _load_submission(self, trajectory: TrajectoryState) -> Submission:
+        stored = trajectory.submission or {}
+        patch_ref = stored.get("patch")
+        patch = read_artifact(self.directory, patch_ref).decode() if patch_ref else None
+        # Scorers that judge the trajectory itself need its transcript on resume too.
+        transcript_ref = stored.get("transcript")
+        transcript = (
+            json.loads(read_artifact(self.directory, transcript_ref)) if transcript_ref else None
+        )
+        return Submission(answer=stored.get("answer"), patch=patch, transcript=transcript)

@@ -1,0 +1,545 @@
+"""Campaign reports from the ledger, as a JSON-ready dict and as Markdown; paired comparisons.
+
+The one place reports are built (CLI, MCP resource, server). The statistics come from
+`scoring.stats` and `scoring.comparison`; here they are gathered from a campaign's state.
+
+Infrastructure failures (outcome `infra_error`) are kept apart in every figure: they are not
+attempts, so pass rates, pass@k, pass^k and intervals are over the trajectories the
+infrastructure let run, and the infrastructure's error rate is shown beside the task's.
+Trajectories not finished yet are left out (the report of a running campaign is partial).
+Intervals are 95%: a bootstrap over tasks with seed 0 (so the same ledger gives the same
+report), and Wilson's when every task has exactly one attempt.
+
+Branches (trajectories forked from another, `fork_trajectory`) are not samples: a root and
+its branches count once, resolved when any of them is (best of branches), and only once all of
+them are finished. `branches` lists each root's tree; `branches_as_samples=True` counts every
+trajectory on its own instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState, TrajectoryState
+from mcp_evalserver.scoring.stats.comparison import compare_campaigns
+from mcp_evalserver.scoring.stats.summary import (
+    Verdict,
+    flaky_graders,
+    percentile,
+    summarise_campaign,
+    task_stats,
+)
+
+CONFIDENCE = 0.95
+SEED = 0
+RESAMPLES = 2000
+
+
+def samples(
+    state: CampaignState, *, branches_as_samples: bool = False
+) -> list[tuple[TrajectoryState, list[TrajectoryState]]]:
+    """(trajectory, its branches) per sample the statistics count: every root with its tree,
+    or (`branches_as_samples`) every trajectory alone."""
+    if branches_as_samples:
+        return [(t, []) for t in state.trajectories.values()]
+    # One pass over the trajectories: `state.branches(root)` per root would be quadratic (a
+    # 10,000-trajectory campaign took seconds). Order within a tree stays the ledger's.
+    trees: dict[str, list[TrajectoryState]] = {}
+    for t in state.trajectories.values():
+        if t.parent is None:
+            trees.setdefault(t.id, [])
+    for t in state.trajectories.values():
+        if t.parent is not None:
+            trees[state.root_of(t.id)].append(t)
+    return [(state.trajectories[root], branches) for root, branches in trees.items()]
+
+
+def best_of(root: TrajectoryState, branches: list[TrajectoryState]) -> TrajectoryState:
+    """The tree as one trajectory: finished when all are, resolved when any is."""
+    if not branches:
+        return root
+    members = [root, *branches]
+    if not all(m.done for m in members):
+        return dataclasses.replace(root, phase="generating", outcome=None)
+    resolved = [m for m in members if m.outcome == "resolved"]
+    real = [m for m in members if m.outcome not in INFRA_OUTCOMES]
+    best = resolved[0] if resolved else (real[0] if real else root)
+    usage: dict[str, Any] = {}
+    for m in members:
+        for key, value in (m.usage or {}).items():
+            if isinstance(value, int | float):
+                usage[key] = usage.get(key, 0) + value
+    generation = [m.generation_s for m in members if m.generation_s is not None]
+    scoring = [m.scoring_s for m in members if m.scoring_s is not None]
+    return dataclasses.replace(
+        best,
+        id=root.id,
+        usage=usage or None,
+        generation_s=sum(generation) if generation else None,
+        scoring_s=sum(scoring) if scoring else None,
+        finished_ts=max(m.finished_ts or 0.0 for m in members) or None,
+    )
+
+
+def verdicts(state: CampaignState, *, branches_as_samples: bool = False) -> list[Verdict]:
+    """The finished trajectories as the statistics take them (a tree of branches as one).
+
+    A verdict's latency is the trajectory's active time (generation plus scoring, the last
+    attempt of each), ending when its final record was written.
+    """
+    found = []
+    numbers: Counter[str] = Counter()  # counted as samples, branches are numbered after
+    for root, branches in samples(state, branches_as_samples=branches_as_samples):
+        trajectory = best_of(root, branches)
+        if not trajectory.done or trajectory.outcome is None:
+            continue
+        numbers[trajectory.task_id] += 1
+        usage = trajectory.usage or {}
+        active = _active_s(trajectory)
+        finished = trajectory.finished_ts
+        found.append(
+            Verdict(
+                task_id=trajectory.task_id,
+                sample=numbers[trajectory.task_id] - 1
+                if branches_as_samples
+                else trajectory.sample,
+                outcome=trajectory.outcome,
+                started_at=finished - active if finished is not None and active else None,
+                finished_at=finished if active else None,
+                input_tokens=usage.get("input_tokens") if usage else None,
+                output_tokens=usage.get("output_tokens") if usage else None,
+                cost_usd=usage.get("cost_usd"),
+            )
+        )
+    return found
+
+
+def _active_s(trajectory: TrajectoryState) -> float | None:
+    parts = [p for p in (trajectory.generation_s, trajectory.scoring_s) if p is not None]
+    return sum(parts) if parts else None
+
+
+def branch_trees(state: CampaignState) -> dict[str, Any] | None:
+    """Each root that has branches: how many, how many resolved, and the best of them."""
+    if all(t.parent is None for t in state.trajectories.values()):
+        return None
+    roots: list[dict[str, Any]] = []
+    for root, branches in samples(state):
+        if not branches:
+            continue
+        best = best_of(root, branches)
+        roots.append(
+            {
+                "root": root.id,
+                "task": root.task_id,
+                "root_outcome": root.outcome,
+                "branches": [
+                    {
+                        "trajectory": b.id,
+                        "parent": b.parent,
+                        "checkpoint": b.checkpoint,
+                        "branched_ts": b.branched_ts,
+                        "outcome": b.outcome or b.phase,
+                        # Restarted from a clean copy of the task, not its checkpoint: why.
+                        "started_clean": b.started_clean,
+                    }
+                    for b in branches
+                ],
+                "resolved_branches": sum(b.outcome == "resolved" for b in branches),
+                "resolved": best.outcome == "resolved",
+                "finished": best.done,
+            }
+        )
+    if not roots:
+        return None
+    finished = [r for r in roots if r["finished"]]
+    resolved = sum(bool(r["resolved"]) for r in finished)
+    return {
+        "roots": roots,
+        "best_of_branches": {
+            "roots": len(finished),
+            "resolved": resolved,
+            "pass_rate": resolved / len(finished) if finished else None,
+        },
+    }
+
+
+def build_report(
+    state: CampaignState,
+    *,
+    branches_as_samples: bool = False,
+    finished: list[Verdict] | None = None,
+) -> dict[str, Any]:
+    """The figures of a campaign (JSON-ready). Infrastructure failures are counted apart.
+
+    A root and its branches count as one sample (best of branches) unless
+    `branches_as_samples`. `finished`: `verdicts(state, branches_as_samples=...)` when the
+    caller has them already.
+    """
+    outcomes = Counter(t.outcome or t.phase for t in state.trajectories.values())
+    if finished is None:
+        finished = verdicts(state, branches_as_samples=branches_as_samples)
+    task_figures = task_stats(finished)
+    summary = summarise_campaign(
+        finished, confidence=CONFIDENCE, resamples=RESAMPLES, seed=SEED, per_task=task_figures
+    ).model_dump(mode="json")
+    stats_by_task = {s.task_id: s for s in task_figures}
+    per_task: dict[str, dict[str, Any]] = {}
+    for root, branches in samples(state, branches_as_samples=branches_as_samples):
+        trajectory = best_of(root, branches)
+        row = per_task.setdefault(
+            trajectory.task_id, {"samples": 0, "resolved": 0, "graded": 0, "infra_errors": 0}
+        )
+        row["samples"] += 1
+        row["resolved"] += trajectory.outcome == "resolved"
+        row["infra_errors"] += trajectory.outcome in INFRA_OUTCOMES
+        row["graded"] += trajectory.done and trajectory.outcome not in INFRA_OUTCOMES
+    for task_id, row in per_task.items():
+        row["pass_rate"] = row["resolved"] / row["graded"] if row["graded"] else None
+        stats = stats_by_task.get(task_id)
+        row["pass_at_k"] = {str(k): v for k, v in stats.pass_at_k.items()} if stats else {}
+        row["pass_hat_k"] = {str(k): v for k, v in stats.pass_hat_k.items()} if stats else {}
+    graded = sum(row["graded"] for row in per_task.values())
+    resolved = sum(row["resolved"] for row in per_task.values())
+    scores = [t.score for t in state.trajectories.values() if t.score is not None]
+    oracle = getattr(state.spec.agent, "type", None) == "oracle"
+    return {
+        "campaign": state.id,
+        "name": state.spec.name,
+        "status": state.status,
+        "status_text": state.describe_status(),
+        "agent": getattr(state.spec.agent, "type", None),
+        "scorer": getattr(state.spec.scorer, "type", None),
+        "trajectories": len(state.trajectories),
+        "done": state.done_count,
+        "outcomes": dict(sorted(outcomes.items())),
+        "pass_rate": resolved / graded if graded else None,
+        "resolved": resolved,
+        "graded": graded,
+        "runs": state.runs,
+        "rescores": state.rescores,
+        "infrastructure": infrastructure_health(state),
+        "endpoint_limits": endpoint_limits(state),
+        "judge_calibration": state.calibrations[-1] if state.calibrations else None,
+        "summary": summary,
+        "phases": {
+            "generation": _percentiles(t.generation_s for t in state.trajectories.values()),
+            "scoring": _percentiles(t.scoring_s for t in state.trajectories.values()),
+        },
+        "score_statuses": dict(sorted(Counter(str(s.get("status")) for s in scores).items())),
+        # Which grading mode decided the scores (the `tests` scorer's `details.mode`:
+        # `swebench` or `strict`); a rescore may grade in another mode than the first run.
+        "grading_modes": dict(
+            sorted(
+                Counter(m for s in scores if (m := (s.get("details") or {}).get("mode"))).items()
+            )
+        ),
+        "partially_resolved": sum(
+            (s.get("details") or {}).get("resolution") == "RESOLVED_PARTIAL" for s in scores
+        ),
+        # A gold solution that does not always pass means the grader cannot be trusted.
+        "flaky_graders": (
+            [f.model_dump(mode="json") for f in flaky_graders(finished)] if oracle else None
+        ),
+        "confidence": {"level": CONFIDENCE, "bootstrap_seed": SEED, "resamples": RESAMPLES},
+        "nodes": where_it_ran(state),
+        "tasks": per_task,
+        "branches": branch_trees(state),
+        "branches_as_samples": branches_as_samples,
+    }
+
+
+def where_it_ran(state: CampaignState) -> dict[str, dict[str, Any]] | None:
+    """Per cluster node, the instances (task ids) and the steps that ran there (None: every
+    step ran on one machine)."""
+    nodes: dict[str, Counter[str]] = {}
+    instances: dict[str, set[str]] = {}
+    for trajectory in state.trajectories.values():
+        for node in {node for _, node in trajectory.nodes}:
+            nodes.setdefault(node, Counter())["trajectories"] += 1
+            instances.setdefault(node, set()).add(trajectory.task_id)
+        for kind, node in trajectory.nodes:
+            nodes[node][_STEP_COLUMNS.get(kind, "failed_steps")] += 1
+    if not nodes:
+        return None
+    columns = ("trajectories", "generated", "scored", "failed_steps")
+    return {
+        node: {"instances": sorted(instances[node]), **{c: counts.get(c, 0) for c in columns}}
+        for node, counts in sorted(nodes.items())
+    }
+
+
+_STEP_COLUMNS = {"generated": "generated", "scored": "scored"}
+
+
+def infrastructure_health(state: CampaignState) -> dict[str, Any]:
+    """What the infrastructure did to a campaign: failed attempts by cause (retried or not),
+    trajectories sent back by a resume, instances re-provisioned and why.
+    """
+    history = [event for t in state.trajectories.values() for event in t.infra_history]
+    causes = Counter(f"{event['phase']}: {event['type']}" for event in history)
+    return {
+        "failed_attempts": len(history),
+        "failed_attempts_by_cause": dict(sorted(causes.items())),
+        "trajectories_hit": sum(1 for t in state.trajectories.values() if t.infra_history),
+        "unresolved_failures": len(state.infra_failed),
+        "retried_by_resume": state.retried,
+        "instances_reprovisioned": len(state.reprovisioned),
+        "reprovisioned": state.reprovisioned[-20:],
+    }
+
+
+def endpoint_limits(state: CampaignState) -> dict[str, dict[str, Any]]:
+    """Adaptive per-endpoint limits: where each settled, its range and its history of changes
+    (the ceiling found is the limit now; `congested_at` the limits that met a refusal)."""
+    found = {}
+    for endpoint, entry in state.endpoint_limits.items():
+        congested = [c["previous"] for c in entry.history if c["limit"] < c["previous"]]
+        found[endpoint] = {
+            "limit": entry.limit,
+            "changes": len(entry.history),
+            "decreases": entry.decreases,
+            "congested_at": congested[-20:],
+            "lowest": min(c["limit"] for c in entry.history),
+            "highest": max(c["limit"] for c in entry.history),
+            "history": [
+                {"ts": c["ts"], "limit": c["limit"], "reason": c["reason"]} for c in entry.history
+            ],
+        }
+    return found
+
+
+def _percentiles(values: Iterable[float | None]) -> dict[str, float | None]:
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return {"count": 0, "p50_s": None, "p95_s": None}
+    return {
+        "count": len(known),
+        "p50_s": percentile(known, 0.5),
+        "p95_s": percentile(known, 0.95),
+    }
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """A report a person reads: the headline figures, then one row per task."""
+    summary = report["summary"]
+    latency = summary["latency"]
+    lines = [
+        f"# Campaign {report['campaign']}",
+        "",
+        f"- status: **{report['status_text']}** ({report['done']}/{report['trajectories']} done,"
+        f" {report['runs']} run(s)"
+        + (f", rescored {report['rescores']} time(s)" if report["rescores"] else "")
+        + f"; agent `{report['agent']}`, scorer `{report['scorer']}`"
+        + "".join(
+            f", {count} graded in mode `{mode}`"
+            for mode, count in report.get("grading_modes", {}).items()
+        )
+        + ")",
+        f"- pass rate: **{_percent(report['pass_rate'])}** ({report['resolved']}/"
+        f"{report['graded']} graded trajectories; infrastructure errors excluded)"
+        + (
+            f"; Wilson {_interval(summary['wilson_ci'])}"
+            if summary["wilson_ci"] is not None
+            else ""
+        ),
+        f"- mean pass rate over tasks: **{_percent(summary['mean_pass_rate'])}**"
+        f" ({_interval(summary['mean_pass_rate_ci'])} over {summary['tasks_scored']} task(s))",
+    ]
+    if summary["pass_at_k"]:
+        lines.append("- pass@k: " + _by_k(summary["pass_at_k"]))
+        lines.append("- pass^k: " + _by_k(summary["pass_hat_k"]))
+    lines += [
+        f"- infrastructure errors: {summary['infra_errors']}"
+        f" ({_percent(summary['infra_error_rate'])} of finished trajectories; excluded from"
+        f" every rate) · task errors (error, timeout): {_percent(summary['task_error_rate'])}"
+        " of attempts",
+        "- outcomes: " + ", ".join(f"{k} {v}" for k, v in report["outcomes"].items()),
+    ]
+    health = report["infrastructure"]
+    if health["failed_attempts"] or health["instances_reprovisioned"]:
+        causes = ", ".join(f"{k} {v}" for k, v in health["failed_attempts_by_cause"].items())
+        lines.append(
+            f"- infrastructure faults survived: {health['failed_attempts']} failed attempt(s)"
+            f" in {health['trajectories_hit']} trajectory(ies)"
+            + (f" ({causes})" if causes else "")
+            + f"; {health['instances_reprovisioned']} instance(s) re-provisioned"
+            + (
+                f"; {health['retried_by_resume']} retried by resume"
+                if health["retried_by_resume"]
+                else ""
+            )
+        )
+    for endpoint, limit in report.get("endpoint_limits", {}).items():
+        lines.append(
+            f"- adaptive limit for {endpoint}: **{limit['limit']}** calls in flight"
+            f" ({limit['changes']} change(s), {limit['decreases']} decrease(s); ranged"
+            f" {limit['lowest']}–{limit['highest']}"
+            + (f"; refused at {limit['congested_at'][-5:]}" if limit["congested_at"] else "")
+            + ")"
+        )
+    if (calibration := report.get("judge_calibration")) is not None:
+        lines.append(calibration_line(calibration))
+    if report["score_statuses"]:
+        statuses = ", ".join(f"{k} {v}" for k, v in report["score_statuses"].items())
+        partial = report["partially_resolved"]
+        lines.append(
+            f"- scoring statuses: {statuses}"
+            + (f" ({partial} partially resolved, not counted)" if partial else "")
+        )
+    lines.append(
+        f"- latency per trajectory: p50 {_seconds(latency['p50_s'])},"
+        f" p95 {_seconds(latency['p95_s'])} (generation p50"
+        f" {_seconds(report['phases']['generation']['p50_s'])}, scoring p50"
+        f" {_seconds(report['phases']['scoring']['p50_s'])}); throughput"
+        f" {_rate(latency['throughput_per_s'])}"
+    )
+    if summary["input_tokens"] is not None or summary["cost_usd"] is not None:
+        cost = summary["cost_usd"]
+        lines.append(
+            f"- tokens: {summary['input_tokens'] or 0} in, {summary['output_tokens'] or 0} out"
+            + (f"; cost ${cost:.4f}" if cost is not None else "")
+        )
+    if report.get("nodes"):
+        lines.append(
+            "- where it ran: "
+            + "; ".join(
+                f"node {node[:12]} {len(row['instances'])} instance(s),"
+                f" {row['trajectories']} trajectories ({row['generated']} "
+                f"generated, {row['scored']} scored, {row['failed_steps']} failed steps)"
+                for node, row in report["nodes"].items()
+            )
+        )
+    if report["flaky_graders"]:
+        flaky = ", ".join(
+            f"{f['task_id']} ({f['kind']}, {f['passes']}/{f['runs']})"
+            for f in report["flaky_graders"]
+        )
+        lines.append(f"- **flaky graders** (gold did not always pass): {flaky}")
+    elif report["flaky_graders"] is not None:
+        lines.append("- graders: every gold solution passed every time")
+    lines += [
+        "",
+        "| task | samples | resolved | pass rate | pass@1 | infra errors |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for task_id, row in report["tasks"].items():
+        lines.append(
+            f"| {task_id} | {row['samples']} | {row['resolved']} | {_percent(row['pass_rate'])}"
+            f" | {_percent(row['pass_at_k'].get('1'))} | {row['infra_errors']} |"
+        )
+    if (trees := report.get("branches")) is not None:
+        best = trees["best_of_branches"]
+        lines += [
+            "",
+            f"Branches (forked trajectories; a root and its branches count once, resolved when"
+            f" any is): best of branches {best['resolved']}/{best['roots']} roots"
+            f" ({_percent(best['pass_rate'])})",
+            "",
+            "| root | branches | resolved branches | root resolved |",
+            "|---|---:|---:|---|",
+        ]
+        clean = []
+        for tree in trees["roots"]:
+            verdict = ("yes" if tree["resolved"] else "no") if tree["finished"] else "running"
+            lines.append(
+                f"| {tree['root']} | {len(tree['branches'])} | {tree['resolved_branches']} of"
+                f" {len(tree['branches'])} | {verdict} |"
+            )
+            clean += [b for b in tree["branches"] if b.get("started_clean")]
+        if clean:
+            lines += [
+                "",
+                "Branches restarted from a clean copy of their task, not their checkpoint:",
+            ]
+            lines += [f"- {b['trajectory']}: {b['started_clean']}" for b in clean]
+    return "\n".join(lines) + "\n"
+
+
+def build_comparison(a: CampaignState, b: CampaignState) -> dict[str, Any]:
+    """Campaign B against campaign A on the tasks both scored (differences are B minus A)."""
+    comparison = compare_campaigns(
+        verdicts(a), verdicts(b), confidence=CONFIDENCE, resamples=RESAMPLES, seed=SEED
+    )
+    return {"a": a.id, "b": b.id, **comparison.model_dump(mode="json")}
+
+
+def render_comparison_markdown(comparison: dict[str, Any]) -> str:
+    """The paired comparison as a person reads it."""
+    difference = comparison["mean_difference"]
+    lines = [
+        f"# {comparison['b']} vs {comparison['a']}",
+        "",
+        f"- shared tasks: {comparison['shared_tasks']}"
+        f" (only in A: {len(comparison['only_in_a'])}, only in B: {len(comparison['only_in_b'])})",
+        f"- mean pass rate: A {_percent(comparison['mean_a'])}, B {_percent(comparison['mean_b'])}",
+        "- difference B − A: **"
+        + ("-" if difference is None else f"{100 * difference:+.1f} points")
+        + f"** ({_interval(comparison['difference_ci'], signed=True)})",
+        f"- B wins {comparison['wins']}, loses {comparison['losses']},"
+        f" ties {comparison['ties']} task(s)",
+        f"- paired permutation test p = {_p(comparison['permutation_p_value'])}"
+        f" ({'exact' if comparison['permutation_exact'] else 'Monte Carlo'});"
+        f" sign test p = {_p(comparison['sign_test_p_value'])}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def calibration_line(calibration: dict[str, Any]) -> str:
+    """The judge's calibration against human labels, in one line."""
+
+    def estimate(name: str) -> str:
+        found = calibration[name]
+        if found["value"] is None:
+            return f"{name} undefined (no spread)"
+        interval = (
+            f" ({100 * found['confidence']:.0f}% CI {found['low']:.2f}–{found['high']:.2f})"
+            if found["low"] is not None
+            else ""
+        )
+        return f"{name} {found['value']:.2f}{interval}"
+
+    verdict = "yes" if calibration["clears"] else "no"
+    if calibration["clears"] and not calibration["clears_with_confidence"]:
+        verdict += " (its interval reaches below)"
+    return (
+        f"- judge calibration ({calibration['pairs']} labelled {calibration['unit']}s):"
+        f" {estimate('spearman')}, {estimate('kendall')}, agreement"
+        f" {_percent(calibration['agreement'])} at threshold {calibration['threshold']:g};"
+        f" clears {calibration['target']:.2f}: **{verdict}**"
+    )
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _interval(interval: dict[str, Any] | None, *, signed: bool = False) -> str:
+    if interval is None:
+        return "no interval"
+    level = f"{100 * interval['confidence']:.0f}%"
+    if signed:
+        low, high = 100 * interval["low"], 100 * interval["high"]
+        return f"{level} CI {low:+.1f} to {high:+.1f} points, {interval['method']}"
+    return (
+        f"{level} CI {_percent(interval['low'])}–{_percent(interval['high'])}, {interval['method']}"
+    )
+
+
+def _by_k(values: dict[str, float]) -> str:
+    return ", ".join(f"k={k} {_percent(v)}" for k, v in values.items())
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"
+
+
+def _rate(per_second: float | None) -> str:
+    return "-" if per_second is None else f"{60 * per_second:.1f} trajectories/min"
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"

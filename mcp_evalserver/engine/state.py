@@ -1,0 +1,566 @@
+"""Campaign state as a pure replay of ledger records.
+
+The runner decides (retry or give up, timeout or result) and records its decision; replay only
+follows the records, so the same records always give the same state and resume needs no policy.
+
+Record kinds and what they do to a trajectory:
+
+    campaign_created     the spec (tasks resolved); every trajectory starts `pending`
+    attempt_started      pending -> generating               (attempt n)
+    generated            generating -> generated            (submission, usage)
+    generation_failed    generating -> pending, or -> done with outcome error/timeout/infra_error
+    scoring_started      generated -> scoring
+    scored               scoring -> done                    (outcome from the score, score)
+    scoring_failed       scoring -> generated, or -> done with outcome infra_error/timeout
+    rescore_requested    the named done trajectories that were generated -> generated again
+                         (their score and outcome cleared); optionally a new scorer
+    retry_requested      the named trajectories that ended in an infrastructure failure go back
+                         to where it struck: pending (generation) or generated (scoring); their
+                         budget of retries is whole again, their history of failures stays
+    instance_reprovisioned  an instance was found dead and provisioned again (health)
+    endpoint_limit       an adaptive per-endpoint limit changed (a resume starts from the last)
+    endpoint_calls       a run's calls per model endpoint, by how they went (ok, HTTP 429, ...)
+    judge_calibrated     the judge's agreement with human labels (`calibrate`), for the report
+    campaign_cancelled   the campaign is cancelled until a `run_started` resumes it; `by` says
+                         whether a person asked (`request`) or its process stopped (`shutdown`)
+    run_started          a process began (or resumed) running the campaign
+    ledger_repaired      a torn tail was dropped when the ledger was reopened
+    trajectory_branched  a new trajectory (`<parent>.<n>`) forked from `parent` at its
+                         workspace's `checkpoint`: same task and sample, pending, scored on
+                         its own; replay rebuilds the tree of branches from these
+    checkpoint_kept      the files of the `checkpoint` the named branches (`trajectories`)
+                         forked at, kept as the artifact `start` that a restarted branch
+                         begins from; or `start_missing`: why they could not be kept
+    branch_restarted     a branch attempt that did not get its fork from this run (a resume
+                         after a crash, a retry) began (`source`) at its `checkpoint` or from
+                         a `clean` copy of the task, and then `reason` says why
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import TypeAdapter, ValidationError
+
+from mcp_evalserver.errors import LedgerCorrupt
+from mcp_evalserver.spec.campaign import CampaignSpec, describe_validation_error, trajectory_id
+from mcp_evalserver.spec.scorers import ScorerConfig
+
+Phase = Literal["pending", "generating", "generated", "scoring", "done"]
+Outcome = Literal["resolved", "failed", "error", "timeout", "infra_error"]
+CampaignStatus = Literal["running", "finished", "cancelled"]
+
+#: Outcomes caused by the infrastructure, kept apart from task failures in every figure.
+INFRA_OUTCOMES: frozenset[str] = frozenset({"infra_error"})
+RESCORE_REQUESTED = "rescore_requested"
+RETRY_REQUESTED = "retry_requested"
+INSTANCE_REPROVISIONED = "instance_reprovisioned"
+ENDPOINT_LIMIT = "endpoint_limit"
+ENDPOINT_CALLS = "endpoint_calls"
+JUDGE_CALIBRATED = "judge_calibrated"
+TRAJECTORY_BRANCHED = "trajectory_branched"
+BRANCH_RESTARTED = "branch_restarted"
+CHECKPOINT_KEPT = "checkpoint_kept"
+#: How much of an error message the history of a trajectory's failures keeps.
+HISTORY_MESSAGE_CHARS = 300
+SCORER_ADAPTER = TypeAdapter[ScorerConfig](ScorerConfig)
+
+
+@dataclass
+class TrajectoryState:
+    """Where one trajectory stands."""
+
+    id: str
+    task_id: str
+    sample: int
+    phase: Phase = "pending"
+    attempts: int = 0
+    generation_failures: int = 0
+    scoring_failures: int = 0
+    outcome: Outcome | None = None
+    submission: dict[str, Any] | None = None
+    score: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    generation_s: float | None = None
+    scoring_s: float | None = None
+    generated_seq: int | None = None
+    scored_seq: int | None = None
+    #: When the record that finished it was written (epoch seconds).
+    finished_ts: float | None = None
+    #: (step kind, node) for each step that ran on a backend of many nodes (Ray), in order.
+    nodes: list[tuple[str, str]] = field(default_factory=list)
+    #: Infrastructure failures of the current phase by cause (the error's type): each cause
+    #: has its own budget of retries. Cleared when the phase completes or a retry is asked.
+    failure_causes: dict[str, int] = field(default_factory=dict)
+    #: Every infrastructure failure it went through, oldest first: phase, type, message.
+    infra_history: list[dict[str, Any]] = field(default_factory=list)
+    #: For a branch: the trajectory it was forked from, at which checkpoint, and when.
+    parent: str | None = None
+    checkpoint: str | None = None
+    branched_ts: float | None = None
+    #: For a branch: the artifact of its checkpoint's files (what a restart begins from), or
+    #: why none was kept.
+    start: dict[str, Any] | None = None
+    start_missing: str | None = None
+    #: For a branch restarted from a clean copy of the task, not its checkpoint: why.
+    started_clean: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.phase == "done"
+
+
+@dataclass
+class EndpointLimit:
+    """An adaptive endpoint limit as its records left it, with every change."""
+
+    limit: int
+    decreases: int = 0
+    #: {"ts", "limit", "previous", "reason", "retry_after_s"} per change, oldest first.
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class CampaignState:
+    """Everything known about a campaign, rebuilt from its ledger."""
+
+    id: str
+    spec: CampaignSpec
+    created_ts: float
+    trajectories: dict[str, TrajectoryState]
+    cancelled: bool = False
+    #: Who cancelled it: `request` (a person), `shutdown` (its server stopped), None if not.
+    cancelled_by: str | None = None
+    runs: int = 0
+    repaired_bytes: int = 0
+    rescores: int = 0
+    #: Trajectories sent back by `retry_requested` records (infrastructure failures retried).
+    retried: int = 0
+    #: Instances found dead and provisioned again while this campaign ran (health).
+    reprovisioned: list[dict[str, Any]] = field(default_factory=list)
+    #: Adaptive per-endpoint limits by endpoint (`limits.per_endpoint: "auto"`).
+    endpoint_limits: dict[str, EndpointLimit] = field(default_factory=dict)
+    #: Calls per model endpoint by how they went ("ok", "HTTP 429", ...), summed over runs.
+    endpoint_calls: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Calibrations of the judge against human labels, oldest first.
+    calibrations: list[dict[str, Any]] = field(default_factory=list)
+    #: Seconds the runs were running (each run: its first record to its last).
+    run_s: float = 0.0
+    last_seq: int = -1
+    last_ts: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> CampaignStatus:
+        if all(t.done for t in self.trajectories.values()):
+            return "finished"
+        return "cancelled" if self.cancelled else "running"
+
+    def root_of(self, trajectory_id: str) -> str:
+        """The trajectory a branch descends from (itself when it is no branch)."""
+        while (parent := self.trajectories[trajectory_id].parent) is not None:
+            trajectory_id = parent
+        return trajectory_id
+
+    def branches(self, trajectory_id: str) -> list[str]:
+        """Every trajectory forked from this one, directly or not, in the order they were."""
+        found = []
+        for tid in self.trajectories:
+            ancestor = self.trajectories[tid].parent
+            while ancestor is not None and ancestor != trajectory_id:
+                ancestor = self.trajectories[ancestor].parent
+            if ancestor is not None:
+                found.append(tid)
+        return found
+
+    def count(self, *outcomes: Outcome) -> int:
+        return sum(1 for t in self.trajectories.values() if t.outcome in outcomes)
+
+    @property
+    def done_count(self) -> int:
+        return sum(1 for t in self.trajectories.values() if t.done)
+
+    @property
+    def infra_failed(self) -> list[str]:
+        """Trajectories whose last outcome is an infrastructure failure: a resume runs them."""
+        return [t.id for t in self.trajectories.values() if t.outcome in INFRA_OUTCOMES]
+
+    @property
+    def interrupted(self) -> bool:
+        """Unfinished, and stopped by its process dying or its server stopping, not by a person.
+
+        (Whether a process is running it right now is not in the ledger: ask its lock.)
+        """
+        return self.status != "finished" and self.cancelled_by in (None, "shutdown")
+
+    def describe_status(self) -> str:
+        """The status as a person reads it: a finish with infrastructure failures says so."""
+        failed = len(self.infra_failed)
+        if self.status == "finished" and failed:
+            plural = "s" if failed != 1 else ""
+            return f"finished with {failed} infrastructure failure{plural} — resume to retry them"
+        return self.status
+
+
+def replay(records: Iterable[dict[str, Any]]) -> CampaignState:
+    """Rebuilds a campaign's state from its records (pure; replaying twice gives the same).
+
+    Raises:
+        LedgerCorrupt: the first record is not `campaign_created`, or a record names an
+            unknown trajectory or breaks the order of phases.
+    """
+    iterator = iter(records)
+    first = next(iterator, None)
+    if first is None or first.get("kind") != "campaign_created":
+        raise LedgerCorrupt("a ledger must begin with a campaign_created record")
+    missing = [f for f in ("spec", "campaign", "ts", "seq") if f not in first]
+    if missing:
+        raise LedgerCorrupt(
+            f"the ledger's campaign_created record lacks {', '.join(missing)}; move the "
+            "ledger aside and inspect it: a ledger is never rewritten"
+        )
+    spec = CampaignSpec.model_validate(first["spec"])
+    trajectories: dict[str, TrajectoryState] = {}
+    for task in spec.task_list():
+        for sample in range(spec.samples):
+            tid = trajectory_id(task.id, sample)
+            trajectories[tid] = TrajectoryState(tid, task.id, sample)
+    state = CampaignState(
+        id=first["campaign"],
+        spec=spec,
+        created_ts=first["ts"],
+        trajectories=trajectories,
+        last_seq=first["seq"],
+        last_ts=first["ts"],
+    )
+    for record in iterator:
+        apply_record(state, record)
+    return state
+
+
+#: Campaign records that name trajectories in a `trajectories` list.
+_LISTING_KINDS = frozenset({RESCORE_REQUESTED, RETRY_REQUESTED, CHECKPOINT_KEPT})
+
+
+def concerning(records: list[dict[str, Any]], trajectory: str) -> list[dict[str, Any]]:
+    """The records as far as they concern one trajectory: `replay` of them leaves it exactly
+    as the whole ledger does, with none of the campaign's other trajectories to build.
+
+    `records` are in ledger order and hold at least the first record, every record that names
+    no trajectory or branches one, and the trajectory's own. What stays: the spec with only
+    the trajectory's task, the records that name no trajectory (a rescore, retry or kept
+    checkpoint naming this trajectory alone), the branching of it and of the ones it descends
+    from, and its own records. A record changes no trajectory but the ones it names, and a
+    branch takes from its parent only the task and sample: nothing else can matter.
+    """
+    parents = {
+        r["trajectory"]: r.get("parent") for r in records if r["kind"] == TRAJECTORY_BRANCHED
+    }
+    lineage = {trajectory}
+    root = trajectory
+    while isinstance(parent := parents.get(root), str) and parent not in lineage:
+        lineage.add(parent)
+        root = parent
+    # A root is `<task>@<sample>` and a task id holds no `@`.
+    task = root.rpartition("@")[0]
+    first, *rest = records
+    spec = first.get("spec") or {}
+    tasks = [t for t in spec.get("tasks") or [] if isinstance(t, dict) and t.get("id") == task]
+    kept = [{**first, "spec": {**spec, "tasks": tasks}}]
+    for record in rest:
+        named = record.get("trajectory")
+        if record["kind"] in _LISTING_KINDS:
+            listed = [t for t in record.get("trajectories") or [] if t == trajectory]
+            kept.append({**record, "trajectories": listed})
+        elif record["kind"] == TRAJECTORY_BRANCHED:
+            if named in lineage:
+                kept.append(record)
+        elif not isinstance(named, str) or named == trajectory:
+            kept.append(record)
+    return kept
+
+
+def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
+    """Applies one record to a state in place (what `replay` does for each record).
+
+    Raises:
+        LedgerCorrupt: the record names an unknown trajectory, breaks the phase order, or
+            lacks (or garbles) a field its kind has.
+    """
+    try:
+        _apply(state, record)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        # Only an edited or damaged ledger gets here (ours are written whole): name the
+        # record, not a Python exception from deep inside the replay.
+        raise LedgerCorrupt(
+            f"ledger record seq {record.get('seq', '?')!r} ({record.get('kind', '?')!r}) "
+            f"lacks or garbles a field ({type(exc).__name__}: {exc}); move the ledger aside "
+            "and inspect it: a ledger is never rewritten"
+        ) from exc
+
+
+def _apply(state: CampaignState, record: dict[str, Any]) -> None:
+    kind = record["kind"]
+    # Time between a run's records is running time; the gap before a run (or a rescore request
+    # written while none ran) is not.
+    if state.runs > 0 and kind not in ("run_started", RESCORE_REQUESTED):
+        state.run_s += max(0.0, record["ts"] - state.last_ts)
+    state.last_seq = record["seq"]
+    state.last_ts = record["ts"]
+    if kind == "run_started":
+        state.runs += 1
+        state.cancelled = False
+        state.cancelled_by = None
+        return
+    if kind == "campaign_cancelled":
+        state.cancelled = True
+        # Records written before `by` existed were all asked for.
+        state.cancelled_by = record.get("by", "request")
+        return
+    if kind == "ledger_repaired":
+        state.repaired_bytes += int(record.get("dropped_bytes", 0))
+        return
+    if kind == RESCORE_REQUESTED:
+        _rescore_requested(state, record)
+        return
+    if kind == RETRY_REQUESTED:
+        _retry_requested(state, record)
+        return
+    if kind == INSTANCE_REPROVISIONED:
+        event = {k: record.get(k) for k in ("backend", "instance", "task", "reason", "ts")}
+        state.reprovisioned.append(event)
+        return
+    if kind == ENDPOINT_LIMIT:
+        _endpoint_limit(state, record)
+        return
+    if kind == JUDGE_CALIBRATED:
+        state.calibrations.append({"ts": record["ts"], **record.get("calibration", {})})
+        return
+    if kind == TRAJECTORY_BRANCHED:
+        _branched(state, record)
+        return
+    if kind == CHECKPOINT_KEPT:
+        _checkpoint_kept(state, record)
+        return
+    if kind == ENDPOINT_CALLS:
+        for endpoint, counts in record.get("calls", {}).items():
+            summed = state.endpoint_calls.setdefault(endpoint, {})
+            for how, count in counts.items():
+                summed[how] = summed.get(how, 0) + int(count)
+        return
+    handler = _TRAJECTORY_HANDLERS.get(kind)
+    if handler is None:
+        # Records from a newer version that this one does not know are kept, not fatal.
+        state.extra.setdefault("unknown_kinds", set()).add(kind)
+        return
+    tid = record.get("trajectory")
+    trajectory = state.trajectories.get(tid) if isinstance(tid, str) else None
+    if trajectory is None:
+        raise LedgerCorrupt(f"record seq {record.get('seq')} names unknown trajectory {tid!r}")
+    handler(trajectory, record)
+    if isinstance(node := record.get("node"), str):
+        trajectory.nodes.append((kind, node))
+
+
+def _branched(state: CampaignState, record: dict[str, Any]) -> None:
+    tid, parent = record.get("trajectory"), state.trajectories.get(str(record.get("parent")))
+    if parent is None or not isinstance(tid, str) or tid in state.trajectories:
+        raise LedgerCorrupt(
+            f"record seq {record['seq']} ({TRAJECTORY_BRANCHED}) branches {tid!r} from "
+            f"{record.get('parent')!r}: the parent must exist and the branch must not"
+        )
+    state.trajectories[tid] = TrajectoryState(
+        tid,
+        parent.task_id,
+        parent.sample,
+        parent=parent.id,
+        checkpoint=record.get("checkpoint"),
+        branched_ts=record["ts"],
+    )
+
+
+def _checkpoint_kept(state: CampaignState, record: dict[str, Any]) -> None:
+    for tid in record.get("trajectories") or []:
+        branch = state.trajectories.get(str(tid))
+        if branch is None or branch.parent is None:
+            raise LedgerCorrupt(
+                f"record seq {record['seq']} ({CHECKPOINT_KEPT}) names {tid!r}, which is no "
+                "branch of this campaign"
+            )
+        branch.start, branch.start_missing = record.get("start"), record.get("start_missing")
+
+
+def _branch_restarted(trajectory: TrajectoryState, record: dict[str, Any]) -> None:
+    clean = record.get("source") == "clean"
+    trajectory.started_clean = str(record.get("reason")) if clean else None
+
+
+def _endpoint_limit(state: CampaignState, record: dict[str, Any]) -> None:
+    limit, previous = int(record["limit"]), int(record["previous"])
+    entry = state.endpoint_limits.setdefault(str(record["endpoint"]), EndpointLimit(limit))
+    entry.limit = limit
+    entry.decreases += limit < previous
+    entry.history.append(
+        {
+            "ts": record["ts"],
+            "limit": limit,
+            "previous": previous,
+            "reason": record.get("reason"),
+            "retry_after_s": record.get("retry_after_s"),
+        }
+    )
+
+
+def rescorable(trajectory: TrajectoryState) -> bool:
+    """Finished and generated: there is a submission to grade again."""
+    return trajectory.done and trajectory.generated_seq is not None
+
+
+def _rescore_requested(state: CampaignState, record: dict[str, Any]) -> None:
+    if record.get("scorer") is not None:
+        try:
+            scorer = SCORER_ADAPTER.validate_python(record["scorer"])
+        except ValidationError as exc:
+            raise LedgerCorrupt(
+                f"record seq {record['seq']} ({RESCORE_REQUESTED}) has an invalid scorer: "
+                f"{describe_validation_error(exc)}"
+            ) from exc
+        state.spec = state.spec.model_copy(update={"scorer": scorer})
+    state.rescores += 1
+    for tid in record.get("trajectories", []):
+        trajectory = state.trajectories.get(tid)
+        if trajectory is None:
+            raise LedgerCorrupt(f"record seq {record['seq']} names unknown trajectory {tid!r}")
+        # Only finished generations go back; whatever else the run handles as it is.
+        if rescorable(trajectory):
+            trajectory.phase = "generated"
+            trajectory.outcome = None
+            trajectory.score = None
+            trajectory.error = None
+            trajectory.scoring_s = None
+            trajectory.scored_seq = None
+            trajectory.finished_ts = None
+            trajectory.scoring_failures = 0
+            trajectory.failure_causes = {}
+
+
+def _retry_requested(state: CampaignState, record: dict[str, Any]) -> None:
+    for tid in record.get("trajectories", []):
+        trajectory = state.trajectories.get(tid)
+        if trajectory is None:
+            raise LedgerCorrupt(f"record seq {record['seq']} names unknown trajectory {tid!r}")
+        if trajectory.outcome not in INFRA_OUTCOMES:
+            continue  # only infrastructure failures go back; a result stands
+        state.retried += 1
+        # A generated trajectory can only have failed in scoring: its submission stands.
+        trajectory.phase = "generated" if trajectory.generated_seq is not None else "pending"
+        trajectory.outcome = None
+        trajectory.error = None
+        trajectory.finished_ts = None
+        trajectory.failure_causes = {}
+
+
+def _infra_failure(t: TrajectoryState, r: dict[str, Any], phase: str) -> None:
+    if r.get("outcome") not in INFRA_OUTCOMES:
+        return
+    error = r.get("error") or {}
+    cause = str(error.get("type") or "InfrastructureError")
+    message = str(error.get("message") or "")[:HISTORY_MESSAGE_CHARS]
+    t.infra_history.append({"phase": phase, "type": cause, "message": message, "seq": r["seq"]})
+    if not r.get("final"):
+        t.failure_causes[cause] = t.failure_causes.get(cause, 0) + 1
+
+
+def _expect(trajectory: TrajectoryState, record: dict[str, Any], *phases: Phase) -> None:
+    if trajectory.phase not in phases:
+        raise LedgerCorrupt(
+            f"record seq {record['seq']} ({record['kind']}) finds trajectory {trajectory.id} "
+            f"{trajectory.phase}, expected {' or '.join(phases)}"
+        )
+
+
+def _attempt_started(t: TrajectoryState, r: dict[str, Any]) -> None:
+    # A crash may leave an attempt open: the next run starts a new attempt over it.
+    _expect(t, r, "pending", "generating")
+    t.phase = "generating"
+    t.attempts = int(r["attempt"])
+
+
+def _generated(t: TrajectoryState, r: dict[str, Any]) -> None:
+    _expect(t, r, "generating")
+    t.phase = "generated"
+    t.submission = r.get("submission")
+    t.usage = r.get("usage")
+    t.generation_s = r.get("duration_s")
+    t.generated_seq = r["seq"]
+    t.error = None
+    t.failure_causes = {}
+
+
+def _generation_failed(t: TrajectoryState, r: dict[str, Any]) -> None:
+    _expect(t, r, "generating")
+    _infra_failure(t, r, "generation")
+    t.error = r.get("error")
+    t.generation_s = r.get("duration_s")
+    if r.get("final"):
+        t.phase = "done"
+        t.outcome = r["outcome"]
+        t.finished_ts = r["ts"]
+    else:
+        t.phase = "pending"
+        t.generation_failures += 1
+
+
+def _scoring_started(t: TrajectoryState, r: dict[str, Any]) -> None:
+    _expect(t, r, "generated", "scoring")
+    t.phase = "scoring"
+
+
+def _scored(t: TrajectoryState, r: dict[str, Any]) -> None:
+    _expect(t, r, "scoring")
+    t.phase = "done"
+    t.score = r["score"]
+    # Scores recorded before scorers named their outcome hold only `resolved`.
+    outcome = r["score"].get("outcome") or ("resolved" if r["score"].get("resolved") else "failed")
+    if outcome not in _SCORED_OUTCOMES:
+        raise LedgerCorrupt(f"record seq {r['seq']} (scored) has unknown outcome {outcome!r}")
+    t.outcome = _SCORED_OUTCOMES[outcome]
+    t.scoring_s = r.get("duration_s")
+    t.scored_seq = r["seq"]
+    t.finished_ts = r["ts"]
+    t.error = None
+    t.failure_causes = {}
+
+
+def _scoring_failed(t: TrajectoryState, r: dict[str, Any]) -> None:
+    _expect(t, r, "scoring")
+    _infra_failure(t, r, "scoring")
+    t.error = r.get("error")
+    if r.get("final"):
+        t.phase = "done"
+        t.outcome = r["outcome"]
+        t.finished_ts = r["ts"]
+    else:
+        t.phase = "generated"
+        t.scoring_failures += 1
+
+
+_SCORED_OUTCOMES: dict[str, Outcome] = {
+    "resolved": "resolved",
+    "failed": "failed",
+    "error": "error",
+    "infra_error": "infra_error",
+}
+
+_TRAJECTORY_HANDLERS = {
+    "attempt_started": _attempt_started,
+    "generated": _generated,
+    "generation_failed": _generation_failed,
+    "scoring_started": _scoring_started,
+    "scored": _scored,
+    "scoring_failed": _scoring_failed,
+    BRANCH_RESTARTED: _branch_restarted,
+}

@@ -1,0 +1,1 @@
+"""Statistics over verdicts: pass rates, pass@k, intervals, resampling, comparisons, agreement."""

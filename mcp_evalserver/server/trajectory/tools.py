@@ -1,0 +1,175 @@
+"""The workspace tools of one trajectory: exec, read, write, diff, and building a submission.
+
+Shared by the two ways a program outside the engine acts as an agent: an MCP client holding a
+claim (`ExternalTrajectories`) and a `command` agent's program on its scoped endpoint
+(`ScopedTrajectory`). They differ only in how they find the trajectory.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mcp_evalserver.agents.base import TrajectoryContext
+from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
+from mcp_evalserver.sandbox.base import DEFAULT_WORKDIR, Workspace
+from mcp_evalserver.server.models import (
+    Checkpoint,
+    Diff,
+    ExecOutput,
+    FileContent,
+    FileWritten,
+    Restored,
+    Submitted,
+)
+from mcp_evalserver.spec.submission import Submission
+
+_DIFF_FILE = re.compile(r"^diff --git a/(.*) b/", re.MULTILINE)
+
+
+class TrajectoryTools:
+    """Exec, read, write, diff and submit on the workspace of one trajectory."""
+
+    def __init__(self, context: TrajectoryContext) -> None:
+        self.context = context
+
+    @property
+    def workdir(self) -> str | None:
+        """Where commands start and relative paths resolve; None for answer-only tasks."""
+        task = self.context.task
+        return task.workdir or task.path or (DEFAULT_WORKDIR if task.image else None)
+
+    async def exec(self, command: str, timeout_s: float, stdin: str | None = None) -> ExecOutput:
+        """Runs a shell command in the workspace.
+
+        Raises:
+            InvalidInput: empty command, bad cwd, or the task has no workspace.
+            SandboxUnavailable: the instance is gone.
+        """
+        if not command.strip():
+            raise InvalidInput("`command` is empty: give a shell command such as `ls -la`")
+        result = await (await self.workspace()).exec(command, timeout=timeout_s, stdin=stdin)
+        return ExecOutput(
+            exit_code=result.exit_code,
+            stdout=result.stdout,
+            stderr=result.stderr,
+            stdout_truncated=result.stdout_truncated,
+            stderr_truncated=result.stderr_truncated,
+            timed_out=result.timed_out,
+            duration_s=result.duration_s,
+        )
+
+    async def read(self, path: str, max_bytes: int) -> FileContent:
+        """Reads a file from the workspace.
+
+        Raises:
+            NotFound: no such file.
+            InvalidInput: not a regular file, or the task has no workspace.
+            LimitExceeded: the file is larger than `max_bytes`.
+        """
+        try:
+            data = await (await self.workspace()).read_file(path, max_bytes=max_bytes)
+        except NotFound as exc:
+            raise NotFound(
+                f"{exc} (relative paths start at {self.workdir}; list files with sandbox_exec, "
+                "e.g. `ls -la` or `git ls-files`)"
+            ) from exc
+        try:
+            text, binary = data.decode("utf-8"), False
+        except UnicodeDecodeError:
+            text, binary = data.decode("utf-8", errors="replace"), True
+        return FileContent(path=path, content=text, size=len(data), binary=binary)
+
+    async def write(self, path: str, content: str) -> FileWritten:
+        """Writes a file in the workspace (parents created).
+
+        Raises:
+            InvalidInput: the path is outside the workspace or a directory, or the task has
+                no workspace.
+        """
+        data = content.encode()
+        try:
+            await (await self.workspace()).write_file(path, data)
+        except InvalidInput as exc:
+            raise InvalidInput(
+                f"{exc}: only the workspace is writable; write under {self.workdir} (or use a "
+                "relative path)"
+            ) from exc
+        return FileWritten(path=path, size=len(data))
+
+    async def diff(self) -> Diff:
+        """The workspace's changes against the base commit.
+
+        Raises:
+            InvalidInput: the task has no workspace.
+            Conflict: the workdir is not a git repository.
+        """
+        patch = await (await self.workspace()).diff()
+        return Diff(patch=patch, files=_DIFF_FILE.findall(patch))
+
+    async def checkpoint(self) -> Checkpoint:
+        """Freezes the workspace's files now.
+
+        Raises:
+            InvalidInput: the task has no workspace.
+            Conflict: a command is running in it.
+        """
+        checkpoint_id = await (await self.workspace()).checkpoint()
+        return Checkpoint(checkpoint_id=checkpoint_id)
+
+    async def restore(self, checkpoint_id: str) -> Restored:
+        """Returns the workspace's files to `checkpoint_id`.
+
+        Raises:
+            InvalidInput: the task has no workspace.
+            NotFound: no such checkpoint (the message lists the known ones).
+            Conflict: a command is running in it.
+        """
+        await (await self.workspace()).restore(checkpoint_id)
+        return Restored(checkpoint_id=checkpoint_id)
+
+    def require_workspace(self) -> None:
+        """Raises InvalidInput when the task has no workspace (nothing to checkpoint)."""
+        if not self.context.sandbox.available:
+            raise InvalidInput(
+                f"task {self.context.task.id} has no workspace (it names no `image` or `path`): "
+                "there is nothing to checkpoint or fork"
+            )
+
+    async def submission(self, answer: str | None) -> tuple[Submission, Submitted]:
+        """What handing in now means: the workspace's diff (when it has one) and the answer.
+
+        Raises:
+            Conflict: the workdir is not a git repository and no answer was given.
+            InvalidInput: nothing to submit (no workspace and no answer).
+        """
+        patch: str | None = None
+        if self.context.sandbox.available:
+            try:
+                patch = await (await self.workspace()).diff() or None
+            except Conflict:
+                if answer is None:
+                    raise  # not a git repository: only an answer can be handed in
+        elif answer is None:
+            raise InvalidInput(f"task {self.context.task.id} has no workspace: submit an `answer`")
+        submitted = Submitted(
+            campaign_id=self.context.campaign_id,
+            trajectory_id=self.context.trajectory_id,
+            answer=answer,
+            patch_bytes=len(patch.encode()) if patch else 0,
+            files=_DIFF_FILE.findall(patch or ""),
+        )
+        return Submission(answer=answer, patch=patch), submitted
+
+    async def workspace(self) -> Workspace:
+        """The trajectory's workspace.
+
+        Raises:
+            InvalidInput: the task names no environment.
+        """
+        sandbox = self.context.sandbox
+        if not sandbox.available:
+            raise InvalidInput(
+                f"task {self.context.task.id} has no workspace (it names no `image` or `path`): "
+                "there is nothing to run or edit; submit an `answer` instead"
+            )
+        return await sandbox.workspace()
