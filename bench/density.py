@@ -96,7 +96,7 @@ def descendants(root: int) -> list[int]:
 
 
 def memory_cgroups() -> int:
-    """Memory cgroups on the machine (each costs kernel memory: see README, Benchmarks)."""
+    """Memory cgroups on the machine (each costs kernel memory: see bench/README.md)."""
     with open("/proc/cgroups") as f:
         for line in f:
             if line.startswith("memory\t"):

@@ -63,8 +63,8 @@ _COMPLETE = ".complete"
 #: Where an instance's interpreter may live. Local workspaces hide /root, /home and /run (the
 #: sandbox masks them), so a pyenv or home-directory Python would vanish inside them.
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
-# What a workspace's view shows of the host besides the instance (README, "What a trajectory
-# sees"): the interpreter must live there.
+# What a workspace's view shows of the host besides the instance (docs/design/isolation.md):
+# the interpreter must live there.
 _VISIBLE_IN_WORKSPACES = ("/usr/", "/bin/", "/sbin/", "/lib")
 
 Log = Callable[[str], None]

@@ -1,7 +1,7 @@
 """The `local` backend: the supervisor as a host subprocess, no daemon (the embedded default).
 
 An instance is a host directory (a repo with its venv, say). Each workspace sees an allowlist
-of the host (README, "What a trajectory sees"): that directory as a private copy-on-write
+of the host (docs/design/isolation.md): that directory as a private copy-on-write
 overlay at its own path, the system directories read-only, the task's declared paths, private
 /tmp, /root, /dev and /proc; its own pid, net, ipc and uts namespaces, and no capabilities but
 the file ones. Root is needed, or an unprivileged user where user namespaces are allowed (then

@@ -18,7 +18,7 @@ pytest's junitxml plugin writes its report into an unnamed temporary file (also 
 other process's reach); at unconfigure the plugin sends those bytes and closes the socket.
 
 What it cannot stop: code running inside this pytest process (the code under test, a plugin the
-environment loads) can write to the socket too. See README, "Strict mode".
+environment loads) can write to the socket too. See docs/reference/scorers.md, "Strict mode".
 
 Stdlib and pytest only, Python >= 3.6 syntax: it runs under the task's own interpreter.
 """

@@ -5,7 +5,7 @@ the patch (SWE-bench 5.0.2's fallback chain, `patching`), put the files of the t
 `test_patch` back to the base commit and apply it, run the tests between SWE-bench's markers,
 parse and grade the test run's output (`grading.grade_log`).
 
-What is graded, and what is not (the submission is an adversary, DESIGN.md): only the eval
+What is graded, and what is not (the submission is hostile, docs/design/isolation.md): only the eval
 script's own output, sliced between the markers as SWE-bench 5.0.2 slices it; the apply steps'
 output (which prints the names of the patch's files) is logged, never graded. The test exit
 code is the eval script's exit status from the sandbox (the script ends with `exit` of the

@@ -239,7 +239,7 @@ class Privileges:
             update["path"] = self.host_path(task.path, f"task {task.id}: path", base_dir)
         if task.workdir is not None and task.path is not None:
             update["workdir"] = self.host_path(task.workdir, f"task {task.id}: workdir", base_dir)
-        # What the view shows besides the instance (README, "What a trajectory sees").
+        # What the view shows besides the instance (docs/design/isolation.md).
         if task.paths:
             update["paths"] = [
                 entry.model_copy(

@@ -177,9 +177,9 @@ async def test_a_program_that_lingers_after_submitting_is_stopped_and_its_submis
     assert transcript[-1]["exit_code"] == -9
 
 
-def test_the_readmes_command_agent_example_builds_a_command_agent() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("## Your own agent program: `command`", 1)[1]
+def test_the_docs_command_agent_example_builds_a_command_agent() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "reference" / "agents.md").read_text()
+    section = page.split("## Your own agent program: `command`", 1)[1]
     example = section.split("```json\n", 1)[1].split("```", 1)[0]
     campaign = spec([ANSWER_TASK], json.loads("{" + example + "}")["agent"])
     assert isinstance(campaign.agent, CommandAgentConfig)

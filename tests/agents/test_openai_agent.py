@@ -316,9 +316,9 @@ def test_retry_after_is_read_in_milliseconds_seconds_or_as_an_http_date() -> Non
     assert retry_after_seconds({}) is None
 
 
-def test_the_readmes_openai_agent_example_is_a_valid_agent_config() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("## Model agents", 1)[1]
+def test_the_docs_openai_agent_example_is_a_valid_agent_config() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "reference" / "agents.md").read_text()
+    section = page.split("## Model agents", 1)[1]
     example = section.split("```json\n", 1)[1].split("```", 1)[0]
     agent = json.loads("{" + example + "}")["agent"]
     campaign = spec([TASK], agent)

@@ -93,9 +93,9 @@ def test_a_score_result_cannot_contradict_its_outcome() -> None:
     assert ScoreResult(resolved=True, score=1, status="resolved").outcome == "resolved"
 
 
-def test_the_readme_documents_every_scorer_kind() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("## Scorers", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_document_every_scorer_kind() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "reference" / "scorers.md").read_text()
+    section = page.split("## Kinds", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
     assert rows[0] == "type", "the table's header"
     documented = set(rows[1:])

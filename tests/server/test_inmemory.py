@@ -229,9 +229,9 @@ async def test_resuming_a_campaign_another_process_runs_is_refused_with_the_reas
         assert (await call(client, "resume", campaign_id="held"))["active"] is True
 
 
-def test_the_readme_documents_every_tool() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("## The MCP server", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_document_every_tool() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "reference" / "mcp-tools.md").read_text()
+    section = page.split("## Tools", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
     documented = {name for row in rows for name in row.split("`")[1::2]}
     assert documented == TOOLS

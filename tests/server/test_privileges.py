@@ -189,7 +189,7 @@ async def test_symlinks_and_dotdot_do_not_lead_out_of_the_allowed_directories(
         path_task(str(inner), workdir=f"{inner}/escape"),
         {"tasks": f"{allowed}/tasks.jsonl"},
         {"tasks": f"{allowed}/../outside/tasks.jsonl"},
-        # Paths the view would show besides the instance (README, "What a trajectory sees").
+        # Paths the view would show besides the instance (docs/design/isolation.md).
         {
             "tasks": [{"id": "calc", "path": str(inner), "paths": [f"{allowed}/../outside"]}],
             "scorer": {"type": "command", "command": "true"},

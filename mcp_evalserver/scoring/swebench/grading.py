@@ -195,7 +195,7 @@ class Grade:
         """The ledger/statistics outcome: whose failure this is.
 
         A patch that does not apply, tests that fail and tests that hang past the time limit
-        are the submission's failures (DESIGN.md); the harness's own faults never get here
+        are the submission's failures (docs/design/isolation.md); harness faults never get here
         (they raise, and the runner records `infra_error`).
         """
         if self.resolved:

@@ -6,7 +6,7 @@ path::\\x1b[1mtest\\x1b[0m`, a line none of SWE-bench's Python parsers read (onl
 drops SGR codes, `\\[(\\d+)m`, and control characters; its JavaScript parsers use
 `swebench.utils.ansi_escape`). Graded text has its sequences removed first.
 
-Why this cannot forge or hide a line (the submission is an adversary, DESIGN.md):
+Why this cannot forge or hide a line (the submission is an adversary, docs/design/isolation.md):
 
 - No sequence spans a line break: every byte class below excludes `\\n`, so stripping never
   joins two lines, never splits one, and cannot swallow the runner's own lines between an
