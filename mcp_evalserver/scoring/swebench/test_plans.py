@@ -25,6 +25,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from mcp_evalserver.scoring.swebench.doctests import doctest_kind
 from mcp_evalserver.scoring.swebench.logparsers import SWEBENCH_REPO_PARSERS
 from mcp_evalserver.scoring.swebench.specs import swebench_setup
 from mcp_evalserver.spec.campaign import Task
@@ -194,11 +195,9 @@ def _doctest_options(ids: list[str]) -> list[str]:
     modules = False
     globs: dict[str, None] = {}
     for test in ids:
-        path, separator, node = test.partition("::")
-        if not separator:
-            continue
-        if not path.endswith(".py"):
-            globs.setdefault(path.rsplit("/", 1)[-1])
-        elif "." in node.split("[", 1)[0] and "::" not in node:
+        kind = doctest_kind(test)
+        if kind == "textfile":
+            globs.setdefault(test.partition("::")[0].rsplit("/", 1)[-1])
+        elif kind == "module":
             modules = True
     return [*(["--doctest-modules"] if modules else []), *(f"--doctest-glob={g}" for g in globs)]
