@@ -17,6 +17,12 @@ At import, before any code of the submission runs in this process, the plugin:
 pytest's junitxml plugin writes its report into an unnamed temporary file (also out of every
 other process's reach); at unconfigure the plugin sends those bytes and closes the socket.
 
+Doctests the task names: at import the plugin also reads `mcp_evalserver_doctests.json` from
+its own directory (the scorer wrote it there, with the examples' text per test id, taken from a
+version of each file the submission did not write). Right before such a doctest runs, its
+examples are parsed from that text and replace the ones pytest collected from the submission's
+file: the test runs its own examples against the submission's code.
+
 What it cannot stop: code running inside this pytest process (the code under test, a plugin the
 environment loads) can write to the socket too. See docs/reference/scorers.md, "Strict mode".
 
@@ -25,6 +31,8 @@ Stdlib and pytest only, Python >= 3.6 syntax: it runs under the task's own inter
 
 import contextlib
 import ctypes
+import doctest
+import json
 import os
 import stat
 import tempfile
@@ -63,6 +71,31 @@ def _send(fd: int, data: bytes) -> None:
 
 _CHANNEL = _claim()
 _REPORTS: "list[typing.IO[bytes]]" = []  # where junitxml writes, once configured
+DOCTESTS_FILE = "mcp_evalserver_doctests.json"
+
+
+def _doctest_examples() -> "dict[str, str]":
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), DOCTESTS_FILE)
+    try:
+        with open(path, encoding="utf-8") as file:
+            return dict(json.load(file))
+    except FileNotFoundError:
+        return {}
+
+
+_DOCTESTS = _doctest_examples()  # read now, before any code of the submission runs here
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: "pytest.Item") -> None:
+    text = _DOCTESTS.get(item.nodeid)
+    test = getattr(item, "dtest", None)
+    if text is None or not isinstance(test, doctest.DocTest):
+        return
+    # Parsed by this interpreter's doctest, now: option names pytest registers
+    # (NUMBER, ALLOW_UNICODE) are known by the time a doctest runs.
+    test.examples = doctest.DocTestParser().get_examples(text, test.name)
+    test.docstring = text
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -39,6 +39,7 @@ from mcp_evalserver.errors import Conflict, InvalidInput
 from mcp_evalserver.runtime.sandboxes import InstanceCheck
 from mcp_evalserver.sandbox.base import REPORT_FD, Workspace
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.scoring.swebench.doctests import doctest_kind
 from mcp_evalserver.scoring.swebench.grading import (
     END_TEST_OUTPUT,
     START_TEST_OUTPUT,
@@ -59,6 +60,9 @@ from mcp_evalserver.scoring.swebench.patching import (
 )
 from mcp_evalserver.scoring.swebench.runners import section_runners
 from mcp_evalserver.scoring.swebench.strict import (
+    DOCTESTS_FILE,
+    doctest_references,
+    doctests_file,
     files_named_by,
     git_dir_paths_in,
     git_dir_restore_script,
@@ -247,6 +251,9 @@ class TestsScorer(Scorer):
             git_snapshot = f"{EVAL_DIR}/{secrets.token_hex(16)}"
             snapshot = git_dir_snapshot_script(git_dir_paths_in(patch), git_snapshot)
             await workspace.exec(snapshot, timeout=_RESTORE_TIMEOUT_S)
+        doctests: dict[str, str] = {}
+        if self.strict:  # read before the patch goes in: the workspace is the base commit's
+            doctests = await self._doctest_references(workspace, task, log)
         applied = await apply_patch(workspace, patch)
         log.append(applied.log)
         details: dict[str, Any] = {
@@ -263,6 +270,7 @@ class TestsScorer(Scorer):
                 workspace, task, patch, git_snapshot, log
             )
             await workspace.write_file(f"{_PLUGIN_DIR}/mcp_evalserver_report.py", plugin_source())
+            await workspace.write_file(f"{_PLUGIN_DIR}/{DOCTESTS_FILE}", doctests_file(doctests))
         if task.test_patch:
             await restore_files(workspace, patched_files(task.test_patch))
             tests_applied = await apply_patch(workspace, task.test_patch, "test_patch.diff")
@@ -290,6 +298,7 @@ class TestsScorer(Scorer):
                 fail_to_pass=task.FAIL_TO_PASS,
                 pass_to_pass=task.PASS_TO_PASS,
                 exit_status=run.exit_status,
+                doctests=doctests.keys(),
             )
         else:
             grade = _grade(
@@ -323,6 +332,30 @@ class TestsScorer(Scorer):
         if result.exit_code != 0:
             log.append(f"strict: restoring exited {result.exit_code}: {result.stderr}\n")
         return restored
+
+    async def _doctest_references(
+        self, workspace: Workspace, task: Task, log: list[str]
+    ) -> dict[str, str]:
+        """Strict mode: the examples each doctest id of the task runs (`doctest_references`),
+        from the base commit's files (read here, before the patch) and the task's patches."""
+        test_ids = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
+        bases: dict[str, str | None] = {}
+        for test in test_ids:
+            path = test.partition("::")[0]
+            if doctest_kind(test) is None or path in bases:
+                continue
+            shown = await workspace.exec(
+                ["git", "show", f"HEAD:{path}"], timeout=_RESTORE_TIMEOUT_S, output_cap=16 << 20
+            )
+            whole = shown.exit_code == 0 and not shown.stdout_truncated
+            bases[path] = shown.stdout if whole else None
+        if not bases:
+            return {}
+        references, account = doctest_references(
+            bases, test_ids, gold=task.patch, test_patch=task.test_patch
+        )
+        log.append("".join(f"strict: doctest {line}\n" for line in account))
+        return references
 
     async def _run_tests(self, workspace: Workspace, script: str) -> _TestRun:
         """Runs the eval script; its output (stderr folded into stdout) and exit status, and in

@@ -11,10 +11,18 @@ configuration that rewrites reports. Strict mode closes them:
   the patch names or git sees changed, every file of package metadata (`*.dist-info`,
   `*.egg-info`: an `entry_points.txt` there registers a pytest plugin) and every root-level
   stand-in for pytest (`pytest.py`, `_pytest/`, `pluggy/`, ...) the patch names, and every
-  file a FAIL_TO_PASS / PASS_TO_PASS id names, is put back as the base commit has it
-  (removed if it has none); then the task's
+  file a FAIL_TO_PASS / PASS_TO_PASS id names (but a doctest's), is put back as the base
+  commit has it (removed if it has none); then the task's
   `test_patch` goes in as usual. A fix that needs to change one of those files is not graded
   as it was written (`details.restored` lists what was put back).
+- A doctest id (`pkg/mod.py::pkg.mod.func`, `README.rst::README.rst`) names the file the fix
+  changes, so that file stays the submission's; the test does not. Its examples are read,
+  before the patch goes in, from the file as the task's authors wrote it (the test_patch's
+  version, else the gold patch's, else the base commit's; `doctests`), and strict mode's plugin
+  runs those in place of the ones pytest collected from the submission's file. A doctest id
+  with no such examples fails, and so does one skipped or xfailed (the module that holds it
+  is the submission's, and its `pytestmark` could say so): an edited expected output or
+  example, a `+SKIP`, a `__doc__` assigned at import all leave the test as it was written.
 - Paths inside `.git` the patch names (only GNU `patch`, the chain's last command, writes
   there: a hook that runs at the next `git checkout`, a `config` naming commands) are put back
   as they were before the patch, before any git command runs.
@@ -33,25 +41,34 @@ configuration that rewrites reports. Strict mode closes them:
 
 Limits (said plainly): the submission's code runs inside the pytest process, and that process
 can write to its own channel: code that sets out to forge strict mode's report from inside it
-(monkeypatching pytest at import time, writing to the plugin's socket) is not excluded; nor is
+(monkeypatching pytest or doctest's output checker at import time, writing to the plugin's
+socket) is not excluded; nor is
 code that runs earlier in the same eval script (an install step running the submission's
 setup.py), which can rewrite pytest itself. Only running the code under test outside the test
 process would exclude them. Processes left from the agent's commands are not a threat: each
 command's pid namespace dies with it, and grading uses a fresh workspace. Strict mode needs
 pytest run once by the eval script, with the plugin importable (a test command that sets
-`PYTHONPATH` itself hides it): otherwise it is `tests_errored`.
+`PYTHONPATH` itself hides it): otherwise it is `tests_errored`. A doctest whose docstring the
+task's own code builds at run time (a decorator, `__doc__` assigned) has no examples strict
+mode can read from the source: it fails, and such a task is graded without strict.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 import shlex
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from importlib import resources
 from pathlib import PurePosixPath
 
+from mcp_evalserver.scoring.swebench.doctests import (
+    doctest_examples_text,
+    doctest_kind,
+    reference_source,
+)
 from mcp_evalserver.scoring.swebench.grading import (
     EvalStatus,
     Grade,
@@ -89,6 +106,9 @@ _RANK = {
 PLUGIN_MODULE = "mcp_evalserver_report"
 PLUGIN_FD_VARIABLE = "MCP_EVALSERVER_REPORT_FD"
 PLUGIN_HELLO = b"mcp-evalserver-report 1\n"
+#: Beside the plugin: the examples of the doctests the task names (`doctests_file`; the
+#: plugin spells the name itself, as it does `HELLO`).
+DOCTESTS_FILE = "mcp_evalserver_doctests.json"
 
 
 def plugin_source() -> str:
@@ -238,13 +258,53 @@ def infrastructure_restore_script(paths: Sequence[str]) -> str:
 
 
 def files_named_by(test_ids: Sequence[str]) -> list[str]:
-    """The files pytest ids (`path::test`) name, in order, unique."""
+    """The files pytest ids (`path::test`) name, in order, unique, but for doctest ids: a
+    doctest's file holds the code under test, which the fix changes (its examples are given
+    to the test instead, `doctest_references`)."""
     files: dict[str, None] = {}
     for test in test_ids:
         path, separator, _ = test.partition("::")
-        if separator and path:
+        if separator and path and doctest_kind(test) is None:
             files.setdefault(path)
     return list(files)
+
+
+def doctest_references(
+    bases: Mapping[str, str | None],
+    test_ids: Sequence[str],
+    *,
+    gold: str | None,
+    test_patch: str | None,
+) -> tuple[dict[str, str], list[str]]:
+    """The examples each doctest id runs in strict mode, and the log's account of them.
+
+    `bases` maps the files the doctest ids name to their text at the base commit (None: no
+    such file). Each id's examples come from the file as the task's authors meant it
+    (`doctests.reference_source`): the test_patch's, else the gold patch's, else the base's
+    version, never the submission's. The first value maps ids to the text doctest parses
+    (a docstring, or a whole text file); an id missing from it has no examples anywhere the
+    submission did not write, and fails.
+    """
+    references: dict[str, str] = {}
+    account: list[str] = []
+    for test in test_ids:
+        if doctest_kind(test) is None:
+            continue
+        path = test.partition("::")[0]
+        source, origin = reference_source(bases.get(path), path, gold=gold, test_patch=test_patch)
+        text = doctest_examples_text(source, test) if source is not None else None
+        if text is None:
+            account.append(f"{test}: no examples in {origin} (it fails)")
+        else:
+            references[test] = text
+            account.append(f"{test}: examples from {origin}")
+    return references, account
+
+
+def doctests_file(references: Mapping[str, str]) -> str:
+    """What strict mode writes beside its plugin as `DOCTESTS_FILE`: the examples' text per
+    doctest id, for the plugin to run in place of the submission's."""
+    return json.dumps(references, sort_keys=True)
 
 
 def parse_junit(xml: bytes) -> StatusMap:
@@ -300,9 +360,15 @@ def grade_report(
     fail_to_pass: str | Sequence[str] | None,
     pass_to_pass: str | Sequence[str] | None,
     exit_status: int,
+    doctests: Collection[str] = (),
 ) -> Grade:
     """Grades a run from what its report channel carried (`channel`, written by `writers`
     processes) and its exit status (see the module docstring).
+
+    `doctests` are the task's doctest ids that ran examples the submission did not write
+    (`doctest_references`); every other doctest id of the lists fails. A doctest passes only
+    if it passed: the module that holds it is the submission's, and a `pytestmark` there can
+    skip it or mark it xfail.
 
     Raises:
         InvalidInput: a test list is malformed.
@@ -336,7 +402,8 @@ def grade_report(
         explanation = f"strict: the JUnit report is unreadable: {error}"
         return ungraded(EvalStatus.TESTS_ERRORED, explanation, exit_status)
     failing = {TestStatus.FAILED, TestStatus.ERROR} & set(statuses.values())
-    tests = grade_tests(statuses, f2p, p2p)
+    refused = _refused_doctests([*f2p, *p2p], statuses, doctests)
+    tests = grade_tests({**statuses, **dict.fromkeys(refused, TestStatus.FAILED)}, f2p, p2p)
     if bool(failing) != (exit_status != 0):
         return Grade(
             status=EvalStatus.EXIT_CODE_MISMATCH,
@@ -355,6 +422,8 @@ def grade_report(
     failures = [*f2p_group.failure, *p2p_group.failure]
     if failures:
         explanation += f"; first failing: {failures[0]}"
+        if failures[0] in refused:
+            explanation += f" ({refused[failures[0]]})"
     return Grade(
         status=EvalStatus.GRADED,
         resolution=tests.resolution,
@@ -363,3 +432,19 @@ def grade_report(
         statuses=statuses,
         exit_code=exit_status,
     )
+
+
+def _refused_doctests(
+    test_ids: Sequence[str], statuses: StatusMap, doctests: Collection[str]
+) -> dict[str, str]:
+    """The doctest ids strict mode fails although pytest may not have, and why."""
+    refused: dict[str, str] = {}
+    for test in test_ids:
+        if doctest_kind(test) is None:
+            continue
+        status = statuses.get(test)
+        if test not in doctests:
+            refused[test] = "a doctest with no examples the submission did not write"
+        elif status in (TestStatus.SKIPPED, TestStatus.XFAIL):
+            refused[test] = f"a doctest {status.value}: only a pass counts for one"
+    return refused
