@@ -10,7 +10,9 @@ script's own output, sliced between the markers as SWE-bench 5.0.2 slices it; th
 output (which prints the names of the patch's files) is logged, never graded. The test exit
 code is the eval script's exit status from the sandbox (the script ends with `exit` of the
 test command's status), never a `>>>>> Test Exit Code` line a test can print. `details.log`
-is the whole log (apply steps, then the tests), `details.test_output` the graded part.
+is the whole log (apply steps, then the tests), `details.test_output` the graded part, which a
+run past the time limit ends with SWE-bench's own `Timeout error: N seconds exceeded.` line as
+its harness ends `test_output.txt`.
 
 Statuses: `resolved`, `failed` (graded, not resolved; `details.resolution` tells a partial
 resolution apart), `empty`, `patch_apply_failed`, `timeout` (the tests ran past `timeout_s`;
@@ -28,7 +30,6 @@ and parser `auto` takes the instance's `log_parser` (kept in the task's metadata
 
 from __future__ import annotations
 
-import math
 import re
 import secrets
 from collections.abc import Sequence
@@ -49,6 +50,7 @@ from mcp_evalserver.scoring.swebench.grading import (
     Grade,
     eval_test_section,
     grade_log,
+    timeout_error,
 )
 from mcp_evalserver.scoring.swebench.interpreters import interpreter_check
 from mcp_evalserver.scoring.swebench.logparsers import LogParser, get_parser
@@ -285,11 +287,12 @@ class TestsScorer(Scorer):
                 )
         run = await self._run_tests(workspace, script)
         log.append(run.output)
+        test_output = run.output
         if run.timed_out:
-            # SWE-bench's own line, so its failure classifier reads our logs as it reads its own.
+            # SWE-bench's own line ends its test_output.txt, and so ours (`report --swebench`).
+            test_output += timeout_error(self.timeout_s)
             log.append(
-                f"\n{TESTS_TIMEOUT} after {self.timeout_s:g}s\n\n"
-                f"Timeout error: {math.ceil(self.timeout_s)} seconds exceeded."
+                f"\n{TESTS_TIMEOUT} after {self.timeout_s:g}s{timeout_error(self.timeout_s)}"
             )
         if self.strict and run.exit_status is not None:
             grade = grade_report(
@@ -310,7 +313,7 @@ class TestsScorer(Scorer):
                 exit_status=run.exit_status,
             )
         details["test_output"] = await context.store_artifact(
-            run.output.encode(errors="replace"), ".log"
+            test_output.encode(errors="replace"), ".log"
         )
         return await self._result(context, grade, log, details)
 

@@ -312,9 +312,14 @@ async def test_tests_that_hang_write_no_report_in_both(
     verdicts = await _both({"calc.py": HANGS}, tmp_path, monkeypatch)
     assert verdicts.theirs is None
     assert verdicts.their_test_output is not None
-    assert f"Timeout error: {TIMEOUT_S} seconds exceeded." in verdicts.their_test_output
     assert (verdicts.ours.status, verdicts.ours.outcome) == ("timeout", "failed")
     assert verdicts.our_report is None
+    # Both test outputs end with SWE-bench's own line, as its harness writes it.
+    ref = verdicts.ours.details["test_output"]
+    our_test_output = (tmp_path / "campaign" / ref["path"]).read_text()
+    timeout_line = f"\n\nTimeout error: {TIMEOUT_S} seconds exceeded."
+    assert verdicts.their_test_output.endswith(timeout_line)
+    assert our_test_output.endswith(timeout_line)
 
 
 async def test_a_patch_that_does_not_apply_writes_no_report_in_both(

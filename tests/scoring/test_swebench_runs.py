@@ -223,6 +223,8 @@ def test_apply_failures_and_timeouts_get_no_report_json_and_bucket_as_swebench_b
     assert not (runs / "owner__calc-1/report.json").exists()
     assert not (runs / "owner__calc-2/report.json").exists()
     assert not (runs / "owner__calc-1/test_output.txt").exists(), "the tests never ran"
+    timed_out = (runs / "owner__calc-2/test_output.txt").read_text()
+    assert timed_out.endswith("\n\nTimeout error: 12 seconds exceeded."), timed_out[-200:]
     # SWE-bench's own summary of the directory we wrote is ours, field for field.
     monkeypatch.chdir(out)
     theirs_path = make_run_report(

@@ -33,6 +33,7 @@ those lines around a command; `extract_test_output` reads the section back.
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from collections.abc import Sequence
@@ -52,6 +53,14 @@ APPLY_PATCH_FAIL = ">>>>> Patch Apply Failed"
 RESET_FAILED = ">>>>> Reset Failed"
 TESTS_ERROR = ">>>>> Tests Errored"
 TESTS_TIMEOUT = ">>>>> Tests Timed Out"
+
+
+def timeout_error(timeout_s: float) -> str:
+    """What SWE-bench 5.0.2's harness appends to `test_output.txt` when the eval script runs
+    past its time limit (`run_instance`, whose limit is whole seconds), so its failure
+    classifier reads our files as it reads its own."""
+    return f"\n\nTimeout error: {math.ceil(timeout_s)} seconds exceeded."
+
 
 _EXIT_CODE = re.compile(rf"{re.escape(TEST_EXIT_CODE)}:\s*(-?\d+)")
 # SWE-bench's evidence that a runner executed although it printed no per-test line; without
