@@ -18,6 +18,7 @@ import anyio
 from mcp_evalserver import __version__
 from mcp_evalserver.cli.calibrate import add_calibrate_command, dispatch_calibrate
 from mcp_evalserver.cli.endpoints import serve_trajectory
+from mcp_evalserver.cli.export import add_export_command, dispatch_export
 from mcp_evalserver.cli.progress import progress_line, show_progress
 from mcp_evalserver.cli.scoring import add_scoring_commands, dispatch_scoring
 from mcp_evalserver.cli.sweep import add_sweep_command, dispatch_sweep
@@ -156,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_scoring_commands(commands)
     add_sweep_command(commands)
     add_calibrate_command(commands)
+    add_export_command(commands)
 
     commands.add_parser("schema", help="print the JSON schema of a campaign spec")
     return parser
@@ -247,6 +249,8 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
         handled = dispatch_sweep(args, store)
     if handled is None:
         handled = dispatch_calibrate(args, store)
+    if handled is None:
+        handled = dispatch_export(args, store)
     if handled is not None:
         return handled
     if args.command == "schema":

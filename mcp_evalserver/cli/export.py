@@ -1,0 +1,69 @@
+"""The `export` command: a campaign's results as Inspect AI logs or ATIF trajectories.
+
+Kept apart from `main.py` like the other command groups; `main.py` adds it with
+`add_export_command` and hands it the parsed arguments with `dispatch_export`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.exports import FORMATS, write_export
+from mcp_evalserver.errors import InvalidInput
+
+
+def add_export_command(commands: Any) -> None:
+    """Adds `export` to the CLI's subcommands (`commands`, from `add_subparsers`)."""
+    export = commands.add_parser(
+        "export",
+        help="write a campaign's results for other tools: an Inspect AI log (inspect view), "
+        "or ATIF trajectories",
+    )
+    export.add_argument("campaign_id", metavar="ID")
+    export.add_argument(
+        "--format",
+        required=True,
+        choices=FORMATS,
+        help="inspect: one log, FILE.eval (or FILE.json), needs the `inspect` extra; "
+        "atif: DIR/<trajectory id>/trajectory.json for each trajectory",
+    )
+    export.add_argument(
+        "--out", required=True, type=Path, metavar="PATH", help="the log file (inspect) or DIR"
+    )
+
+
+def dispatch_export(args: argparse.Namespace, store: CampaignStore) -> int | None:
+    """Runs `export`; None when the command is another one.
+
+    Raises:
+        NotFound: no such campaign.
+        InvalidInput: `--out` cannot be written or does not fit the format, or the
+            `inspect` extra is missing.
+    """
+    if args.command != "export":
+        return None
+    out: Path = args.out
+    if args.format == "inspect" and out.is_dir():
+        raise InvalidInput(f"--out {out} is a directory; name the log file, e.g. {out}/NAME.eval")
+    if args.format == "atif" and out.exists() and not out.is_dir():
+        raise InvalidInput(
+            f"--out {out} is a file; ATIF is written as one trajectory.json per trajectory: "
+            "name a directory (it is created if missing)"
+        )
+    try:
+        written = write_export(store, args.campaign_id, args.format, out)
+    except OSError as exc:
+        where = exc.filename or out
+        raise InvalidInput(
+            f"cannot write {where}: {exc.strerror or exc}; choose another --out, in a directory "
+            "that exists and that you may write"
+        ) from exc
+    if args.format == "inspect":
+        print(f"wrote {out} (read it with `inspect view --log-dir {out.parent}`)", file=sys.stderr)
+    else:
+        print(f"wrote {len(written)} trajectory.json file(s) under {out}", file=sys.stderr)
+    return 0
