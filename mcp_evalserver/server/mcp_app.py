@@ -18,6 +18,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.stdio import stdio_server
@@ -31,9 +32,10 @@ from starlette.responses import JSONResponse, Response
 from mcp_evalserver import __version__
 from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.engine.calibration import calibrate_campaign, parse_labels
+from mcp_evalserver.engine.exports import ExportFormat, export_text
 from mcp_evalserver.engine.state import Outcome
 from mcp_evalserver.engine.sweep import DEFAULT_LEVELS
-from mcp_evalserver.errors import Conflict, EvalServerError
+from mcp_evalserver.errors import Conflict, EvalServerError, NotFound
 from mcp_evalserver.server.models import (
     Branches,
     BranchIds,
@@ -74,7 +76,8 @@ To evaluate: start_campaign, then campaign_status with wait_s to follow progress
 campaign://<id>/report or call score.
 To act as the agent of a campaign whose agent is {"type": "external"}: claim_trajectory, work \
 with sandbox_exec / read_file / write_file / get_diff, then submit. checkpoint / restore roll \
-a workspace back; fork_trajectory branches a trajectory into several, each scored."""
+a workspace back; fork_trajectory branches a trajectory into several, each scored.
+To take results to other tools: export_results (an Inspect AI log, or ATIF trajectories)."""
 
 CampaignId = Annotated[str, Field(description="A campaign id, as list_campaigns shows them.")]
 ClaimId = Annotated[str, Field(description="The claim id that claim_trajectory returned.")]
@@ -157,6 +160,7 @@ def create_server(
     )
     _campaign_tools(app)
     _trajectory_tools(app)
+    _export_tools(app)
 
     @app.resource(
         "campaign://{campaign_id}/report",
@@ -444,6 +448,37 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         """Finish the claimed trajectory: hands in the workspace's diff (and the answer, if
         given) to be scored. The claim then ends; further calls with it are refused."""
         return await _trajectories(ctx).submit(claim_id, answer)
+
+
+def _export_tools(app: MCPServer[EvalService]) -> None:
+    @app.tool(annotations=_READ_ONLY)
+    @tool_errors
+    async def export_results(
+        campaign_id: CampaignId,
+        format: Annotated[
+            ExportFormat,
+            Field(
+                description="inspect: Inspect AI's JSON log (save it as NAME.json for "
+                "`inspect view`); atif: one ATIF trajectory document per trajectory"
+            ),
+        ],
+        ctx: Context[EvalService, Any],
+    ) -> str:
+        """A campaign's results as JSON text for other tools: an Inspect AI log (one sample
+        per trajectory: messages, score, usage) or `{"trajectories": [...]}` in the Agent
+        Trajectory Interchange Format. Read from the ledger: a running campaign exports as
+        far as it went."""
+        store = _service(ctx).store
+        try:
+            # Off the event loop: it reads every artifact, and Inspect writes with a loop of
+            # its own.
+            return await anyio.to_thread.run_sync(export_text, store, campaign_id, format)
+        except NotFound:
+            if store.directory(campaign_id).is_dir():
+                raise  # its creation was interrupted: that error says how to start it
+            raise NotFound(
+                f"no campaign {campaign_id!r} on this server; call list_campaigns for every id"
+            ) from None
 
 
 async def serve_stdio(
