@@ -158,6 +158,16 @@ def test_a_command_agents_calls_become_agent_steps_each_with_its_recorded_outcom
     assert found[-1].events[0]["event"] == "exited"
 
 
+def test_a_transcript_without_an_agent_turn_ends_with_what_was_handed_in() -> None:
+    provenance = {"event": "prediction", "source": "gold", "instance_id": "x__y-1"}
+    found = turns([provenance], "Fix the bug.", patch="--- a/x\n+++ b/x\n")
+    assert [(t.role, t.text) for t in found] == [
+        ("user", "Fix the bug."),
+        ("agent", "--- a/x\n+++ b/x\n"),
+    ]
+    assert found[0].events == [provenance]
+
+
 async def test_a_transcript_that_breaks_the_rules_still_exports_valid_atif(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -121,22 +121,23 @@ def turns(
 ) -> list[Turn]:
     """The conversation a transcript records, beginning with the task's prompt.
 
-    Without a transcript (oracle, noop, external and python agents), the prompt and, once
-    generated, one agent turn holding what was handed in (the answer, else the patch).
+    Without a transcript (oracle, noop, external and python agents), or one with no agent
+    turn in it, the prompt and, once generated, one agent turn holding what was handed in
+    (the answer, else the patch).
     Every tool call ends with a result: the tool message's text, `SUBMITTED` for `submit`,
     or `NOT_RECORDED`.
     """
-    if transcript is None:
-        found = [Turn("user", prompt)]
-        if generated:
-            found.append(Turn("agent", answer if answer is not None else patch or ""))
-        return found
     reader = _Reader()
-    if not any(isinstance(e, dict) and e.get("role") == "user" for e in transcript):
+    if not any(isinstance(e, dict) and e.get("role") == "user" for e in transcript or []):
         reader.turns.append(Turn("user", prompt))
-    for entry in transcript:
+    for entry in transcript or []:
         reader.read(entry)
-    return reader.finish()
+    found = reader.finish()
+    if generated and not any(turn.role == "agent" for turn in found):
+        # Nothing the agent said was recorded (a `predictions` transcript holds only where
+        # the prediction came from): what it handed in speaks for it.
+        found.append(Turn("agent", answer if answer is not None else patch or ""))
+    return found
 
 
 class _Reader:
