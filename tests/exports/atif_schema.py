@@ -1,6 +1,6 @@
 """The Agent Trajectory Interchange Format, field by field, to validate our exports against.
 
-Written from Harbor's RFC 0001 (`docs/rfcs/0001-trajectory-format.md`, v1.4, the version we
+Written from Harbor's RFC 0001 (`0001-trajectory-format.md`, v1.4, the version we
 write) and the validators of its reference models (`harbor.models.trajectories`): every object
 refuses fields it does not define; `schema_version`, `session_id`, `agent` {name, version} and
 at least one step are required; step ids run 1, 2, 3, ...; `source` is system, user or agent;

@@ -1,6 +1,6 @@
 """Trajectories in Harbor's Agent Trajectory Interchange Format (ATIF), one document each.
 
-The format is Harbor's RFC 0001 (`docs/rfcs/0001-trajectory-format.md`, models in
+The format is Harbor's RFC 0001 (`0001-trajectory-format.md` in its repository, models in
 `harbor.models.trajectories`). Each trajectory becomes a root object with `schema_version`,
 `session_id`, `agent` {name, version, model_name} and `steps` numbered from 1: the system
 prompt and the task's prompt, then one agent step per model turn (or per call a `command`
