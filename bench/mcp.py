@@ -55,6 +55,7 @@ from bench.common import (  # noqa: E402
     write_results,
 )
 from mcp_evalserver.sandbox.base import InstanceSpec, Workspace  # noqa: E402
+from mcp_evalserver.sandbox.client import SUPERVISOR_SOURCE  # noqa: E402
 from mcp_evalserver.sandbox.local import LocalBackend  # noqa: E402
 from tests.server.helpers import call, git_repo, http_client, http_server, stdio_client  # noqa: E402
 
@@ -103,7 +104,7 @@ async def interleaved_latencies(
     # Whose CPU time each kind of call costs: the server process (with its sandbox) or, for
     # the direct calls, the supervisor this process runs.
     spenders = {
-        "direct": child_running("supervisor.py"),
+        "direct": child_running(str(SUPERVISOR_SOURCE)),
         "stdio": child_running("--stdio"),
         "http": child_running("--http"),
     }

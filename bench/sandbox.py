@@ -77,7 +77,7 @@ from mcp_evalserver.sandbox.base import Instance, InstanceSpec, Workspace  # noq
 from mcp_evalserver.sandbox.docker import DockerBackend  # noqa: E402
 from mcp_evalserver.sandbox.docker_engine import DockerEngine  # noqa: E402
 from mcp_evalserver.sandbox.supervised import SupervisedInstance  # noqa: E402
-from mcp_evalserver.sandbox.supervisor import READY_WORKSPACES, SPARE_HOLDERS  # noqa: E402
+from mcp_evalserver.sandbox.supervisor.workspaces import READY_WORKSPACES, SPARE_HOLDERS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "bench"

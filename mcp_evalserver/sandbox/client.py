@@ -1,8 +1,9 @@
-"""`SupervisorClient`: the JSON-lines protocol of `supervisor.py` over any anyio byte stream.
+"""`SupervisorClient`: the supervisor's JSON-lines protocol (`supervisor/protocol.py`) over any
+anyio byte stream.
 
 How a backend uses it (all the sandbox logic lives in the supervisor and `supervised.py`; a
-backend only provisions something that runs `python3 supervisor.py` and opens a byte stream
-to its stdin/stdout):
+backend only provisions something that runs `python3 -I -S supervisor` (the folder) and opens
+a byte stream to its stdin/stdout):
 
     stream = ...                                  # anyio.abc.ByteStream to the supervisor's stdio
     client = SupervisorClient(stream)
@@ -11,13 +12,14 @@ to its stdin/stdout):
     ...
     await instance.aclose()                       # destroys workspaces, shuts down, closes stream
 
-`SUPERVISOR_SOURCE` is the path of the file to run in an instance; `SUPERVISOR_FILES` are the
-files to copy beside one another into it (docker: `put_archive`).
+`SUPERVISOR_SOURCE` is the folder to run in an instance; `SUPERVISOR_FILES` are its files, to
+copy into one folder there (docker: `put_archive`).
 Standalone use: `async with SupervisorClient(stream) as client:` owns its own task group.
 
-Wire format, one JSON object per line: requests `{"id", "op", "args"}`; replies
-`{"id", "ok": true, "result"}` or `{"id", "ok": false, "error": {"type", "message"}}` where
-`type` names a class in `mcp_evalserver.errors`. Replies may arrive in any order.
+Wire format (`supervisor/protocol.py` declares every operation's arguments and result), one
+JSON object per line: requests `{"id", "op", "args"}`; replies `{"id", "ok": true, "result"}`
+or `{"id", "ok": false, "error": {"type", "message"}}` where `type` names a class in
+`mcp_evalserver.errors`. Replies may arrive in any order.
 
 More connections to the same supervisor can be opened (`open_connection`) where a socket can
 be passed to it: over its connection channel (the local backend's) or its request stream if
@@ -34,6 +36,7 @@ import itertools
 import json
 import math
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
@@ -43,22 +46,27 @@ import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from mcp_evalserver import errors
+from mcp_evalserver.sandbox.supervisor.protocol import (
+    CancelArgs,
+    ErrorType,
+    Op,
+    Request,
+    error_type,
+)
 
-SUPERVISOR_SOURCE = Path(__file__).with_name("supervisor.py")
-SUPERVISOR_FILES = (SUPERVISOR_SOURCE, Path(__file__).with_name("supervisor_layers.py"))
+SUPERVISOR_SOURCE = Path(__file__).with_name("supervisor")
+SUPERVISOR_FILES = tuple(sorted(SUPERVISOR_SOURCE.glob("*.py")))
 MAX_LINE_BYTES = 512 << 20  # a diff or a file travels base64 in one line
 
-_ERROR_TYPES: dict[str, type[errors.EvalServerError]] = {
-    cls.__name__: cls
-    for cls in (
-        errors.InvalidInput,
-        errors.NotFound,
-        errors.Conflict,
-        errors.LimitExceeded,
-        errors.Timeout,
-        errors.InfrastructureError,
-        errors.SandboxUnavailable,
-    )
+# protocol.ErrorType: the supervisor names these classes.
+_ERROR_TYPES: dict[ErrorType, type[errors.EvalServerError]] = {
+    "InvalidInput": errors.InvalidInput,
+    "NotFound": errors.NotFound,
+    "Conflict": errors.Conflict,
+    "LimitExceeded": errors.LimitExceeded,
+    "Timeout": errors.Timeout,
+    "InfrastructureError": errors.InfrastructureError,
+    "SandboxUnavailable": errors.SandboxUnavailable,
 }
 
 
@@ -69,12 +77,16 @@ class PassesSockets(Protocol):
     async def send_fds(self, message: bytes, fds: list[int]) -> None: ...
 
 
-def _error_of(err: dict[str, Any]) -> errors.EvalServerError:
-    cls = _ERROR_TYPES.get(str(err.get("type")), errors.InfrastructureError)
+def _error_of(err: Mapping[str, Any]) -> errors.EvalServerError:
+    cls = _ERROR_TYPES[error_type(err.get("type"))]
     error = cls(str(err.get("message", "supervisor error")))
     if err.get("errno"):
         error.errno_name = str(err["errno"])
     return error
+
+
+def _encode(request: Request) -> str:
+    return json.dumps(request, separators=(",", ":"))
 
 
 class _Pending:
@@ -118,7 +130,7 @@ class SupervisorClient:
         task_group.start_soon(self._read_replies)
 
     async def request(
-        self, op: str, reply_timeout: float | None = None, **args: Any
+        self, op: Op, reply_timeout: float | None = None, **args: Any
     ) -> dict[str, Any]:
         """Sends one request and waits for its reply.
 
@@ -134,7 +146,7 @@ class SupervisorClient:
             raise errors.SandboxUnavailable(self._dead)
         req_id = next(self._ids)
         pending = self._pending[req_id] = _Pending()
-        line = json.dumps({"id": req_id, "op": op, "args": args}, separators=(",", ":"))
+        line = _encode({"id": req_id, "op": op, "args": args})
         try:
             await self._send(line)
             with anyio.fail_after(math.inf if reply_timeout is None else reply_timeout):
@@ -221,7 +233,8 @@ class SupervisorClient:
     async def _cancel_remote(self, req_id: int) -> None:
         if self._dead is None:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                line = json.dumps({"id": 0, "op": "cancel", "args": {"target": req_id}})
+                cancel: CancelArgs = {"target": req_id}
+                line = _encode({"id": 0, "op": "cancel", "args": cancel})
                 with contextlib.suppress(errors.SandboxUnavailable):
                     await self._send(line)
 
@@ -277,7 +290,7 @@ class BlockingConnection:
         self._buffer = bytearray()
         self.closed = False
 
-    def request(self, op: str, reply_timeout: float | None = None, **args: Any) -> dict[str, Any]:
+    def request(self, op: Op, reply_timeout: float | None = None, **args: Any) -> dict[str, Any]:
         """Sends one request and waits for its reply; after a timeout the connection is closed
         (which cancels the request).
 
@@ -287,7 +300,7 @@ class BlockingConnection:
             EvalServerError: the supervisor's error, as its own class.
         """
         req_id = next(self._ids)
-        line = json.dumps({"id": req_id, "op": op, "args": args}, separators=(",", ":"))
+        line = _encode({"id": req_id, "op": op, "args": args})
         try:
             self._sock.settimeout(reply_timeout)
             self._sock.sendall(line.encode() + b"\n")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 
 import anyio
 import anyio.abc
@@ -46,7 +45,7 @@ from mcp_evalserver.sandbox.supervised import SupervisedInstance
 __all__ = ["STORE", "SUPERVISOR_PATH", "DockerBackend", "base_image_tag"]
 
 STORE = "/trajs"
-SUPERVISOR_PATH = "/opt/mcp-evalserver/supervisor.py"
+SUPERVISOR_PATH = "/opt/mcp-evalserver/supervisor"  # the folder, run as `python3 -I -S DIR`
 IO_ROOT = "/run/mcp-evalserver/docker-io"  # here: a directory per instance container
 # Exit 0 only where the supervisor can run; `sh -c` so a missing python3 is exit 127, not an
 # exec error that some engines report differently.
@@ -199,9 +198,9 @@ class DockerBackend(Backend):
             if python.exit_code != 0:
                 log.warning("instance %s (%s): %s", spec.key, image, FALLBACK_NOTE)
                 return await PerTrajectoryInstance.provision(engine, spec, container)
-            home = os.path.dirname(SUPERVISOR_PATH)
             sources = {
-                f"{home}/{f.name}": await anyio.Path(f).read_bytes() for f in SUPERVISOR_FILES
+                f"{SUPERVISOR_PATH}/{f.name}": await anyio.Path(f).read_bytes()
+                for f in SUPERVISOR_FILES
             }
             await engine.put_files(container, sources)
             holder = await native_holder(self._python_holder)

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import ExecResult, FileEntry, Instance, InstanceSpec, Workspace
 from mcp_evalserver.sandbox.client import BlockingConnection, SupervisorClient
+from mcp_evalserver.sandbox.supervisor.protocol import Op
 
 # How long past a command's own timeout we wait for the supervisor before calling it lost.
 REPLY_GRACE_S = 30.0
@@ -190,7 +191,7 @@ class SupervisedWorkspace(Workspace):
         self.name = name
         self.info = dict(info or {})  # holder_pid and root: where an operator's shell enters
 
-    async def _call(self, op: str, reply_timeout: float, **args: Any) -> dict[str, Any]:
+    async def _call(self, op: Op, reply_timeout: float, **args: Any) -> dict[str, Any]:
         client = self.instance.client
         return await client.request(op, reply_timeout=reply_timeout, ws=self.name, **args)
 

@@ -107,7 +107,7 @@ async def test_a_workspace_built_ahead_is_never_handed_out_with_other_limits(
     # Workspaces are built ahead with the limits of the last plain create. A create that asks
     # for a smaller disk, while one built without that cap waits, must get the cap.
     from mcp_evalserver.sandbox.supervised import SupervisedInstance
-    from mcp_evalserver.sandbox.supervisor import IDLE_S
+    from mcp_evalserver.sandbox.supervisor.workspaces import IDLE_S
 
     assert isinstance(instance, SupervisedInstance)
     client = instance.client
@@ -783,15 +783,25 @@ async def test_a_dead_supervisor_fails_pending_and_later_calls_as_unavailable(
 def test_the_supervisor_source_is_stdlib_only_python_38() -> None:
     from mcp_evalserver.sandbox.client import SUPERVISOR_FILES
 
-    # Its own files find each other (as a package here, side by side in an instance).
-    own = {"mcp_evalserver", *(f.stem for f in SUPERVISOR_FILES)}
+    # Its own files find one another relatively: a package here, a folder in an instance.
+    assert {f.name for f in SUPERVISOR_FILES} >= {"__init__.py", "__main__.py", "protocol.py"}
     for source in SUPERVISOR_FILES:
         tree = ast.parse(source.read_text(), feature_version=(3, 8))
         imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                     if isinstance(node, ast.Import) for alias in node.names}  # fmt: skip
         imported |= {node.module.split(".")[0] for node in ast.walk(tree)
-                     if isinstance(node, ast.ImportFrom) and node.module}  # fmt: skip
-        assert imported <= sys.stdlib_module_names | own, source.name
+                     if isinstance(node, ast.ImportFrom) and not node.level
+                     and node.module}  # fmt: skip
+        assert imported <= sys.stdlib_module_names, source.name
+
+
+def test_the_supervisor_serves_every_operation_of_its_protocol_and_no_other() -> None:
+    from mcp_evalserver.sandbox.client import _ERROR_TYPES
+    from mcp_evalserver.sandbox.supervisor import protocol
+    from mcp_evalserver.sandbox.supervisor.loop import OPERATIONS
+
+    assert set(OPERATIONS) == set(protocol.OPS) == set(protocol.MESSAGES)
+    assert set(_ERROR_TYPES) == set(protocol.ERROR_TYPES)
 
 
 # --- local backend only ------------------------------------------------------------------------

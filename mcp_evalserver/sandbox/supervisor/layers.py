@@ -1,6 +1,6 @@
 """Stacked overlay layers of the supervisor's workspaces: checkpoint, restore, fork, squash.
 
-Stdlib only, Python >= 3.8: shipped beside supervisor.py into every instance.
+Stdlib only, Python >= 3.8: shipped with the rest of the supervisor into every instance.
 
 Each workspace lives on an *area*: a directory of the store (a tmpfs of `disk_bytes` when the
 workspace has a disk cap) holding its scratch directories, its current upper layer and the

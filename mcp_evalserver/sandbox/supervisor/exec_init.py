@@ -1,0 +1,170 @@
+"""Pid 1 of an exec, in the workspace's holder's namespaces and its own new pid namespace: it
+confines itself, spawns the command and serves as its init (see holders.Holder). holder.c
+does the same in C, reading the same exec request (encode_exec_request)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import signal
+from typing import Any
+
+from .isolation import apply_rlimits, drop_privileges, lookup_user
+from .linux import CLONE_NEWNS, PR_SET_DUMPABLE, prctl, unshare, write_file
+from .protocol import SupervisorError
+from .view import View
+
+# Where an exec asked with `report` finds the write end of its private report channel.
+REPORT_FD = 4
+# Signals Python ignores or handles that a command must start with at their defaults.
+RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class CommandNotRun(Exception):
+    """The program could not be started; the command's result is this exit code."""
+
+    def __init__(self, program: str, reason: str, code: int) -> None:
+        super().__init__(program)
+        self.program, self.reason, self.code = program, reason, code
+
+
+def find_program(name: str, path: str) -> str:
+    """`name` as execvp would find it on `path` (inside the caller's root).
+
+    Raises:
+        CommandNotRun: not found (exit 127) or not executable (126).
+    """
+    if "/" in name:
+        return name
+    denied = False
+    for folder in path.split(":"):
+        candidate = os.path.join(folder or ".", name)
+        if os.path.isfile(candidate):
+            if os.access(candidate, os.X_OK):
+                return candidate
+            denied = True
+    if denied:
+        raise CommandNotRun(name, os.strerror(errno.EACCES), 126)
+    raise CommandNotRun(name, os.strerror(errno.ENOENT), 127)
+
+
+def spawn_command(argv: list[str], env: dict[str, str]) -> int:
+    """The command as a child of ours with our stdio, leading its own session: `posix_spawn`
+    (vfork semantics: nothing of ours is copied, unlike a Python fork).
+
+    Raises:
+        CommandNotRun: no such program, or it cannot be executed.
+    """
+    program = find_program(argv[0], env.get("PATH", DEFAULT_PATH))
+    try:
+        return os.posix_spawn(
+            program, argv, env, setsid=True, setsigdef=RESET_SIGNALS, setsigmask=()
+        )
+    except OSError as e:
+        code = 127 if e.errno == errno.ENOENT else 126
+        raise CommandNotRun(argv[0], e.strerror or str(e), code) from e
+
+
+def encode_exec_request(request: dict[str, Any]) -> bytes:
+    """An exec's request as the holders read it (holder.c reads the same): NUL-terminated
+    fields `cwd user pids memory have_nproc have_memory argc argv... envc env...`; no JSON
+    parser in the compiled holder. Strings hold no NUL (execs.exec_ refuses them)."""
+    limits, have, env = request["limits"], request["have"], request["env"]
+    fields = [request["cwd"], request.get("user") or "", str(limits.get("pids") or ""),
+              str(limits.get("memory_bytes") or ""), "1" if have.get("nproc") else "0",
+              "1" if have.get("memory") else "0", str(len(request["argv"])), *request["argv"],
+              str(len(env)), *(f"{k}={v}" for k, v in env.items())]  # fmt: skip
+    return b"".join(field.encode("utf-8", "surrogateescape") + b"\0" for field in fields)
+
+
+def decode_exec_request(data: bytes) -> dict[str, Any]:
+    """The Python holder's reading of encode_exec_request."""
+    fields = [f.decode("utf-8", "surrogateescape") for f in data.split(b"\0")[:-1]]
+    cwd, user, pids, memory, nproc, has_memory, argc = fields[:7]
+    argv = fields[7 : 7 + int(argc)]
+    envc = int(fields[7 + int(argc)])
+    pairs = fields[8 + int(argc) : 8 + int(argc) + envc]
+    return {
+        "cwd": cwd, "user": user or None, "argv": argv,
+        "env": dict(pair.split("=", 1) for pair in pairs),
+        "limits": {"pids": int(pids) if pids else None,
+                   "memory_bytes": int(memory) if memory else None},
+        "have": {"nproc": nproc == "1", "memory": has_memory == "1"},
+    }  # fmt: skip
+
+
+def serve_as_init(command: int) -> None:
+    """Pid 1 of an exec: reaps every orphan until `command` exits, reports its status."""
+    for fd in (0, 1, 2):  # the command's pipes end with the command, not with us
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.close(REPORT_FD)  # likewise its report channel, if it has one
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if pid == command:
+            break
+    os.write(3, (json.dumps({"status": status}) + "\n").encode())
+    os._exit(0)  # and the kernel kills whatever the command left running
+
+
+def sandbox_init(
+    view: View,
+    root: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    limits: dict[str, Any],
+    have: dict[str, bool],
+    user: str | None = None,
+) -> None:
+    """Pid 1 of the exec's pid namespace: sets the sandbox up, spawns the command, serves
+    as its init (see serve_as_init). Never returns."""
+    try:
+        unshare(CLONE_NEWNS)  # its own /proc, of this pid namespace
+        os.setsid()  # no controlling terminal: /dev/tty is ENXIO, TIOCSTI has no target
+        fcntl.fcntl(3, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
+        with contextlib.suppress(OSError):
+            write_file("/proc/self/oom_score_adj", "0")  # the holder's -1000 is not for us
+        view.mount_proc(root)
+        apply_rlimits(limits, have)
+        os.chroot(root)
+        try:
+            os.chdir(cwd)
+        except OSError as e:
+            msg = {"error": f"cwd {cwd!r}: {e.strerror}", "kind": "InvalidInput"}
+            os.write(3, (json.dumps(msg) + "\n").encode())
+            os._exit(127)
+        ids = None
+        if user:
+            try:
+                identity = lookup_user(user)
+            except SupervisorError as e:
+                os.write(3, (json.dumps({"error": str(e), "kind": e.kind}) + "\n").encode())
+                os._exit(127)
+            ids = identity[:3]
+            env.setdefault("HOME", identity[3])
+        drop_privileges(True, ids)
+        # Same uid as the command, so without this the command could open /proc/1/fd/3
+        # (or ptrace us) and write its own `status` (or an `error`) into the info pipe.
+        # The command's execve makes it dumpable again; only this init is shielded.
+        prctl(PR_SET_DUMPABLE, 0)
+    except BaseException as e:
+        os.write(3, (json.dumps({"error": f"sandbox setup: {e}"}) + "\n").encode())
+        os._exit(127)
+    # The command must not be pid 1 of its namespace: the kernel drops the signals pid 1
+    # sends itself (`kill $$` would do nothing) and nobody would reap orphans.
+    try:
+        command = spawn_command(argv, env)
+    except CommandNotRun as e:
+        with contextlib.suppress(OSError):
+            os.write(2, f"sandbox: cannot run {e.program!r}: {e.reason}\n".encode())
+            os.write(3, (json.dumps({"status": e.code << 8}) + "\n").encode())
+        os._exit(0)
+    serve_as_init(command)

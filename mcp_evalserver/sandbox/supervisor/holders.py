@@ -1,0 +1,231 @@
+"""Holders: a workspace's process that keeps its namespaces and cgroup and forks its execs.
+
+Spares are forked ahead, ready but for their view (spawn_spare); one given a workspace mounts
+its view, then becomes holder.c where that was built (exec_native_holder), or else serves as
+the Python `Holder`. Messages on the control socket (SOCK_SEQPACKET), as holder.c reads them:
+the assignment (JSON: ws, path, overlay, areas) answered "ok" or "error: ...";
+"exec ID" with the exec's fds (stdin, stdout, stderr, info, the request's memfd, and the
+report channel if asked); "kill ID"; "drop spare" answered "dropped", then "respare".
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import fcntl
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+
+from .exec_init import REPORT_FD, decode_exec_request, sandbox_init
+from .isolation import SECCOMP_PROGRAM, drop_bounding_set
+from .linux import (
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWPID,
+    CLONE_NEWUTS,
+    PR_SET_PDEATHSIG,
+    close_fds_except,
+    close_fds_from,
+    fork_into,
+    loopback_up,
+    prctl,
+    reset_signals,
+    unshare,
+    write_file,
+)
+from .protocol import SupervisorError
+from .state import Supervisor
+from .view import View
+from .workspace import Workspace
+
+
+class Holder:
+    """A workspace's holder: keeps its namespaces and starts its execs (a tiny zygote).
+
+    Each exec is one child (in the holder's namespaces and cgroup) cloned straight into a pid
+    namespace of its own, as its pid 1: it makes its own mount namespace and /proc, confines
+    itself, `posix_spawn`s the command (no second Python fork) and serves as its init, then
+    reports the command's status on the info pipe. Killing it kills the whole pid namespace.
+    """
+
+    def __init__(self, view: View, ws: Workspace, ctl: socket.socket) -> None:
+        self.view, self.ws, self.ctl = view, ws, ctl
+        self.children: dict[int, int] = {}  # pid of C -> job (request id)
+        self.broken = ""  # why execs cannot run here, if they cannot
+
+    def run(self) -> None:
+        """Serves the control socket until it closes. Never returns."""
+        rfd, wfd = os.pipe()
+        for fd in (rfd, wfd):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(wfd)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        sel = selectors.DefaultSelector()
+        sel.register(self.ctl, selectors.EVENT_READ)
+        sel.register(rfd, selectors.EVENT_READ)
+        while True:
+            for key, _ in sel.select():
+                if key.fileobj == rfd:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(rfd, 512)
+                    self.reap()
+                    continue
+                msg, ancdata, _, _ = self.ctl.recvmsg(4096, socket.CMSG_SPACE(8 * 4))
+                if not msg:
+                    os._exit(0)  # the supervisor closed us: the workspace is gone
+                fds = array.array("i")
+                for level, kind, data in ancdata:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+                words = msg.split()  # the messages of holder.c (see its top)
+                if words[:1] == [b"kill"]:
+                    for pid, job in self.children.items():
+                        if job == int(words[1]):
+                            os.kill(pid, signal.SIGKILL)
+                elif words[:1] == [b"exec"] and len(fds) in (5, 6):  # sixth: a report channel
+                    self.fork_exec(int(words[1]), list(fds))
+                elif msg == b"drop spare":  # holder.c's: this one keeps no exec ready
+                    self.ctl.send(b"dropped")
+                else:
+                    for fd in fds:
+                        os.close(fd)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.children.pop(pid, None)
+
+    def fork_exec(self, job: int, fds: list[int]) -> None:
+        stdin, out, err, info, memfd = fds[:5]
+        report = fds[5] if len(fds) > 5 else -1
+        try:
+            if self.broken:
+                raise SupervisorError("InfrastructureError", self.broken)
+            pid = fork_into(CLONE_NEWPID)  # pid 1 of its own pid namespace: one kill for all
+        except (OSError, SupervisorError) as e:
+            msg = {"error": str(e), "kind": getattr(e, "kind", "LimitExceeded")}
+            if isinstance(e, OSError):  # typically the workspace's pids limit
+                msg["error"] = f"cannot start a process: {e.strerror}"
+            os.write(info, (json.dumps(msg) + "\n").encode())
+            for fd in fds:
+                os.close(fd)
+            return
+        if pid == 0:
+            try:
+                reset_signals()
+                if report >= 0:  # out of the way of the dup2s below
+                    report = fcntl.fcntl(report, fcntl.F_DUPFD, REPORT_FD + 64)
+                for target, fd in enumerate((stdin, out, err, info)):
+                    os.dup2(fd, target)
+                request = decode_exec_request(os.pread(memfd, os.fstat(memfd).st_size, 0))
+                if report >= 0:
+                    os.dup2(report, REPORT_FD)  # inheritable: the command gets it
+                close_fds_from(REPORT_FD + 1 if report >= 0 else 4)
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the holder's death ends the exec
+                sandbox_init(
+                    self.view, self.ws.root, request["argv"], request["env"], request["cwd"],
+                    request["limits"], request["have"], request.get("user"),
+                )  # fmt: skip
+            except BaseException as e:
+                with contextlib.suppress(OSError):
+                    os.write(3, (json.dumps({"error": f"exec: {e}"}) + "\n").encode())
+            os._exit(127)
+        for fd in fds:  # the info pipe too: its end comes with the init's report
+            os.close(fd)
+        self.children[pid] = job
+
+
+def spawn_spare(sup: Supervisor) -> tuple[int, socket.socket, list[str]]:
+    """Forks a holder, ready but for its view: (pid, control socket, cgroup dirs).
+
+    A holder keeps a workspace's namespaces alive and forks its execs, so they start in
+    its namespaces and cgroup: no setns, no cgroup migration per exec. Joining the cgroup
+    (a v1 migration waits for an RCU grace period: 0.4-20 ms here) and making the net
+    namespace (1-10 ms) happen ahead of time in spares, off the path of ws_create and of
+    the first exec. Binding ns files would keep namespaces without a process, but the
+    kernel refuses that bind (EINVAL, "ns loop") when namespace ids are not monotonic
+    across CPUs, as on 6.18: 23 of 120 here.
+    """
+    sup.created += 1  # a new cgroup each time: a reset's old one may await removal
+    cgroups = sup.cgroups.create(f"holder.{sup.created}") if sup.cgroups else []
+    ctl, holder_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            holder_main(sup, holder_end, cgroups, ctl)
+        finally:
+            os._exit(1)  # never fall back into the supervisor's loop
+    holder_end.close()
+    return pid, ctl, cgroups
+
+
+def holder_main(
+    sup: Supervisor, ctl: socket.socket, cgroups: list[str], other: socket.socket
+) -> None:
+    """A spare holder: prepares, waits for its workspace, builds its view, serves it."""
+    reset_signals()
+    other.close()
+    close_fds_except({ctl.fileno(), sup.view.snapshot})  # not others' pipes
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != sup.jobs.pid:
+        return
+    broken = ""
+    try:
+        for d in cgroups:
+            write_file(os.path.join(d, "cgroup.procs"), str(os.getpid()))
+        with contextlib.suppress(OSError):  # needs CAP_SYS_RESOURCE: best effort
+            write_file("/proc/self/oom_score_adj", "-1000")  # the OOM killer takes execs
+        # Net, ipc and uts namespaces are per workspace, not per exec: a fresh net
+        # namespace costs ~3 ms and a workspace's execs may share a loopback.
+        private = CLONE_NEWIPC | CLONE_NEWUTS
+        unshare(private if sup.cfg.get("network") else private | CLONE_NEWNET)
+        socket.sethostname("sandbox")
+        if not sup.cfg.get("network"):
+            loopback_up()
+    except BaseException as e:
+        broken = f"workspace setup failed: {e}"
+    assignment = ctl.recv(65536)
+    if not assignment:
+        return  # never used: the supervisor is shutting down
+    request = json.loads(assignment)
+    ws = Workspace(str(request["ws"]), str(request["path"]))
+    ws.overlay = dict(request["overlay"])
+    try:
+        sup.view.enter_view_namespace([str(path) for path in request["areas"]])
+        sup.view.mount_view(ws)
+        ctl.send(b"ok")
+    except BaseException as e:
+        ctl.send(f"error: {e}".encode())
+        return
+    if not broken and sup.native_holder:
+        exec_native_holder(sup, ws, ctl)  # returns only if it could not
+    # What an exec may ever gain back; our effective set stays: execs mount their /proc.
+    drop_bounding_set()  # after the exec above: root's execve takes the bounding set
+    holder = Holder(sup.view, ws, ctl)
+    holder.broken = broken
+    holder.run()
+
+
+def exec_native_holder(sup: Supervisor, ws: Workspace, ctl: socket.socket) -> None:
+    """Becomes holder.c (native.py builds it) in these namespaces, cgroup and view: a few
+    pages where this interpreter kept about 2 MB, and execs started by system calls, not
+    by a forked interpreter. Returns only if the exec failed (this one serves then)."""
+    os.set_inheritable(ctl.fileno(), True)
+    # Its settings travel in a memfd, not its argv: every exec's pid 1 starts as a copy of
+    # the holder, and its command line is what `ps` shows the trajectory.
+    fields = [str(ctl.fileno()), ws.root, sup.view.mask_file, sup.view.mask_dir]
+    settings = os.memfd_create("holder-settings", 0)
+    os.write(settings, b"".join(f.encode() + b"\0" for f in fields) + (SECCOMP_PROGRAM or b""))
+    with contextlib.suppress(OSError):
+        os.execve(sup.native_holder, ["mcp-evalserver-holder", str(settings)], {})
+    os.close(settings)
+    sys.stderr.write(f"supervisor: holder {sup.native_holder} did not start; Python holds\n")

@@ -1,0 +1,315 @@
+"""The supervisor's wire protocol, declared once: what `client.py` sends and the supervisor
+answers. Stdlib only and Python >= 3.8, like the rest of this folder: both ends import it.
+
+JSON lines; every request carries an `id`, many may be in flight, each is answered once, in
+any order:
+
+    -> {"id": 7, "op": "exec", "args": {"ws": "t1", "argv": ["true"], "timeout": 10}}
+    <- {"id": 7, "ok": true, "result": {"exit_code": 0, ...}}
+    <- {"id": 8, "ok": false, "error": {"type": "NotFound", "message": "...", "errno": "ENOENT"}}
+
+`Op` names every operation; `<Op>Args` and `<Op>Result` are its request's `args` and its
+reply's `result`. An argument left out takes the default the supervisor documents beside it.
+Binary data travels base64 (`*_b64`). A socket passed to the supervisor (SCM_RIGHTS) on its
+request socket or on its connection channel (`--connections FD`) becomes another connection
+that speaks this same protocol, under request ids of its own.
+"""
+
+from __future__ import annotations
+
+# Annotations stay strings (never evaluated), so `list[str]` and `X | None` are fine on 3.8;
+# TypedDict and Literal are 3.8's own.
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, get_args
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+PROTOCOL_VERSION = 1
+
+Op = Literal[
+    "init", "freeze",
+    "ws_create", "ws_destroy", "ws_reset",
+    "ws_checkpoint", "ws_restore", "ws_fork", "ws_export",
+    "exec", "diff", "read", "write", "list",
+    "cancel", "shutdown",
+]  # fmt: skip
+OPS = get_args(Op)
+
+# Each names a class of mcp_evalserver.errors, which the client raises.
+ErrorType = Literal[
+    "InvalidInput", "NotFound", "Conflict", "LimitExceeded", "Timeout",
+    "InfrastructureError", "SandboxUnavailable",
+]  # fmt: skip
+ERROR_TYPES = get_args(ErrorType)
+
+
+def error_type(name: object) -> ErrorType:
+    """`name` if it names an error type, else InfrastructureError (as the client reads it)."""
+    for known in ERROR_TYPES:
+        if known == name:
+            return known  # type: ignore[no-any-return]
+    return "InfrastructureError"
+
+
+# --- envelopes -------------------------------------------------------------------------------
+class Request(TypedDict):
+    id: int
+    op: Op
+    args: Mapping[str, Any]  # the op's <Op>Args
+
+
+class _ErrorRequired(TypedDict):
+    type: ErrorType
+    message: str
+
+
+class ErrorBody(_ErrorRequired, total=False):
+    errno: str  # which system call failure it was ("EACCES", ...), when one was
+
+
+class SupervisorError(Exception):
+    """An error the supervisor answers a request with (`ErrorBody`); `errno_name` ("EACCES",
+    ...) says which system call failure it was, when one was."""
+
+    def __init__(self, kind: ErrorType, message: str, errno_name: str | None = None) -> None:
+        super().__init__(message)
+        self.kind, self.errno_name = kind, errno_name
+
+
+class Reply(TypedDict, total=False):
+    id: int
+    ok: bool
+    result: Mapping[str, Any]  # when ok: the op's <Op>Result
+    error: ErrorBody  # when not
+
+
+# --- the instance ----------------------------------------------------------------------------
+class DeclaredPath(TypedDict):
+    path: str
+    writable: bool
+
+
+class _InitRequired(TypedDict):
+    mode: Literal["host", "container"]
+    store: str  # holds the workspaces' layers; not on overlayfs
+
+
+class InitArgs(_InitRequired, total=False):
+    store_tmpfs: bool  # mount a private tmpfs at `store`
+    instance: str  # host mode: the instance directory (default "/")
+    workdir: str  # default "/testbed"
+    network: bool  # default False: a workspace sees only its loopback
+    paths: list[DeclaredPath]  # host mode: more host paths the view shows
+    holder: str | None  # holder.c's binary, if it can run here
+
+
+class EnforcedLimits(TypedDict):
+    pids: bool
+    memory: bool
+
+
+class InitResult(TypedDict):
+    version: int
+    holder: Literal["native", "python"]
+    pid: int
+    python: str
+    cgroups: str  # "v1", "v2" or "" (none writable)
+    cgroup_dirs: list[str]
+    limits: EnforcedLimits
+
+
+class FreezeArgs(TypedDict, total=False):
+    setup: list[str]  # shell lines, run unsandboxed in the workdir before freezing
+    timeout: float  # default 3600
+
+
+class FreezeResult(TypedDict):
+    base: str | None  # HEAD of the workdir, or None where it is not a git repository
+    duration_s: float
+
+
+# --- workspaces ------------------------------------------------------------------------------
+class Limits(TypedDict, total=False):
+    pids: int
+    memory_bytes: int
+    disk_bytes: int
+
+
+class WorkspaceArgs(TypedDict):
+    ws: str
+
+
+class WsCreateArgs(WorkspaceArgs, total=False):
+    limits: Limits
+    start_b64: str  # a `ws_export` archive: the workspace starts at it
+
+
+class _WsCreateRequired(TypedDict):
+    ws: str
+    ms: float
+    holder_pid: int  # in the supervisor's pid namespace
+    root: str  # the view, in the holder's mount namespace
+    made_ahead: bool  # built before it was asked for
+
+
+class WsCreateResult(_WsCreateRequired, total=False):
+    ready_left: int  # if made ahead: how many more are
+    checkpoint: str  # with start_b64: the checkpoint of what it started at
+
+
+class Empty(TypedDict):
+    pass
+
+
+class WsCheckpointResult(TypedDict):
+    checkpoint: str
+    depth: int
+    holder_pid: int
+
+
+class WsRestoreArgs(WorkspaceArgs):
+    checkpoint: str
+
+
+class HolderResult(TypedDict):
+    holder_pid: int
+
+
+class _WsForkRequired(WorkspaceArgs):
+    name: str
+
+
+class WsForkArgs(_WsForkRequired, total=False):
+    checkpoint: str | None  # none: a new checkpoint of the workspace as it is
+
+
+class WsForkResult(WsCreateResult):
+    parent_holder_pid: int
+
+
+class _WsExportRequired(WorkspaceArgs):
+    checkpoint: str
+
+
+class WsExportArgs(_WsExportRequired, total=False):
+    max_bytes: int  # default 256 MiB
+    timeout: float  # default 300
+
+
+class WsExportResult(TypedDict):
+    archive_b64: str  # the checkpoint's layers as a tar
+
+
+# --- commands --------------------------------------------------------------------------------
+class _ExecRequired(WorkspaceArgs):
+    argv: list[str]
+    timeout: float
+
+
+class ExecArgs(_ExecRequired, total=False):
+    env: dict[str, str]
+    cwd: str | None  # relative to the workdir
+    stdin_b64: str | None
+    output_cap: int  # bytes kept of each of stdout and stderr (head and tail); default 1 MiB
+    user: str | None  # a name or uid of the view
+    report: bool  # a private channel at the command's fd 4 (see execs.spawn_sandboxed)
+
+
+class _ExecRequiredResult(TypedDict):
+    exit_code: int  # -signal when a signal ended it
+    stdout_b64: str
+    stderr_b64: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_s: float
+    timed_out: bool
+
+
+class ExecResult(_ExecRequiredResult, total=False):
+    report_b64: str  # with report
+    report_truncated: bool
+    report_writers: int  # how many processes wrote to the channel
+
+
+class DiffArgs(WorkspaceArgs, total=False):
+    timeout: float  # default 300
+    max_bytes: int  # default 64 MiB
+
+
+class DiffResult(TypedDict):
+    patch_b64: str  # against the frozen base, binary
+
+
+# --- files, read and written as the trajectory itself ----------------------------------------
+class _PathRequired(WorkspaceArgs):
+    path: str
+
+
+class ReadArgs(_PathRequired, total=False):
+    max_bytes: int  # default 16 MiB
+    timeout: float  # default 60
+
+
+class ReadResult(TypedDict):
+    data_b64: str
+
+
+class _WriteRequired(_PathRequired):
+    data_b64: str
+
+
+class WriteArgs(_WriteRequired, total=False):
+    mode: int | None
+    timeout: float
+
+
+class WriteResult(TypedDict):
+    bytes: int
+
+
+class ListArgs(WorkspaceArgs, total=False):
+    path: str  # default "."
+    max_entries: int  # default 10,000
+    timeout: float
+
+
+class Entry(TypedDict):
+    name: str
+    kind: Literal["file", "dir", "symlink", "other"]
+    size: int
+
+
+class ListResult(TypedDict):
+    entries: list[Entry]
+    truncated: bool
+
+
+# --- the connection --------------------------------------------------------------------------
+class CancelArgs(TypedDict):
+    target: int  # a request id of this connection's
+
+
+class CancelResult(TypedDict):
+    cancelled: bool  # False: it was not running (any more)
+
+
+# What each operation takes and answers: ws_reset answers as ws_create; ws_destroy and shutdown
+# answer {}. The supervisor's table of handlers (loop.OPERATIONS) covers exactly these ops.
+MESSAGES = {
+    "init": (InitArgs, InitResult),
+    "freeze": (FreezeArgs, FreezeResult),
+    "ws_create": (WsCreateArgs, WsCreateResult),
+    "ws_destroy": (WorkspaceArgs, Empty),
+    "ws_reset": (WorkspaceArgs, WsCreateResult),
+    "ws_checkpoint": (WorkspaceArgs, WsCheckpointResult),
+    "ws_restore": (WsRestoreArgs, HolderResult),
+    "ws_fork": (WsForkArgs, WsForkResult),
+    "ws_export": (WsExportArgs, WsExportResult),
+    "exec": (ExecArgs, ExecResult),
+    "diff": (DiffArgs, DiffResult),
+    "read": (ReadArgs, ReadResult),
+    "write": (WriteArgs, WriteResult),
+    "list": (ListArgs, ListResult),
+    "cancel": (CancelArgs, CancelResult),
+    "shutdown": (Empty, Empty),
+}

@@ -1,0 +1,25 @@
+"""A workspace as the supervisor keeps it: where it lives, its holder, its layers."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from .layers import WorkspaceLayers
+
+
+class Workspace:
+    """A trajectory's copy-on-write view: its area (`path`), the view's `root`, its holder."""
+
+    def __init__(self, name: str, path: str) -> None:
+        self.name, self.path = name, path
+        self.holder_pid = 0
+        self.ctl: socket.socket | None = None  # to the holder; closing it ends the workspace
+        # Not named after the workspace: one made ahead (workspaces.prepare_ready) is named later.
+        self.root = os.path.join(path, "r", "view")
+        self.cgroups: list[str] = []
+        self.jobs: set[int] = set()  # request ids running in this workspace
+        self.limits: dict[str, Any] = {}
+        self.layers: WorkspaceLayers | None = None  # its stack (supervisor side)
+        self.overlay: dict[str, Any] = {}  # what its holder mounts: WorkspaceLayers.overlay()
