@@ -1,5 +1,6 @@
-/* mcp-evalserver: a workspace's holder, compiled (see native.py; supervisor.py's Holder is the
- * same program in Python, and the fallback wherever this one cannot be built).
+/* mcp-evalserver: a workspace's holder, compiled (see native.py; the Holder of
+ * supervisor/holders.py is the same program in Python, and the fallback wherever this one
+ * cannot be built).
  *
  * Why compiled: an idle holder only keeps its workspace's namespaces alive, and every exec is
  * a child it clones. In Python the holder is a forked interpreter (about 2 MB of its own) and
@@ -16,10 +17,10 @@
  * CTL_FD is a SOCK_SEQPACKET socket to the supervisor; each message is one of
  *     "exec JOB" with fds stdin, stdout, stderr, info, request[, report] (SCM_RIGHTS)
  *     "kill JOB"     anything else is ignored; end of file ends the holder.
- * The request (a memfd) is supervisor.py's encode_exec_request: NUL-terminated fields
+ * The request (a memfd) is supervisor/exec_init.py's encode_exec_request: NUL-terminated fields
  *     cwd user pids memory have_nproc have_memory argc argv... envc env...
  * An exec runs on a runner: pid 1 of a pid namespace of its own, with its own /proc, which
- * forks the command, confines it exactly as supervisor.py's sandbox_init does, reaps every
+ * forks the command, confines it exactly as exec_init.py's sandbox_init does, reaps every
  * orphan until the command exits, kills whatever it left, and writes {"status": N} (or the
  * child's {"error": ...}) on the info pipe. A runner serves one exec at a time, and exec after
  * exec (see struct runner). Killing it kills the whole pid namespace.
@@ -54,7 +55,7 @@
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define MAX_FIELDS_BYTES (64 << 20)
 
-/* The same lists as supervisor.py (PROC_MASKED, PROC_READONLY, KEPT_CAPS). */
+/* The same lists as supervisor/view.py (PROC_MASKED, PROC_READONLY), isolation.py (KEPT_CAPS). */
 static const char *const PROC_MASKED[] = {"kcore", "keys", "timer_list", "sched_debug",
                                           "latency_stats", "acpi", "scsi"};
 static const char *const PROC_READONLY[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
@@ -115,7 +116,7 @@ static void report_status(int status) {
 static int preparing_socket = -1; /* in a runner being prepared: where its request comes */
 static int take_request(int sock);
 
-/* Set-up failed: say what, with errno, and end the exec (supervisor.py: "sandbox setup").
+/* Set-up failed: say what, with errno, and end the exec (exec_init.py: "sandbox setup").
  * A runner that fails while it prepares says so to the first request it is given. */
 static void setup_failed(const char *what) {
     int err = errno;
@@ -179,7 +180,7 @@ static const char *getenv_in(char **env, const char *name) {
     return NULL;
 }
 
-/* --- users, from the view's own /etc (supervisor.py's lookup_user) ------------------------ */
+/* --- users, from the view's own /etc (isolation.py's lookup_user) ------------------------- */
 static int is_digits(const char *s) {
     if (!*s) return 0;
     for (; *s; s++)
@@ -252,7 +253,7 @@ static int lookup_user(const char *user, uid_t *uid, gid_t *gid, gid_t *groups, 
     return 0;
 }
 
-/* --- privileges (supervisor.py's drop_privileges) ---------------------------------------- */
+/* --- privileges (isolation.py's drop_privileges) ----------------------------------------- */
 static int is_kept(int cap) {
     for (size_t i = 0; i < sizeof KEPT_CAPS / sizeof *KEPT_CAPS; i++)
         if (KEPT_CAPS[i] == cap) return 1;
@@ -328,7 +329,7 @@ static void set_limit(int resource, long long n) {
     if (setrlimit(resource, &limit)) setup_failed("setrlimit");
 }
 
-/* execvp's search (supervisor.py's find_program): the program, or 126/127 with a reason. */
+/* execvp's search (exec_init.py's find_program): the program, or 126/127 with a reason. */
 static int find_program(const char *name, const char *path, char *out, size_t size,
                         const char **reason) {
     if (strchr(name, '/')) {
@@ -367,7 +368,7 @@ static void enter_view(void) {
 }
 
 /* The command, in the runner's child, with the request's fds at 0-4: confines itself exactly
- * as supervisor.py's sandbox_init does, then execs. Never returns: a set-up failure is
+ * as exec_init.py's sandbox_init does, then execs. Never returns: a set-up failure is
  * reported on the info pipe and a program that cannot run exits 126 or 127, whose status the
  * runner reports as the command's. */
 static void run_command(struct request *r) {
@@ -834,7 +835,7 @@ int main(int argc, char **argv) {
         if (sscanf(msg, "kill %ld", &job) == 1 && job >= 0)
             for (size_t i = 0; i < nrunners; i++)
                 if (runners[i].job == job) retire(&runners[i], 1);
-        /* Around a remount of the view (supervisor.py's remount_in_holder): the free runners'
+        /* Around a remount of the view (checkpoints.py's remount_in_holder): the free runners'
          * copies of the old view must be gone before the old upper becomes a lower, and a
          * busy one (there should be none) is not kept once its exec ends. */
         if (!strcmp(msg, "drop spare")) {

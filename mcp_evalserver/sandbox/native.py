@@ -1,6 +1,6 @@
 """The compiled holder (`holder.c`): built from this package on the machine that runs it.
 
-A workspace's holder keeps its namespaces alive and starts its execs. supervisor.py has one
+A workspace's holder keeps its namespaces alive and starts its execs. supervisor/holders.py has one
 in Python; `holder.c` is the same program compiled, a few pages where a forked interpreter
 keeps about 2 MB, and an exec that costs system calls rather than an interpreter's page
 faults. It is built here with the machine's C compiler, statically, so the one binary runs in

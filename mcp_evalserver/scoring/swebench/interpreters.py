@@ -33,7 +33,7 @@ from mcp_evalserver.runtime.sandboxes import InstanceCheck
 from mcp_evalserver.sandbox.base import Instance
 from mcp_evalserver.spec.campaign import Task
 
-#: What a workspace does not show of the host (`sandbox/supervisor.py`, local backend).
+#: What a workspace does not show of the host (`sandbox/supervisor/view.py`, local backend).
 PRIVATE_IN_WORKSPACES = ("/root", "/home", "/run", "/tmp", "/var/tmp")
 _PROBE_TIMEOUT_S = 60.0
 _VERDICTS = ("ok", "missing", "broken")
