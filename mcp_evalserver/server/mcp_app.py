@@ -11,19 +11,33 @@ keeps serving.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar, get_args
 
 import anyio
+from mcp.server.connection import Connection, allowed_log_levels
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import ToolAnnotations
+from mcp_types import (
+    CompleteRequestParams,
+    CompleteResult,
+    Completion,
+    EmptyResult,
+    LoggingLevel,
+    LoggingMessageNotification,
+    LoggingMessageNotificationParams,
+    SetLevelRequestParams,
+    ToolAnnotations,
+)
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -36,6 +50,7 @@ from mcp_evalserver.engine.exports import ExportFormat, export_text
 from mcp_evalserver.engine.state import Outcome
 from mcp_evalserver.engine.sweep import DEFAULT_LEVELS
 from mcp_evalserver.errors import Conflict, EvalServerError, NotFound
+from mcp_evalserver.server.events import CampaignEvent
 from mcp_evalserver.server.models import (
     Branches,
     BranchIds,
@@ -66,6 +81,9 @@ from mcp_evalserver.spec.scorers import ScorerConfig
 
 logger = logging.getLogger(__name__)
 
+#: MCP's log levels, lowest first.
+_LEVELS: tuple[LoggingLevel, ...] = get_args(LoggingLevel)
+
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -84,8 +102,28 @@ ClaimId = Annotated[str, Field(description="The claim id that claim_trajectory r
 # At most 300 s: HTTP clients (the SDK's default) stop reading a silent response after that.
 WaitSeconds = Annotated[float, Field(ge=0, le=300, description="Seconds to wait at most.")]
 
-_READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
-_MUTATES = ToolAnnotations(read_only_hint=False, open_world_hint=False)
+# Every tool says all three hints (a client must not guess the spec's defaults): whether it
+# changes anything, whether what it changes is lost (destructive), whether calling it again
+# with the same arguments changes nothing more (idempotent).
+_READ_ONLY = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+#: Adds something (a campaign, a claim, a checkpoint, a submission); loses nothing.
+_MUTATES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+#: Brings something to a state (running, stopped); again changes nothing more.
+_SETS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+#: Replaces workspace files with given ones: what they held is lost; again, nothing more.
+_OVERWRITES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+#: Runs a command in a workspace: it may delete anything there, and twice is not once.
+_RUNS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+)
 
 
 def tool_errors(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
@@ -174,6 +212,34 @@ def create_server(
         except EvalServerError as exc:
             raise ResourceError(str(exc)) from exc
 
+    @app.resource(
+        "campaign://{campaign_id}/trajectories/{trajectory_id}",
+        name="campaign_trajectory",
+        description="Where one trajectory stands: phase, outcome, score, attempts, usage.",
+        mime_type="application/json",
+    )
+    async def campaign_trajectory(
+        campaign_id: str, trajectory_id: str, ctx: Context[EvalService, Any]
+    ) -> str:
+        try:
+            return json.dumps(_service(ctx).trajectory(campaign_id, trajectory_id), indent=2)
+        except EvalServerError as exc:
+            raise ResourceError(str(exc)) from exc
+
+    @app.resource(
+        "campaign://{campaign_id}/tasks/{task_id}",
+        name="campaign_task",
+        description="One task's trajectories in a campaign, with their outcomes.",
+        mime_type="application/json",
+    )
+    async def campaign_task(campaign_id: str, task_id: str, ctx: Context[EvalService, Any]) -> str:
+        try:
+            return json.dumps(_service(ctx).task(campaign_id, task_id), indent=2)
+        except EvalServerError as exc:
+            raise ResourceError(str(exc)) from exc
+
+    _logging_and_completions(app)
+
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "version": __version__})
 
@@ -217,7 +283,7 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         async def progress(done: float, total: float, message: str) -> None:
             await ctx.report_progress(done, total, message)
 
-        return await service.wait(campaign_id, wait_s, progress)
+        return await service.wait(campaign_id, wait_s, progress, _request_log(ctx))
 
     @app.tool(annotations=_MUTATES)
     @tool_errors
@@ -289,7 +355,7 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         status. Use it to find a campaign id."""
         return _service(ctx).list(limit)
 
-    @app.tool(annotations=_MUTATES)
+    @app.tool(annotations=_SETS)
     @tool_errors
     async def cancel_campaign(
         campaign_id: CampaignId, ctx: Context[EvalService, Any]
@@ -297,13 +363,14 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         """Stop a running campaign. Everything it recorded stays; resume continues it later."""
         return await _service(ctx).cancel(campaign_id)
 
-    @app.tool(annotations=_MUTATES)
+    @app.tool(annotations=_SETS)
     @tool_errors
     async def resume(campaign_id: CampaignId, ctx: Context[EvalService, Any]) -> CampaignStatus:
         """Continue a cancelled or interrupted campaign where its ledger left off: finished
         trajectories are kept, generated ones are only scored, the rest run again. Trajectories
         whose last outcome is an infrastructure failure run again from the phase that failed;
-        `retrying` says how many."""
+        `retrying` says how many. A campaign already running is left running and its status
+        returned (a restarted server resumes interrupted campaigns by itself)."""
         return await _service(ctx).resume(campaign_id)
 
     @app.tool(annotations=_MUTATES)
@@ -341,6 +408,77 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         return _service(ctx).compare(campaign_a, campaign_b)
 
 
+#: Where a connection keeps the level its client set with `logging/setLevel`.
+_LOG_LEVEL = "mcp_evalserver.log_level"
+#: The `logger` of every log notification.
+LOGGER = "mcp-evalserver"
+
+
+def _log_params(event: CampaignEvent) -> dict[str, Any]:
+    return {"level": event.level, "logger": LOGGER, "data": event.data}
+
+
+def _logging_and_completions(app: MCPServer[EvalService]) -> None:
+    """Serves `logging/setLevel` (campaign events as log notifications) and
+    `completion/complete` (campaign, trajectory and task ids).
+
+    Both are low-level handlers: the SDK's `completion` decorator hands its function no
+    context (so no service), and `MCPServer` has no logging handler of its own.
+    """
+    lowlevel = app._lowlevel_server
+
+    async def set_level(
+        ctx: ServerRequestContext[EvalService, Any], params: SetLevelRequestParams
+    ) -> EmptyResult:
+        # Handshake-era clients (2026-07-28 has no `logging/setLevel`: it answers "method not
+        # found", and clients opt in per request instead; see `_request_log`). The SDK gives a
+        # handler no public way to its connection, whose state outlives this request.
+        connection: Connection = ctx.session._connection
+        following = _LOG_LEVEL in connection.state
+        connection.state[_LOG_LEVEL] = params.level
+        if not following:
+
+            async def deliver(event: CampaignEvent) -> None:
+                threshold = connection.state[_LOG_LEVEL]
+                if _LEVELS.index(event.level) >= _LEVELS.index(threshold):
+                    await connection.notify("notifications/message", _log_params(event))
+
+            connection.exit_stack.callback(ctx.lifespan_context.forward_events(deliver))
+        return EmptyResult()
+
+    async def complete(
+        ctx: ServerRequestContext[EvalService, Any], params: CompleteRequestParams
+    ) -> CompleteResult:
+        known = params.context.arguments if params.context is not None else None
+        values, total = ctx.lifespan_context.complete(
+            params.argument.name, params.argument.value, (known or {}).get("campaign_id")
+        )
+        completion = Completion(values=values, total=total, has_more=total > len(values))
+        return CompleteResult(completion=completion)
+
+    lowlevel.add_request_handler("logging/setLevel", SetLevelRequestParams, set_level)
+    lowlevel.add_request_handler("completion/complete", CompleteRequestParams, complete)
+
+
+def _request_log(ctx: Context[EvalService, Any]) -> Callable[[CampaignEvent], Awaitable[None]]:
+    """Sends campaign events as log notifications on this request's own stream, to a
+    2026-07-28 client that asked for them (`io.modelcontextprotocol/logLevel` in the request's
+    `_meta`) at or above the level it asked for. Handshake-era clients get every event on
+    their connection once they call `logging/setLevel` instead, never twice."""
+    request = ctx.request_context
+    modern = request.protocol_version in MODERN_PROTOCOL_VERSIONS
+    wanted = allowed_log_levels(request.protocol_version, request.meta) if modern else set()
+
+    async def log(event: CampaignEvent) -> None:
+        if event.level in wanted:
+            notification = LoggingMessageNotification(
+                params=LoggingMessageNotificationParams.model_validate(_log_params(event))
+            )
+            await request.session.send_notification(notification, request.request_id)
+
+    return log
+
+
 def _trajectory_tools(app: MCPServer[EvalService]) -> None:
     @app.tool(annotations=_MUTATES)
     @tool_errors
@@ -359,7 +497,7 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         campaign's trajectory_timeout_s bounds the whole trajectory, waiting included."""
         return await _trajectories(ctx).claim(campaign_id, wait_s)
 
-    @app.tool(annotations=_MUTATES)
+    @app.tool(annotations=_RUNS)
     @tool_errors
     async def sandbox_exec(
         claim_id: ClaimId,
@@ -384,7 +522,7 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         """Read a file from the claimed trajectory's workspace."""
         return await _trajectories(ctx).read(claim_id, path, max_bytes)
 
-    @app.tool(annotations=_MUTATES)
+    @app.tool(annotations=_OVERWRITES)
     @tool_errors
     async def write_file(
         claim_id: ClaimId,
@@ -410,7 +548,7 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         whatever their size); restore returns to them. Call it between commands."""
         return await _trajectories(ctx).checkpoint(claim_id)
 
-    @app.tool(annotations=_MUTATES)
+    @app.tool(annotations=_OVERWRITES)
     @tool_errors
     async def restore(
         claim_id: ClaimId,
@@ -539,7 +677,7 @@ def create_trajectory_server(trajectory: ScopedTrajectory) -> MCPServer[Any]:
         "mcp-evalserver-trajectory", version=__version__, instructions=TRAJECTORY_INSTRUCTIONS
     )
 
-    @app.tool(annotations=_MUTATES)
+    @app.tool(annotations=_RUNS)
     @tool_errors
     async def sandbox_exec(
         command: Annotated[str, Field(description="Shell command, run by /bin/sh -c.")],
@@ -560,7 +698,7 @@ def create_trajectory_server(trajectory: ScopedTrajectory) -> MCPServer[Any]:
         """Read a file from this trajectory's workspace."""
         return await trajectory.read(path, max_bytes)
 
-    @app.tool(annotations=_MUTATES)
+    @app.tool(annotations=_OVERWRITES)
     @tool_errors
     async def write_file(
         path: Annotated[str, Field(description="Absolute, or relative to the workdir.")],
@@ -583,7 +721,7 @@ def create_trajectory_server(trajectory: ScopedTrajectory) -> MCPServer[Any]:
         """Freeze this trajectory's workspace files as they are now; restore returns to them."""
         return await trajectory.checkpoint()
 
-    @app.tool(annotations=_MUTATES)
+    @app.tool(annotations=_OVERWRITES)
     @tool_errors
     async def restore(
         checkpoint_id: Annotated[str, Field(description="What checkpoint returned.")],

@@ -12,7 +12,7 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +21,7 @@ from typing import Any, Self
 
 import anyio
 import anyio.abc
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from mcp_evalserver.agents.command import EndpointFactory
 from mcp_evalserver.agents.external import ClaimBoard
@@ -37,12 +38,19 @@ from mcp_evalserver.engine.report import (
     verdicts,
 )
 from mcp_evalserver.engine.rescoring import request_rescore
-from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState
+from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState, TrajectoryState
 from mcp_evalserver.errors import Conflict, EvalServerError, NotFound
 from mcp_evalserver.runtime.sandboxes import SandboxPool
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.scoring.stats.comparison import PairedComparison
 from mcp_evalserver.scoring.stats.summary import summarise_campaign
+from mcp_evalserver.server.events import (
+    CampaignEvent,
+    EventHub,
+    drain,
+    record_event,
+    stopped_event,
+)
 from mcp_evalserver.server.models import (
     CampaignList,
     CampaignStatus,
@@ -58,9 +66,12 @@ from mcp_evalserver.spec.scorers import ScorerConfig
 logger = logging.getLogger(__name__)
 
 ProgressFn = Callable[[float, float, str], Awaitable[None]]
+EventFn = Callable[[CampaignEvent], Awaitable[None]]
 
 #: How long `resume`/`start_campaign` wait for a run to open its ledger (to report a Conflict).
 _START_TIMEOUT_S = 30.0
+#: What one completion answer may list (MCP's cap).
+_COMPLETIONS = 100
 
 
 @dataclass(eq=False)
@@ -108,6 +119,8 @@ class EvalService:
         self._ray_address = ray_address
         self._resume_running = resume_running
         self.sweeps: Sweeps | None = None
+        #: What the running campaigns record, as events for log lines.
+        self.events = EventHub()
 
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
@@ -190,15 +203,15 @@ class EvalService:
         """Continues a campaign that is not finished and not running here; trajectories whose
         last outcome is an infrastructure failure run again (`retrying` says how many).
 
+        Idempotent: a campaign already running here (as one is after a restarted server
+        resumed it by itself) is left running, and its status returned.
+
         Raises:
             NotFound: no such campaign.
-            Conflict: it is running already (here or in another process), or it is finished
-                with nothing left to retry.
+            Conflict: another process runs it, or it is finished with nothing left to retry.
         """
         if self._active(campaign_id):
-            raise Conflict(
-                f"campaign {campaign_id} is already running; follow it with campaign_status"
-            )
+            return self.status(campaign_id)
         state = self._load(campaign_id)
         if state.status == "finished" and not state.infra_failed:
             raise Conflict(
@@ -296,22 +309,49 @@ class EvalService:
             )
         return CampaignList(campaigns=listed, total=len(ids), interrupted=interrupted, hint=hint)
 
-    async def wait(self, campaign_id: str, wait_s: float, progress: ProgressFn) -> CampaignStatus:
-        """Waits up to `wait_s` for the campaign to stop, reporting progress on every change.
+    async def wait(
+        self,
+        campaign_id: str,
+        wait_s: float,
+        progress: ProgressFn,
+        log: EventFn | None = None,
+    ) -> CampaignStatus:
+        """Waits up to `wait_s` for the campaign to stop, reporting progress on every change
+        and handing `log` each of the campaign's events.
 
         Raises:
             NotFound: no such campaign.
         """
+        with self.events.listen() as events:
+            return await self._wait(campaign_id, wait_s, progress, events, log)
+
+    async def _wait(
+        self,
+        campaign_id: str,
+        wait_s: float,
+        progress: ProgressFn,
+        events: MemoryObjectReceiveStream[CampaignEvent],
+        log: EventFn | None,
+    ) -> CampaignStatus:
         status = self.status(campaign_id)
         run = self._runs.get(campaign_id)
         deadline = time.monotonic() + wait_s
         last = -1
+
+        async def hand_over_events() -> None:
+            # Published before the change they wake us for: all of them are here by now.
+            for event in drain(events):
+                if log is not None and event.campaign_id == campaign_id:
+                    await log(event)
+
         while True:
+            await hand_over_events()
             # Progress must only grow within one request; re-scoring can lower `done`.
             if status.done > last:
                 last = status.done
                 await progress(status.done, status.trajectories, _progress_line(status))
             if run is None or run.finished.is_set() or time.monotonic() >= deadline:
+                await hand_over_events()  # the run's last, if it ended meanwhile
                 return status
             with anyio.move_on_after(deadline - time.monotonic()):
                 await run.changed.wait()
@@ -409,6 +449,83 @@ class EvalService:
             markdown=render_comparison_markdown(figures),
         )
 
+    def forward_events(self, deliver: EventFn) -> Callable[[], None]:
+        """Hands every campaign event to `deliver`, in the background, until the function it
+        returns is called (or the server stops).
+
+        Raises:
+            Conflict: the server is starting or stopping.
+        """
+        if self._group is None:
+            raise Conflict("the server is not running (it is starting or stopping)")
+        scope = anyio.CancelScope()
+
+        async def forward() -> None:
+            with scope, self.events.listen() as events:
+                async for event in events:
+                    await deliver(event)
+
+        self._group.start_soon(forward)
+        return scope.cancel
+
+    def complete(
+        self, argument: str, prefix: str, campaign_id: str | None = None
+    ) -> tuple[Sequence[str], int]:
+        """Values of a `campaign_id`, `trajectory_id` or `task_id` argument that start with
+        `prefix` (trajectories and tasks of `campaign_id`), at most 100, and how many match.
+        Anything else, or an unknown campaign, completes to nothing."""
+        values: list[str] = []
+        if argument == "campaign_id":
+            values = list(reversed(self.store.list_ids()))  # the newest first
+        elif argument in ("trajectory_id", "task_id") and campaign_id:
+            try:
+                trajectories = self._state(campaign_id).trajectories.values()
+            except EvalServerError:
+                return [], 0
+            if argument == "trajectory_id":
+                values = [t.id for t in trajectories]
+            else:
+                values = list(dict.fromkeys(t.task_id for t in trajectories))
+        matching = [value for value in values if value.startswith(prefix)]
+        return matching[:_COMPLETIONS], len(matching)
+
+    def trajectory(self, campaign_id: str, trajectory_id: str) -> dict[str, Any]:
+        """Where one trajectory stands: its phase, outcome, score and attempts (never its
+        submission: an external agent may be the one asking).
+
+        Raises:
+            NotFound: no such campaign or trajectory.
+        """
+        state = self._state(campaign_id)
+        trajectory = state.trajectories.get(trajectory_id)
+        if trajectory is None:
+            known = ", ".join(list(state.trajectories)[:5])
+            raise NotFound(
+                f"campaign {campaign_id} has no trajectory {trajectory_id!r} (e.g. {known}); "
+                f"its ids are <task_id>@<sample>, as its report lists them"
+            )
+        return _trajectory_summary(trajectory)
+
+    def task(self, campaign_id: str, task_id: str) -> dict[str, Any]:
+        """One task's trajectories in a campaign, each as `trajectory` gives it (the task's
+        prompt and gold answer are not shown: an external agent may be the one asking).
+
+        Raises:
+            NotFound: no such campaign, or no such task in it.
+        """
+        state = self._state(campaign_id)
+        trajectories = [t for t in state.trajectories.values() if t.task_id == task_id]
+        if not trajectories:
+            known = ", ".join(dict.fromkeys(t.task_id for t in state.trajectories.values()))
+            raise NotFound(f"campaign {campaign_id} has no task {task_id!r}; its tasks: {known}")
+        resolved = sum(t.outcome == "resolved" for t in trajectories)
+        return {
+            "campaign_id": campaign_id,
+            "task_id": task_id,
+            "resolved": resolved,
+            "trajectories": [_trajectory_summary(t) for t in trajectories],
+        }
+
     # Internals.
 
     def _active(self, campaign_id: str) -> bool:
@@ -454,8 +571,13 @@ class EvalService:
             state.spec.agent, claims=self.claims, trajectory_endpoints=self._trajectory_endpoints
         )
         run = _Run()
+
+        def on_record(state: CampaignState, record: dict[str, Any]) -> None:
+            self.events.publish(record_event(state, record))
+            run.on_record(state, record)
+
         run.runner = CampaignRunner(
-            self.store, campaign_id, agent=agent, sandboxes=self._pool, on_record=run.on_record
+            self.store, campaign_id, agent=agent, sandboxes=self._pool, on_record=on_record
         )
         self._runs[campaign_id] = run
         self._group.start_soon(self._drive, run)
@@ -484,8 +606,28 @@ class EvalService:
             run.error = f"internal error (reference {reference}): {type(exc).__name__}"
             logger.exception("campaign %s failed (reference %s)", campaign_id, reference)
         finally:
+            self.events.publish(stopped_event(run.runner.state, campaign_id, run.error))
             run.finished.set()
             run.changed.set()
+
+
+def _trajectory_summary(trajectory: TrajectoryState) -> dict[str, Any]:
+    score = trajectory.score or {}
+    return {
+        "trajectory_id": trajectory.id,
+        "task_id": trajectory.task_id,
+        "sample": trajectory.sample,
+        "phase": trajectory.phase,
+        "outcome": trajectory.outcome,
+        "resolved": score.get("resolved"),
+        "score": score.get("score"),
+        "attempts": trajectory.attempts,
+        "error": (trajectory.error or {}).get("message"),
+        "usage": trajectory.usage,
+        "generation_s": trajectory.generation_s,
+        "scoring_s": trajectory.scoring_s,
+        "parent": trajectory.parent,
+    }
 
 
 def _progress_line(status: CampaignStatus) -> str:

@@ -119,27 +119,29 @@ def server_command(state_dir: Path, *transport: str) -> list[str]:
     return [sys.executable, "-m", "mcp_evalserver.cli", "--state-dir", str(state_dir), *transport]
 
 
-def stdio_client(state_dir: Path, mode: str = "auto") -> Client:
-    """A client that starts `mcp-evalserver --stdio` as its subprocess."""
+def stdio_client(state_dir: Path, mode: str = "auto", **options: Any) -> Client:
+    """A client that starts `mcp-evalserver --stdio` as its subprocess (`options`: the
+    `Client`'s, e.g. a `logging_callback`)."""
     params = StdioServerParameters(
         command=sys.executable,
         args=server_command(state_dir, "--stdio")[1:],
         cwd=str(REPO),
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
-    return Client(params, mode=mode)
+    return Client(params, mode=mode, **options)
 
 
 @asynccontextmanager
 async def http_client(
-    url: str, token: str | None = TOKEN, mode: str = "auto"
+    url: str, token: str | None = TOKEN, mode: str = "auto", **options: Any
 ) -> AsyncIterator[Client]:
-    """A connected streamable-HTTP client sending `token` as its bearer token."""
+    """A connected streamable-HTTP client sending `token` as its bearer token (`options`: the
+    `Client`'s)."""
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     timeout = httpx2.Timeout(30.0, read=300.0)
     async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
         transport = streamable_http_client(url, http_client=http)
-        async with Client(transport, mode=mode) as client:
+        async with Client(transport, mode=mode, **options) as client:
             yield client
 
 

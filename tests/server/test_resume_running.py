@@ -64,11 +64,14 @@ async def test_a_restarted_server_resumes_the_campaigns_that_were_running(
         with anyio.fail_after(60):
             # The external campaign waits for a client again: it was resumed, nobody asked.
             claim = await call(client, "claim_trajectory", campaign_id="stopped", wait_s=30)
+            # Resuming what the server already resumed answers with its status, not an error.
+            resumed = await call(client, "resume", campaign_id="stopped")
             await call(client, "submit", claim_id=claim["claim_id"], answer="1")
             stopped = await call(client, "campaign_status", campaign_id="stopped", wait_s=30)
             crashed = await call(client, "campaign_status", campaign_id="crashed", wait_s=30)
         kept = await call(client, "campaign_status", campaign_id="kept")
         listing = await call(client, "list_campaigns")
+    assert (resumed["status"], resumed["active"], resumed["claimed"]) == ("running", True, 1)
     assert (stopped["status"], stopped["resolved"]) == ("finished", 1)
     assert (crashed["status"], crashed["resolved"]) == ("finished", 2)
     assert kept["status"] == "cancelled"
