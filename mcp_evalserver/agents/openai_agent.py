@@ -52,6 +52,7 @@ _SYSTEM_REPO = (
     "`submit`: every change in the repository is handed in as a patch."
 )
 _SYSTEM_ANSWER = "Answer the task. Call `submit` with your final answer; nothing else is graded."
+_SYSTEM_REPLY = "Answer the task. Your reply is graded as your final answer."
 _NUDGE = "Use the tools to continue; call `submit` when you are done."
 
 
@@ -114,7 +115,12 @@ class OpenAIAgent(Agent):
             output_bytes=config.tool_output_bytes,
             checkpoints=config.checkpoints,
         )
+        # Without a workspace there is nothing to do but answer: by default the first reply is
+        # the answer, and no tools are offered (a model without tool calling works too).
+        reply_is_answer = workspace is None and config.answer_from == "reply"
         default_system = _SYSTEM_REPO if workspace is not None else _SYSTEM_ANSWER
+        if reply_is_answer:
+            default_system = _SYSTEM_REPLY
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": config.system_prompt or default_system},
             {"role": "user", "content": context.task.prompt},
@@ -123,7 +129,7 @@ class OpenAIAgent(Agent):
         # usage per call); `messages` is only what the endpoint is sent.
         transcript: list[dict[str, Any]] = [dict(m) for m in messages]
         usage = Usage()
-        schemas = tool_schemas(workspace is not None, config.checkpoints)
+        schemas = [] if reply_is_answer else tool_schemas(workspace is not None, config.checkpoints)
         session = _Session(config, self.policy, schemas, transcript, usage)
         limiter = context.limiters.endpoint(base_url)
         # A client per trajectory, closed with it: no connection outlives the campaign run.
@@ -155,6 +161,10 @@ class OpenAIAgent(Agent):
                 assistant, calls = _assistant_message(completion.choices[0].message)
                 messages.append(assistant)
                 transcript.append({**assistant, "step": step})
+                if not calls and reply_is_answer:
+                    transcript.append({"event": "answered", "step": step})
+                    answer = assistant["content"] or ""
+                    return Submission(answer=answer, transcript=transcript, usage=usage)
                 if not calls:
                     messages.append({"role": "user", "content": _NUDGE})
                     transcript.append({"role": "user", "content": _NUDGE, "step": step})
@@ -226,7 +236,7 @@ class _Session:
             return await client.chat.completions.create(
                 model=config.model,
                 messages=cast("list[ChatCompletionMessageParam]", messages),
-                tools=self.tools,
+                tools=self.tools or openai.omit,
                 temperature=_or_omit(config.temperature),
                 seed=_or_omit(config.seed),
                 max_completion_tokens=_or_omit(config.max_output_tokens),

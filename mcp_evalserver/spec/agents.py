@@ -72,6 +72,12 @@ class OpenAIAgentConfig(_Strict):
     seed: int | None = None
     max_output_tokens: int | None = Field(None, ge=1, description="Per model call.")
     system_prompt: str | None = None
+    answer_from: Literal["reply", "submit"] = Field(
+        "reply",
+        description="Tasks without a workspace: `reply` takes the model's first reply as the "
+        "answer (one request, no tools offered: models without tool calling work); `submit` "
+        "offers a `submit` tool and takes only its answer. Repository tasks always submit.",
+    )
     request_timeout_s: float = Field(600.0, gt=0, description="Per HTTP request to the model.")
     command_timeout_s: float = Field(120.0, gt=0, description="Per `exec` tool call.")
     checkpoints: bool = Field(

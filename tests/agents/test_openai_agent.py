@@ -1,7 +1,8 @@
 """The openai agent against a scripted OpenAI-compatible server on loopback, via the real client.
 
-These tasks are answer-only (no environment): the model gets only `submit`. Repository tasks,
-where it works in a real workspace, are in test_openai_agent_repo.py.
+These tasks are answer-only (no environment): by default the model's first reply is its answer
+(no tools offered); with `answer_from: "submit"` it gets only `submit`. Repository tasks, where
+it works in a real workspace, are in test_openai_agent_repo.py.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ async def test_a_model_that_submits_the_right_answer_resolves_the_task_and_is_re
     script = [Reply(content="Let me think.", prompt_tokens=50, completion_tokens=7)]
     script.append(call("submit", answer=" 16 "))
     with serving(FakeOpenAI(script)) as fake, anyio.fail_after(30):
-        agent = openai_agent(fake.url, seed=7, temperature=0.0, max_output_tokens=256)
+        agent = openai_agent(
+            fake.url, seed=7, temperature=0.0, max_output_tokens=256, answer_from="submit"
+        )
         state, directory = await run(tmp_path, spec([TASK], agent))
 
     assert state.trajectories["t4@0"].outcome == "resolved"
@@ -216,7 +219,9 @@ async def test_a_model_that_never_submits_hands_in_nothing_after_max_steps(
     tmp_path: Path,
 ) -> None:
     with serving(FakeOpenAI([], then=Reply(content="hmm"))) as fake, anyio.fail_after(30):
-        state, directory = await run(tmp_path, spec([TASK], openai_agent(fake.url, max_steps=3)))
+        state, directory = await run(
+            tmp_path, spec([TASK], openai_agent(fake.url, max_steps=3, answer_from="submit"))
+        )
 
     assert fake.requests == 3
     assert state.trajectories["t4@0"].outcome == "failed"
@@ -238,7 +243,8 @@ async def test_a_conversation_that_outgrows_the_context_hands_in_what_it_has(
 ) -> None:
     script: list[Reply | Failure] = [Reply(content="thinking"), CONTEXT_FULL]
     with serving(FakeOpenAI(script)) as fake, anyio.fail_after(30):
-        state, directory = await run(tmp_path, spec([TASK], openai_agent(fake.url)))
+        agent = openai_agent(fake.url, answer_from="submit")
+        state, directory = await run(tmp_path, spec([TASK], agent))
 
     # Graded like a model out of steps (failed here: no answer), not an error.
     assert state.trajectories["t4@0"].outcome == "failed"
@@ -324,3 +330,31 @@ def test_the_docs_openai_agent_example_is_a_valid_agent_config() -> None:
     campaign = spec([TASK], agent)
     assert campaign.agent.type == "openai"
     assert agent["base_url"].startswith("http://127.0.0.1")
+
+
+async def test_a_reply_without_a_tool_call_is_the_answer_in_one_request(tmp_path: Path) -> None:
+    with serving(FakeOpenAI([Reply(content=" 16\n")])) as fake, anyio.fail_after(30):
+        state, directory = await run(tmp_path, spec([TASK], openai_agent(fake.url)))
+
+    assert state.trajectories["t4@0"].outcome == "resolved"
+    assert fake.requests == 1
+    assert "tools" not in fake.seen[0].body, "no tools: a model without tool calling works"
+    assert "submit" not in fake.seen[0].body["messages"][0]["content"]
+    (generated,) = records(directory, "generated")
+    assert generated["submission"]["answer"] == " 16\n"
+    transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
+    assert [m["event"] for m in transcript if "event" in m] == ["completion", "answered"]
+
+
+async def test_with_answer_from_submit_a_text_reply_is_nudged_toward_the_submit_tool(
+    tmp_path: Path,
+) -> None:
+    script = [Reply(content="16"), call("submit", answer="16")]
+    with serving(FakeOpenAI(script)) as fake, anyio.fail_after(30):
+        agent = openai_agent(fake.url, answer_from="submit")
+        state, _ = await run(tmp_path, spec([TASK], agent))
+
+    assert state.trajectories["t4@0"].outcome == "resolved"
+    assert fake.requests == 2
+    assert [tool["function"]["name"] for tool in fake.seen[0].body["tools"]] == ["submit"]
+    assert "submit" in fake.seen[1].body["messages"][-1]["content"]

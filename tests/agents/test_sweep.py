@@ -65,7 +65,7 @@ def _spec(url: str) -> Any:
     tasks = [{"id": f"t{n}", "prompt": "4 squared?", "answer": "16"} for n in range(20)]
     # No retry inside the agent, one attempt by the runner: a refusal loses the trajectory, as
     # retries run out for a provider pushed past its ceiling for long.
-    agent = openai_agent(url, retry_attempts=1)
+    agent = openai_agent(url, retry_attempts=1, answer_from="submit")
     return spec(tasks, agent, samples=4, max_attempts=1)
 
 

@@ -130,7 +130,8 @@ async def test_printed_text_that_looks_like_a_call_and_calls_after_submit_do_not
     }
     task = {"id": "t4", "prompt": "4 squared?", "answer": "16"}
     with serving(FakeOpenAI(script)) as fake, anyio.fail_after(30):
-        state, _ = await run(tmp_path, spec([task], openai_agent(fake.url), scorer=scorer))
+        agent = openai_agent(fake.url, answer_from="submit")
+        state, _ = await run(tmp_path, spec([task], agent, scorer=scorer))
 
     assert state.trajectories["t4@0"].outcome == "resolved", state.trajectories["t4@0"].score
     assert state.trajectories["t4@0"].score["details"]["tools"] == ["submit"]  # type: ignore[index]
