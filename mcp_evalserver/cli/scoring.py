@@ -65,7 +65,12 @@ def add_scoring_commands(commands: Any) -> None:
         help="evaluate SWE-bench predictions (a file, or `gold`): an evaluation-only campaign",
     )
     imported.add_argument("predictions", metavar="PREDICTIONS", help=".json/.jsonl, or gold")
-    imported.add_argument("--instances", required=True, type=Path, help=".json/.jsonl instances")
+    imported.add_argument(
+        "--instances",
+        required=True,
+        type=Path,
+        help=".json/.jsonl instances, or a SWE-bench task repository (a folder with sweb.yaml)",
+    )
     imported.add_argument(
         "--id", dest="campaign_id", help="campaign id (default: name-time-random)"
     )

@@ -30,6 +30,7 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.spec.agents import AgentConfig, NoopAgentConfig
 from mcp_evalserver.spec.host_paths import HostPath
 from mcp_evalserver.spec.scorers import ExactScorerConfig, ScorerConfig
+from mcp_evalserver.spec.swebench_repos import TASK_FILE, TASKS_DIR, read_task_repo
 
 _ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/]*")
 #: Names a task accepts as given, the SWE-bench aliases included.
@@ -247,10 +248,13 @@ SandboxConfig = Annotated[HostSandboxConfig | RaySandboxConfig, Field(discrimina
 
 
 class CampaignSpec(_Strict):
-    """What to run. Tasks may be inline or the path of a JSONL/JSON file."""
+    """What to run. Tasks may be inline, a JSONL/JSON file or a SWE-bench task repository."""
 
     name: str = Field("campaign", description="A label; the campaign id starts with it.")
-    tasks: list[Task] | str = Field(description="Inline tasks, or a JSONL/JSON task file path.")
+    tasks: list[Task] | str = Field(
+        description="Inline tasks, or the path of a JSONL/JSON task file or of a SWE-bench task "
+        "repository (a folder holding sweb.yaml)."
+    )
     samples: int = Field(1, ge=1, le=1000, description="Trajectories per task.")
     agent: AgentConfig = Field(default_factory=NoopAgentConfig)
     scorer: ScorerConfig = Field(default_factory=ExactScorerConfig)
@@ -320,11 +324,34 @@ def trajectory_id(task_id: str, sample: int) -> str:
 
 
 def load_tasks(path: Path) -> list[Task]:
-    """Reads tasks from a JSONL file (one object per line) or a JSON list.
+    """Reads tasks from a JSONL file (one object per line), a JSON list, or a SWE-bench task
+    repository (a folder holding `sweb.yaml`; see `swebench_repos`).
 
     Raises:
         InvalidInput: the file is missing, not JSON, or a task is invalid (line and field named).
     """
+    rows = _task_repo_rows(path) if path.is_dir() else _task_file_rows(path)
+    note_extra_task_fields((row for _, row in rows if isinstance(row, dict)), path)
+    tasks: list[Task] = []
+    for where, row in rows:
+        try:
+            tasks.append(Task.model_validate(row))
+        except ValidationError as exc:
+            raise InvalidInput(f"{path} {where}: {describe_validation_error(exc)}") from exc
+    if not tasks:
+        raise InvalidInput(f"{path} holds no tasks")
+    try:
+        CampaignSpec(tasks=tasks)
+    except ValidationError as exc:
+        raise InvalidInput(f"{path}: {describe_validation_error(exc)}") from exc
+    return tasks
+
+
+def _task_repo_rows(path: Path) -> list[tuple[str, Any]]:
+    return [(f"{TASKS_DIR}/{row['instance_id']}/{TASK_FILE}", row) for row in read_task_repo(path)]
+
+
+def _task_file_rows(path: Path) -> list[tuple[str, Any]]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -342,20 +369,7 @@ def load_tasks(path: Path) -> list[Task]:
             ]
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"{path} is not JSON or JSONL: {exc}") from exc
-    note_extra_task_fields((row for _, row in rows if isinstance(row, dict)), path)
-    tasks: list[Task] = []
-    for where, row in rows:
-        try:
-            tasks.append(Task.model_validate(row))
-        except ValidationError as exc:
-            raise InvalidInput(f"{path} {where}: {describe_validation_error(exc)}") from exc
-    if not tasks:
-        raise InvalidInput(f"{path} holds no tasks")
-    try:
-        CampaignSpec(tasks=tasks)
-    except ValidationError as exc:
-        raise InvalidInput(f"{path}: {describe_validation_error(exc)}") from exc
-    return tasks
+    return rows
 
 
 def parse_spec(data: Any, base_dir: Path | None = None) -> CampaignSpec:

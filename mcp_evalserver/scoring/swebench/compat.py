@@ -3,8 +3,9 @@
 Shapes follow `swebench` 5.0.2 (`harness/utils.py`, `harness/grading.py::get_eval_report`,
 `harness/reporting.py::make_run_report`), so tools that read SWE-bench results read ours.
 
-- Instances: a `.json` array or `.jsonl` lines; FAIL_TO_PASS / PASS_TO_PASS as JSON text (as
-  the datasets ship them) or lists. Unknown fields are kept.
+- Instances: a `.json` array, `.jsonl` lines or a task repository (`spec/swebench_repos.py`);
+  FAIL_TO_PASS / PASS_TO_PASS as JSON text (as the datasets ship them) or lists. Unknown fields
+  are kept.
 - Predictions: `.json` (an array, or an object keyed by instance id as SWE-agent writes it)
   or `.jsonl`, each with `instance_id`, `model_name_or_path`, `model_patch`. The source `gold`
   means each instance's own `patch` under the model name `gold`. An empty or null patch is
@@ -26,6 +27,7 @@ from mcp_evalserver.runtime.atomic_files import write_atomically
 from mcp_evalserver.scoring.swebench.grading import EvalStatus, Grade, parse_test_list
 from mcp_evalserver.scoring.swebench.logparsers import SWEBENCH_REPO_PARSERS
 from mcp_evalserver.spec.predictions import Prediction, read_records, validate_records
+from mcp_evalserver.spec.swebench_repos import read_task_repo
 
 REPORT_FILE = "report.json"
 RUN_EVALUATION_LOG_DIR = Path("logs/run_evaluation")
@@ -107,14 +109,17 @@ def _instance_id(instance: SwebenchInstance) -> str:
 
 
 def load_instances(path: str | Path) -> list[SwebenchInstance]:
-    """Reads SWE-bench instances from a `.json` array or a `.jsonl` file.
+    """Reads SWE-bench instances from a `.json` array, a `.jsonl` file or a SWE-bench task
+    repository (a folder holding `sweb.yaml`: the rows it publishes, as a JSONL file holds).
 
     Raises:
         NotFound: the file does not exist.
-        InvalidInput: not JSON, a record misses a field, or an instance id repeats.
+        InvalidInput: not JSON, a record misses a field, or an instance id repeats; in a task
+            repository, a file or key is missing, unknown or malformed.
     """
     path = Path(path)
-    return validate_records(SwebenchInstance, read_records(path), path, _instance_id)
+    records = read_task_repo(path) if path.is_dir() else read_records(path)
+    return validate_records(SwebenchInstance, records, path, _instance_id)
 
 
 def dump_predictions(predictions: Iterable[Prediction], path: str | Path) -> Path:
