@@ -276,6 +276,10 @@ def _prepared(
     meta.setdefault("split", split)
     meta.setdefault("datasets", list(datasets))
     check_task_keys(meta, where)
+    if "/" in meta["instance_id"] or meta["instance_id"] in ("", ".", ".."):
+        raise InvalidInput(
+            f"{where}: instance_id: not a folder name; SWE-bench names a task's folder after it"
+        )
     return meta, files, tests
 
 

@@ -229,6 +229,13 @@ def test_a_broken_repository_records_nothing_and_loses_nothing_recorded(
     assert json.loads(capsys.readouterr().out)["trajectories"] == 2
 
 
-def test_writing_refuses_a_folder_that_holds_files(repo: Path) -> None:
+def test_writing_refuses_a_folder_that_holds_files_and_what_reading_would_refuse(
+    repo: Path, tmp_path: Path
+) -> None:
     with pytest.raises(InvalidInput, match="is not an empty folder; give a new one"):
         write_task_repo(ROWS, repo, datasets=["d"])
+    with pytest.raises(InvalidInput, match="instance a/b: instance_id: not a folder name"):
+        write_task_repo([row("a/b")], tmp_path / "nested", datasets=["d"])
+    unparsed = {k: v for k, v in row("x").items() if k != "log_parser"}
+    with pytest.raises(InvalidInput, match="instance x: log_parser: missing"):
+        write_task_repo([unparsed], tmp_path / "none", datasets=["d"])
