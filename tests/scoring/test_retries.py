@@ -30,3 +30,9 @@ def test_without_retries_nothing_is_flagged() -> None:
     split = retry_split([("t1", False, True), ("t2", False, False)])
     assert (split.retried, split.flagged, split.fisher_p_value) == (0, False, None)
     assert "no graded trajectory needed a retry" in split.note
+
+
+def test_fisher_exact_p_holds_on_a_large_campaigns_table() -> None:
+    a, b, c, d = 180, 320, 4100, 5400
+    reference = stats.fisher_exact([[a, b], [c, d]]).pvalue
+    assert fisher_exact_p(a, b, c, d) == pytest.approx(reference, rel=1e-6)

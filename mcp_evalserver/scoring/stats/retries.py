@@ -93,11 +93,18 @@ def fisher_exact_p(a: int, b: int, c: int, d: int) -> float:
     row, column, total = a + b, a + c, a + b + c + d
     low, high = max(0, column - (total - row)), min(row, column)
 
+    # In logs: the binomials of a large campaign's table have thousands of digits.
+    log_all = _log_comb(total, column)
+
     def probability(x: int) -> float:
-        return math.comb(row, x) * math.comb(total - row, column - x) / math.comb(total, column)
+        return math.exp(_log_comb(row, x) + _log_comb(total - row, column - x) - log_all)
 
     observed = probability(a)
     tail = math.fsum(
         p for x in range(low, high + 1) if (p := probability(x)) <= observed * _RELATIVE_TOLERANCE
     )
     return min(1.0, tail)
+
+
+def _log_comb(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
