@@ -19,6 +19,7 @@ from mcp_evalserver import __version__
 from mcp_evalserver.cli.calibrate import add_calibrate_command, dispatch_calibrate
 from mcp_evalserver.cli.endpoints import serve_trajectory
 from mcp_evalserver.cli.export import add_export_command, dispatch_export
+from mcp_evalserver.cli.plan import add_cluster_option, add_plan_command, dispatch_plan
 from mcp_evalserver.cli.progress import progress_line, show_progress
 from mcp_evalserver.cli.scoring import add_scoring_commands, dispatch_scoring
 from mcp_evalserver.cli.sweep import add_sweep_command, dispatch_sweep
@@ -154,10 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="count forked branches as samples of their own (default: a root and its branches "
         "count once, resolved when any is)",
     )
+    add_cluster_option(report)
     add_scoring_commands(commands)
     add_sweep_command(commands)
     add_calibrate_command(commands)
     add_export_command(commands)
+    add_plan_command(commands)
 
     commands.add_parser("schema", help="print the JSON schema of a campaign spec")
     return parser
@@ -251,6 +254,7 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
         handled = dispatch_calibrate(args, store)
     if handled is None:
         handled = dispatch_export(args, store)
+        handled = dispatch_plan(args, store)
     if handled is not None:
         return handled
     if args.command == "schema":
@@ -280,21 +284,29 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
             print(json.dumps(status, indent=2))
         return EXIT_OK
     if args.command == "report":
-        text = _report_text(store, args.campaign_id, args.format, args.branches_as_samples)
+        text = _report_text(
+            store, args.campaign_id, args.format, args.branches_as_samples, args.cluster_by
+        )
         _write(text, args.out)
         return EXIT_OK
     raise AssertionError(f"unhandled command {args.command}")
 
 
 def _report_text(
-    store: CampaignStore, campaign_id: str, output: str, branches_as_samples: bool = False
+    store: CampaignStore,
+    campaign_id: str,
+    output: str,
+    branches_as_samples: bool = False,
+    cluster_by: str | None = None,
 ) -> str:
     if output == "html":
         # Imported here: the other commands need no template engine.
         from mcp_evalserver.server.dashboard.render import static_report
 
         return static_report(store, campaign_id)
-    report = build_report(store.load(campaign_id), branches_as_samples=branches_as_samples)
+    report = build_report(
+        store.load(campaign_id), branches_as_samples=branches_as_samples, cluster_by=cluster_by
+    )
     return json.dumps(report, indent=2) + "\n" if output == "json" else render_markdown(report)
 
 

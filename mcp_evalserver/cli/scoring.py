@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from mcp_evalserver.cli.plan import add_cluster_option
 from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.report import build_comparison, render_comparison_markdown
 from mcp_evalserver.engine.rescoring import request_rescore
@@ -41,6 +42,7 @@ def add_scoring_commands(commands: Any) -> None:
     compare.add_argument("campaign_a", metavar="ID_A")
     compare.add_argument("campaign_b", metavar="ID_B")
     compare.add_argument("--format", choices=["markdown", "json"], default="markdown")
+    add_cluster_option(compare)
 
     rescore = commands.add_parser(
         "rescore", help="score a campaign's submissions again, without generating them again"
@@ -114,7 +116,9 @@ def dispatch_scoring(
         EvalServerError: from the command (the CLI turns it into a message and exit code).
     """
     if args.command == "compare":
-        comparison = build_comparison(store.load(args.campaign_a), store.load(args.campaign_b))
+        comparison = build_comparison(
+            store.load(args.campaign_a), store.load(args.campaign_b), cluster_by=args.cluster_by
+        )
         if args.format == "json":
             print(json.dumps(comparison, indent=2))
         else:

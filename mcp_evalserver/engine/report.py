@@ -10,6 +10,11 @@ Trajectories not finished yet are left out (the report of a running campaign is 
 Intervals are 95%: a bootstrap over tasks with seed 0 (so the same ledger gives the same
 report), and Wilson's when every task has exactly one attempt.
 
+The mean pass rate also carries a cluster-robust standard error and t interval: tasks are
+clustered by their `repo` when every task has one, or by the task field `cluster_by` names (a
+task attribute or a `metadata` key); otherwise each task is its own cluster. `retries` splits
+the pass rate by whether a trajectory needed a retry after an infrastructure failure.
+
 Branches (trajectories forked from another, `fork_trajectory`) are not samples: a root and
 its branches count once, resolved when any of them is (best of branches), and only once all of
 them are finished. `branches` lists each root's tree; `branches_as_samples=True` counts every
@@ -24,7 +29,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState, TrajectoryState
+from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.scoring.stats.clustered import cluster_robust_mean, task_clusters
 from mcp_evalserver.scoring.stats.comparison import compare_campaigns
+from mcp_evalserver.scoring.stats.paired import paired_tests
+from mcp_evalserver.scoring.stats.power import (
+    TaskCounts,
+    detectable_difference,
+    variance_components,
+)
+from mcp_evalserver.scoring.stats.retries import retry_split
 from mcp_evalserver.scoring.stats.summary import (
     Verdict,
     flaky_graders,
@@ -36,6 +50,8 @@ from mcp_evalserver.scoring.stats.summary import (
 CONFIDENCE = 0.95
 SEED = 0
 RESAMPLES = 2000
+#: The power at which `compare` states the difference its campaigns can detect.
+POWER = 0.8
 
 
 def samples(
@@ -172,12 +188,17 @@ def build_report(
     *,
     branches_as_samples: bool = False,
     finished: list[Verdict] | None = None,
+    cluster_by: str | None = None,
 ) -> dict[str, Any]:
     """The figures of a campaign (JSON-ready). Infrastructure failures are counted apart.
 
     A root and its branches count as one sample (best of branches) unless
     `branches_as_samples`. `finished`: `verdicts(state, branches_as_samples=...)` when the
-    caller has them already.
+    caller has them already. `cluster_by`: the task field whose values cluster the tasks for
+    the clustered standard error (default `repo` when every task has one).
+
+    Raises:
+        InvalidInput: no task has the field `cluster_by`.
     """
     outcomes = Counter(t.outcome or t.phase for t in state.trajectories.values())
     if finished is None:
@@ -206,6 +227,8 @@ def build_report(
     resolved = sum(row["resolved"] for row in per_task.values())
     scores = [t.score for t in state.trajectories.values() if t.score is not None]
     oracle = getattr(state.spec.agent, "type", None) == "oracle"
+    rates = {s.task_id: s.pass_rate for s in task_figures if s.pass_rate is not None}
+    field, labels, missing = clusters_of(state, cluster_by, rates)
     return {
         "campaign": state.id,
         "name": state.spec.name,
@@ -225,6 +248,21 @@ def build_report(
         "endpoint_limits": endpoint_limits(state),
         "judge_calibration": state.calibrations[-1] if state.calibrations else None,
         "summary": summary,
+        "mean_pass_rate_clustered": (
+            cluster_robust_mean(
+                rates,
+                labels,
+                confidence=CONFIDENCE,
+                cluster_field=field,
+                tasks_without_field=missing,
+            ).model_dump(mode="json")
+            if rates
+            else None
+        ),
+        "retries": retry_split(
+            (t.task_id, needed_retry, t.outcome == "resolved")
+            for t, needed_retry in graded_trees(state, branches_as_samples)
+        ).model_dump(mode="json"),
         "phases": {
             "generation": _percentiles(t.generation_s for t in state.trajectories.values()),
             "scoring": _percentiles(t.scoring_s for t in state.trajectories.values()),
@@ -250,6 +288,53 @@ def build_report(
         "branches": branch_trees(state),
         "branches_as_samples": branches_as_samples,
     }
+
+
+def clusters_of(
+    state: CampaignState, cluster_by: str | None, tasks: Iterable[str]
+) -> tuple[str | None, dict[str, str], int]:
+    """(field, task id -> cluster, tasks without the field) over `tasks`: by `cluster_by` (a
+    task attribute or a `metadata` key), else by `repo` when every one of them has a repo.
+
+    Raises:
+        InvalidInput: no task has the field `cluster_by`.
+    """
+    by_id = {task.id: task for task in state.spec.task_list()}
+    fields: dict[str, dict[str, object]] = {}
+    for task_id in tasks:
+        task = by_id.get(task_id)
+        if task is None:
+            continue
+        row: dict[str, object] = {"repo": task.repo}
+        if cluster_by is not None:
+            row[cluster_by] = (
+                getattr(task, cluster_by)
+                if cluster_by in type(task).model_fields
+                else task.metadata.get(cluster_by)
+            )
+        fields[task_id] = row
+    field, labels, missing = task_clusters(fields, cluster_by)
+    if cluster_by is not None and fields and not labels:
+        known = sorted({key for task in by_id.values() for key in task.metadata})
+        raise InvalidInput(
+            f"no task has a field {cluster_by!r} to cluster by; use `repo` or a metadata key"
+            + (f" ({', '.join(known[:20])})" if known else " (these tasks have no metadata)")
+        )
+    return field, labels, missing
+
+
+def graded_trees(
+    state: CampaignState, branches_as_samples: bool = False
+) -> list[tuple[TrajectoryState, bool]]:
+    """Each graded sample (a tree of branches as one) and whether any of its trajectories
+    needed a retry after an infrastructure failure."""
+    found = []
+    for root, branches in samples(state, branches_as_samples=branches_as_samples):
+        trajectory = best_of(root, branches)
+        if trajectory.done and trajectory.outcome not in (None, *INFRA_OUTCOMES):
+            retried = any(m.infra_history for m in (root, *branches))
+            found.append((trajectory, retried))
+    return found
 
 
 def where_it_ran(state: CampaignState) -> dict[str, dict[str, Any]] | None:
@@ -349,6 +434,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- mean pass rate over tasks: **{_percent(summary['mean_pass_rate'])}**"
         f" ({_interval(summary['mean_pass_rate_ci'])} over {summary['tasks_scored']} task(s))",
     ]
+    if (clustered := report.get("mean_pass_rate_clustered")) is not None:
+        lines.append(clustered_line(clustered))
     if summary["pass_at_k"]:
         lines.append("- pass@k: " + _by_k(summary["pass_at_k"]))
         lines.append("- pass^k: " + _by_k(summary["pass_hat_k"]))
@@ -372,6 +459,19 @@ def render_markdown(report: dict[str, Any]) -> str:
                 if health["retried_by_resume"]
                 else ""
             )
+        )
+    retries = report.get("retries")
+    if retries and retries["retried"]:
+        lines.append(
+            f"- retried after an infrastructure failure: {retries['retried']} graded"
+            f" trajectory(ies) pass {_percent(retries['retried_pass_rate'])}, the other"
+            f" {retries['not_retried']} {_percent(retries['not_retried_pass_rate'])}"
+            + (
+                f" (their tasks' other samples: {_percent(e)})"
+                if (e := retries["retried_expected_from_their_tasks"]) is not None
+                else ""
+            )
+            + (f"; **{retries['note']}**" if retries["flagged"] else f"; {retries['note']}")
         )
     for endpoint, limit in report.get("endpoint_limits", {}).items():
         lines.append(
@@ -459,12 +559,66 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_comparison(a: CampaignState, b: CampaignState) -> dict[str, Any]:
-    """Campaign B against campaign A on the tasks both scored (differences are B minus A)."""
+def build_comparison(
+    a: CampaignState, b: CampaignState, *, cluster_by: str | None = None
+) -> dict[str, Any]:
+    """Campaign B against campaign A on the tasks both scored (differences are B minus A).
+
+    Beside the bootstrap, permutation and sign tests (`compare_campaigns`): `tests`, the
+    clustered t test, McNemar's exact test and the cluster permutation test with the one that
+    answers and why; `power`, the difference these campaigns detect at 80% power.
+
+    Raises:
+        InvalidInput: no task has the field `cluster_by`.
+    """
+    verdicts_a, verdicts_b = verdicts(a), verdicts(b)
     comparison = compare_campaigns(
-        verdicts(a), verdicts(b), confidence=CONFIDENCE, resamples=RESAMPLES, seed=SEED
+        verdicts_a, verdicts_b, confidence=CONFIDENCE, resamples=RESAMPLES, seed=SEED
     )
-    return {"a": a.id, "b": b.id, **comparison.model_dump(mode="json")}
+    counts_a, counts_b = _counts(verdicts_a), _counts(verdicts_b)
+    shared = sorted(counts_a.keys() & counts_b.keys())
+    field, labels, missing = clusters_of(b, cluster_by, shared)
+    tests = paired_tests(
+        verdicts_a,
+        verdicts_b,
+        comparison,
+        labels,
+        cluster_field=field,
+        tasks_without_field=missing,
+        confidence=CONFIDENCE,
+        resamples=RESAMPLES,
+        seed=SEED,
+    )
+    power: dict[str, Any] | None = None
+    difference = tests.difference
+    if difference is not None and difference.standard_error is not None:
+        components = variance_components(counts_a, counts_b, labels)
+        power = {
+            "power": POWER,
+            "alpha": 1 - CONFIDENCE,
+            # From the mean difference's clustered standard error, t with G - 1 df.
+            "detectable_difference": detectable_difference(
+                difference.standard_error, difference.clusters - 1, 1 - CONFIDENCE, POWER
+            ),
+            "correlation": components.correlation,
+            "between_task_variance": components.between_task,
+            "within_task_variance": components.within_task,
+        }
+    return {
+        "a": a.id,
+        "b": b.id,
+        **comparison.model_dump(mode="json"),
+        "tests": tests.model_dump(mode="json"),
+        "power": power,
+    }
+
+
+def _counts(found: list[Verdict]) -> dict[str, TaskCounts]:
+    return {
+        s.task_id: TaskCounts(successes=s.successes, attempts=s.attempts)
+        for s in task_stats(found)
+        if s.attempts
+    }
 
 
 def render_comparison_markdown(comparison: dict[str, Any]) -> str:
@@ -485,7 +639,65 @@ def render_comparison_markdown(comparison: dict[str, Any]) -> str:
         f" ({'exact' if comparison['permutation_exact'] else 'Monte Carlo'});"
         f" sign test p = {_p(comparison['sign_test_p_value'])}",
     ]
+    tests = comparison.get("tests")
+    if tests and tests["difference"] is not None:
+        clustered = tests["difference"]
+        if clustered["standard_error"] is not None:
+            lines.append(
+                f"- clustered: SE {100 * clustered['standard_error']:.1f} points,"
+                f" {100 * clustered['confidence']:.0f}% CI {100 * clustered['low']:+.1f} to"
+                f" {100 * clustered['high']:+.1f} points over {clustered['clusters']} cluster(s);"
+                f" t test p = {_p(tests['clustered_t_p_value'])}"
+                + (f" (**{clustered['warning']}**)" if clustered["warning"] else "")
+            )
+        if (mcnemar := tests["mcnemar"]) is not None:
+            lines.append(
+                f"- McNemar's exact test: only A resolved {mcnemar['only_a_resolved']}, only B"
+                f" {mcnemar['only_b_resolved']}; p = {_p(mcnemar['p_value'])}"
+            )
+        if tests["cluster_permutation_p_value"] is not None:
+            lines.append(
+                f"- permutation test over clusters p = {_p(tests['cluster_permutation_p_value'])}"
+                f" ({'exact' if tests['cluster_permutation_exact'] else 'Monte Carlo'})"
+            )
+    if tests and tests["answered_by"] is not None:
+        lines.append(
+            f"- **answered by {tests['answered_by'].replace('_', ' ')}: p ="
+            f" {_p(tests['p_value'])}**, because {tests['reason']}"
+        )
+    if (power := comparison.get("power")) is not None:
+        lines.append(
+            f"- detectable difference at {100 * power['power']:.0f}% power:"
+            f" {100 * power['detectable_difference']:.1f} points"
+            f" (alpha {power['alpha']:g}"
+            + (
+                f"; task pass rates correlate {power['correlation']:.2f} between the two"
+                if power["correlation"] is not None
+                else ""
+            )
+            + "; `plan` says how many tasks and samples a smaller one needs)"
+        )
     return "\n".join(lines) + "\n"
+
+
+def clustered_line(clustered: dict[str, Any]) -> str:
+    """The mean pass rate's cluster-robust standard error and interval, in one line."""
+    if clustered["cluster_field"] is None:
+        grouping = f"{clustered['clusters']} clusters: each task its own"
+    else:
+        grouping = f"{clustered['clusters']} clusters by `{clustered['cluster_field']}`"
+        if clustered["tasks_without_field"]:
+            grouping += f", {clustered['tasks_without_field']} task(s) without it alone"
+    if clustered["standard_error"] is None:
+        figures = "no standard error"
+    else:
+        figures = (
+            f"SE {100 * clustered['standard_error']:.1f} points,"
+            f" {100 * clustered['confidence']:.0f}% CI {_percent(clustered['low'])}–"
+            f"{_percent(clustered['high'])}, t with {clustered['degrees_of_freedom']} df"
+        )
+    warning = f"; **{clustered['warning']}**" if clustered["warning"] else ""
+    return f"- clustered standard error: {figures} ({grouping}){warning}"
 
 
 def calibration_line(calibration: dict[str, Any]) -> str:

@@ -47,6 +47,7 @@ from mcp_evalserver import __version__
 from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.engine.calibration import calibrate_campaign, parse_labels
 from mcp_evalserver.engine.exports import ExportFormat, export_text
+from mcp_evalserver.engine.planning import build_plan, render_plan_markdown
 from mcp_evalserver.engine.state import Outcome
 from mcp_evalserver.engine.sweep import DEFAULT_LEVELS
 from mcp_evalserver.errors import Conflict, EvalServerError, NotFound
@@ -406,6 +407,40 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         """Compare campaign B against campaign A on the tasks both scored (paired by task):
         mean difference with a bootstrap interval, wins/losses, permutation and sign tests."""
         return _service(ctx).compare(campaign_a, campaign_b)
+
+    @app.tool(annotations=_READ_ONLY)
+    @tool_errors
+    async def plan_sample_size(
+        campaign_id: CampaignId,
+        ctx: Context[EvalService, Any],
+        campaign_b: Annotated[
+            str | None,
+            Field(description="A second campaign on the same tasks: their correlation counts."),
+        ] = None,
+        delta: Annotated[
+            float, Field(gt=0, le=1, description="Difference in pass rate to detect.")
+        ] = 0.02,
+        power: Annotated[float, Field(gt=0, lt=1)] = 0.8,
+        alpha: Annotated[float, Field(gt=0, lt=1, description="Two-sided level.")] = 0.05,
+        cluster_by: Annotated[
+            str | None,
+            Field(description="Task field or metadata key clustering tasks (default: repo)."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """How many tasks x samples per task detect a difference `delta` in pass rate between
+        two campaigns, from a pilot campaign's variance between tasks and within a task (and,
+        given two campaigns on the same tasks, their correlation); and the difference the
+        pilot's own design detects. `markdown` says it as a person reads it."""
+        store = _service(ctx).store
+        plan = build_plan(
+            store.load(campaign_id),
+            store.load(campaign_b) if campaign_b is not None else None,
+            delta=delta,
+            power=power,
+            alpha=alpha,
+            cluster_by=cluster_by,
+        )
+        return {**plan, "markdown": render_plan_markdown(plan)}
 
 
 #: Where a connection keeps the level its client set with `logging/setLevel`.

@@ -65,7 +65,7 @@ def compare_campaigns(
     diffs = [rates_b[t] - rates_a[t] for t in shared]
     wins = sum(d > 0 for d in diffs)
     losses = sum(d < 0 for d in diffs)
-    p_perm, exact = _sign_flip_p_value(diffs, resamples, seed) if diffs else (None, False)
+    p_perm, exact = sign_flip_p_value(diffs, resamples, seed) if diffs else (None, False)
     float_diffs = [float(d) for d in diffs]
     return PairedComparison(
         shared_tasks=len(shared),
@@ -95,7 +95,7 @@ def _exact_rates(verdicts: Iterable[Verdict]) -> dict[str, Fraction]:
     }
 
 
-def _sign_flip_p_value(diffs: Sequence[Fraction], resamples: int, seed: int) -> tuple[float, bool]:
+def sign_flip_p_value(diffs: Sequence[Fraction], resamples: int, seed: int) -> tuple[float, bool]:
     """Two-sided p of |sum of differences| under random signs; (p, whether it is exact)."""
     # Scaled to integers by the common denominator: exact ties, and much faster than Fractions.
     scale = math.lcm(*(d.denominator for d in diffs))
