@@ -62,6 +62,7 @@ from mcp_evalserver.errors import (
 )
 from mcp_evalserver.runtime.adaptive import LimitChange
 from mcp_evalserver.runtime.artifacts import read_artifact
+from mcp_evalserver.runtime.governance import governed
 from mcp_evalserver.runtime.limits import Limiters, RetryPolicy
 from mcp_evalserver.runtime.sandboxes import (
     InstanceCheck,
@@ -144,10 +145,12 @@ class CampaignStore:
                 scorer cannot be built or refuses its tasks (`Scorer.check_tasks`), or it
                 places instances on Ray and Ray is not installed.
             Conflict: another process holds that campaign's lock (creating or running it).
+            LimitExceeded: its estimated disk for images and instances exceeds the free space.
         """
         # The scorer refuses tasks it cannot grade at all before anything is recorded.
         build_scorer(spec.scorer).check_tasks(spec.task_list())
         require_placement(spec.sandbox, None)
+        spec = governed(spec, self.state_dir)  # its instance budget, and a disk that holds it
         if campaign_id is None:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
             campaign_id = f"{spec.name}-{stamp}-{secrets.token_hex(2)}"
@@ -416,6 +419,15 @@ class _Drive:
                 delay = await self._score_once(trajectory, task)
             if delay:
                 await anyio.sleep(delay)
+        await self._release_if_finished(task)
+
+    async def _release_if_finished(self, task: Task) -> None:
+        """Closes the task's instance once every trajectory of every task sharing it is done
+        (idle now, or when its last step ends): the campaign moves on without it."""
+        key = task.instance_key
+        trajectories = self.state.trajectories.values()
+        if all(t.done for t in trajectories if self.tasks[t.task_id].instance_key == key):
+            await self.sandboxes.release(task, self.state.spec.sandbox)
 
     async def _generate_once(self, trajectory: TrajectoryState, task: Task) -> float:
         """One generation attempt; returns the backoff delay before the next, if any."""
@@ -634,6 +646,7 @@ class _Drive:
             self._reprovisioned,
             self.state.spec.sandbox,
             self.instance_checks.get(task.id),
+            self.state.spec.limits.instances,
         )
 
     async def _reprovisioned(self, event: Reprovisioned) -> None:

@@ -11,6 +11,14 @@ Self-healing lives here, for every backend alike: an instance that reports itsel
 died) fails the operations in flight on it as `SandboxUnavailable`, and the next use provisions
 it again. Users of a dead instance queue on one lock per instance, so they all wait for the one
 re-provisioning instead of each making their own.
+
+Governance lives here too: a campaign's instance budget (`limits.instances`) bounds the
+instances alive at once. A step holds a lease on its instance from its first use to its close;
+an instance nobody leases is idle. A new instance that finds the budget reached closes the
+least recently used idle one (waiting for one to become idle if none is), and an instance whose
+tasks are all finished is closed as soon as it is idle (`release`). Both are pure runtime: an
+instance is a cache of the task's frozen environment, the next use provisions it again (as
+after a restart), and no trajectory's state depends on it, so the ledger records neither.
 """
 
 from __future__ import annotations
@@ -112,6 +120,17 @@ class Reprovisioned:
     ts: float
 
 
+@dataclass(frozen=True)
+class Closed:
+    """An idle instance the pool closed: `evicted` to make room under the budget, or
+    `released` because every task using it had finished."""
+
+    backend: BackendName
+    instance_key: str
+    why: Literal["evicted", "released"]
+    ts: float
+
+
 #: Told when a call re-provisioned a dead instance (the runner records it in its ledger).
 ReprovisionObserver = Callable[[Reprovisioned], Awaitable[None]]
 
@@ -162,6 +181,16 @@ class SandboxPool:
         self._checked: set[tuple[BackendName, str, str]] = set()
         #: Every re-provisioning this pool did, oldest first.
         self.reprovisioned: list[Reprovisioned] = []
+        # Governance: steps holding each instance, when each was last used, instances being
+        # provisioned (they count against the budget), and those to close once idle.
+        self._leases: dict[tuple[BackendName, str], int] = {}
+        self._last_used: dict[tuple[BackendName, str], float] = {}
+        self._coming: set[tuple[BackendName, str]] = set()
+        self._finished: set[tuple[BackendName, str]] = set()
+        self._budget_lock = anyio.Lock()
+        self._idle = anyio.Event()  # set (and replaced) whenever an instance becomes idle
+        #: Every instance this pool closed while it ran (evicted or released), oldest first.
+        self.closed: list[Closed] = []
         self._closing = anyio.Event()
         self._group: anyio.abc.TaskGroup | None = None
 
@@ -220,9 +249,14 @@ class SandboxPool:
         on_reprovisioned: ReprovisionObserver | None = None,
         placement: SandboxConfig | None = None,
         check: InstanceCheck | None = None,
+        budget: int | None = None,
     ) -> Instance:
         """The task's instance, provisioned (bounded by `provisioning`) the first time and
         again whenever it is found dead; `on_reprovisioned` hears of the latter.
+
+        The caller holds a lease on it until `unlease`. A new instance needs room under
+        `budget` (instances alive at once): the least recently used idle instance is closed
+        for it, or it waits until one is idle.
 
         `placement` is the campaign's choice; without one the pool's own (`ray_address`).
         `check` runs once per instance and check key, whether this call made the instance or
@@ -250,18 +284,30 @@ class SandboxPool:
             instance = self._instances.get(key)
             if instance is not None:
                 if (reason := instance.dead) is None:
-                    # Made for another task or campaign: this task's check may not have run.
-                    await self._check(instance, check, checked, fresh=False)
+                    # Leased first: no eviction may take it while its check runs.
+                    self._lease(key)
+                    try:
+                        # Made for another task or campaign: this task's check may not have run.
+                        await self._check(instance, check, checked, fresh=False)
+                    except BaseException:
+                        self._leases[key] -= 1
+                        raise
                     return instance
                 logger.warning("instance %s of task %s died: %s", spec.key, task.id, reason)
                 self._lost[key] = reason
                 del self._instances[key]
             backend = await self.backend(name, address or "auto")
-            async with provisioning:
-                # The backend reaps its dead instance (supervisor, container) before the new.
-                instance = await backend.instance(spec)
-            await self._check(instance, check, checked, fresh=True)
-            self._instances[key] = instance
+            await self._make_room(key, budget)
+            try:
+                async with provisioning:
+                    # The backend reaps its dead instance (supervisor, container) first.
+                    instance = await backend.instance(spec)
+                await self._check(instance, check, checked, fresh=True)
+                self._instances[key] = instance
+            finally:
+                self._coming.discard(key)
+                self._set_idle()  # the room it held may be free again
+            self._lease(key)
             reason = self._lost.pop(key, None)
             if reason is not None:
                 event = Reprovisioned(name, spec.key, task.id, reason, time.time())
@@ -269,6 +315,91 @@ class SandboxPool:
                 if on_reprovisioned is not None:
                     await on_reprovisioned(event)
             return instance
+
+    def alive(self) -> int:
+        """Instances alive now (and being provisioned), as the budget counts them."""
+        alive = sum(instance.dead is None for instance in self._instances.values())
+        return alive + len(self._coming)
+
+    def _lease(self, key: tuple[BackendName, str]) -> None:
+        self._leases[key] = self._leases.get(key, 0) + 1
+        self._last_used[key] = time.monotonic()
+        self._finished.discard(key)  # wanted again (another campaign, a resumed one)
+
+    def _set_idle(self) -> None:
+        self._idle.set()
+        self._idle = anyio.Event()
+
+    async def _make_room(self, key: tuple[BackendName, str], budget: int | None) -> None:
+        """Reserves room for `key` under `budget`, closing the least recently used idle
+        instance while there is none, or waiting until an instance becomes idle."""
+        while True:
+            async with self._budget_lock:
+                if budget is None or self.alive() < budget:
+                    self._coming.add(key)
+                    return
+                idle = [
+                    k
+                    for k, instance in self._instances.items()
+                    if instance.dead is None and not self._leases.get(k)
+                ]
+                if idle:
+                    victim = min(idle, key=lambda k: self._last_used.get(k, 0.0))
+                    await self._close(victim, "evicted")
+                    continue
+                waiting = self._idle
+            await waiting.wait()
+
+    async def unlease(self, task: Task, placement: SandboxConfig | None = None) -> None:
+        """Ends a lease taken by `instance`; an idle instance whose tasks are finished closes."""
+        key = self._key(task, placement)
+        left = self._leases.get(key, 0) - 1
+        self._leases[key] = max(left, 0)
+        self._last_used[key] = time.monotonic()
+        if left <= 0:
+            if key in self._finished:
+                await self._close(key, "released")
+            self._set_idle()
+
+    async def release(self, task: Task, placement: SandboxConfig | None = None) -> None:
+        """Says every task using this task's instance (in the caller's campaign) is finished:
+        the instance closes now if idle, else when its last lease ends."""
+        if task.image is None and task.path is None:
+            return
+        key = self._key(task, placement)
+        if key not in self._instances:
+            return
+        if self._leases.get(key):
+            self._finished.add(key)
+            return
+        await self._close(key, "released")
+        self._set_idle()
+
+    async def _close(
+        self, key: tuple[BackendName, str], why: Literal["evicted", "released"]
+    ) -> None:
+        self._finished.discard(key)
+        instance = self._instances.pop(key, None)
+        if instance is None:
+            return
+        self._leases.pop(key, None)
+        self._last_used.pop(key, None)
+        self.closed.append(Closed(key[0], key[1], why, time.time()))
+        logger.info("instance %s %s", key[1], why)
+        with anyio.CancelScope(shield=True):
+            try:
+                await instance.aclose()
+            except EvalServerError as exc:
+                logger.warning("instance %s: could not close it: %s", key[1], exc)
+
+    def _key(self, task: Task, placement: SandboxConfig | None) -> tuple[BackendName, str]:
+        name: BackendName = backend_for(task)
+        address = self.ray_address
+        if placement is not None:
+            address = placement.address if isinstance(placement, RaySandboxConfig) else None
+        if address is not None:
+            name = "ray"
+        return (name, instance_spec(task).key)
 
     async def _check(
         self,
@@ -305,8 +436,11 @@ class TrajectorySandbox:
         on_reprovisioned: ReprovisionObserver | None = None,
         placement: SandboxConfig | None = None,
         check: InstanceCheck | None = None,
+        budget: int | None = None,
     ) -> None:
         self._pool = pool
+        self._budget = budget
+        self._leased = False  # whether this step holds a lease on its instance
         self._placement = placement
         self._check = check
         self.node: str | None = None  # where the workspace runs, on a backend of many nodes
@@ -323,7 +457,7 @@ class TrajectorySandbox:
         name = f"{self._name}-p{number}"
         return TrajectorySandbox(
             self._pool, self._task, name, self._provisioning, self._on_reprovisioned,
-            self._placement, self._check,
+            self._placement, self._check, self._budget,
         )  # fmt: skip
 
     @property
@@ -365,9 +499,12 @@ class TrajectorySandbox:
     async def _instance(self) -> Instance:
         if self._pool is None:
             raise InvalidInput("this run has no sandbox pool; tasks cannot use workspaces")
-        return await self._pool.instance(
-            self._task, self._provisioning, self._on_reprovisioned, self._placement, self._check
-        )
+        instance = await self._pool.instance(
+            self._task, self._provisioning, self._on_reprovisioned, self._placement, self._check,
+            self._budget,
+        )  # fmt: skip
+        self._leased = True
+        return instance
 
     def adopt(self, workspace: Workspace) -> None:
         """Makes `workspace` (a fork made for this step) the step's workspace; closed with it."""
@@ -375,13 +512,17 @@ class TrajectorySandbox:
         self.node = workspace.node
 
     async def aclose(self) -> None:
-        """Destroys the workspace if one was made (shielded: cleanup survives cancellation)."""
+        """Destroys the workspace if one was made and ends the step's lease on its instance
+        (shielded: cleanup survives cancellation)."""
         workspace, self._workspace = self._workspace, None
-        if workspace is not None:
-            with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):
+            if workspace is not None:
                 try:
                     await workspace.destroy()
                 except EvalServerError as exc:
                     # The step's result is already recorded; a workspace that cannot be
                     # removed (its instance died) must not fail the campaign.
                     logger.warning("could not destroy workspace %s: %s", self._name, exc)
+            if self._leased and self._pool is not None:
+                self._leased = False
+                await self._pool.unlease(self._task, self._placement)

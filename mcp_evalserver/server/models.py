@@ -60,6 +60,12 @@ class CampaignStatus(BaseModel):
     infra_failures: int = Field(
         0, description="Trajectories whose last outcome is an infrastructure failure."
     )
+    instances: int | None = Field(
+        None,
+        description="The instance budget: instances alive at once (`limits.instances`, fixed "
+        "at creation from this machine's memory and disk unless the spec gives it; null for "
+        "campaigns created before budgets).",
+    )
     retrying: int = Field(
         0,
         description="Trajectories the last resume sent back because their last outcome was an "

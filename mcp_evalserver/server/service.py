@@ -282,6 +282,7 @@ class EvalService:
             nodes=self._pool.nodes() if active and self._pool is not None else None,
             status_text=state.describe_status(),
             infra_failures=len(state.infra_failed),
+            instances=state.spec.limits.instances,
             retrying=run.runner.retrying if run is not None else 0,
             reprovisioned=[InstanceReprovisioned(**event) for event in state.reprovisioned[-20:]],
             endpoint_limits={key: e.limit for key, e in state.endpoint_limits.items()},

@@ -199,6 +199,25 @@ class Limits(_Strict):
         '"min": 1, "max": 64}): found by AIMD while the campaign runs, each change recorded.',
     )
     provisioning: int = Field(2, ge=1, description="Instances being provisioned at once.")
+    instances: int | None = Field(
+        None,
+        ge=1,
+        description="Instances alive at once (the instance budget); when reached, the least "
+        "recently used idle instance is closed to make room. Default: what this machine's "
+        "memory and free disk hold, fixed when the campaign is created.",
+    )
+    instance_disk_mb: float = Field(
+        1024.0,
+        ge=0,
+        description="Estimated disk per instance alive (its workspaces' files), for the "
+        "preflight that refuses a campaign its disk cannot hold.",
+    )
+    image_disk_mb: float = Field(
+        2048.0,
+        ge=0,
+        description="Estimated disk per distinct image (docker tasks), counted once however "
+        "many tasks share it, for the same preflight.",
+    )
 
     @field_validator("per_endpoint", mode="before")
     @classmethod
