@@ -38,6 +38,7 @@ import anyio.abc
 from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput
 from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec, Workspace
 from mcp_evalserver.spec.campaign import RaySandboxConfig, SandboxConfig, Task
+from mcp_evalserver.spec.harbor import harbor_of
 
 BackendName = Literal["local", "docker", "ray"]
 
@@ -54,6 +55,14 @@ def instance_spec(task: Task) -> InstanceSpec:
         raise InvalidInput(
             f"task {task.id} has no environment: give it an `image` (docker) or a `path` (local)"
         )
+    limits: dict[str, Any] = {}
+    harbor = harbor_of(task.metadata)
+    if harbor is not None:  # a Harbor task's own limits, where it gives them
+        limits["build_context"] = harbor.build_context
+        if harbor.memory_mb is not None:
+            limits["memory_bytes"] = harbor.memory_mb << 20
+        if harbor.storage_mb is not None:
+            limits["disk_bytes"] = harbor.storage_mb << 20
     try:
         return InstanceSpec(
             image=task.image,
@@ -62,6 +71,7 @@ def instance_spec(task: Task) -> InstanceSpec:
             setup=tuple(task.setup),
             paths=tuple(task.paths),
             network=task.network,
+            **limits,
         )
     except ValueError as exc:
         raise InvalidInput(f"task {task.id}: {exc}") from exc

@@ -46,6 +46,11 @@ class InstanceSpec(BaseModel):
         "(local backend; an image holds its files itself).",
     )
     setup_timeout_s: float = Field(default=1800.0, gt=0)
+    build_context: str | None = Field(
+        default=None,
+        description="A host directory with a Dockerfile: the docker backend builds `image` "
+        "from it when the engine lacks it (the tag names the context's hash).",
+    )
     network: bool = Field(default=False, description="Whether commands may reach the network.")
     pids_limit: int | None = Field(default=512, gt=0, description="Processes per workspace.")
     memory_bytes: int | None = Field(default=2 << 30, gt=0, description="Memory per workspace.")
@@ -64,7 +69,8 @@ class InstanceSpec(BaseModel):
         if not self.workdir:
             object.__setattr__(self, "workdir", self.path or DEFAULT_WORKDIR)
         if not self.key:
-            blob = self.model_dump_json(exclude={"key"}).encode()
+            # Not the build context: the image's tag names its hash, and keys stay as they were.
+            blob = self.model_dump_json(exclude={"key", "build_context"}).encode()
             object.__setattr__(self, "key", hashlib.sha256(blob).hexdigest()[:16])
         return self
 

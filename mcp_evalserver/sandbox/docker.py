@@ -157,6 +157,8 @@ class DockerBackend(Backend):
         """Starts the instance's container: with the supervisor's store and SYS_ADMIN (its
         workspaces are mounted inside), or without (a container per trajectory); `io_dir` is
         bind-mounted at IO_MOUNT."""
+        if spec.build_context is not None:
+            await self.engine.build_image(spec.build_context, image)
         await self.engine.ensure_image(image)
         return await self.engine.run_container(
             image,

@@ -256,6 +256,47 @@ class DockerEngine:
 
         await self.call(f"find image {image}", ensure_blocking)
 
+    async def build_image(self, context: str, tag: str, *, limit_s: float = 1800.0) -> None:
+        """Builds `tag` from the Dockerfile in the host directory `context`, unless the engine
+        has it already (the tag names the context's hash, so a present tag is this build).
+
+        Raises:
+            InvalidInput: the build failed; the message holds the end of its log.
+        """
+        import docker.errors
+
+        def build_blocking() -> None:
+            try:
+                self.client.images.get(tag)
+                return
+            except docker.errors.ImageNotFound:
+                pass
+            lines: list[str] = []
+            try:
+                for chunk in self.api.build(
+                    path=context, tag=tag, rm=True, forcerm=True, decode=True, timeout=limit_s
+                ):
+                    if "stream" in chunk:
+                        lines.append(str(chunk["stream"]))
+                    if "error" in chunk:
+                        lines.append(str(chunk["error"]))
+                        raise InvalidInput(
+                            f"the image of {context}/Dockerfile did not build: "
+                            + "".join(lines)[-3000:]
+                        )
+            except docker.errors.BuildError as exc:
+                raise InvalidInput(
+                    f"the image of {context}/Dockerfile did not build: {exc}"
+                ) from exc
+            except docker.errors.APIError as exc:
+                if exc.status_code is not None and exc.status_code < 500:
+                    raise InvalidInput(
+                        f"the image of {context}/Dockerfile did not build: {exc.explanation}"
+                    ) from exc
+                raise
+
+        await self.call(f"build image {tag} from {context}", build_blocking)
+
     # Containers.
 
     def labels(self, instance_key: str, role: str) -> dict[str, str]:

@@ -8,6 +8,7 @@ from mcp_evalserver.scoring.answers import ExactScorer, JsonScorer, RegexScorer
 from mcp_evalserver.scoring.base import Scorer
 from mcp_evalserver.scoring.combined import CombinedScorer
 from mcp_evalserver.scoring.command import CommandScorer
+from mcp_evalserver.scoring.harbor import HarborScorer
 from mcp_evalserver.scoring.testsuite import TestsScorer
 from mcp_evalserver.scoring.trajectory import TrajectoryScorer
 from mcp_evalserver.spec.scorers import (
@@ -15,6 +16,7 @@ from mcp_evalserver.spec.scorers import (
     AnyOfScorerConfig,
     CommandScorerConfig,
     ExactScorerConfig,
+    HarborScorerConfig,
     JsonScorerConfig,
     LlmJudgeScorerConfig,
     PythonScorerConfig,
@@ -61,6 +63,8 @@ def build_scorer(config: ScorerConfig) -> Scorer:
                 output_cap=config.output_cap,
                 strict=config.strict,
             )
+        case HarborScorerConfig():
+            return HarborScorer(threshold=config.threshold)
         case LlmJudgeScorerConfig():
             # Imported here: the openai client is only loaded by campaigns that use a judge.
             from mcp_evalserver.scoring.judge import LlmJudgeScorer

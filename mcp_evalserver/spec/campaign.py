@@ -28,6 +28,7 @@ from pydantic import (
 
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.spec.agents import AgentConfig, NoopAgentConfig
+from mcp_evalserver.spec.harbor import harbor_task_rows, is_harbor_source
 from mcp_evalserver.spec.host_paths import HostPath
 from mcp_evalserver.spec.scorers import ExactScorerConfig, ScorerConfig
 from mcp_evalserver.spec.swebench_repos import TASK_FILE, TASKS_DIR, read_task_repo
@@ -271,8 +272,9 @@ class CampaignSpec(_Strict):
 
     name: str = Field("campaign", description="A label; the campaign id starts with it.")
     tasks: list[Task] | str = Field(
-        description="Inline tasks, or the path of a JSONL/JSON task file or of a SWE-bench task "
-        "repository (a folder holding sweb.yaml)."
+        description="Inline tasks, or the path of a JSONL/JSON task file, of a SWE-bench task "
+        "repository (a folder holding sweb.yaml), or of a Harbor task directory (or a folder of "
+        "them)."
     )
     samples: int = Field(1, ge=1, le=1000, description="Trajectories per task.")
     agent: AgentConfig = Field(default_factory=NoopAgentConfig)
@@ -343,13 +345,19 @@ def trajectory_id(task_id: str, sample: int) -> str:
 
 
 def load_tasks(path: Path) -> list[Task]:
-    """Reads tasks from a JSONL file (one object per line), a JSON list, or a SWE-bench task
-    repository (a folder holding `sweb.yaml`; see `swebench_repos`).
+    """Reads tasks from a JSONL file (one object per line), a JSON list, a SWE-bench task
+    repository (a folder holding `sweb.yaml`; see `swebench_repos`), or a Harbor task
+    directory or a folder of them (`harbor`).
 
     Raises:
         InvalidInput: the file is missing, not JSON, or a task is invalid (line and field named).
     """
-    rows = _task_repo_rows(path) if path.is_dir() else _task_file_rows(path)
+    if is_harbor_source(path):
+        rows = _harbor_rows(path)
+    elif path.is_dir():
+        rows = _task_repo_rows(path)
+    else:
+        rows = _task_file_rows(path)
     note_extra_task_fields((row for _, row in rows if isinstance(row, dict)), path)
     tasks: list[Task] = []
     for where, row in rows:
@@ -368,6 +376,10 @@ def load_tasks(path: Path) -> list[Task]:
 
 def _task_repo_rows(path: Path) -> list[tuple[str, Any]]:
     return [(f"{TASKS_DIR}/{row['instance_id']}/{TASK_FILE}", row) for row in read_task_repo(path)]
+
+
+def _harbor_rows(path: Path) -> list[tuple[str, Any]]:
+    return [(row["metadata"]["harbor"]["directory"], row) for row in harbor_task_rows(path)]
 
 
 def _task_file_rows(path: Path) -> list[tuple[str, Any]]:

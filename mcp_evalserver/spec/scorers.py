@@ -92,6 +92,15 @@ class TestsScorerConfig(_Strict):
     )
 
 
+class HarborScorerConfig(_Strict):
+    """A Harbor task's own verifier: tests/ copied in after the agent is done, tests/test.sh
+    run in a fresh workspace within `[verifier] timeout_sec`; the reward it writes to
+    /logs/verifier/reward.txt or reward.json is the score."""
+
+    type: Literal["harbor"] = "harbor"
+    threshold: float = Field(1.0, ge=0.0, le=1.0, description="Reward needed to resolve.")
+
+
 class LlmJudgeScorerConfig(_Strict):
     """Each rubric requirement judged by its own call to an OpenAI-compatible endpoint.
 
@@ -169,6 +178,7 @@ ScorerConfig = Annotated[
     | JsonScorerConfig
     | CommandScorerConfig
     | TestsScorerConfig
+    | HarborScorerConfig
     | LlmJudgeScorerConfig
     | PythonScorerConfig
     | TrajectoryScorerConfig

@@ -1,0 +1,3 @@
+#!/bin/bash
+echo alpha > /app/a.txt
+echo beta > /app/b.txt

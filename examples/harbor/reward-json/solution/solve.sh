@@ -1,0 +1,2 @@
+#!/bin/bash
+python3 -c 'print(sum(int(l) for l in open("/app/numbers.txt")))' > /app/sum.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+echo solved > /app/result.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+printf '#!/bin/bash\necho done\n' > /app/run.sh

@@ -1,0 +1,292 @@
+"""Harbor task directories (the Terminal-Bench 2 format), read into task records.
+
+A task directory holds `instruction.md` (the prompt), `task.toml`, `environment/Dockerfile`
+(or `[environment] docker_image`), `tests/test.sh` (the verifier) and `solution/solve.sh`
+(what the oracle runs). A spec's `tasks` may name one such directory or a folder of them.
+
+The verifier's and the solution's files are read now and kept in the task (so the ledger says
+what graded it, and an edit to the directory after the campaign started changes nothing); the
+build context stays on disk, named with the hash of its contents, which is the image's tag.
+Everything the harness needs is in `HarborTask`, kept in the task's `metadata["harbor"]`.
+
+This module returns plain records, not `Task`s: `campaign.py` validates them (importing it
+here would make a cycle).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mcp_evalserver.errors import InvalidInput
+
+TASK_TOML = "task.toml"
+#: Where the verifier's files arrive and where it writes its reward (Harbor's paths).
+TESTS_DIR = "/tests"
+VERIFIER_LOGS = "/logs/verifier"
+#: The workdir when the Dockerfile sets none (Terminal-Bench's images use /app).
+DEFAULT_WORKDIR = "/app"
+#: Tags of images built from a task's Dockerfile: `harbor-task/<id>:<context hash>`.
+IMAGE_REPOSITORY = "mcp-evalserver-harbor"
+#: Files kept per directory (tests/, solution/): beyond this, keep data in the image.
+MAX_FILES_BYTES = 8 << 20
+
+#: The keys task.toml may hold, per table; anything else is refused, naming it.
+_KNOWN: dict[str, set[str] | None] = {
+    "version": set(),
+    "metadata": None,  # free-form: author, difficulty, tags, ...
+    "verifier": {"timeout_sec", "env"},
+    "agent": {"timeout_sec"},
+    "environment": {
+        "build_timeout_sec",
+        "docker_image",
+        "cpus",
+        "memory_mb",
+        "storage_mb",
+        "allow_internet",
+    },
+    "solution": {"env"},
+}
+
+
+class HarborTask(BaseModel):
+    """What the harness keeps of a Harbor task directory (in `Task.metadata["harbor"]`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    directory: str = Field(description="The task directory, as read.")
+    verifier_timeout_s: float = Field(600.0, gt=0)
+    verifier_env: dict[str, str] = Field(default_factory=dict)
+    agent_timeout_s: float | None = Field(None, gt=0)
+    solution_env: dict[str, str] = Field(default_factory=dict)
+    build_context: str | None = Field(None, description="environment/, when it has a Dockerfile.")
+    build_timeout_s: float = Field(600.0, gt=0)
+    cpus: float | None = Field(None, gt=0)
+    memory_mb: int | None = Field(None, gt=0)
+    storage_mb: int | None = Field(None, gt=0)
+    tests: dict[str, str] = Field(description="tests/: relative path -> base64 content.")
+    solution: dict[str, str] = Field(default_factory=dict, description="solution/, the same.")
+    executable: list[str] = Field(default_factory=list, description="Files with an x bit.")
+
+
+def harbor_of(metadata: dict[str, Any]) -> HarborTask | None:
+    """The Harbor part of a task's metadata, or None for a task of another kind."""
+    raw = metadata.get("harbor")
+    return HarborTask.model_validate(raw) if isinstance(raw, dict) else None
+
+
+def is_harbor_source(path: Path) -> bool:
+    """Whether `path` is a Harbor task directory or a folder holding one (a task.toml in it
+    or in one of its directories), not another format's folder."""
+    if not path.is_dir():
+        return False
+    if (path / TASK_TOML).is_file():
+        return True
+    return any((child / TASK_TOML).is_file() for child in path.iterdir() if child.is_dir())
+
+
+def harbor_task_rows(path: Path) -> list[dict[str, Any]]:
+    """Task records for the task directory `path`, or for every task directory in it.
+
+    Raises:
+        InvalidInput: naming the file and the field (an unknown task.toml key, a missing
+            tests/test.sh, ...), or a folder without task directories.
+    """
+    path = path.resolve()  # kept in each task: builds and messages name it wherever they run
+    if (path / TASK_TOML).is_file():
+        return [_row(path)]
+    directories = sorted(p for p in path.iterdir() if (p / TASK_TOML).is_file())
+    if not directories:
+        raise InvalidInput(
+            f"{path} is neither a Harbor task directory (no {TASK_TOML}) nor a folder of them"
+        )
+    return [_row(directory) for directory in directories]
+
+
+def _row(directory: Path) -> dict[str, Any]:
+    toml_path = directory / TASK_TOML
+    try:
+        config = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"cannot read {toml_path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{toml_path} is not TOML: {exc}") from exc
+    _check_keys(toml_path, config)
+    instruction = _required(directory, "instruction.md", "the prompt")
+    _required(directory, "tests/test.sh", "the verifier")
+    dockerfile = directory / "environment" / "Dockerfile"
+    docker_image = _typed(toml_path, config, "environment", "docker_image", str)
+    if dockerfile.is_file() == (docker_image is not None):
+        raise InvalidInput(
+            f"{directory}: give exactly one of environment/Dockerfile and "
+            f"{TASK_TOML} [environment] docker_image"
+        )
+    task_id = directory.name
+    harbor: dict[str, Any] = {
+        "directory": str(directory),
+        "tests": _files(directory / "tests"),
+        "solution": _files(directory / "solution") if (directory / "solution").is_dir() else {},
+        "executable": _executables(directory),
+        "verifier_env": _typed(toml_path, config, "verifier", "env", dict) or {},
+        "solution_env": _typed(toml_path, config, "solution", "env", dict) or {},
+    }
+    for table, key, name in (
+        ("verifier", "timeout_sec", "verifier_timeout_s"),
+        ("agent", "timeout_sec", "agent_timeout_s"),
+        ("environment", "build_timeout_sec", "build_timeout_s"),
+        ("environment", "cpus", "cpus"),
+        ("environment", "memory_mb", "memory_mb"),
+        ("environment", "storage_mb", "storage_mb"),
+    ):
+        value = _typed(toml_path, config, table, key, (int, float))
+        if value is not None:
+            if value <= 0:
+                raise InvalidInput(f"{toml_path}: [{table}] {key} must be > 0, got {value}")
+            harbor[name] = value
+    workdir = DEFAULT_WORKDIR
+    if docker_image is None:
+        context_hash = _tree_hash(directory / "environment")
+        harbor["build_context"] = str(directory / "environment")
+        image = f"{IMAGE_REPOSITORY}/{_slug(task_id)}:{context_hash[:16]}"
+        workdir = _workdir(dockerfile) or DEFAULT_WORKDIR
+    else:
+        image = docker_image
+    if workdir == "/" or any(
+        workdir == place or workdir.startswith(place + "/") for place in ("/tests", "/logs")
+    ):
+        raise InvalidInput(
+            f"{dockerfile}: WORKDIR {workdir} would let the agent's diff reach "
+            f"{TESTS_DIR} or {VERIFIER_LOGS}: use a directory of its own, such as /app"
+        )
+    allow_internet = _typed(toml_path, config, "environment", "allow_internet", bool)
+    return {
+        "id": task_id,
+        "prompt": instruction,
+        "image": image,
+        "workdir": workdir,
+        # The workspace's diff is taken against a commit of the workdir as the image has it.
+        "setup": [
+            "git init -q . && git -c user.email=harbor@evalserver -c user.name=harbor add -A "
+            "&& git -c user.email=harbor@evalserver -c user.name=harbor "
+            "commit -q --allow-empty -m 'the image as built'"
+        ],
+        # Harbor's default: a task may reach the network unless it says otherwise.
+        "network": True if allow_internet is None else allow_internet,
+        "metadata": {**config.get("metadata", {}), "harbor": harbor},
+    }
+
+
+def _check_keys(toml_path: Path, config: dict[str, Any]) -> None:
+    for key, value in config.items():
+        if key not in _KNOWN:
+            raise InvalidInput(
+                f"{toml_path}: unknown key {key!r}; known: {', '.join(sorted(_KNOWN))}"
+            )
+        known = _KNOWN[key]
+        if known is None or key == "version":
+            continue
+        if not isinstance(value, dict):
+            raise InvalidInput(f"{toml_path}: {key!r} must be a table ([{key}])")
+        for inner in value:
+            if inner not in known:
+                raise InvalidInput(
+                    f"{toml_path}: unknown key {inner!r} in [{key}]; known: "
+                    + ", ".join(sorted(known))
+                )
+
+
+def _typed(
+    toml_path: Path, config: dict[str, Any], table: str, key: str, kind: type | tuple[type, ...]
+) -> Any:
+    """`[table] key` when present; its type checked (a bool is not a number here)."""
+    value: Any = config.get(table, {}).get(key)
+    if value is None:
+        return None
+    numeric = kind == (int, float)
+    if not isinstance(value, kind) or (numeric and isinstance(value, bool)):
+        wanted = "a number" if numeric else getattr(kind, "__name__", str(kind))
+        raise InvalidInput(f"{toml_path}: [{table}] {key} must be {wanted}, got {value!r}")
+    if isinstance(value, dict) and not all(isinstance(v, str) for v in value.values()):
+        raise InvalidInput(f"{toml_path}: [{table}] {key} must map names to strings")
+    return value
+
+
+def _required(directory: Path, name: str, what: str) -> str:
+    path = directory / name
+    if not path.is_file():
+        raise InvalidInput(f"{path} is missing: a Harbor task needs {name} ({what})")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"cannot read {path}: {exc}") from exc
+
+
+def _walk(root: Path) -> list[Path]:
+    """The regular files under `root`, sorted; a symlink is refused (it could name any host
+    file, and the verifier's files are copied into the sandbox)."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink():
+            raise InvalidInput(f"{path} is a symlink: copy the file into the task instead")
+        if path.is_file():
+            found.append(path)
+    return found
+
+
+def _files(root: Path) -> dict[str, str]:
+    files, total = {}, 0
+    for path in _walk(root):
+        data = path.read_bytes()
+        total += len(data)
+        if total > MAX_FILES_BYTES:
+            raise InvalidInput(
+                f"{root} holds more than {MAX_FILES_BYTES >> 20} MiB: put data in the image"
+            )
+        files[path.relative_to(root).as_posix()] = base64.b64encode(data).decode()
+    return files
+
+
+def _executables(directory: Path) -> list[str]:
+    names = []
+    for sub in ("tests", "solution"):
+        if (directory / sub).is_dir():
+            for path in _walk(directory / sub):
+                if os.access(path, os.X_OK):
+                    names.append(path.relative_to(directory).as_posix())
+    return names
+
+
+def _tree_hash(root: Path) -> str:
+    """A hash of the build context's names, modes and contents: the built image's tag."""
+    digest = hashlib.sha256()
+    for path in _walk(root):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(b"x" if os.access(path, os.X_OK) else b"-")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _workdir(dockerfile: Path) -> str | None:
+    """The last absolute WORKDIR of the Dockerfile (where its commands start)."""
+    found = None
+    for line in dockerfile.read_text(encoding="utf-8", errors="replace").splitlines():
+        match = re.match(r"\s*WORKDIR\s+(/\S*)\s*$", line, re.IGNORECASE)
+        if match:
+            found = match.group(1)
+    return found
+
+
+def _slug(task_id: str) -> str:
+    return re.sub(r"[^a-z0-9._-]", "-", task_id.lower()).strip(".-_") or "task"
+
+
+def decoded(files: dict[str, str]) -> dict[str, bytes]:
+    """The files of `HarborTask.tests` or `.solution`, decoded."""
+    return {name: base64.b64decode(data) for name, data in files.items()}

@@ -1,0 +1,100 @@
+"""Harbor task directories load as tasks; bad ones are refused naming the file and the field."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.spec.campaign import load_spec, load_tasks, parse_spec
+from mcp_evalserver.spec.harbor import IMAGE_REPOSITORY, harbor_of
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "harbor"
+
+
+def _copy(tmp_path: Path, name: str = "fractional") -> Path:
+    return Path(shutil.copytree(EXAMPLES / name, tmp_path / name))
+
+
+def test_a_folder_of_task_directories_gives_one_task_each() -> None:
+    tasks = {task.id: task for task in load_tasks(EXAMPLES)}
+    assert set(tasks) == {
+        "failing-build", "fractional", "no-internet", "reward-json", "tricks", "verifier-timeout",
+    }  # fmt: skip
+    fractional = tasks["fractional"]
+    harbor = harbor_of(fractional.metadata)
+    assert harbor is not None
+    assert fractional.prompt.startswith("Write `alpha`")
+    assert fractional.image is not None
+    assert fractional.image.startswith(IMAGE_REPOSITORY + "/")
+    assert (fractional.workdir, fractional.network) == ("/app", False)
+    assert fractional.metadata["difficulty"] == "easy"
+    assert harbor.build_context == str(EXAMPLES / "fractional" / "environment")
+    assert (harbor.verifier_timeout_s, harbor.agent_timeout_s) == (30, 60)
+    assert (harbor.memory_mb, harbor.storage_mb, harbor.cpus) == (512, 256, 1)
+    assert set(harbor.tests) == {"test.sh"}
+    assert set(harbor.solution) == {"solve.sh"}
+    assert "tests/test.sh" in harbor.executable
+    assert set(harbor_of(tasks["tricks"].metadata).tests) == {"test.sh", "check.py"}  # type: ignore[union-attr]
+
+
+def test_a_spec_may_name_one_task_directory_relative_to_itself(tmp_path: Path) -> None:
+    _copy(tmp_path)
+    (tmp_path / "spec.json").write_text('{"tasks": "fractional", "scorer": {"type": "harbor"}}')
+    spec = load_spec(tmp_path / "spec.json")
+    assert [task.id for task in spec.task_list()] == ["fractional"]
+    assert spec.scorer.type == "harbor"
+
+
+def test_the_image_tag_follows_the_build_context(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    before = load_tasks(task)[0].image
+    assert load_tasks(task)[0].image == before
+    (task / "environment" / "Dockerfile").write_text("FROM mcp-evalserver/base:bookworm\n")
+    assert load_tasks(task)[0].image != before
+
+
+def test_a_docker_image_stands_in_for_a_dockerfile(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    (task / "environment" / "Dockerfile").unlink()
+    toml = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(toml.replace("cpus = 1", 'docker_image = "x/y:1"\ncpus = 1'))
+    loaded = load_tasks(task)[0]
+    assert loaded.image == "x/y:1"
+    assert harbor_of(loaded.metadata).build_context is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (lambda t: (t / "task.toml").write_text("[verifier]\ntimeout = 3\n"), "'timeout' in [verifier]"),  # noqa: E501
+        (lambda t: (t / "task.toml").write_text("[verifyer]\n"), "unknown key 'verifyer'"),
+        (lambda t: (t / "task.toml").write_text('[verifier]\ntimeout_sec = "3"\n'), "[verifier] timeout_sec must be a number"),  # noqa: E501
+        (lambda t: (t / "task.toml").write_text("[environment]\nallow_internet = 1\n"), "[environment] allow_internet must be bool"),  # noqa: E501
+        (lambda t: (t / "task.toml").write_text("[agent]\ntimeout_sec = -1\n"), "[agent] timeout_sec must be > 0"),  # noqa: E501
+        (lambda t: (t / "task.toml").write_text("[agent\n"), "is not TOML"),
+        (lambda t: (t / "tests" / "test.sh").unlink(), "tests/test.sh is missing"),
+        (lambda t: (t / "instruction.md").unlink(), "instruction.md is missing"),
+        (lambda t: (t / "environment" / "Dockerfile").unlink(), "exactly one of environment/Dockerfile"),  # noqa: E501
+        (lambda t: (t / "environment" / "Dockerfile").write_text("FROM x\nWORKDIR /\n"), "WORKDIR /"),  # noqa: E501
+        (lambda t: (t / "tests" / "link").symlink_to("/etc/passwd"), "is a symlink"),
+    ],
+)  # fmt: skip
+def test_a_bad_task_directory_is_refused_naming_the_file_and_the_field(
+    tmp_path: Path, edit: object, named: str
+) -> None:
+    task = _copy(tmp_path)
+    edit(task)  # type: ignore[operator]
+    with pytest.raises(InvalidInput) as caught:
+        load_tasks(task)
+    message = str(caught.value)
+    assert named in message
+    assert str(task) in message
+
+
+def test_a_folder_without_task_directories_is_not_taken_for_one(tmp_path: Path) -> None:
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(InvalidInput, match="not a SWE-bench task repository"):
+        parse_spec({"tasks": str(tmp_path)})
