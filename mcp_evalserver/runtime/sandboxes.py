@@ -35,7 +35,7 @@ from typing import Any, Literal, Self
 import anyio
 import anyio.abc
 
-from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput
+from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput, SandboxUnavailable
 from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec, Workspace
 from mcp_evalserver.spec.campaign import RaySandboxConfig, SandboxConfig, Task
 from mcp_evalserver.spec.harbor import harbor_of
@@ -75,6 +75,14 @@ def instance_spec(task: Task) -> InstanceSpec:
         )
     except ValueError as exc:
         raise InvalidInput(f"task {task.id}: {exc}") from exc
+
+
+def _harbor_needs_docker(task: Task, exc: Exception) -> str:
+    return (
+        f"task {task.id} is a Harbor task: its environment is an image, so it runs on the "
+        "docker backend only (the local backend cannot stand in: the verifier needs /tests and "
+        f"/logs/verifier in the task's own image), and docker cannot start here: {exc}"
+    )
 
 
 def backend_for(task: Task) -> BackendName:
@@ -306,7 +314,12 @@ class SandboxPool:
                 logger.warning("instance %s of task %s died: %s", spec.key, task.id, reason)
                 self._lost[key] = reason
                 del self._instances[key]
-            backend = await self.backend(name, address or "auto")
+            try:
+                backend = await self.backend(name, address or "auto")
+            except SandboxUnavailable as exc:
+                if name == "docker" and harbor_of(task.metadata) is not None:
+                    raise SandboxUnavailable(_harbor_needs_docker(task, exc)) from exc
+                raise
             await self._make_room(key, budget)
             try:
                 async with provisioning:

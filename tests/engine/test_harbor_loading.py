@@ -5,11 +5,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import anyio
 import pytest
 
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.spec.campaign import load_spec, load_tasks, parse_spec
+from mcp_evalserver.spec.agents import OracleAgentConfig
+from mcp_evalserver.spec.campaign import CampaignSpec, Limits, load_spec, load_tasks, parse_spec
 from mcp_evalserver.spec.harbor import IMAGE_REPOSITORY, harbor_of
+from mcp_evalserver.spec.scorers import HarborScorerConfig
+from tests.engine.helpers import run_campaign
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "harbor"
 
@@ -98,3 +102,19 @@ def test_a_folder_without_task_directories_is_not_taken_for_one(tmp_path: Path) 
     (tmp_path / "notes").mkdir()
     with pytest.raises(InvalidInput, match="not a SWE-bench task repository"):
         parse_spec({"tasks": str(tmp_path)})
+
+
+@pytest.mark.anyio
+async def test_without_docker_a_harbor_task_says_it_needs_the_docker_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    limits = Limits(max_attempts=1, retry_base_delay_s=0.0)
+    spec = CampaignSpec(tasks=load_tasks(EXAMPLES / "fractional"), limits=limits)
+    spec = spec.model_copy(update={"agent": OracleAgentConfig(), "scorer": HarborScorerConfig()})
+    with anyio.fail_after(60):
+        _, state = await run_campaign(tmp_path / "state", spec)
+    trajectory = state.trajectories["fractional@0"]
+    assert trajectory.outcome == "infra_error"
+    assert "fractional is a Harbor task" in str(trajectory.error)
+    assert "runs on the docker backend only" in str(trajectory.error)
