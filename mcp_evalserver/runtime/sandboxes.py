@@ -58,7 +58,11 @@ def instance_spec(task: Task) -> InstanceSpec:
     limits: dict[str, Any] = {}
     harbor = harbor_of(task.metadata)
     if harbor is not None:  # a Harbor task's own limits, where it gives them
-        limits["build_context"] = harbor.build_context
+        limits.update(
+            build_context=harbor.build_context,
+            build_timeout_s=harbor.build_timeout_s,
+            cpus=harbor.cpus,
+        )
         if harbor.memory_mb is not None:
             limits["memory_bytes"] = harbor.memory_mb << 20
         if harbor.storage_mb is not None:

@@ -51,6 +51,10 @@ class InstanceSpec(BaseModel):
         description="A host directory with a Dockerfile: the docker backend builds `image` "
         "from it when the engine lacks it (the tag names the context's hash).",
     )
+    build_timeout_s: float = Field(default=1800.0, gt=0, description="How long a build may take.")
+    cpus: float | None = Field(
+        default=None, gt=0, description="CPUs of the instance's container (docker backend)."
+    )
     network: bool = Field(default=False, description="Whether commands may reach the network.")
     pids_limit: int | None = Field(default=512, gt=0, description="Processes per workspace.")
     memory_bytes: int | None = Field(default=2 << 30, gt=0, description="Memory per workspace.")
@@ -70,7 +74,10 @@ class InstanceSpec(BaseModel):
             object.__setattr__(self, "workdir", self.path or DEFAULT_WORKDIR)
         if not self.key:
             # Not the build context: the image's tag names its hash, and keys stay as they were.
-            blob = self.model_dump_json(exclude={"key", "build_context"}).encode()
+            unkeyed = {"key", "build_context", "build_timeout_s"}
+            if self.cpus is None:  # (keys of specs without stay what older ledgers hold)
+                unkeyed.add("cpus")
+            blob = self.model_dump_json(exclude=unkeyed).encode()
             object.__setattr__(self, "key", hashlib.sha256(blob).hexdigest()[:16])
         return self
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from dataclasses import replace
 
 import anyio
 import anyio.abc
@@ -158,13 +159,13 @@ class DockerBackend(Backend):
         workspaces are mounted inside), or without (a container per trajectory); `io_dir` is
         bind-mounted at IO_MOUNT."""
         if spec.build_context is not None:
-            await self.engine.build_image(spec.build_context, image)
+            await self.engine.build_image(spec.build_context, image, limit_s=spec.build_timeout_s)
         await self.engine.ensure_image(image)
         return await self.engine.run_container(
             image,
             instance_key=spec.key,
             role="instance",
-            limits=self._limits,
+            limits=self._limits if spec.cpus is None else replace(self._limits, cpus=spec.cpus),
             network=spec.network,
             sys_admin=supervised,
             store=STORE if supervised else None,

@@ -13,6 +13,9 @@ import pytest
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.runtime.sandboxes import instance_spec
+from mcp_evalserver.sandbox.docker import DockerBackend
+from mcp_evalserver.sandbox.supervised import SupervisedInstance
 from mcp_evalserver.spec.agents import NoopAgentConfig, OracleAgentConfig
 from mcp_evalserver.spec.campaign import CampaignSpec, Limits, load_tasks
 from mcp_evalserver.spec.scorers import HarborScorerConfig
@@ -185,3 +188,22 @@ async def test_a_bad_task_directory_is_refused_before_anything_is_recorded(
     assert [p.read_bytes() for p in sorted((tmp_path / "state").rglob("ledger.jsonl"))] == before
     assert _scores(state) == {"fractional@0": ("resolved", 1.0)}
     assert json.loads(before[0].splitlines()[0])  # the first campaign's ledger is intact
+
+
+async def test_the_task_limits_become_the_instance_s_and_no_internet_means_no_network() -> None:
+    task = load_tasks(EXAMPLES / "fractional")[0]
+    spec = instance_spec(task)
+    assert (spec.memory_bytes, spec.disk_bytes, spec.cpus) == (512 << 20, 256 << 20, 1)
+    with anyio.fail_after(300):
+        async with DockerBackend() as backend, await backend.instance(spec) as instance:
+            assert isinstance(instance, SupervisedInstance)
+            host = await backend.engine.call(
+                "inspect", backend.engine.api.inspect_container, instance.info["container"]
+            )
+            workspace = await instance.workspace("probe")
+            probe = await workspace.exec(
+                "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), 3)'"
+            )
+    assert host["HostConfig"]["NanoCpus"] == 1_000_000_000
+    assert host["HostConfig"]["NetworkMode"] == "none"
+    assert probe.exit_code != 0
