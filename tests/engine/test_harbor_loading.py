@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import anyio
 import pytest
 
+from mcp_evalserver.agents.base import TrajectoryContext
+from mcp_evalserver.agents.builtin import OracleAgent
 from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.spec.agents import OracleAgentConfig
-from mcp_evalserver.spec.campaign import CampaignSpec, Limits, load_spec, load_tasks, parse_spec
+from mcp_evalserver.spec.campaign import (
+    CampaignSpec,
+    Limits,
+    Task,
+    load_spec,
+    load_tasks,
+    parse_spec,
+)
 from mcp_evalserver.spec.harbor import IMAGE_REPOSITORY, harbor_of
 from mcp_evalserver.spec.scorers import HarborScorerConfig
 from tests.engine.helpers import run_campaign
@@ -102,6 +114,24 @@ def test_a_folder_without_task_directories_is_not_taken_for_one(tmp_path: Path) 
     (tmp_path / "notes").mkdir()
     with pytest.raises(InvalidInput, match="not a SWE-bench task repository"):
         parse_spec({"tasks": str(tmp_path)})
+
+
+def test_the_harbor_scorer_refuses_tasks_that_are_not_harbor_tasks() -> None:
+    scorer = build_scorer(HarborScorerConfig())
+    tasks = [*load_tasks(EXAMPLES / "fractional"), Task(id="plain", answer="4")]
+    with pytest.raises(InvalidInput, match="these tasks are not: plain"):
+        scorer.check_tasks(tasks)
+    scorer.check_tasks(tasks[:1])
+
+
+@pytest.mark.anyio
+async def test_the_oracle_says_when_a_harbor_task_has_no_solution(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    shutil.rmtree(task / "solution")
+    loaded = load_tasks(task)[0]
+    context = cast(TrajectoryContext, SimpleNamespace(task=loaded))
+    with pytest.raises(InvalidInput, match=r"fractional/solution/solve.sh is missing"):
+        await OracleAgent().generate(context)
 
 
 @pytest.mark.anyio
