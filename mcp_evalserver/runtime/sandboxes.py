@@ -60,6 +60,7 @@ def instance_spec(task: Task) -> InstanceSpec:
     if harbor is not None:  # a Harbor task's own limits, where it gives them
         limits.update(
             build_context=harbor.build_context,
+            build_context_hash=harbor.context_hash,
             build_timeout_s=harbor.build_timeout_s,
             cpus=harbor.cpus,
         )

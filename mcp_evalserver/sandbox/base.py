@@ -51,6 +51,9 @@ class InstanceSpec(BaseModel):
         description="A host directory with a Dockerfile: the docker backend builds `image` "
         "from it when the engine lacks it (the tag names the context's hash).",
     )
+    build_context_hash: str | None = Field(
+        default=None, description="`tree_hash` of the context when the task was read."
+    )
     build_timeout_s: float = Field(default=1800.0, gt=0, description="How long a build may take.")
     cpus: float | None = Field(
         default=None, gt=0, description="CPUs of the instance's container (docker backend)."
@@ -74,7 +77,7 @@ class InstanceSpec(BaseModel):
             object.__setattr__(self, "workdir", self.path or DEFAULT_WORKDIR)
         if not self.key:
             # Not the build context: the image's tag names its hash, and keys stay as they were.
-            unkeyed = {"key", "build_context", "build_timeout_s"}
+            unkeyed = {"key", "build_context", "build_context_hash", "build_timeout_s"}
             if self.cpus is None:  # (keys of specs without stay what older ledgers hold)
                 unkeyed.add("cpus")
             blob = self.model_dump_json(exclude=unkeyed).encode()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import logging
 from dataclasses import replace
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -42,6 +43,7 @@ from mcp_evalserver.sandbox.docker_side_door import (
 from mcp_evalserver.sandbox.docker_stream import open_exec_stream
 from mcp_evalserver.sandbox.native import CONTAINER_PATH, native_holder
 from mcp_evalserver.sandbox.supervised import SupervisedInstance
+from mcp_evalserver.spec.harbor import tree_hash
 
 __all__ = ["STORE", "SUPERVISOR_PATH", "DockerBackend", "base_image_tag"]
 
@@ -53,6 +55,21 @@ IO_ROOT = "/run/mcp-evalserver/docker-io"  # here: a directory per instance cont
 _PYTHON_CHECK = 'python3 -c "import sys; sys.exit(sys.version_info < (3, 8))"'
 
 log = logging.getLogger(__name__)
+
+
+async def _same_context(context: str, recorded: str | None) -> None:
+    """Refuses a build context changed since its task was read: the image's tag names the
+    recorded hash, and a build of other files under that tag would be a different task.
+
+    Raises:
+        InvalidInput: the context's files differ from those recorded.
+    """
+    now = await anyio.to_thread.run_sync(tree_hash, Path(context))
+    if recorded is not None and now != recorded:
+        raise errors.InvalidInput(
+            f"{context} changed since the campaign read it (its files hash to {now[:16]}, "
+            f"recorded {recorded[:16]}): put it back, or start a new campaign"
+        )
 
 
 class DockerBackend(Backend):
@@ -159,6 +176,7 @@ class DockerBackend(Backend):
         workspaces are mounted inside), or without (a container per trajectory); `io_dir` is
         bind-mounted at IO_MOUNT."""
         if spec.build_context is not None:
+            await _same_context(spec.build_context, spec.build_context_hash)
             await self.engine.build_image(spec.build_context, image, limit_s=spec.build_timeout_s)
         await self.engine.ensure_image(image)
         return await self.engine.run_container(

@@ -67,6 +67,7 @@ class HarborTask(BaseModel):
     agent_timeout_s: float | None = Field(None, gt=0)
     solution_env: dict[str, str] = Field(default_factory=dict)
     build_context: str | None = Field(None, description="environment/, when it has a Dockerfile.")
+    context_hash: str | None = Field(None, description="`tree_hash` of it when read.")
     build_timeout_s: float = Field(600.0, gt=0)
     cpus: float | None = Field(None, gt=0)
     memory_mb: int | None = Field(None, gt=0)
@@ -152,8 +153,8 @@ def _row(directory: Path) -> dict[str, Any]:
             harbor[name] = value
     workdir = DEFAULT_WORKDIR
     if docker_image is None:
-        context_hash = _tree_hash(directory / "environment")
-        harbor["build_context"] = str(directory / "environment")
+        context_hash = tree_hash(directory / "environment")
+        harbor.update(build_context=str(directory / "environment"), context_hash=context_hash)
         image = f"{IMAGE_REPOSITORY}/{_slug(task_id)}:{context_hash[:16]}"
         workdir = _workdir(dockerfile) or DEFAULT_WORKDIR
     else:
@@ -263,8 +264,12 @@ def _executables(directory: Path) -> list[str]:
     return names
 
 
-def _tree_hash(root: Path) -> str:
-    """A hash of the build context's names, modes and contents: the built image's tag."""
+def tree_hash(root: Path) -> str:
+    """A hash of a build context's names, modes and contents (the built image's tag names it).
+
+    Raises:
+        InvalidInput: the context holds a symlink.
+    """
     digest = hashlib.sha256()
     for path in _walk(root):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")

@@ -207,3 +207,16 @@ async def test_the_task_limits_become_the_instance_s_and_no_internet_means_no_ne
     assert host["HostConfig"]["NanoCpus"] == 1_000_000_000
     assert host["HostConfig"]["NetworkMode"] == "none"
     assert probe.exit_code != 0
+
+
+async def test_a_build_context_changed_after_the_tasks_were_read_is_refused(
+    tmp_path: Path,
+) -> None:
+    tasks = tmp_path / "tasks"
+    shutil.copytree(EXAMPLES / "fractional", tasks / "fractional")
+    spec = _spec(tasks, agent=OracleAgentConfig())
+    (tasks / "fractional" / "environment" / "Dockerfile").write_text("FROM scratch\n")
+    state = await _run(tmp_path, spec)
+    trajectory = state.trajectories["fractional@0"]
+    assert trajectory.outcome == "error"
+    assert "changed since the campaign read it" in str(trajectory.error)
