@@ -39,6 +39,7 @@ from mcp_evalserver.spec.agents import (
     PythonAgentConfig,
 )
 from mcp_evalserver.spec.campaign import CampaignSpec, RaySandboxConfig, Task
+from mcp_evalserver.spec.harbor import harbor_of
 from mcp_evalserver.spec.predictions import GOLD
 from mcp_evalserver.spec.scorers import LlmJudgeScorerConfig, PythonScorerConfig
 
@@ -232,6 +233,7 @@ class Privileges:
         )
 
     def _admit_task(self, task: Task, base_dir: Path) -> Task:
+        task = self._admit_build_context(task, base_dir)
         if (task.path is None and not task.paths) or self.path_roots is None:
             return task
         update: dict[str, Any] = {}
@@ -248,6 +250,17 @@ class Privileges:
                 for entry in task.paths
             ]
         return task.model_copy(update=update)
+
+    def _admit_build_context(self, task: Task, base_dir: Path) -> Task:
+        """A Harbor task's build context is a host directory sent to the engine (its files end
+        up in the image the agent works in): named under an allowed root, like `path`."""
+        harbor = harbor_of(task.metadata)
+        if harbor is None or harbor.build_context is None or self.path_roots is None:
+            return task
+        where = f"task {task.id}: metadata.harbor.build_context"
+        real = self.host_path(harbor.build_context, where, base_dir)
+        kept = harbor.model_copy(update={"build_context": real}).model_dump()
+        return task.model_copy(update={"metadata": {**task.metadata, "harbor": kept}})
 
 
 def _configs(config: BaseModel, at: str) -> Iterator[tuple[str, BaseModel]]:
