@@ -46,7 +46,8 @@ PROTECTED_NAMES = frozenset(
 #: Package directories that stand in for pytest's own when found first on `sys.path`.
 PROTECTED_DIRS = frozenset({"_pytest", "pytest", "pluggy"})
 VERIFIER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_SECTION = re.compile(r"^diff --git a/(.+?) b/(.+)$", re.MULTILINE)
+#: A file's header in a git diff; git quotes a path with unusual characters ("a/x\ty").
+_SECTION = re.compile(r'^diff --git "?a/(.+?)"? "?b/(.+?)"?$', re.MULTILINE)
 
 
 def without_protected(patch: str) -> tuple[str, list[str]]:

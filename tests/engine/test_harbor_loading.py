@@ -14,6 +14,7 @@ from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.agents.builtin import OracleAgent
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.factory import build_scorer
+from mcp_evalserver.scoring.harbor import without_protected
 from mcp_evalserver.spec.agents import OracleAgentConfig
 from mcp_evalserver.spec.campaign import (
     CampaignSpec,
@@ -148,3 +149,21 @@ async def test_without_docker_a_harbor_task_says_it_needs_the_docker_backend(
     assert trajectory.outcome == "infra_error"
     assert "fractional is a Harbor task" in str(trajectory.error)
     assert "runs on the docker backend only" in str(trajectory.error)
+
+
+def test_the_verifier_gets_no_conftest_or_pytest_stand_in_from_the_agent_s_diff() -> None:
+    def section(path: str) -> str:
+        return f"diff --git {path.replace('@', 'a')} {path.replace('@', 'b')}\n+x\n"
+
+    patch = "".join(
+        section(p)
+        for p in (
+            "@/result.txt", "@/conftest.py", "@/sub/pytest.ini", '"@/odd\\tdir/conftest.py"',
+            "@/lib/x.pth", "@/_pytest/main.py", "@/answer.py",
+        )
+    )  # fmt: skip
+    kept, dropped = without_protected(patch)
+    assert dropped == [
+        "conftest.py", "sub/pytest.ini", "odd\\tdir/conftest.py", "lib/x.pth", "_pytest/main.py",
+    ]  # fmt: skip
+    assert kept == section("@/result.txt") + section("@/answer.py")
