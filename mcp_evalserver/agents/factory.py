@@ -13,6 +13,7 @@ from mcp_evalserver.spec.agents import (
     AgentConfig,
     CommandAgentConfig,
     ExternalAgentConfig,
+    MiniSweAgentConfig,
     NoopAgentConfig,
     OpenAIAgentConfig,
     OracleAgentConfig,
@@ -63,6 +64,11 @@ def build_agent(
         from mcp_evalserver.agents.command import CommandAgent
 
         return CommandAgent(config, trajectory_endpoints)
+    if isinstance(config, MiniSweAgentConfig):
+        # Imported here: mini-swe-agent is an optional extra, and brings litellm.
+        from mcp_evalserver.agents.minisweagent.agent import MiniSweAgent
+
+        return MiniSweAgent(config)
     agent = load_factory(config.factory)(config.options)
     if not isinstance(agent, Agent):
         raise InvalidInput(f"factory {config.factory!r} returned {type(agent).__name__}, not Agent")

@@ -34,6 +34,7 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.spec.agents import (
     DEFAULT_BASE_URL,
     CommandAgentConfig,
+    MiniSweAgentConfig,
     OpenAIAgentConfig,
     PredictionsAgentConfig,
     PythonAgentConfig,
@@ -49,6 +50,10 @@ _PLUGINS: dict[type[BaseModel], str] = {
     PythonAgentConfig: "imports a Python module into the server",
     PythonScorerConfig: "imports a Python module into the server",
     CommandAgentConfig: "runs a program on the server's host",
+    # Its config names model classes by import path and litellm reads keys from the server's
+    # environment for any endpoint: the `openai` agent's key rules cannot be applied to it.
+    MiniSweAgentConfig: "imports the model class its config names and lets litellm send the "
+    "server's API keys to the endpoint it names",
 }
 
 

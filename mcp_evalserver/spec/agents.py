@@ -132,6 +132,29 @@ class CommandAgentConfig(_Strict):
         return command
 
 
+class MiniSweAgentConfig(_Strict):
+    """mini-swe-agent's own agent loop (the `minisweagent` extra) on the trajectory's workspace:
+    its messages are the transcript, what it submits is the patch, its limits end the run."""
+
+    type: Literal["mini-swe-agent"] = "mini-swe-agent"
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="A mini-swe-agent config, as in its YAML files: `agent` (templates, "
+        "`step_limit`, `cost_limit`, ...), `environment` (`env`, `timeout`, `cwd`) and "
+        "`model`; merged over `base_config`.",
+    )
+    model: dict[str, Any] = Field(
+        default_factory=dict,
+        description="mini-swe-agent's `model` section (`model_name`, `model_class`, "
+        "`model_kwargs`, `cost_tracking`, ...), merged over `config.model`.",
+    )
+    base_config: str | None = Field(
+        "mini",
+        description="A builtin mini-swe-agent config under `config` (`mini`, `default`, "
+        "`swebench`, ...); null for none.",
+    )
+
+
 AgentConfig = Annotated[
     NoopAgentConfig
     | OracleAgentConfig
@@ -139,6 +162,7 @@ AgentConfig = Annotated[
     | ExternalAgentConfig
     | OpenAIAgentConfig
     | PredictionsAgentConfig
-    | CommandAgentConfig,
+    | CommandAgentConfig
+    | MiniSweAgentConfig,
     Field(discriminator="type"),
 ]

@@ -1,0 +1,238 @@
+"""mini-swe-agent's own loop on our workspaces: its `environment_class` and the agent type.
+
+Real components throughout: mini-swe-agent's `DefaultAgent` with its `DeterministicModel`, and
+its litellm model against the fake OpenAI-compatible server on loopback; local overlay
+workspaces (root).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("minisweagent")
+
+from minisweagent.agents.default import DefaultAgent
+from minisweagent.environments import get_environment
+from minisweagent.models.test_models import DeterministicModel, make_output
+
+from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.integrations.minisweagent import EvalserverEnvironment, close_shared
+from mcp_evalserver.scoring.factory import build_scorer
+from mcp_evalserver.server.privileges import Privileges
+from mcp_evalserver.spec.agents import MiniSweAgentConfig
+from mcp_evalserver.spec.scorers import CommandScorerConfig
+from tests.agents.fake_openai import FakeOpenAI, Reply, call, serving
+from tests.agents.helpers import artifact_text, records, run, spec
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+CHECK = "python3 -c 'import calc; assert calc.add(2, 2) == 4'"
+CHECK_SCORER = build_scorer(CommandScorerConfig(command=CHECK))
+FIX = "sed -i 's/a - b/a + b/' calc.py"
+SUBMIT_DIFF = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff"
+ENVIRONMENT_CLASS = "mcp_evalserver.integrations.minisweagent.EvalserverEnvironment"
+AGENT: dict[str, Any] = {"system_template": "You fix bugs.", "instance_template": "{{task}}"}
+
+
+@pytest.fixture(autouse=True)
+def _needs_root() -> None:
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("needs root for mount namespaces and overlayfs")
+        pytest.skip("needs root for mount namespaces and overlayfs")
+
+
+@pytest.fixture
+def shared_instances() -> Iterator[None]:
+    yield
+    close_shared()
+
+
+def _repo(root: Path) -> Path:
+    path = root / "repo"
+    path.mkdir()
+    (path / "calc.py").write_text(BUGGY)
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    for command in (["git", "init", "-q", "."], [*git, "add", "-A"], [*git, "commit", "-qm", "b"]):
+        subprocess.run(command, cwd=path, check=True)
+    return path
+
+
+def _task(root: Path) -> dict[str, str]:
+    return {"id": "calc", "path": str(_repo(root)), "prompt": "calc.add subtracts; make it add."}
+
+
+def _outputs(*commands: str) -> list[dict[str, Any]]:
+    return [make_output(f"step {n}", [{"command": c}]) for n, c in enumerate(commands)]
+
+
+def _deterministic(*commands: str, **agent: Any) -> dict[str, Any]:
+    return {
+        "type": "mini-swe-agent",
+        "config": {"agent": AGENT | agent},
+        "model": {
+            "model_name": "deterministic",
+            "model_class": "deterministic",
+            "outputs": _outputs(*commands),
+        },
+    }
+
+
+# --- the environment class, in mini-swe-agent's own runs ---------------------------------------
+
+
+def test_mini_swe_agent_runs_in_a_copy_on_write_workspace_named_by_environment_class(
+    tmp_path: Path, shared_instances: None
+) -> None:
+    repo = _repo(tmp_path)
+    config = {"environment_class": ENVIRONMENT_CLASS, "path": str(repo), "timeout": 20}
+    first, second = get_environment(config), get_environment(config)
+    assert isinstance(first, EvalserverEnvironment)
+    assert isinstance(second, EvalserverEnvironment)
+    script = _outputs("cat calc.py", FIX, SUBMIT_DIFF)
+    model = DeterministicModel(outputs=script)  # type: ignore[no-untyped-call]
+    agent = DefaultAgent(model, first, **AGENT)
+
+    result = agent.run("calc.add subtracts; make it add.")
+
+    assert result["exit_status"] == "Submitted"
+    assert "-    return a - b\n+    return a + b" in result["submission"]
+    assert "return a - b" in agent.messages[3]["content"]  # what `cat` showed the model
+    # The fix lives in the first environment's workspace only: the instance they share and the
+    # repository on the host are untouched.
+    assert second.execute({"command": "cat calc.py"})["output"] == BUGGY
+    assert repo.joinpath("calc.py").read_text() == BUGGY
+    assert first.workspace is not second.workspace
+    first.close()
+    second.close()
+
+
+def test_a_command_past_its_timeout_is_killed_and_reported_as_mini_swe_agent_does(
+    tmp_path: Path, shared_instances: None
+) -> None:
+    config = {"environment_class": ENVIRONMENT_CLASS, "path": str(_repo(tmp_path)), "timeout": 1}
+    env = get_environment(config)
+    assert isinstance(env, EvalserverEnvironment)
+    with env:
+        output = env.execute({"command": "echo started; sleep 30"})
+        assert output["returncode"] == -1
+        assert "timed out after 1 s" in output["exception_info"]
+        assert output["output"].startswith("started")
+
+
+# --- the agent type, in a campaign ---------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_deterministic_model_fixes_the_bug_through_the_real_loop_and_its_patch_resolves(
+    tmp_path: Path,
+) -> None:
+    agent = _deterministic("cat calc.py", FIX, SUBMIT_DIFF)
+    with anyio.fail_after(60):
+        state, directory = await run(
+            tmp_path / "state", spec([_task(tmp_path)], agent), CHECK_SCORER
+        )
+
+    assert state.trajectories["calc@0"].outcome == "resolved"
+    (generated,) = records(directory, "generated")
+    assert generated["usage"]["requests"] == 3
+    assert generated["usage"]["cost_usd"] == 3.0  # DeterministicModel's 1.0 per call
+    transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
+    assert [m.get("role") for m in transcript[:3]] == ["system", "user", "assistant"]
+    assert transcript[1]["content"] == "calc.add subtracts; make it add."
+    assert transcript[-2]["role"] == "exit"
+    assert transcript[-1] == {
+        "event": "exit",
+        "exit_status": "Submitted",
+        "api_calls": 3,
+        "cost": 3.0,
+    }
+
+
+@pytest.mark.anyio
+async def test_its_step_limit_ends_the_loop_and_the_workspace_changes_are_handed_in(
+    tmp_path: Path,
+) -> None:
+    agent = _deterministic("cat calc.py", FIX, "ls", "ls", step_limit=2, cost_limit=0)
+    with anyio.fail_after(60):
+        state, directory = await run(
+            tmp_path / "state", spec([_task(tmp_path)], agent), CHECK_SCORER
+        )
+
+    assert state.trajectories["calc@0"].outcome == "resolved"  # the fix was made before the limit
+    (generated,) = records(directory, "generated")
+    assert generated["usage"]["requests"] == 2
+    transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
+    assert transcript[-2]["exit_status"] == "LimitsExceeded"
+    assert transcript[-1]["event"] == "handed_in_unsubmitted"
+
+
+@pytest.mark.anyio
+async def test_its_cost_limit_ends_the_loop_once_the_cost_is_reached(tmp_path: Path) -> None:
+    agent = _deterministic("ls", "ls", "ls", "ls", cost_limit=2.0)
+    with anyio.fail_after(60):
+        state, directory = await run(
+            tmp_path / "state", spec([_task(tmp_path)], agent), CHECK_SCORER
+        )
+
+    (generated,) = records(directory, "generated")
+    assert generated["usage"]["requests"] == 2
+    assert state.trajectories["calc@0"].outcome != "resolved"
+
+
+@pytest.mark.anyio
+async def test_its_litellm_model_drives_the_loop_against_an_openai_compatible_endpoint(
+    tmp_path: Path,
+) -> None:
+    script = [
+        Reply(content="Let me look.", tool_calls=(("bash", {"command": "cat calc.py"}),)),
+        call("bash", command=FIX),
+        call("bash", command=SUBMIT_DIFF),
+    ]
+    with serving(FakeOpenAI(script)) as fake, anyio.fail_after(60):
+        agent = {
+            "type": "mini-swe-agent",
+            "config": {"agent": {"step_limit": 10}},
+            "model": {
+                "model_name": "openai/scripted-model",
+                "model_kwargs": {"api_base": fake.url, "api_key": "sk-none"},
+                "cost_tracking": "ignore_errors",
+            },
+        }
+        state, directory = await run(
+            tmp_path / "state", spec([_task(tmp_path)], agent), CHECK_SCORER
+        )
+
+    assert state.trajectories["calc@0"].outcome == "resolved"
+    assert len(fake.seen) == 3
+    assert fake.seen[0].body["model"] == "scripted-model"
+    assert [t["function"]["name"] for t in fake.seen[0].body["tools"]] == ["bash"]
+    # The model saw what its command printed, through mini-swe-agent's observation template.
+    assert "return a - b" in json.dumps(fake.seen[1].body["messages"][-1])
+    (generated,) = records(directory, "generated")
+    assert generated["usage"]["requests"] == 3
+    assert generated["usage"]["input_tokens"] == 300
+    assert generated["usage"]["output_tokens"] == 60
+
+
+def test_over_http_the_agent_type_needs_plugins_allowed() -> None:
+    config = MiniSweAgentConfig(model={"model_name": "openai/x"})
+    with pytest.raises(InvalidInput, match="--allow-plugins"):
+        Privileges(plugins=False).admit_plugins(config, "agent")
+    Privileges(plugins=True).admit_plugins(config, "agent")
+
+
+def test_an_environment_class_in_the_agent_types_config_is_refused() -> None:
+    from mcp_evalserver.agents.factory import build_agent
+
+    config = MiniSweAgentConfig(config={"environment": {"environment_class": "docker"}})
+    with pytest.raises(InvalidInput, match="trajectory's workspace"):
+        build_agent(config)
