@@ -1,7 +1,8 @@
 """The tools a model-driven agent gets: exec, read_file, write_file in its workspace, and submit
 (and checkpoint/restore of the workspace when its configuration enables them).
 
-Schemas are OpenAI function-tool JSON (what every OpenAI-compatible endpoint accepts). A tool's
+Schemas are OpenAI function-tool JSON (what every OpenAI-compatible endpoint accepts), made from
+the one declaration of the workspace tools (`tool_table`) that the MCP servers use too. A tool's
 result is text for the model: a command that fails, a missing file or bad arguments are told to
 the model so it can recover; only a sandbox that is gone (`InfrastructureError`) escapes.
 """
@@ -12,6 +13,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_evalserver.agents.tool_table import (
+    WORKSPACE_TOOLS,
+    Capability,
+    ModelTool,
+    WorkspaceTool,
+)
 from mcp_evalserver.errors import EvalServerError, InfrastructureError
 from mcp_evalserver.sandbox.base import ExecResult, Workspace
 
@@ -20,115 +27,37 @@ SUBMIT = "submit"
 # exec); smaller ones are read whole and clipped to what one tool result may show.
 _READ_LIMIT = 8 << 20
 
-_SUBMIT_ANSWER_ONLY: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": SUBMIT,
-        "description": "Hand in your final answer. This ends your work on the task.",
-        "parameters": {
-            "type": "object",
-            "properties": {"answer": {"type": "string", "description": "The final answer."}},
-            "required": ["answer"],
-        },
-    },
-}
-
-_SUBMIT_REPO: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": SUBMIT,
-        "description": (
-            "Hand in your work: every change you made in the repository is submitted as a "
-            "patch. This ends your work on the task."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "answer": {"type": "string", "description": "Optional short summary or answer."}
-            },
-        },
-    },
-}
-
-_WORKSPACE_TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "exec",
-            "description": (
-                "Run a shell command (/bin/sh -c) in the repository's directory. Returns the "
-                "exit code, stdout and stderr (long output keeps its head and tail). No network."
-            ),
-            "parameters": {
-                "type": "object",
-                "properties": {"command": {"type": "string"}},
-                "required": ["command"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": (
-                "Read a text file (absolute, or relative to the repository). Long files are "
-                "cut after their beginning; page through them with exec (sed -n, grep -n)."
-            ),
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}},
-                "required": ["path"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "write_file",
-            "description": "Create or overwrite a file with the given content (whole file).",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-                "required": ["path", "content"],
-            },
-        },
-    },
-]
-
-
-_CHECKPOINT_TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "checkpoint",
-            "description": (
-                "Save the repository's files as they are now (instant). Returns an id that "
-                "restore takes: try something risky, and go back if it fails."
-            ),
-            "parameters": {"type": "object", "properties": {}},
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "restore",
-            "description": "Put the files back as they were at a checkpoint; later edits go.",
-            "parameters": {
-                "type": "object",
-                "properties": {"checkpoint_id": {"type": "string"}},
-                "required": ["checkpoint_id"],
-            },
-        },
-    },
-]
+_JSON_TYPES: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
 def tool_schemas(with_workspace: bool, checkpoints: bool = False) -> list[dict[str, Any]]:
-    """The tools offered to the model: answer-only tasks get `submit` alone."""
+    """The tools offered to the model, from `WORKSPACE_TOOLS`: answer-only tasks get `submit`
+    alone, checkpoint and restore come with `checkpoints`."""
+    capabilities: set[Capability] = set()
     if with_workspace:
-        extra = _CHECKPOINT_TOOLS if checkpoints else []
-        return [*_WORKSPACE_TOOLS, *extra, _SUBMIT_REPO]
-    return [_SUBMIT_ANSWER_ONLY]
+        capabilities.add("workspace")
+    if checkpoints:
+        capabilities.add("checkpoints")
+    schemas = []
+    for tool in WORKSPACE_TOOLS:
+        model = tool.for_model(frozenset(capabilities))
+        if model is not None:
+            schemas.append(_schema(tool, model))
+    return schemas
+
+
+def _schema(tool: WorkspaceTool, model: ModelTool) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    for argument in model.arguments:
+        properties[argument.name] = {"type": _JSON_TYPES[tool.parameter(argument.name).type]}
+        if argument.description is not None:
+            properties[argument.name]["description"] = argument.description
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    required = [argument.name for argument in model.arguments if argument.required]
+    if required:
+        parameters["required"] = required
+    function = {"name": model.name, "description": model.description, "parameters": parameters}
+    return {"type": "function", "function": function}
 
 
 @dataclass(frozen=True)

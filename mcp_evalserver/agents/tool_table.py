@@ -1,0 +1,297 @@
+"""The workspace tools, declared once: what an agent may do in its trajectory's workspace.
+
+Three surfaces are made from `WORKSPACE_TOOLS`:
+
+- `claimed`: the evaluation server's MCP tools, each naming the `claim_id` of an external agent
+  (`server.mcp_app`);
+- `scoped`: the MCP tools of one trajectory's own endpoint, for a `command` agent's program
+  (`server.mcp_app.create_trajectory_server`);
+- the OpenAI function tools of the `openai` agent (`agents.workspace_tools.tool_schemas`).
+
+The table lives in the agents layer because that is the lowest layer both of its readers may
+import (the server sits above it; agents may not import the server), and it imports nothing of
+ours: no `mcp`, no server models. What each tool returns is its handler's return type, on the
+server's side.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from typing import Final, Literal
+
+#: The two MCP surfaces: tools that name a claim id, and tools bound to one trajectory.
+Audience = Literal["claimed", "scoped"]
+#: What a trajectory must offer for a tool to be shown to a model.
+Capability = Literal["workspace", "checkpoints"]
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+#: The default of a parameter that callers must give.
+REQUIRED: Final = _Required()
+
+
+def _mcp_text(text: str) -> str:
+    # These texts reached MCP clients as the docstrings of the tool functions, continuation
+    # lines indented by eight spaces; they are kept byte for byte (tests/server/fixtures).
+    return textwrap.dedent(text).strip().replace("\n", "\n        ")
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One argument of a workspace tool, as MCP clients see it.
+
+    A default of None makes the parameter nullable (`type | None`).
+    """
+
+    name: str
+    type: type
+    description: str | None = None
+    default: object = REQUIRED
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    #: Offered on this MCP surface only; None: on both.
+    only: Audience | None = None
+    #: Kept, clipped, in a `command` agent's transcript of the calls its program made.
+    in_transcript: bool = True
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+@dataclass(frozen=True)
+class ModelArgument:
+    """A parameter as a model is offered it; its type is the parameter's."""
+
+    name: str
+    description: str | None = None
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class ModelTool:
+    """How a workspace tool is offered to a model, as an OpenAI function tool."""
+
+    name: str
+    description: str
+    arguments: tuple[ModelArgument, ...] = ()
+    needs: frozenset[Capability] = frozenset({"workspace"})
+
+
+@dataclass(frozen=True)
+class WorkspaceTool:
+    """One workspace tool: its name, what it says on each surface, its parameters."""
+
+    name: str
+    #: The description when the tool names a claim id.
+    claimed: str
+    #: The description on a trajectory's own endpoint.
+    scoped: str
+    parameters: tuple[Parameter, ...] = ()
+    #: Read-only tools are annotated read-only and idempotent; the others as mutating.
+    read_only: bool = False
+    #: Offered to a model as the first of these whose `needs` the trajectory meets; none: never.
+    models: tuple[ModelTool, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = {p.name for p in self.parameters}
+        for model in self.models:
+            unknown = {a.name for a in model.arguments} - names
+            if unknown:
+                raise ValueError(f"{self.name}: model arguments {unknown} are not parameters")
+
+    def parameters_for(self, audience: Audience) -> tuple[Parameter, ...]:
+        """The parameters this MCP surface offers, in order."""
+        return tuple(p for p in self.parameters if p.only in (None, audience))
+
+    def parameter(self, name: str) -> Parameter:
+        """The parameter called `name`.
+
+        Raises:
+            KeyError: there is none.
+        """
+        for p in self.parameters:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def for_model(self, capabilities: frozenset[Capability]) -> ModelTool | None:
+        """What a model with these capabilities is offered; None: not this tool."""
+        return next((m for m in self.models if m.needs <= capabilities), None)
+
+
+_PATH = Parameter("path", str, "Absolute, or relative to the workdir.")
+
+WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
+    WorkspaceTool(
+        "sandbox_exec",
+        claimed=_mcp_text("""
+            Run a shell command in the claimed trajectory's private workspace, starting in the
+            task's workdir, without network. Returns exit code, stdout and stderr (long output keeps
+            its head and tail). A non-zero exit code is a normal result.
+        """),
+        scoped=_mcp_text("""
+            Run a shell command in this trajectory's private workspace, starting in the task's
+            workdir, without network. Returns exit code, stdout and stderr (long output keeps its
+            head and tail). A non-zero exit code is a normal result.
+        """),
+        parameters=(
+            Parameter("command", str, "Shell command, run by /bin/sh -c."),
+            Parameter("timeout_s", float, default=120.0, gt=0, le=3600, in_transcript=False),
+            Parameter("stdin", str, "Text fed to the command.", default=None, in_transcript=False),
+        ),
+        # A model's commands get the agent's configured timeout and output cap.
+        models=(
+            ModelTool(
+                "exec",
+                "Run a shell command (/bin/sh -c) in the repository's directory. Returns the "
+                "exit code, stdout and stderr (long output keeps its head and tail). No network.",
+                (ModelArgument("command"),),
+            ),
+        ),
+    ),
+    WorkspaceTool(
+        "read_file",
+        claimed="Read a file from the claimed trajectory's workspace.",
+        scoped="Read a file from this trajectory's workspace.",
+        parameters=(
+            _PATH,
+            Parameter("max_bytes", int, default=1 << 20, gt=0, le=16 << 20, in_transcript=False),
+        ),
+        read_only=True,
+        models=(
+            ModelTool(
+                "read_file",
+                "Read a text file (absolute, or relative to the repository). Long files are "
+                "cut after their beginning; page through them with exec (sed -n, grep -n).",
+                (ModelArgument("path"),),
+            ),
+        ),
+    ),
+    WorkspaceTool(
+        "write_file",
+        claimed=_mcp_text("""
+            Write (create or replace) a file in the claimed trajectory's workspace; parent
+            directories are created. Only the workspace is writable.
+        """),
+        scoped=_mcp_text("""
+            Write (create or replace) a file in this trajectory's workspace; parent directories
+            are created. Only the workspace is writable.
+        """),
+        parameters=(_PATH, Parameter("content", str, "The whole new content (UTF-8).")),
+        models=(
+            ModelTool(
+                "write_file",
+                "Create or overwrite a file with the given content (whole file).",
+                (ModelArgument("path"), ModelArgument("content")),
+            ),
+        ),
+    ),
+    WorkspaceTool(
+        "get_diff",
+        claimed=_mcp_text("""
+            The changes made in the claimed trajectory's workspace so far, as a git patch
+            against the task's base commit (what submit will hand in).
+        """),
+        scoped=_mcp_text("""
+            The changes made in this trajectory's workspace so far, as a git patch against the
+            task's base commit (what submit will hand in).
+        """),
+        read_only=True,
+    ),
+    WorkspaceTool(
+        "checkpoint",
+        claimed=_mcp_text("""
+            Freeze the claimed trajectory's workspace files as they are now (milliseconds,
+            whatever their size); restore returns to them. Call it between commands.
+        """),
+        scoped="Freeze this trajectory's workspace files as they are now; restore returns to them.",
+        models=(
+            ModelTool(
+                "checkpoint",
+                "Save the repository's files as they are now (instant). Returns an id that "
+                "restore takes: try something risky, and go back if it fails.",
+                needs=frozenset({"workspace", "checkpoints"}),
+            ),
+        ),
+    ),
+    WorkspaceTool(
+        "restore",
+        claimed=_mcp_text("""
+            Return the claimed trajectory's workspace files to a checkpoint: everything
+            written after it is discarded (later checkpoints stay restorable).
+        """),
+        scoped="Return the workspace files to a checkpoint; later writes are discarded.",
+        parameters=(Parameter("checkpoint_id", str, "What checkpoint returned."),),
+        models=(
+            ModelTool(
+                "restore",
+                "Put the files back as they were at a checkpoint; later edits go.",
+                (ModelArgument("checkpoint_id"),),
+                needs=frozenset({"workspace", "checkpoints"}),
+            ),
+        ),
+    ),
+    WorkspaceTool(
+        "fork_trajectory",
+        claimed=_mcp_text("""
+            Branch the claimed trajectory into n new trajectories of the same task, each with
+            a copy-on-write copy of the workspace as it is now and a claim_id of its own, already
+            held by you (branches beyond the campaign's free slots are listed as waiting: claim
+            them later). Each branch is submitted and scored on its own; the report groups
+            branches under their root (best of branches). The original claim stays yours.
+        """),
+        scoped=_mcp_text("""
+            Branch this trajectory into n new ones of the same task: each runs this program
+            again in a copy of the workspace as it is now, and is scored on its own.
+        """),
+        parameters=(
+            Parameter("n", int, "How many branches.", ge=1, le=64),
+            # A scoped program's branches are started by the runner; a client claims its own.
+            Parameter(
+                "wait_s",
+                float,
+                "Seconds to wait at most.",
+                default=60.0,
+                ge=0,
+                le=300,
+                only="claimed",
+            ),
+        ),
+    ),
+    WorkspaceTool(
+        "submit",
+        claimed=_mcp_text("""
+            Finish the claimed trajectory: hands in the workspace's diff (and the answer, if
+            given) to be scored. The claim then ends; further calls with it are refused.
+        """),
+        scoped=_mcp_text("""
+            Finish this trajectory: hands in the workspace's diff (and the answer, if given) to
+            be scored. Further tool calls are refused; exit the program.
+        """),
+        parameters=(
+            Parameter("answer", str, "A final answer, for tasks graded on answers.", default=None),
+        ),
+        models=(
+            ModelTool(
+                "submit",
+                "Hand in your work: every change you made in the repository is submitted as a "
+                "patch. This ends your work on the task.",
+                (ModelArgument("answer", "Optional short summary or answer.", required=False),),
+            ),
+            # Without a workspace the answer is all there is to hand in.
+            ModelTool(
+                "submit",
+                "Hand in your final answer. This ends your work on the task.",
+                (ModelArgument("answer", "The final answer."),),
+                needs=frozenset(),
+            ),
+        ),
+    ),
+)
