@@ -22,6 +22,10 @@ from typing import Final, Literal
 
 #: The two MCP surfaces: tools that name a claim id, and tools bound to one trajectory.
 Audience = Literal["claimed", "scoped"]
+#: What a call does, for MCP's hints: reads only; adds something (a checkpoint, branches, a
+#: submission) and loses nothing; overwrites files (what they held is lost, again changes
+#: nothing more); runs a command (may delete anything, and twice is not once).
+Effect = Literal["reads", "adds", "overwrites", "runs"]
 #: What a trajectory must offer for a tool to be shown to a model.
 Capability = Literal["workspace", "checkpoints"]
 
@@ -93,9 +97,8 @@ class WorkspaceTool:
     claimed: str
     #: The description on a trajectory's own endpoint.
     scoped: str
+    effect: Effect
     parameters: tuple[Parameter, ...] = ()
-    #: Read-only tools are annotated read-only and idempotent; the others as mutating.
-    read_only: bool = False
     #: Offered to a model as the first of these whose `needs` the trajectory meets; none: never.
     models: tuple[ModelTool, ...] = ()
 
@@ -105,6 +108,10 @@ class WorkspaceTool:
             unknown = {a.name for a in model.arguments} - names
             if unknown:
                 raise ValueError(f"{self.name}: model arguments {unknown} are not parameters")
+
+    def description(self, audience: Audience) -> str:
+        """What the tool says it does on this MCP surface."""
+        return self.claimed if audience == "claimed" else self.scoped
 
     def parameters_for(self, audience: Audience) -> tuple[Parameter, ...]:
         """The parameters this MCP surface offers, in order."""
@@ -141,6 +148,7 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
             workdir, without network. Returns exit code, stdout and stderr (long output keeps its
             head and tail). A non-zero exit code is a normal result.
         """),
+        effect="runs",
         parameters=(
             Parameter("command", str, "Shell command, run by /bin/sh -c."),
             Parameter("timeout_s", float, default=120.0, gt=0, le=3600, in_transcript=False),
@@ -160,11 +168,11 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
         "read_file",
         claimed="Read a file from the claimed trajectory's workspace.",
         scoped="Read a file from this trajectory's workspace.",
+        effect="reads",
         parameters=(
             _PATH,
             Parameter("max_bytes", int, default=1 << 20, gt=0, le=16 << 20, in_transcript=False),
         ),
-        read_only=True,
         models=(
             ModelTool(
                 "read_file",
@@ -184,6 +192,7 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
             Write (create or replace) a file in this trajectory's workspace; parent directories
             are created. Only the workspace is writable.
         """),
+        effect="overwrites",
         parameters=(_PATH, Parameter("content", str, "The whole new content (UTF-8).")),
         models=(
             ModelTool(
@@ -203,7 +212,7 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
             The changes made in this trajectory's workspace so far, as a git patch against the
             task's base commit (what submit will hand in).
         """),
-        read_only=True,
+        effect="reads",
     ),
     WorkspaceTool(
         "checkpoint",
@@ -212,6 +221,7 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
             whatever their size); restore returns to them. Call it between commands.
         """),
         scoped="Freeze this trajectory's workspace files as they are now; restore returns to them.",
+        effect="adds",
         models=(
             ModelTool(
                 "checkpoint",
@@ -228,6 +238,7 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
             written after it is discarded (later checkpoints stay restorable).
         """),
         scoped="Return the workspace files to a checkpoint; later writes are discarded.",
+        effect="overwrites",
         parameters=(Parameter("checkpoint_id", str, "What checkpoint returned."),),
         models=(
             ModelTool(
@@ -251,6 +262,7 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
             Branch this trajectory into n new ones of the same task: each runs this program
             again in a copy of the workspace as it is now, and is scored on its own.
         """),
+        effect="adds",
         parameters=(
             Parameter("n", int, "How many branches.", ge=1, le=64),
             # A scoped program's branches are started by the runner; a client claims its own.
@@ -275,6 +287,7 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
             Finish this trajectory: hands in the workspace's diff (and the answer, if given) to
             be scored. Further tool calls are refused; exit the program.
         """),
+        effect="adds",
         parameters=(
             Parameter("answer", str, "A final answer, for tasks graded on answers.", default=None),
         ),

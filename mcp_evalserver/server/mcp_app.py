@@ -1,8 +1,9 @@
 """The MCP surface: every `mcp` import of the project lives in this module.
 
-Each tool is a thin function over `EvalService` (campaigns) or `ExternalTrajectories` (the
-sandbox tools of externally driven trajectories); `create_trajectory_server` serves one
-trajectory's tools (`ScopedTrajectory`) to a `command` agent's program. One decorator turns
+Each campaign tool is a thin function over `EvalService`. The workspace tools are registered
+from their one declaration (`agents.tool_table`): over `ExternalTrajectories` with a claim id
+(externally driven trajectories), and by `create_trajectory_server` over one trajectory's
+`ScopedTrajectory` for a `command` agent's program. One decorator turns
 errors into tool errors: an `EvalServerError` carries its message (which says what to do
 next); anything else is logged with a reference id that the error text repeats, and the server
 keeps serving.
@@ -11,9 +12,11 @@ keeps serving.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import secrets
+import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -45,6 +48,7 @@ from starlette.responses import JSONResponse, Response
 
 from mcp_evalserver import __version__
 from mcp_evalserver.agents.base import TrajectoryContext
+from mcp_evalserver.agents.tool_table import WORKSPACE_TOOLS, Audience, Effect, WorkspaceTool
 from mcp_evalserver.engine.calibration import calibrate_campaign, parse_labels
 from mcp_evalserver.engine.exports import ExportFormat, export_text
 from mcp_evalserver.engine.planning import build_plan, render_plan_markdown
@@ -53,20 +57,11 @@ from mcp_evalserver.engine.sweep import DEFAULT_LEVELS
 from mcp_evalserver.errors import Conflict, EvalServerError, NotFound
 from mcp_evalserver.server.events import CampaignEvent
 from mcp_evalserver.server.models import (
-    Branches,
-    BranchIds,
     CampaignList,
     CampaignStatus,
-    Checkpoint,
     ClaimedTrajectory,
     Comparison,
-    Diff,
-    ExecOutput,
-    FileContent,
-    FileWritten,
-    Restored,
     ScoringStatus,
-    Submitted,
     SweepStatus,
 )
 from mcp_evalserver.server.privileges import Privileges
@@ -125,6 +120,14 @@ _OVERWRITES = ToolAnnotations(
 _RUNS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
 )
+#: The hints of each workspace tool's declared effect (`agents.tool_table.Effect`).
+_EFFECTS: dict[Effect, ToolAnnotations] = {
+    "reads": _READ_ONLY, "adds": _MUTATES, "overwrites": _OVERWRITES, "runs": _RUNS
+}  # fmt: skip
+
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+# Subscripted with a type made at run time: a value to the type checker, not a type expression.
+_ANNOTATED: Any = Annotated
 
 
 def tool_errors(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
@@ -532,95 +535,60 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         campaign's trajectory_timeout_s bounds the whole trajectory, waiting included."""
         return await _trajectories(ctx).claim(campaign_id, wait_s)
 
-    @app.tool(annotations=_RUNS)
-    @tool_errors
-    async def sandbox_exec(
-        claim_id: ClaimId,
-        command: Annotated[str, Field(description="Shell command, run by /bin/sh -c.")],
-        ctx: Context[EvalService, Any],
-        timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0,
-        stdin: Annotated[str | None, Field(description="Text fed to the command.")] = None,
-    ) -> ExecOutput:
-        """Run a shell command in the claimed trajectory's private workspace, starting in the
-        task's workdir, without network. Returns exit code, stdout and stderr (long output keeps
-        its head and tail). A non-zero exit code is a normal result."""
-        return await _trajectories(ctx).exec(claim_id, command, timeout_s, stdin)
+    for tool in WORKSPACE_TOOLS:
+        method = getattr(ExternalTrajectories, tool.name)
+        _add_workspace_tool(app, tool, "claimed", _on_claim(method), _returns(method))
 
-    @app.tool(annotations=_READ_ONLY)
-    @tool_errors
-    async def read_file(
-        claim_id: ClaimId,
-        path: Annotated[str, Field(description="Absolute, or relative to the workdir.")],
-        ctx: Context[EvalService, Any],
-        max_bytes: Annotated[int, Field(gt=0, le=16 << 20)] = 1 << 20,
-    ) -> FileContent:
-        """Read a file from the claimed trajectory's workspace."""
-        return await _trajectories(ctx).read(claim_id, path, max_bytes)
 
-    @app.tool(annotations=_OVERWRITES)
-    @tool_errors
-    async def write_file(
-        claim_id: ClaimId,
-        path: Annotated[str, Field(description="Absolute, or relative to the workdir.")],
-        content: Annotated[str, Field(description="The whole new content (UTF-8).")],
-        ctx: Context[EvalService, Any],
-    ) -> FileWritten:
-        """Write (create or replace) a file in the claimed trajectory's workspace; parent
-        directories are created. Only the workspace is writable."""
-        return await _trajectories(ctx).write(claim_id, path, content)
+def _on_claim(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """An `ExternalTrajectories` method, called on the claims of the server that serves `ctx`."""
 
-    @app.tool(annotations=_READ_ONLY)
-    @tool_errors
-    async def get_diff(claim_id: ClaimId, ctx: Context[EvalService, Any]) -> Diff:
-        """The changes made in the claimed trajectory's workspace so far, as a git patch
-        against the task's base commit (what submit will hand in)."""
-        return await _trajectories(ctx).diff(claim_id)
+    async def on_claim(ctx: Context[EvalService, Any], claim_id: str, **arguments: Any) -> Any:
+        return await method(_trajectories(ctx), claim_id, **arguments)
 
-    @app.tool(annotations=_MUTATES)
-    @tool_errors
-    async def checkpoint(claim_id: ClaimId, ctx: Context[EvalService, Any]) -> Checkpoint:
-        """Freeze the claimed trajectory's workspace files as they are now (milliseconds,
-        whatever their size); restore returns to them. Call it between commands."""
-        return await _trajectories(ctx).checkpoint(claim_id)
+    return on_claim
 
-    @app.tool(annotations=_OVERWRITES)
-    @tool_errors
-    async def restore(
-        claim_id: ClaimId,
-        checkpoint_id: Annotated[str, Field(description="What checkpoint returned.")],
-        ctx: Context[EvalService, Any],
-    ) -> Restored:
-        """Return the claimed trajectory's workspace files to a checkpoint: everything
-        written after it is discarded (later checkpoints stay restorable)."""
-        return await _trajectories(ctx).restore(claim_id, checkpoint_id)
 
-    @app.tool(annotations=_MUTATES)
-    @tool_errors
-    async def fork_trajectory(
-        claim_id: ClaimId,
-        n: Annotated[int, Field(ge=1, le=64, description="How many branches.")],
-        ctx: Context[EvalService, Any],
-        wait_s: WaitSeconds = 60.0,
-    ) -> Branches:
-        """Branch the claimed trajectory into n new trajectories of the same task, each with
-        a copy-on-write copy of the workspace as it is now and a claim_id of its own, already
-        held by you (branches beyond the campaign's free slots are listed as waiting: claim
-        them later). Each branch is submitted and scored on its own; the report groups
-        branches under their root (best of branches). The original claim stays yours."""
-        return await _trajectories(ctx).fork(claim_id, n, wait_s)
+def _returns(method: Callable[..., Any]) -> Any:
+    """What `method` returns: the output schema of the tool it serves."""
+    return typing.get_type_hints(method)["return"]
 
-    @app.tool(annotations=_MUTATES)
-    @tool_errors
-    async def submit(
-        claim_id: ClaimId,
-        ctx: Context[EvalService, Any],
-        answer: Annotated[
-            str | None, Field(description="A final answer, for tasks graded on answers.")
-        ] = None,
-    ) -> Submitted:
-        """Finish the claimed trajectory: hands in the workspace's diff (and the answer, if
-        given) to be scored. The claim then ends; further calls with it are refused."""
-        return await _trajectories(ctx).submit(claim_id, answer)
+
+def _add_workspace_tool(
+    app: MCPServer[Any],
+    tool: WorkspaceTool,
+    audience: Audience,
+    run: Callable[..., Awaitable[Any]],
+    returns: Any,
+) -> None:
+    """Registers `tool` as `WORKSPACE_TOOLS` declares it for `audience`.
+
+    `run` does the work, called with the tool's arguments by name (for `claimed`, also `ctx`
+    and `claim_id`); `returns`, what it returns, is the tool's output schema.
+    """
+    leading = (
+        {"claim_id": ClaimId, "ctx": Context[EvalService, Any]} if audience == "claimed" else {}
+    )
+    parameters = [inspect.Parameter(n, _KEYWORD, annotation=a) for n, a in leading.items()]
+    for p in tool.parameters_for(audience):
+        nullable: Any = p.type | None if p.default is None else p.type
+        field = Field(description=p.description, ge=p.ge, gt=p.gt, le=p.le)
+        annotation = _ANNOTATED[nullable, field]
+        default = inspect.Parameter.empty if p.required else p.default
+        parameters.append(
+            inspect.Parameter(p.name, _KEYWORD, annotation=annotation, default=default)
+        )
+
+    async def call(**arguments: Any) -> Any:
+        return await run(**arguments)
+
+    # The SDK reads a tool's parameters and output from its signature (the context parameter
+    # from its annotations), and names the schema of its arguments after it.
+    call.__name__ = tool.name
+    call.__signature__ = inspect.Signature(parameters, return_annotation=returns)  # type: ignore[attr-defined]
+    call.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": returns}
+    annotations = _EFFECTS[tool.effect]
+    app.add_tool(tool_errors(call), description=tool.description(audience), annotations=annotations)
 
 
 def _export_tools(app: MCPServer[EvalService]) -> None:
@@ -712,77 +680,11 @@ def create_trajectory_server(trajectory: ScopedTrajectory) -> MCPServer[Any]:
         "mcp-evalserver-trajectory", version=__version__, instructions=TRAJECTORY_INSTRUCTIONS
     )
 
-    @app.tool(annotations=_RUNS)
-    @tool_errors
-    async def sandbox_exec(
-        command: Annotated[str, Field(description="Shell command, run by /bin/sh -c.")],
-        timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0,
-        stdin: Annotated[str | None, Field(description="Text fed to the command.")] = None,
-    ) -> ExecOutput:
-        """Run a shell command in this trajectory's private workspace, starting in the task's
-        workdir, without network. Returns exit code, stdout and stderr (long output keeps its
-        head and tail). A non-zero exit code is a normal result."""
-        return await trajectory.exec(command, timeout_s, stdin)
-
-    @app.tool(annotations=_READ_ONLY)
-    @tool_errors
-    async def read_file(
-        path: Annotated[str, Field(description="Absolute, or relative to the workdir.")],
-        max_bytes: Annotated[int, Field(gt=0, le=16 << 20)] = 1 << 20,
-    ) -> FileContent:
-        """Read a file from this trajectory's workspace."""
-        return await trajectory.read(path, max_bytes)
-
-    @app.tool(annotations=_OVERWRITES)
-    @tool_errors
-    async def write_file(
-        path: Annotated[str, Field(description="Absolute, or relative to the workdir.")],
-        content: Annotated[str, Field(description="The whole new content (UTF-8).")],
-    ) -> FileWritten:
-        """Write (create or replace) a file in this trajectory's workspace; parent directories
-        are created. Only the workspace is writable."""
-        return await trajectory.write(path, content)
-
-    @app.tool(annotations=_READ_ONLY)
-    @tool_errors
-    async def get_diff() -> Diff:
-        """The changes made in this trajectory's workspace so far, as a git patch against the
-        task's base commit (what submit will hand in)."""
-        return await trajectory.diff()
-
-    @app.tool(annotations=_MUTATES)
-    @tool_errors
-    async def checkpoint() -> Checkpoint:
-        """Freeze this trajectory's workspace files as they are now; restore returns to them."""
-        return await trajectory.checkpoint()
-
-    @app.tool(annotations=_OVERWRITES)
-    @tool_errors
-    async def restore(
-        checkpoint_id: Annotated[str, Field(description="What checkpoint returned.")],
-    ) -> Restored:
-        """Return the workspace files to a checkpoint; later writes are discarded."""
-        return await trajectory.restore(checkpoint_id)
-
-    @app.tool(annotations=_MUTATES)
-    @tool_errors
-    async def fork_trajectory(
-        n: Annotated[int, Field(ge=1, le=64, description="How many branches.")],
-    ) -> BranchIds:
-        """Branch this trajectory into n new ones of the same task: each runs this program
-        again in a copy of the workspace as it is now, and is scored on its own."""
-        return BranchIds(trajectory_ids=await trajectory.fork(n))
-
-    @app.tool(annotations=_MUTATES)
-    @tool_errors
-    async def submit(
-        answer: Annotated[
-            str | None, Field(description="A final answer, for tasks graded on answers.")
-        ] = None,
-    ) -> Submitted:
-        """Finish this trajectory: hands in the workspace's diff (and the answer, if given) to
-        be scored. Further tool calls are refused; exit the program."""
-        return await trajectory.submit(answer)
+    for tool in WORKSPACE_TOOLS:
+        run = functools.partial(trajectory.call, tool)
+        _add_workspace_tool(
+            app, tool, "scoped", run, _returns(getattr(ScopedTrajectory, tool.name))
+        )
 
     return app
 

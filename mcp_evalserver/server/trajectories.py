@@ -7,26 +7,47 @@ destroyed by the runner once the submission is recorded.
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Awaitable, Callable
+from typing import Concatenate, ParamSpec, TypeVar
 
 from mcp_evalserver.agents.external import ClaimBoard, ExternalTrajectory
 from mcp_evalserver.errors import Conflict, NotFound
-from mcp_evalserver.server.models import (
-    Branches,
-    Checkpoint,
-    ClaimedTrajectory,
-    Diff,
-    ExecOutput,
-    FileContent,
-    FileWritten,
-    Restored,
-    Submitted,
-)
+from mcp_evalserver.server.models import Branches, ClaimedTrajectory, Submitted
 from mcp_evalserver.server.trajectory.tools import TrajectoryTools
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _on_claim(
+    tool: Callable[Concatenate[TrajectoryTools, _P], Awaitable[_R]],
+) -> Callable[Concatenate[ExternalTrajectories, str, _P], Awaitable[_R]]:
+    """A `TrajectoryTools` method as a method of `ExternalTrajectories`: the same tool on the
+    workspace of the trajectory that a claim (the first argument) holds.
+
+    Each call holds the claim (`ClaimBoard.use`), which renews its lease. It raises what `tool`
+    raises, and `NotFound` (no such claim) or `Conflict` (the claim is no longer live).
+    """
+
+    # Wrapped: its return type stays `tool`'s, which the MCP server publishes as the output.
+    @functools.wraps(tool)
+    async def on_claim(
+        self: ExternalTrajectories, claim_id: str, /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> _R:
+        async with self.board.use(claim_id) as trajectory:
+            return await tool(TrajectoryTools(trajectory.context), *args, **kwargs)
+
+    return on_claim
 
 
 class ExternalTrajectories:
-    """What a client does with the trajectories it claims."""
+    """What a client does with the trajectories it claims.
+
+    Each workspace tool is a method named after it (`agents.tool_table`) whose first argument
+    is the claim id; the MCP server finds it by that name.
+    """
 
     def __init__(self, board: ClaimBoard) -> None:
         self.board = board
@@ -57,75 +78,14 @@ class ExternalTrajectories:
             idempotency_key=context.idempotency_key,
         )
 
-    async def exec(
-        self, claim_id: str, command: str, timeout_s: float, stdin: str | None = None
-    ) -> ExecOutput:
-        """Runs a shell command in the claimed trajectory's workspace.
+    sandbox_exec = _on_claim(TrajectoryTools.sandbox_exec)
+    read_file = _on_claim(TrajectoryTools.read_file)
+    write_file = _on_claim(TrajectoryTools.write_file)
+    get_diff = _on_claim(TrajectoryTools.get_diff)
+    checkpoint = _on_claim(TrajectoryTools.checkpoint)
+    restore = _on_claim(TrajectoryTools.restore)
 
-        Raises:
-            NotFound: no such claim.
-            Conflict: the claim is no longer live.
-            InvalidInput: empty command, bad cwd, or the task has no workspace.
-            SandboxUnavailable: the instance is gone.
-        """
-        async with self.board.use(claim_id) as trajectory:
-            return await TrajectoryTools(trajectory.context).exec(command, timeout_s, stdin)
-
-    async def read(self, claim_id: str, path: str, max_bytes: int) -> FileContent:
-        """Reads a file from the workspace.
-
-        Raises:
-            NotFound: no such claim or file.
-            Conflict: the claim is no longer live.
-            InvalidInput: not a regular file, or the task has no workspace.
-            LimitExceeded: the file is larger than `max_bytes`.
-        """
-        async with self.board.use(claim_id) as trajectory:
-            return await TrajectoryTools(trajectory.context).read(path, max_bytes)
-
-    async def write(self, claim_id: str, path: str, content: str) -> FileWritten:
-        """Writes a file in the workspace (parents created).
-
-        Raises:
-            NotFound: no such claim.
-            Conflict: the claim is no longer live.
-            InvalidInput: the path is read-only (outside the workspace) or a directory.
-        """
-        async with self.board.use(claim_id) as trajectory:
-            return await TrajectoryTools(trajectory.context).write(path, content)
-
-    async def diff(self, claim_id: str) -> Diff:
-        """The workspace's changes against the base commit.
-
-        Raises:
-            NotFound: no such claim.
-            Conflict: the claim is no longer live, or the workdir is not a git repository.
-        """
-        async with self.board.use(claim_id) as trajectory:
-            return await TrajectoryTools(trajectory.context).diff()
-
-    async def checkpoint(self, claim_id: str) -> Checkpoint:
-        """Freezes the workspace's files now; `restore` returns to them.
-
-        Raises:
-            NotFound: no such claim.
-            Conflict: the claim is no longer live, or a command is running.
-            InvalidInput: the task has no workspace.
-        """
-        async with self.board.use(claim_id) as trajectory:
-            return await TrajectoryTools(trajectory.context).checkpoint()
-
-    async def restore(self, claim_id: str, checkpoint_id: str) -> Restored:
-        """Returns the workspace's files to a checkpoint; later changes are discarded.
-
-        Raises:
-            NotFound: no such claim or checkpoint.
-            Conflict: the claim is no longer live, or a command is running.
-        """
-        async with self.board.use(claim_id) as trajectory:
-            return await TrajectoryTools(trajectory.context).restore(checkpoint_id)
-
-    async def fork(self, claim_id: str, n: int, wait_s: float = 60.0) -> Branches:
+    async def fork_trajectory(self, claim_id: str, n: int, wait_s: float = 60.0) -> Branches:
         """Forks the claimed trajectory into `n` new ones, each claimed for this client.
 
         Each starts with the workspace as it is now, is submitted and scored on its own, and
@@ -169,6 +129,7 @@ class ExternalTrajectories:
             InvalidInput: nothing to submit (no workspace and no answer).
         """
         async with self.board.use(claim_id) as trajectory:
-            submission, submitted = await TrajectoryTools(trajectory.context).submission(answer)
+            tools = TrajectoryTools(trajectory.context)
+            submission, submitted = await tools.prepare_submission(answer)
             self.board.submit(claim_id, submission)
         return submitted

@@ -1,8 +1,11 @@
-"""The workspace tools of one trajectory: exec, read, write, diff, and building a submission.
+"""The workspace tools of one trajectory: exec, read, write, diff, checkpoints, and building a
+submission.
 
 Shared by the two ways a program outside the engine acts as an agent: an MCP client holding a
 claim (`ExternalTrajectories`) and a `command` agent's program on its scoped endpoint
-(`ScopedTrajectory`). They differ only in how they find the trajectory.
+(`ScopedTrajectory`). They differ only in how they find the trajectory, and in how they fork and
+submit. Each method is named after the tool it serves (`agents.tool_table`): the MCP server
+finds it by that name.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ _DIFF_FILE = re.compile(r"^diff --git a/(.*) b/", re.MULTILINE)
 
 
 class TrajectoryTools:
-    """Exec, read, write, diff and submit on the workspace of one trajectory."""
+    """The workspace tools that act alike on every surface, on one trajectory's workspace."""
 
     def __init__(self, context: TrajectoryContext) -> None:
         self.context = context
@@ -38,7 +41,9 @@ class TrajectoryTools:
         task = self.context.task
         return task.workdir or task.path or (DEFAULT_WORKDIR if task.image else None)
 
-    async def exec(self, command: str, timeout_s: float, stdin: str | None = None) -> ExecOutput:
+    async def sandbox_exec(
+        self, command: str, timeout_s: float, stdin: str | None = None
+    ) -> ExecOutput:
         """Runs a shell command in the workspace.
 
         Raises:
@@ -58,7 +63,7 @@ class TrajectoryTools:
             duration_s=result.duration_s,
         )
 
-    async def read(self, path: str, max_bytes: int) -> FileContent:
+    async def read_file(self, path: str, max_bytes: int) -> FileContent:
         """Reads a file from the workspace.
 
         Raises:
@@ -79,7 +84,7 @@ class TrajectoryTools:
             text, binary = data.decode("utf-8", errors="replace"), True
         return FileContent(path=path, content=text, size=len(data), binary=binary)
 
-    async def write(self, path: str, content: str) -> FileWritten:
+    async def write_file(self, path: str, content: str) -> FileWritten:
         """Writes a file in the workspace (parents created).
 
         Raises:
@@ -96,7 +101,7 @@ class TrajectoryTools:
             ) from exc
         return FileWritten(path=path, size=len(data))
 
-    async def diff(self) -> Diff:
+    async def get_diff(self) -> Diff:
         """The workspace's changes against the base commit.
 
         Raises:
@@ -135,7 +140,7 @@ class TrajectoryTools:
                 "there is nothing to checkpoint or fork"
             )
 
-    async def submission(self, answer: str | None) -> tuple[Submission, Submitted]:
+    async def prepare_submission(self, answer: str | None) -> tuple[Submission, Submitted]:
         """What handing in now means: the workspace's diff (when it has one) and the answer.
 
         Raises:
