@@ -248,13 +248,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
     handled = dispatch_scoring(args, store, _run)
-    if handled is None:
-        handled = dispatch_sweep(args, store)
-    if handled is None:
-        handled = dispatch_calibrate(args, store)
-    if handled is None:
-        handled = dispatch_export(args, store)
-        handled = dispatch_plan(args, store)
+    # Each subcommand module answers its own commands and None to the others.
+    for dispatch in (dispatch_sweep, dispatch_calibrate, dispatch_export, dispatch_plan):
+        if handled is None:
+            handled = dispatch(args, store)
     if handled is not None:
         return handled
     if args.command == "schema":
