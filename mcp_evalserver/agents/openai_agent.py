@@ -31,16 +31,13 @@ from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.agents.workspace_tools import WorkspaceTools, tool_schemas
 from mcp_evalserver.errors import InfrastructureError, InvalidInput
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
-from mcp_evalserver.runtime.endpoint_calls import call_with_retries, shorten
+from mcp_evalserver.runtime.endpoint_calls import call_with_retries, model_client, shorten
 from mcp_evalserver.runtime.limits import RetryPolicy
 from mcp_evalserver.spec.agents import DEFAULT_BASE_URL, OpenAIAgentConfig
 from mcp_evalserver.spec.submission import Submission, Usage
 
 _T = TypeVar("_T")
 
-# Local OpenAI-compatible servers (vLLM, llama.cpp, Ollama) ignore the key, but the client
-# insists on one; sent only when a `base_url` is configured and the key variable is unset.
-_PLACEHOLDER_KEY = "not-needed"
 #: Sent with every request: the trajectory's idempotency key (the same in every attempt) and
 #: the attempt's number.
 IDEMPOTENCY_HEADER = "X-MCP-Evalserver-Idempotency-Key"
@@ -86,15 +83,18 @@ class OpenAIAgent(Agent):
                 self._tls = await anyio.to_thread.run_sync(ssl.create_default_context)
             return self._tls
 
-    def _api_key(self) -> str:
-        key = os.environ.get(self.config.api_key_env)
-        if key:
-            return key
-        if self.config.base_url is not None:
-            return _PLACEHOLDER_KEY
+    def _api_key(self) -> str | None:
+        # Local OpenAI-compatible servers (vLLM, llama.cpp, Ollama) need no key.
+        name = self.config.api_key_env
+        key = os.environ.get(name) if name is not None else None
+        if key or self.config.base_url is not None:
+            return key or None
         raise InvalidInput(
-            f"no API key: set ${self.config.api_key_env}, or give the agent a `base_url` of a "
-            "local OpenAI-compatible server that needs none"
+            f"no API key: set ${name}, or give the agent a `base_url` of a local "
+            "OpenAI-compatible server that needs none"
+            if name is not None
+            else "no API key: OpenAI's endpoint needs one; name its variable in `api_key_env`, "
+            "or give the agent a `base_url` of a server that needs none"
         )
 
     async def generate(self, context: TrajectoryContext) -> Submission:
@@ -133,18 +133,17 @@ class OpenAIAgent(Agent):
         session = _Session(config, self.policy, schemas, transcript, usage)
         limiter = context.limiters.endpoint(base_url)
         # A client per trajectory, closed with it: no connection outlives the campaign run.
-        async with openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=base_url,
-            max_retries=0,
+        async with model_client(
+            base_url,
+            api_key,
             timeout=config.request_timeout_s,
             # Generation is at-least-once: these let a proxy or provider recognise a request
             # that a crash made the agent send again.
-            default_headers={
+            headers={
                 IDEMPOTENCY_HEADER: context.idempotency_key,
                 ATTEMPT_HEADER: str(context.attempt),
             },
-            http_client=openai.DefaultAsyncHttpxClient(verify=await self._tls_context()),
+            verify=await self._tls_context(),
         ) as client:
             for step in range(1, config.max_steps + 1):
                 try:

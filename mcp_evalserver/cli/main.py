@@ -109,9 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME",
         help="--http: let clients' specs use these variables of the server's environment as "
-        "API keys (`api_key_env` of `openai` agents and `llm_judge` scorers), sent only to "
-        "OpenAI's endpoint, $OPENAI_BASE_URL and --allow-endpoints; none by default over "
-        "HTTP (a variable the server does not set sends nothing), any over --stdio",
+        "API keys (`api_key_env` of `openai` agents and `llm_judge` scorers); none by default "
+        'over HTTP (a spec gives `"api_key_env": null` for an endpoint that needs no key), '
+        "any over --stdio",
     )
     parser.add_argument(
         "--allow-endpoints",
@@ -119,8 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="extend",
         default=[],
         metavar="URL",
-        help="--http: other endpoints (a `base_url` equal to or below one of these URLs) that "
-        "may receive the keys of --allow-env",
+        help="--http: model endpoints clients' specs may name as `base_url` (a URL equal to or "
+        "below one of these; its host as written, so loopback and link-local addresses only "
+        "when named here), besides OpenAI's and $OPENAI_BASE_URL; none by default over HTTP, "
+        "any over --stdio",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 

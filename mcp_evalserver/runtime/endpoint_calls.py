@@ -8,26 +8,120 @@ waiting call does not keep another trajectory from the endpoint. When the bound 
 caller gets `InfrastructureError`: the endpoint's weather is the harness's fault to retry, never a
 verdict on the trajectory (a judge that was rate-limited must not mark a requirement unmet).
 Any other status is the caller's to interpret (`openai.APIStatusError` passes through).
+
+Both also build their client here (`model_client`), so that a request carries what the caller
+gives it and nothing the `openai` library would add from the server's environment on its own.
 """
 
 from __future__ import annotations
 
 import email.utils
+import os
+import re
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 import anyio
+import httpx2
 import openai
 
 from mcp_evalserver.errors import InfrastructureError
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.runtime.limits import RetryPolicy
+from mcp_evalserver.spec.agents import DEFAULT_BASE_URL
 
 _T = TypeVar("_T")
 
 #: Hears each retry: why the attempt failed and how long the call now waits.
 RetryObserver = Callable[[str, float], None]
+
+
+#: Sent as the key to an endpoint that needs none: the client insists on one.
+PLACEHOLDER_KEY = "not-needed"
+
+
+def operators_endpoints() -> list[str]:
+    """Where the operator's own OpenAI settings go: OpenAI's endpoint, and $OPENAI_BASE_URL."""
+    return [DEFAULT_BASE_URL, *filter(None, [os.environ.get("OPENAI_BASE_URL")])]
+
+
+def model_client(
+    base_url: str,
+    api_key: str | None,
+    *,
+    timeout: float,
+    headers: Mapping[str, str] | None = None,
+    verify: ssl.SSLContext | bool = True,
+) -> openai.AsyncOpenAI:
+    """A client of `base_url` that sends `api_key` (or `PLACEHOLDER_KEY`) and `headers`.
+
+    The `openai` library adds, on its own, what the server's environment holds:
+    $OPENAI_ORG_ID, $OPENAI_PROJECT_ID, $OPENAI_CUSTOM_HEADERS, the platform it runs on. Those
+    are the operator's, for the operator's own endpoints (`operators_endpoints`): there they
+    go as the library sends them. Every other endpoint gets exactly the headers a request
+    needs, the key and `headers`, and nothing else. Redirects are not followed anywhere: an
+    endpoint must not lead the server to a host nobody allowed.
+    """
+    key = api_key or PLACEHOLDER_KEY
+    hooks = []
+    if not any(url_below(base_url, own) for own in operators_endpoints()):
+        hooks.append(_only_plain_headers(key, dict(headers or {})))
+    http = openai.DefaultAsyncHttpxClient(
+        verify=verify, follow_redirects=False, event_hooks={"request": hooks}
+    )
+    return openai.AsyncOpenAI(
+        api_key=key,
+        base_url=base_url,
+        max_retries=0,
+        timeout=timeout,
+        default_headers=headers,
+        http_client=http,
+    )
+
+
+def _only_plain_headers(
+    key: str, extra: dict[str, str]
+) -> Callable[[httpx2.Request], Awaitable[None]]:
+    """A request hook that replaces a request's headers with an allowlist: what the library
+    set from the environment (or any header not listed here) never leaves."""
+
+    async def rewrite(request: httpx2.Request) -> None:
+        body = await request.aread()
+        plain = {
+            "Host": request.url.netloc.decode("ascii"),
+            "Accept": "application/json",
+            "Accept-Encoding": "gzip, deflate",
+            "User-Agent": "mcp-evalserver",
+            "Authorization": f"Bearer {key}",
+        }
+        if body:
+            plain["Content-Type"] = "application/json"
+            plain["Content-Length"] = str(len(body))
+        request.headers = httpx2.Headers({**plain, **extra})
+
+    return rewrite
+
+
+def url_below(url: str, prefix: str) -> bool:
+    """Whether `url` is `prefix` or below it: the same scheme, host and port (no user part),
+    and the prefix's path segments first. Text prefixes are not enough: an allowed
+    `https://api.example.com` would also admit `https://api.example.com.attacker.net`, and a
+    host is compared as written (`127.1` is not `127.0.0.1`)."""
+    given, allowed = urlsplit(url), urlsplit(prefix)
+    return (
+        plain_url(url)
+        and given.scheme.lower() == allowed.scheme.lower()
+        and given.netloc.lower() == allowed.netloc.lower()
+        and f"{given.path.rstrip('/')}/".startswith(f"{allowed.path.rstrip('/')}/")
+    )
+
+
+def plain_url(url: str) -> bool:
+    """No spaces, controls, backslashes or non-ASCII: nothing that URL parsers read apart."""
+    return re.fullmatch(r"[!-~]+", url) is not None and "\\" not in url
 
 
 def is_transient(exc: openai.APIStatusError) -> bool:

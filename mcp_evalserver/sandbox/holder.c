@@ -59,7 +59,8 @@
 static const char *const PROC_MASKED[] = {"kcore", "keys", "timer_list", "sched_debug",
                                           "latency_stats", "acpi", "scsi"};
 static const char *const PROC_READONLY[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
-static const int KEPT_CAPS[] = {0, 1, 3, 4}; /* CHOWN, DAC_OVERRIDE, FOWNER, FSETID */
+/* KEPT_CAPS as a mask of capability numbers: none (see isolation.py). */
+static const unsigned long long KEPT_CAPS = 0;
 
 static const char *root, *mask_file, *mask_dir;
 static unsigned char *seccomp_program;
@@ -254,11 +255,7 @@ static int lookup_user(const char *user, uid_t *uid, gid_t *gid, gid_t *groups, 
 }
 
 /* --- privileges (isolation.py's drop_privileges) ----------------------------------------- */
-static int is_kept(int cap) {
-    for (size_t i = 0; i < sizeof KEPT_CAPS / sizeof *KEPT_CAPS; i++)
-        if (KEPT_CAPS[i] == cap) return 1;
-    return 0;
-}
+static int is_kept(int cap) { return (int)(KEPT_CAPS >> cap & 1); }
 
 static void drop_bounding_set(void) {
     if (prctl(PR_CAPBSET_READ, CAP_SYS_ADMIN, 0, 0, 0) == 0) return; /* already done */
@@ -276,8 +273,7 @@ static void drop_privileges(const uid_t *uid, gid_t gid, const gid_t *groups, in
             setup_failed("switch user");
     }
     if (!uid || *uid == 0) {
-        __u32 keep = 0;
-        for (size_t i = 0; i < sizeof KEPT_CAPS / sizeof *KEPT_CAPS; i++) keep |= 1u << KEPT_CAPS[i];
+        __u32 keep = (__u32)KEPT_CAPS;
         struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
         struct __user_cap_data_struct data[2] = {{keep, keep, keep}, {0, 0, 0}};
         if (syscall(SYS_capset, &header, data)) setup_failed("capset");

@@ -34,9 +34,10 @@ from mcp_evalserver.errors import InfrastructureError, InvalidInput
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.runtime.artifacts import ARTIFACTS_DIR
 from mcp_evalserver.runtime.atomic_files import write_atomically
-from mcp_evalserver.runtime.endpoint_calls import call_with_retries
+from mcp_evalserver.runtime.endpoint_calls import call_with_retries, model_client
 from mcp_evalserver.runtime.limits import RetryPolicy
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.spec.agents import DEFAULT_BASE_URL
 from mcp_evalserver.spec.matchers import parse_json
 
 #: Changing the judge's instructions must not reuse verdicts given under the old ones.
@@ -68,7 +69,7 @@ class LlmJudgeScorer(Scorer):
         *,
         model: str,
         base_url: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
+        api_key_env: str | None = "OPENAI_API_KEY",
         rubric: list[str] | None = None,
         threshold: float = 1.0,
         concurrency: int = 4,
@@ -83,11 +84,15 @@ class LlmJudgeScorer(Scorer):
         Raises:
             InvalidInput: no endpoint and no API key (the OpenAI default needs one).
         """
-        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
-        self.api_key = os.environ.get(api_key_env)
-        if self.api_key is None and self.base_url is None:
+        configured = base_url or os.environ.get("OPENAI_BASE_URL")
+        self.base_url = configured or DEFAULT_BASE_URL
+        self.api_key = (os.environ.get(api_key_env) or None) if api_key_env is not None else None
+        if self.api_key is None and configured is None:
             raise InvalidInput(
                 f"llm_judge: set ${api_key_env} (or give `base_url` of a local endpoint)"
+                if api_key_env is not None
+                else "llm_judge: OpenAI's endpoint needs a key: name its variable in "
+                "`api_key_env` (or give `base_url` of a local endpoint)"
             )
         self.model = model
         self.rubric = list(rubric or [])
@@ -110,13 +115,8 @@ class LlmJudgeScorer(Scorer):
             return ScoreResult.unresolved("empty", "the submission has neither answer nor patch")
         verdicts: list[RequirementVerdict | None] = [None] * len(rubric)
         bound = anyio.CapacityLimiter(self.concurrency)
-        endpoint = context.limiters.endpoint(self.base_url or "openai")
-        async with openai.AsyncOpenAI(
-            base_url=self.base_url,
-            api_key=self.api_key or "unused",
-            max_retries=0,
-            timeout=self.timeout_s,
-        ) as client:
+        endpoint = context.limiters.endpoint(self.base_url)
+        async with model_client(self.base_url, self.api_key, timeout=self.timeout_s) as client:
             # A requirement whose endpoint stays down must not cancel the others: what they get
             # is cached, so the runner's retry of this scoring asks only what is missing.
             down: list[InfrastructureError] = []

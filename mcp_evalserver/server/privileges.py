@@ -9,19 +9,22 @@ name host paths (a task's `path` and `paths`, a task file, a predictions file) u
 directories. A path is judged by where it really leads (symlinks followed, `..` resolved), and
 the campaign records that real path, so a later symlink cannot lead it elsewhere.
 
-An `openai` agent or `llm_judge` scorer sends the value of the server's environment variable
-its `api_key_env` names as the bearer of every request to its `base_url`: over HTTP a spec may
-name only a variable of `--allow-env NAME...` (one the server does not set sends nothing, so a
-keyless local endpoint needs no flag), and such a key goes only to its default endpoint
-(OpenAI's, or the server's $OPENAI_BASE_URL) or below a URL of `--allow-endpoints URL...`. The
+An `openai` agent or `llm_judge` scorer sends requests to its `base_url`, with the value of the
+server's environment variable its `api_key_env` names as their bearer. Over HTTP the token
+holder is a tenant, and neither is theirs to choose freely: a `base_url` must be OpenAI's
+endpoint, the server's $OPENAI_BASE_URL or lie below a URL of `--allow-endpoints URL...`,
+keyed or not (a host is compared as written, so a loopback or link-local address is reached
+only when the operator named it); `api_key_env` must be a variable of `--allow-env NAME...`,
+or null for an endpoint that needs no key. Both are judged on the spec alone, never on the
+environment: a refusal reads the same for a variable the server sets and one it does not. The
 same holds for a recorded campaign that an HTTP call would run again (resume, re-scoring): the
-caller chooses when the key is spent.
+caller chooses when the key is spent. What else the server's environment holds for OpenAI
+(organisation, project) goes only to the operator's own endpoints (`endpoint_calls.py`).
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +34,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel
 
 from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.runtime.endpoint_calls import operators_endpoints, plain_url, url_below
 from mcp_evalserver.spec.agents import (
-    DEFAULT_BASE_URL,
     CommandAgentConfig,
     MiniSweAgentConfig,
     OpenAIAgentConfig,
@@ -64,13 +67,14 @@ class Privileges:
     `plugins`: load Python plugins and run host programs. `path_roots`: the directories under
     which host paths may be named (real paths), or None for any path. `key_names`: the
     environment variables whose values a spec may have sent as API keys, or None for any;
-    `key_endpoints`: the URLs below which such a key may go besides the default endpoint.
+    `endpoints`: the URLs below which a model endpoint may lie besides the operator's own
+    (OpenAI's, $OPENAI_BASE_URL), or None for any.
     """
 
     plugins: bool = True
     path_roots: tuple[Path, ...] | None = None
     key_names: frozenset[str] | None = None
-    key_endpoints: tuple[str, ...] = ()
+    endpoints: tuple[str, ...] | None = None
 
     @classmethod
     def for_http(
@@ -95,7 +99,7 @@ class Privileges:
             roots.append(real)
         for url in allow_endpoints:
             parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.hostname or not _plain(url):
+            if parts.scheme not in ("http", "https") or not parts.hostname or not plain_url(url):
                 raise InvalidInput(
                     f"--allow-endpoints {url}: give an http(s) URL, e.g. https://api.example.com/v1"
                 )
@@ -103,7 +107,7 @@ class Privileges:
             plugins=allow_plugins,
             path_roots=tuple(roots),
             key_names=frozenset(allow_env),
-            key_endpoints=tuple(allow_endpoints),
+            endpoints=tuple(allow_endpoints),
         )
 
     def admit(
@@ -119,7 +123,7 @@ class Privileges:
         """
         self.admit_plugins(spec.agent, "agent")
         self.admit_plugins(spec.scorer, "scorer")
-        self.admit_keys(spec)
+        self.admit_endpoints(spec)
         placement = spec.sandbox
         if isinstance(placement, RaySandboxConfig) and placement.address != ray_address:
             # Ray's client and driver unpickle what the cluster sends: a cluster of the
@@ -157,49 +161,51 @@ class Privileges:
             if does is not None:
                 self._refuse_plugin(f"the {where} {{'type': {getattr(part, 'type', '?')!r}}}", does)
 
-    def admit_keys(self, spec: CampaignSpec, recorded_as: str | None = None) -> None:
-        """Refuses a spec whose agent or scorer would send the value of a server environment
-        variable not allowed to clients, or send an allowed one to an endpoint not allowed for
-        it. Checked against the environment as it is now, each time the spec is to run:
-        `recorded_as` names the recorded campaign or sweep an HTTP call would run again.
+    def admit_endpoints(self, spec: CampaignSpec, recorded_as: str | None = None) -> None:
+        """Refuses a spec whose agent or scorer would send requests to a model endpoint not
+        allowed to clients, or send the value of a server environment variable not allowed to
+        them. Judged on the spec alone, each time it is to run: `recorded_as` names the
+        recorded campaign or sweep an HTTP call would run again.
 
         Raises:
             InvalidInput: it would, naming the field, its value and the flag that allows it.
         """
-        if self.key_names is None:
-            return
         for where, config in (("agent", spec.agent), ("scorer", spec.scorer)):
             for at, part in _configs(config, where):
                 if isinstance(part, OpenAIAgentConfig | LlmJudgeScorerConfig):
-                    refused = self._key_refusal(at, part.api_key_env, part.base_url)
+                    refused = self._endpoint_refusal(at, part.base_url) or self._key_refusal(
+                        at, part.api_key_env
+                    )
                     if refused is not None:
                         raise InvalidInput(f"{recorded_as}: {refused}" if recorded_as else refused)
 
-    def _key_refusal(self, at: str, name: str, base_url: str | None) -> str | None:
-        assert self.key_names is not None
-        # What the agent and the judge send: nothing secret when the variable is unset or empty.
-        if not os.environ.get(name):
+    def _endpoint_refusal(self, at: str, base_url: str | None) -> str | None:
+        if self.endpoints is None or base_url is None:
+            return None  # None: the default endpoint, OpenAI's or the operator's $OPENAI_BASE_URL
+        if any(
+            url_below(base_url, allowed) for allowed in [*operators_endpoints(), *self.endpoints]
+        ):
             return None
-        if name not in self.key_names:
-            return (
-                f"{at}.api_key_env {name!r} names the server's environment variable {name!r}, "
-                "whose value this server does not send for its HTTP clients: its operator can "
-                f"allow it with --allow-env {name} (it then goes only to OpenAI's endpoint, the "
-                "server's $OPENAI_BASE_URL and those of --allow-endpoints); an endpoint that "
-                "needs no key needs no variable the server has"
-            )
-        if base_url is None:
-            return None  # the default endpoint: OpenAI's, or the operator's $OPENAI_BASE_URL
-        allowed = [DEFAULT_BASE_URL, *self.key_endpoints]
-        if operators := os.environ.get("OPENAI_BASE_URL"):
-            allowed.append(operators)
-        if any(_below(base_url, prefix) for prefix in allowed):
-            return None
+        # The operator's $OPENAI_BASE_URL is not named: its value is the server's, not theirs.
+        allowed = ", ".join(self.endpoints) or "none"
         return (
-            f"{at}.base_url {base_url!r} would send ${name} (the key this server lets its HTTP "
-            "clients use) to an endpoint its operator has not allowed for it "
-            f"({', '.join(allowed)}): use one of those, or ask the operator to allow it with "
-            f"--allow-endpoints {base_url}"
+            f"{at}.base_url {base_url!r} is not a model endpoint this server lets its HTTP "
+            f"clients use (besides OpenAI's and the server's default, those of "
+            f"--allow-endpoints: {allowed}): leave `base_url` out for the server's default, "
+            f"use one of those, or ask its operator to allow it with --allow-endpoints {base_url}"
+        )
+
+    def _key_refusal(self, at: str, name: str | None) -> str | None:
+        # Never looks at the environment: whether the server sets `name` is not the client's
+        # to learn, so a variable it does not set is refused as one it may not use.
+        if self.key_names is None or name is None or name in self.key_names:
+            return None
+        allowed = ", ".join(sorted(self.key_names)) or "none"
+        return (
+            f"{at}.api_key_env {name!r} is not a variable this server lets its HTTP clients use "
+            f'as an API key (those of --allow-env: {allowed}): give `"api_key_env": null` for '
+            "an endpoint that needs no key, name one of those, or ask the server's operator to "
+            f"allow it with --allow-env {name}"
         )
 
     def _refuse_plugin(self, what: str, does: str, also: str = "") -> None:
@@ -280,21 +286,3 @@ def _configs(config: BaseModel, at: str) -> Iterator[tuple[str, BaseModel]]:
                 yield from _configs(
                     item, f"{at}.{name}" if index is None else f"{at}.{name}[{index}]"
                 )
-
-
-def _plain(url: str) -> bool:
-    """No spaces, controls, backslashes or non-ASCII: nothing that URL parsers read apart."""
-    return re.fullmatch(r"[!-~]+", url) is not None and "\\" not in url
-
-
-def _below(url: str, prefix: str) -> bool:
-    """Whether `url` is `prefix` or below it: the same scheme, host and port (no user part),
-    and the prefix's path segments first. Text prefixes are not enough: an allowed
-    `https://api.example.com` would also admit `https://api.example.com.attacker.net`."""
-    given, allowed = urlsplit(url), urlsplit(prefix)
-    return (
-        _plain(url)
-        and given.scheme.lower() == allowed.scheme.lower()
-        and given.netloc.lower() == allowed.netloc.lower()
-        and f"{given.path.rstrip('/')}/".startswith(f"{allowed.path.rstrip('/')}/")
-    )

@@ -398,7 +398,7 @@ class EvalService:
             spec = self._load(campaign_id).spec
             if scorer is not None:
                 spec = spec.model_copy(update={"scorer": scorer})
-            self.privileges.admit_keys(spec, f"campaign {campaign_id}")
+            self.privileges.admit_endpoints(spec, f"campaign {campaign_id}")
             config = scorer.model_dump(mode="json") if scorer is not None else None
             chosen = await request_rescore(
                 self.store, campaign_id, scorer=config, outcomes=outcomes
@@ -567,7 +567,7 @@ class EvalService:
         if self._group is None or self._pool is None:
             raise Conflict("the server is not running campaigns (it is starting or stopping)")
         state = self._load(campaign_id)
-        self.privileges.admit_keys(state.spec, f"campaign {campaign_id}")
+        self.privileges.admit_endpoints(state.spec, f"campaign {campaign_id}")
         agent = build_agent(
             state.spec.agent, claims=self.claims, trajectory_endpoints=self._trajectory_endpoints
         )

@@ -83,7 +83,7 @@ class Sweeps:
             self.store, spec, levels=levels, tasks=tasks, samples=samples, sweep_id=sweep_id
         )
         # A sweep to resume runs its recorded spec, not `spec` (admitted by the caller).
-        self._privileges.admit_keys(
+        self._privileges.admit_endpoints(
             CampaignSpec.model_validate(plan["spec"]), f"sweep {plan['id']}"
         )
         running = self._running.get(plan["id"])

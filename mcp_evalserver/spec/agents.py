@@ -62,10 +62,11 @@ class OpenAIAgentConfig(_Strict):
     base_url: str | None = Field(
         None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1; OpenAI's."
     )
-    api_key_env: str = Field(
+    api_key_env: str | None = Field(
         "OPENAI_API_KEY",
-        description="Environment variable holding the API key (never the key itself). May be "
-        "unset when `base_url` points at a server that needs no key.",
+        description="Environment variable holding the API key (never the key itself); null for "
+        "a `base_url` that needs no key. May be unset on a server that is not shared (stdio, "
+        "CLI) when `base_url` needs no key.",
     )
     max_steps: int = Field(30, ge=1, description="Model calls per trajectory; then it submits.")
     temperature: float | None = Field(None, ge=0.0, le=2.0)

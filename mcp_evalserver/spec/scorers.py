@@ -112,7 +112,10 @@ class LlmJudgeScorerConfig(_Strict):
     type: Literal["llm_judge"] = "llm_judge"
     model: str
     base_url: str | None = Field(None, description="Default: $OPENAI_BASE_URL, else OpenAI.")
-    api_key_env: str = Field("OPENAI_API_KEY", description="Variable holding the API key.")
+    api_key_env: str | None = Field(
+        "OPENAI_API_KEY",
+        description="Variable holding the API key; null: an endpoint needing none.",
+    )
     rubric: list[str] = Field(default_factory=list)
     threshold: float = Field(1.0, ge=0.0, le=1.0)
     concurrency: int = Field(4, ge=1, le=64, description="Requirements judged at once.")

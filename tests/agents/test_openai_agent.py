@@ -186,6 +186,45 @@ async def test_without_a_key_or_a_base_url_the_error_says_which_variable_to_set(
     assert f"${KEY_ENV}" in failure["error"]["message"]
 
 
+async def test_the_operators_openai_settings_go_to_the_operators_endpoint_and_nowhere_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The openai library reads these by itself: they are for OpenAI or $OPENAI_BASE_URL.
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-operator")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-operator")
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "X-Operator-Gateway: gw-secret")
+    submit = call("submit", answer="16")
+    with (
+        serving(FakeOpenAI([], then=submit)) as own,
+        serving(FakeOpenAI([], then=submit)) as other,
+        anyio.fail_after(30),
+    ):
+        monkeypatch.setenv("OPENAI_BASE_URL", own.url)
+        await run(tmp_path / "own", spec([TASK], openai_agent(own.url)))
+        await run(tmp_path / "other", spec([TASK], openai_agent(other.url)))
+    (to_own,), (to_other,) = own.seen, other.seen
+    operators = ("openai-organization", "openai-project", "x-operator-gateway")
+    assert [to_own.headers.get(name) for name in operators] == [
+        "org-operator",
+        "proj-operator",
+        "gw-secret",
+    ]
+    assert [to_other.headers.get(name) for name in operators] == [None, None, None]
+    assert not [name for name in to_other.headers if name.startswith("x-stainless")]
+    assert to_other.authorization == f"Bearer {KEY}"
+    assert to_other.headers[ATTEMPT_HEADER.lower()] == "1"
+    assert to_other.body["model"] == "scripted-model"
+
+
+async def test_a_redirect_is_not_followed(tmp_path: Path) -> None:
+    with serving(FakeOpenAI([], then=call("submit", answer="16"))) as elsewhere:
+        moved = Failure(307, headers={"Location": f"{elsewhere.url}/chat/completions"})
+        with serving(FakeOpenAI([moved])) as fake, anyio.fail_after(30):
+            state, _ = await run(tmp_path, spec([TASK], openai_agent(fake.url)))
+    assert elsewhere.requests == 0
+    assert state.trajectories["t4@0"].outcome == "error"
+
+
 async def test_a_tool_the_task_does_not_offer_is_answered_with_the_tools_it_has(
     tmp_path: Path,
 ) -> None:

@@ -26,7 +26,7 @@ from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import REPORT_FD, ExecResult, Instance, Workspace
 from mcp_evalserver.sandbox.client import BlockingConnection, SupervisorClient
 
-from .conftest import BackendUnderTest
+from .conftest import REPO_SETUP, BackendUnderTest
 from .faults import sigkill_supervisor
 from .host_processes import host_pids, marker, wait_until_gone
 
@@ -471,6 +471,39 @@ async def test_a_command_cannot_kill_stop_or_take_over_the_pid_1_that_reports_it
     assert attacked.exit_code == 3, attacked.stderr
     assert "Permission denied" in attacked.stderr
     assert next_one.stdout == "still here\n"
+
+
+async def test_root_in_a_workspace_cannot_open_or_take_over_another_users_private_file(
+    backend: BackendUnderTest,
+) -> None:
+    """A command is uid 0 without the capabilities that pass file modes (DAC_OVERRIDE,
+    DAC_READ_SEARCH) or take a file over to pass them (CHOWN, FOWNER)."""
+    private = "printf secret > other.key && chown 4242:4242 other.key && chmod 0600 other.key"
+    with anyio.fail_after(120):
+        instance = await backend.backend.instance(backend.spec(setup=(*REPO_SETUP, private)))
+        try:
+            async with await instance.workspace("modes") as ws:
+                status = await ws.exec("grep -E '^Cap(Eff|Prm|Bnd):' /proc/self/status")
+                tries = [
+                    await ws.exec(command)
+                    for command in (
+                        "cat other.key",
+                        "echo more >> other.key",
+                        "chmod 0644 other.key",
+                        "chown 0:0 other.key",
+                    )
+                ]
+                owner = await ws.exec("stat -c '%u %a' other.key")
+        finally:
+            await instance.aclose()
+    caps = {line.split(":")[0]: int(line.split()[1], 16) for line in status.stdout.splitlines()}
+    assert sorted(caps) == ["CapBnd", "CapEff", "CapPrm"], status
+    assert caps["CapBnd"] == caps["CapEff"] == caps["CapPrm"] == 0, {
+        k: hex(v) for k, v in caps.items()
+    }
+    assert [t.exit_code != 0 for t in tries] == [True] * 4, tries
+    assert "secret" not in tries[0].stdout
+    assert owner.stdout == "4242 600\n"
 
 
 async def test_each_command_gets_its_own_user_and_limits_not_the_last_ones(

@@ -156,6 +156,14 @@ async def test_host_sockets_and_root_only_files_outside_the_instance_are_not_the
     etc_secret = Path("/etc") / f"evs-view-{uuid.uuid4().hex[:8]}.key"  # as /etc/docker/key.json
     etc_secret.write_text(GOLD + "\n")
     etc_secret.chmod(0o600)
+    # As /etc is scanned, so is /usr: root's own 0600 file and 0700 directory.
+    usr_secret = Path("/usr/local/share") / f"evs-view-{uuid.uuid4().hex[:8]}.key"
+    usr_secret.write_text(GOLD + "\n")
+    usr_secret.chmod(0o600)
+    usr_private = Path("/usr/local/share") / f"evs-view-{uuid.uuid4().hex[:8]}"
+    usr_private.mkdir(0o700)
+    (usr_private / "answer").write_text(GOLD + "\n")
+    (usr_private / "answer").chmod(0o644)
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(layout / "host.sock"))
     listener.listen()
@@ -173,9 +181,15 @@ async def test_host_sockets_and_root_only_files_outside_the_instance_are_not_the
             instance = await backend.instance(spec)
             async with await instance.workspace("escape") as ws:
                 reached = await ws.exec(["python3", "-c", probe, str(layout / "host.sock")])
-                read = await ws.exec(f"cat {secret} {etc_secret}; ls -l {etc_secret}")
+                read = await ws.exec(
+                    f"cat {secret} {etc_secret} {usr_secret} {usr_private}/answer; "
+                    f"ls -l {etc_secret} {usr_secret}"
+                )
     finally:
         listener.close()
+        usr_secret.unlink()
+        (usr_private / "answer").unlink()
+        usr_private.rmdir()
         etc_secret.unlink()
         secret.unlink()
         (layout / "host.sock").unlink()

@@ -393,8 +393,11 @@ async def test_a_token_holder_cannot_send_a_server_secret_to_an_endpoint_of_thei
         ]
         with anyio.fail_after(180):
             async with (
-                # Not resumed at start: the `resume` call is what would run it.
-                http_server(state_dir, "--no-resume-running") as url,
+                # Not resumed at start: the `resume` call is what would run it. The endpoint
+                # is allowed: what is refused is the variable.
+                http_server(
+                    state_dir, "--no-resume-running", "--allow-endpoints", attacker.url
+                ) as url,
                 http_client(url) as client,
             ):
                 errors = [await attempt(client, tool, **arguments) for tool, arguments in attempts]
@@ -413,7 +416,7 @@ async def test_a_token_holder_cannot_send_a_server_secret_to_an_endpoint_of_thei
     refusals = [error for error in errors if error is not None]
     assert len(refusals) == len(errors), f"accepted (None): {errors}"
     for refusal in refusals:
-        assert f"names the server's environment variable {SECRET_ENV!r}" in refusal, refusal
+        assert f"api_key_env {SECRET_ENV!r} is not a variable" in refusal, refusal
         assert f"--allow-env {SECRET_ENV}" in refusal, refusal
     assert "agent.api_key_env" in refusals[0]
     assert "scorer.api_key_env" in refusals[1]
@@ -491,7 +494,7 @@ async def test_an_allowed_key_goes_only_to_the_allowed_endpoints(
     refusals = [error for error in elsewhere if error is not None]
     assert len(refusals) == len(elsewhere)
     for refusal in refusals[:3]:
-        assert f"would send ${KEY_ENV}" in refusal, refusal
+        assert "is not a model endpoint this server lets its HTTP clients use" in refusal
         assert "--allow-endpoints" in refusal, refusal
     assert f"{provider.url}x" in refusals[1]
     assert "scorer.base_url" in refusals[2]
@@ -537,9 +540,13 @@ def test_with_allow_env_alone_the_key_goes_to_openai_and_the_operators_base_url(
         agent = {**model_agent("", KEY_ENV), "base_url": base_url}
         spec = CampaignSpec.model_validate(answers(1, agent=agent, scorer=judge(None, KEY_ENV)))
         assert privileges.admit(spec, tmp_path).agent == spec.agent
-    # A keyless endpoint (a variable the server does not set) needs no flag at all.
-    keyless = answers(1, agent=model_agent("http://10.0.0.9/v1", "MCP_EVALSERVER_TEST_UNSET"))
-    Privileges.for_http().admit(CampaignSpec.model_validate(keyless), tmp_path)
+    # A keyless endpoint needs allowing as any other, and names no variable.
+    keyless = CampaignSpec.model_validate(
+        answers(1, agent={**model_agent("http://10.0.0.9/v1", ""), "api_key_env": None})
+    )
+    Privileges.for_http(allow_endpoints=["http://10.0.0.9/v1"]).admit(keyless, tmp_path)
+    with pytest.raises(InvalidInput, match="is not a model endpoint"):
+        Privileges.for_http().admit(keyless, tmp_path)
 
 
 def test_an_allowed_endpoint_that_is_no_url_stops_the_server_with_a_clear_error(

@@ -3,7 +3,8 @@ servers (names, descriptions, schemas, annotations), the OpenAI tool schemas the
 offers, the campaign spec's JSON schema and every command's `--help`.
 
 The fixture was written by main at 09c052b, before the restructure, with the same calls.
-A deliberate change to the surface updates the fixture in the same commit.
+A deliberate change to the surface updates the fixture in the same commit (issue 32: a nullable
+`api_key_env`, the help of `--allow-env` and `--allow-endpoints`).
 """
 
 from __future__ import annotations

@@ -29,9 +29,10 @@ from .linux import (
 )
 from .protocol import SupervisorError
 
-# What a trajectory keeps: root-like access to its own copy-on-write files, nothing else.
-# Never CAP_DAC_READ_SEARCH (open_by_handle_at escapes a chroot), SYS_ADMIN, SYS_CHROOT, KILL.
-KEPT_CAPS = (0, 1, 3, 4)  # CHOWN, DAC_OVERRIDE, FOWNER, FSETID
+# What a trajectory keeps: no capability. uid 0 owns the tasks' files, which is all a command
+# needs; DAC_OVERRIDE (or CHOWN, FOWNER: take the file over, then open it) would open any other
+# user's private file, and DAC_READ_SEARCH escapes a chroot (open_by_handle_at).
+KEPT_CAPS: tuple[int, ...] = ()
 # Syscalls a sandboxed process may not make even without capabilities (user namespaces make
 # unshare/clone possible for anyone); per architecture: (audit arch, {name: nr}).
 SECCOMP_TABLES = {

@@ -105,8 +105,10 @@ class View:
                 os.mkdir(target, 0o755)
                 mount(source, target, None, MS_BIND | MS_REC)
                 make_readonly_recursive(target)
-        for path in secrets_under("/etc", ETC_SECRETS):
-            self.mask(skeleton + path)
+        for name in HOST_SYSTEM:  # what an ordinary user may not read, in /usr as in /etc
+            if os.path.isdir("/" + name) and not os.path.islink("/" + name):
+                for path in secrets_under("/" + name, ETC_SECRETS if name == "etc" else ()):
+                    self.mask(skeleton + path)
         for target in ("/proc", "/dev", *PRIVATE_DIRS):
             os.makedirs(skeleton + target, 0o755, exist_ok=True)
         instance = {"path": cfg["instance"], "writable": True}
@@ -287,8 +289,8 @@ def make_mountpoint(path: str, directory: bool) -> None:
 def secrets_under(top: str, named: tuple[str, ...]) -> list[str]:
     """What under `top` a user other than root may not read, and the `named` entries (relative).
 
-    Sandboxed processes are uid 0 with CAP_DAC_OVERRIDE, so whatever the host keeps from
-    ordinary users (shadow files, private keys, root-only configs) must leave the view.
+    Sandboxed processes are uid 0, the owner of most of what the host keeps from ordinary
+    users (shadow files, private keys, root-only configs): all of it must leave the view.
     Sockets, FIFOs and devices go too. Symlinks stay: they resolve inside the view.
     """
     found = [os.path.join(top, name) for name in named if os.path.lexists(os.path.join(top, name))]
