@@ -13,7 +13,7 @@ artifact, named in `details.log`.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from mcp_evalserver.errors import InvalidInput, LimitExceeded, NotFound
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
@@ -50,9 +50,8 @@ class CommandScorer(Scorer):
             log.append(applied.log)
             details["apply_command"] = applied.command
             if not applied.applied:
-                details["log"] = await _store(context, log)
-                return ScoreResult.unresolved(
-                    "patch_apply_failed", "the patch did not apply", details=details
+                return await unresolved_with_log(
+                    context, log, details, "patch_apply_failed", "the patch did not apply"
                 )
         answer = context.submission.answer or ""
         answer_file = f"{EVAL_DIR}/answer.txt"
@@ -63,15 +62,11 @@ class CommandScorer(Scorer):
         log.append(f"$ {self.command}\n{result.stdout}{result.stderr}exit {result.exit_code}\n")
         details.update(exit_code=result.exit_code, duration_s=round(result.duration_s, 6))
         if result.timed_out:
-            details["log"] = await _store(context, log)
-            return ScoreResult.unresolved(
-                "timeout",
-                f"the command ran past {self.timeout_s:g}s",
-                outcome="failed",
-                details=details,
+            return await unresolved_with_log(
+                context, log, details, "timeout", f"the command ran past {self.timeout_s:g}s"
             )
         if self.reward_file is None:
-            details["log"] = await _store(context, log)
+            details["log"] = await store_log(context, log)
             if result.exit_code == 0:
                 return ScoreResult(
                     resolved=True,
@@ -87,20 +82,27 @@ class CommandScorer(Scorer):
         try:
             reward = await _read_reward(context, self.reward_file)
         except (InvalidInput, LimitExceeded, NotFound) as exc:
-            details["log"] = await _store(context, log)
-            return ScoreResult.unresolved("no_reward", str(exc), outcome="error", details=details)
-        details.update(reward=reward, log=await _store(context, log))
-        if reward >= self.threshold:
-            return ScoreResult(
-                resolved=True,
-                score=reward,
-                status="resolved",
-                explanation=f"reward {reward:g} >= {self.threshold:g}",
-                details=details,
+            return await unresolved_with_log(
+                context, log, details, "no_reward", str(exc), outcome="error"
             )
-        return ScoreResult.unresolved(
-            "failed", f"reward {reward:g} < {self.threshold:g}", score=reward, details=details
+        details.update(reward=reward, log=await store_log(context, log))
+        return reward_verdict(reward, self.threshold, details)
+
+
+def reward_verdict(reward: float, threshold: float, details: dict[str, Any]) -> ScoreResult:
+    """Resolved when the reward reaches the threshold; the reward is the score either way
+    (the command scorer's reward file and a Harbor verifier's reward are judged alike)."""
+    if reward >= threshold:
+        return ScoreResult(
+            resolved=True,
+            score=reward,
+            status="resolved",
+            explanation=f"reward {reward:g} >= {threshold:g}",
+            details=details,
         )
+    return ScoreResult.unresolved(
+        "failed", f"reward {reward:g} < {threshold:g}", score=reward, details=details
+    )
 
 
 async def _read_reward(context: ScoringContext, path: str) -> float:
@@ -125,8 +127,23 @@ async def _read_reward(context: ScoringContext, path: str) -> float:
     return reward
 
 
-async def _store(context: ScoringContext, log: list[str]) -> dict[str, Any]:
+async def store_log(context: ScoringContext, log: list[str]) -> dict[str, Any]:
+    """Stores the scorer's log as the trajectory's `.log` artifact; returns its reference."""
     return await context.store_artifact("".join(log).encode(errors="replace"), ".log")
+
+
+async def unresolved_with_log(
+    context: ScoringContext,
+    log: list[str],
+    details: dict[str, Any],
+    status: str,
+    explanation: str,
+    *,
+    outcome: Literal["failed", "error", "infra_error"] = "failed",
+) -> ScoreResult:
+    """`ScoreResult.unresolved` for a scorer that stops early: its log so far is kept too."""
+    details["log"] = await store_log(context, log)
+    return ScoreResult.unresolved(status, explanation, outcome=outcome, details=details)
 
 
 def _tail(text: str, limit: int = 300) -> str:
