@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mcp_evalserver import errors
+from mcp_evalserver.errors import ExcInfo
 from mcp_evalserver.spec.host_paths import HostPath
 
 DEFAULT_WORKDIR = "/testbed"
@@ -298,12 +298,7 @@ class Workspace(ABC):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
         await self.destroy()
 
 
@@ -352,12 +347,7 @@ class Instance(ABC):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
         await self.aclose()
 
 
@@ -387,10 +377,5 @@ class Backend(ABC):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
         await self.aclose()
