@@ -13,6 +13,7 @@ artifact, named in `details.log`.
 from __future__ import annotations
 
 import math
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal
 
 from mcp_evalserver.errors import InvalidInput, LimitExceeded, NotFound
@@ -22,23 +23,16 @@ from mcp_evalserver.scoring.swebench.patching import EVAL_DIR, apply_patch
 ANSWER_FILE_ENV = "MCP_EVALSERVER_ANSWER_FILE"
 
 
+@dataclass(eq=False)
 class CommandScorer(Scorer):
     """Runs a shell command after applying the patch; its exit code or reward file decides."""
 
-    def __init__(
-        self,
-        command: str,
-        *,
-        reward_file: str | None = None,
-        threshold: float = 1.0,
-        timeout_s: float = 600.0,
-        apply_patch: bool = True,
-    ) -> None:
-        self.command = command
-        self.reward_file = reward_file
-        self.threshold = threshold
-        self.timeout_s = timeout_s
-        self.apply_patch = apply_patch
+    command: str
+    _: KW_ONLY
+    reward_file: str | None = None
+    threshold: float = 1.0
+    timeout_s: float = 600.0
+    apply_patch: bool = True
 
     async def score(self, context: ScoringContext) -> ScoreResult:
         workspace = await context.sandbox.workspace()
