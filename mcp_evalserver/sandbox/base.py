@@ -129,6 +129,20 @@ class FileEntry(BaseModel):
     size: int
 
 
+class _ClosedOnExit(ABC):
+    """`async with x:` gives x and closes it (`aclose`) when the block ends."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Releases what it holds; idempotent."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
+        await self.aclose()
+
+
 class Workspace(ABC):
     """A trajectory's private copy-on-write view of an instance.
 
@@ -302,7 +316,7 @@ class Workspace(ABC):
         await self.destroy()
 
 
-class Instance(ABC):
+class Instance(_ClosedOnExit):
     """A prepared, frozen environment shared by every workspace of one task."""
 
     spec: InstanceSpec
@@ -344,14 +358,8 @@ class Instance(ABC):
     async def aclose(self) -> None:
         """Destroys every workspace and releases the instance; idempotent."""
 
-    async def __aenter__(self) -> Self:
-        return self
 
-    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
-        await self.aclose()
-
-
-class Backend(ABC):
+class Backend(_ClosedOnExit):
     """Provisions instances; used as `async with backend:` for the life of the server."""
 
     name: str
@@ -373,9 +381,3 @@ class Backend(ABC):
     def nodes(self) -> list[dict[str, Any]] | None:
         """Per machine: its instances, workspaces and commands in flight (None: one machine)."""
         return None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
-        await self.aclose()
