@@ -17,6 +17,12 @@ A command that exits non-zero is data (an `ExecResult`), never an exception.
 
 from __future__ import annotations
 
+from types import TracebackType
+
+#: What `__exit__` and `__aexit__` receive: the exception that ended the `with` block (three
+#: Nones when none did). Spelled `*exc_info: *ExcInfo`, it passes on as it came.
+ExcInfo = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
+
 
 class EvalServerError(Exception):
     """Base of every error this project raises on purpose.

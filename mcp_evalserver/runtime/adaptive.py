@@ -20,9 +20,10 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from types import TracebackType
 
 import anyio
+
+from mcp_evalserver.errors import ExcInfo
 
 #: What a congestion event multiplies the limit by. 0.8 rather than TCP's 0.5: an endpoint's
 #: ceiling is a count of open requests, not a queue that must drain, so a gentle cut loses
@@ -112,12 +113,7 @@ class EndpointLimiter:
     async def __aenter__(self) -> None:
         await self._limiter.acquire()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
         self._limiter.release()
 
     @asynccontextmanager

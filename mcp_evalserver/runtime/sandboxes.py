@@ -29,13 +29,18 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Literal, Self
 
 import anyio
 import anyio.abc
 
-from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput, SandboxUnavailable
+from mcp_evalserver.errors import (
+    Conflict,
+    EvalServerError,
+    ExcInfo,
+    InvalidInput,
+    SandboxUnavailable,
+)
 from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec, Workspace
 from mcp_evalserver.spec.campaign import RaySandboxConfig, SandboxConfig, Task
 from mcp_evalserver.spec.harbor import harbor_of
@@ -222,16 +227,11 @@ class SandboxPool:
         await self._group.__aenter__()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
         self._closing.set()
         group, self._group = self._group, None
         if group is not None:
-            await group.__aexit__(exc_type, exc, tb)
+            await group.__aexit__(*exc_info)
 
     async def backend(self, name: BackendName, address: str = "auto") -> Backend:
         """The running backend of that kind, started on first use (`address`: Ray's).

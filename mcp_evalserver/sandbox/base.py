@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mcp_evalserver import errors
+from mcp_evalserver.errors import ExcInfo
 from mcp_evalserver.spec.host_paths import HostPath
 
 DEFAULT_WORKDIR = "/testbed"
@@ -127,6 +127,20 @@ class FileEntry(BaseModel):
     name: str
     kind: Literal["file", "dir", "symlink", "other"]
     size: int
+
+
+class _ClosedOnExit(ABC):
+    """`async with x:` gives x and closes it (`aclose`) when the block ends."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Releases what it holds; idempotent."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
+        await self.aclose()
 
 
 class Workspace(ABC):
@@ -298,16 +312,11 @@ class Workspace(ABC):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
         await self.destroy()
 
 
-class Instance(ABC):
+class Instance(_ClosedOnExit):
     """A prepared, frozen environment shared by every workspace of one task."""
 
     spec: InstanceSpec
@@ -349,19 +358,8 @@ class Instance(ABC):
     async def aclose(self) -> None:
         """Destroys every workspace and releases the instance; idempotent."""
 
-    async def __aenter__(self) -> Self:
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class Backend(ABC):
+class Backend(_ClosedOnExit):
     """Provisions instances; used as `async with backend:` for the life of the server."""
 
     name: str
@@ -383,14 +381,3 @@ class Backend(ABC):
     def nodes(self) -> list[dict[str, Any]] | None:
         """Per machine: its instances, workspaces and commands in flight (None: one machine)."""
         return None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -38,7 +38,6 @@ import math
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 import anyio
@@ -46,6 +45,7 @@ import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from mcp_evalserver import errors
+from mcp_evalserver.errors import ExcInfo
 from mcp_evalserver.sandbox.supervisor.protocol import (
     CancelArgs,
     ErrorType,
@@ -212,15 +212,10 @@ class SupervisorClient:
         await self.start(self._own_group)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
         await self.aclose()
         assert self._own_group is not None
-        await self._own_group.__aexit__(exc_type, exc, tb)
+        await self._own_group.__aexit__(*exc_info)
 
     async def _send(self, line: str) -> None:
         try:

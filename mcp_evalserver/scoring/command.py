@@ -13,7 +13,8 @@ artifact, named in `details.log`.
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, Literal
 
 from mcp_evalserver.errors import InvalidInput, LimitExceeded, NotFound
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
@@ -22,23 +23,16 @@ from mcp_evalserver.scoring.swebench.patching import EVAL_DIR, apply_patch
 ANSWER_FILE_ENV = "MCP_EVALSERVER_ANSWER_FILE"
 
 
+@dataclass(eq=False)
 class CommandScorer(Scorer):
     """Runs a shell command after applying the patch; its exit code or reward file decides."""
 
-    def __init__(
-        self,
-        command: str,
-        *,
-        reward_file: str | None = None,
-        threshold: float = 1.0,
-        timeout_s: float = 600.0,
-        apply_patch: bool = True,
-    ) -> None:
-        self.command = command
-        self.reward_file = reward_file
-        self.threshold = threshold
-        self.timeout_s = timeout_s
-        self.apply_patch = apply_patch
+    command: str
+    _: KW_ONLY
+    reward_file: str | None = None
+    threshold: float = 1.0
+    timeout_s: float = 600.0
+    apply_patch: bool = True
 
     async def score(self, context: ScoringContext) -> ScoreResult:
         workspace = await context.sandbox.workspace()
@@ -50,9 +44,8 @@ class CommandScorer(Scorer):
             log.append(applied.log)
             details["apply_command"] = applied.command
             if not applied.applied:
-                details["log"] = await _store(context, log)
-                return ScoreResult.unresolved(
-                    "patch_apply_failed", "the patch did not apply", details=details
+                return await unresolved_with_log(
+                    context, log, details, "patch_apply_failed", "the patch did not apply"
                 )
         answer = context.submission.answer or ""
         answer_file = f"{EVAL_DIR}/answer.txt"
@@ -63,15 +56,11 @@ class CommandScorer(Scorer):
         log.append(f"$ {self.command}\n{result.stdout}{result.stderr}exit {result.exit_code}\n")
         details.update(exit_code=result.exit_code, duration_s=round(result.duration_s, 6))
         if result.timed_out:
-            details["log"] = await _store(context, log)
-            return ScoreResult.unresolved(
-                "timeout",
-                f"the command ran past {self.timeout_s:g}s",
-                outcome="failed",
-                details=details,
+            return await unresolved_with_log(
+                context, log, details, "timeout", f"the command ran past {self.timeout_s:g}s"
             )
         if self.reward_file is None:
-            details["log"] = await _store(context, log)
+            details["log"] = await store_log(context, log)
             if result.exit_code == 0:
                 return ScoreResult(
                     resolved=True,
@@ -87,20 +76,27 @@ class CommandScorer(Scorer):
         try:
             reward = await _read_reward(context, self.reward_file)
         except (InvalidInput, LimitExceeded, NotFound) as exc:
-            details["log"] = await _store(context, log)
-            return ScoreResult.unresolved("no_reward", str(exc), outcome="error", details=details)
-        details.update(reward=reward, log=await _store(context, log))
-        if reward >= self.threshold:
-            return ScoreResult(
-                resolved=True,
-                score=reward,
-                status="resolved",
-                explanation=f"reward {reward:g} >= {self.threshold:g}",
-                details=details,
+            return await unresolved_with_log(
+                context, log, details, "no_reward", str(exc), outcome="error"
             )
-        return ScoreResult.unresolved(
-            "failed", f"reward {reward:g} < {self.threshold:g}", score=reward, details=details
+        details.update(reward=reward, log=await store_log(context, log))
+        return reward_verdict(reward, self.threshold, details)
+
+
+def reward_verdict(reward: float, threshold: float, details: dict[str, Any]) -> ScoreResult:
+    """Resolved when the reward reaches the threshold; the reward is the score either way
+    (the command scorer's reward file and a Harbor verifier's reward are judged alike)."""
+    if reward >= threshold:
+        return ScoreResult(
+            resolved=True,
+            score=reward,
+            status="resolved",
+            explanation=f"reward {reward:g} >= {threshold:g}",
+            details=details,
         )
+    return ScoreResult.unresolved(
+        "failed", f"reward {reward:g} < {threshold:g}", score=reward, details=details
+    )
 
 
 async def _read_reward(context: ScoringContext, path: str) -> float:
@@ -125,8 +121,23 @@ async def _read_reward(context: ScoringContext, path: str) -> float:
     return reward
 
 
-async def _store(context: ScoringContext, log: list[str]) -> dict[str, Any]:
+async def store_log(context: ScoringContext, log: list[str]) -> dict[str, Any]:
+    """Stores the scorer's log as the trajectory's `.log` artifact; returns its reference."""
     return await context.store_artifact("".join(log).encode(errors="replace"), ".log")
+
+
+async def unresolved_with_log(
+    context: ScoringContext,
+    log: list[str],
+    details: dict[str, Any],
+    status: str,
+    explanation: str,
+    *,
+    outcome: Literal["failed", "error", "infra_error"] = "failed",
+) -> ScoreResult:
+    """`ScoreResult.unresolved` for a scorer that stops early: its log so far is kept too."""
+    details["log"] = await store_log(context, log)
+    return ScoreResult.unresolved(status, explanation, outcome=outcome, details=details)
 
 
 def _tail(text: str, limit: int = 300) -> str:

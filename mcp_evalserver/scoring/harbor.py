@@ -15,6 +15,7 @@ working directory first on `sys.path`). The reward is what it wrote to
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import re
@@ -24,25 +25,15 @@ from typing import Any
 
 from mcp_evalserver.errors import InvalidInput, NotFound
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.scoring.command import reward_verdict, store_log, unresolved_with_log
 from mcp_evalserver.scoring.swebench.patching import apply_patch
+from mcp_evalserver.scoring.swebench.strict import TEST_INFRASTRUCTURE
 from mcp_evalserver.spec.harbor import TESTS_DIR, VERIFIER_LOGS, HarborTask, decoded, harbor_of
 
-#: Files that configure Python or pytest when found beside the code: the agent's versions are
-#: left out of the patch, so the verifier sees the image's.
-PROTECTED_NAMES = frozenset(
-    {
-        "conftest.py",
-        "pytest.ini",
-        ".pytest.ini",
-        "tox.ini",
-        "setup.cfg",
-        "pyproject.toml",
-        "sitecustomize.py",
-        "usercustomize.py",
-        "pytest.py",
-        "py.py",
-    }
-)
+#: Files that configure Python or pytest when found beside the code (strict mode's list, `*.pth`
+#: among them) and stand-ins for pytest's modules: the agent's versions are left out of the
+#: patch, so the verifier sees the image's.
+PROTECTED_NAMES = (*TEST_INFRASTRUCTURE, "pytest.py", "py.py")
 #: Package directories that stand in for pytest's own when found first on `sys.path`.
 PROTECTED_DIRS = frozenset({"_pytest", "pytest", "pluggy"})
 VERIFIER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -71,11 +62,9 @@ def without_protected(patch: str) -> tuple[str, list[str]]:
 def _protected(path: str) -> bool:
     parts = PurePosixPath(path).parts
     name = parts[-1] if parts else ""
-    return (
-        name in PROTECTED_NAMES
-        or name.endswith(".pth")
-        or any(part in PROTECTED_DIRS for part in parts[:-1])
-    )
+    if any(part in PROTECTED_DIRS for part in parts[:-1]):
+        return True
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in PROTECTED_NAMES)
 
 
 class HarborScorer(Scorer):
@@ -108,9 +97,8 @@ class HarborScorer(Scorer):
             applied = await apply_patch(workspace, patch)
             log.append(applied.log)
             if not applied.applied:
-                details["log"] = await _store(context, log)
-                return ScoreResult.unresolved(
-                    "patch_apply_failed", "the patch did not apply", details=details
+                return await unresolved_with_log(
+                    context, log, details, "patch_apply_failed", "the patch did not apply"
                 )
         fresh = f"rm -rf {TESTS_DIR} {VERIFIER_LOGS} && mkdir -p {TESTS_DIR} {VERIFIER_LOGS}"
         made = await workspace.exec(fresh, timeout=60)
@@ -125,31 +113,22 @@ class HarborScorer(Scorer):
         log.append(f"$ {command}\n{result.stdout}{result.stderr}exit {result.exit_code}\n")
         details.update(exit_code=result.exit_code, duration_s=round(result.duration_s, 6))
         if result.timed_out:
-            details["log"] = await _store(context, log)
-            return ScoreResult.unresolved(
+            return await unresolved_with_log(
+                context,
+                log,
+                details,
                 "timeout",
                 f"the verifier ran past [verifier] timeout_sec = {harbor.verifier_timeout_s:g}s",
-                outcome="failed",
-                details=details,
             )
         try:
             rewards = await _read_rewards(context, harbor)
         except (InvalidInput, NotFound) as exc:
-            details["log"] = await _store(context, log)
-            return ScoreResult.unresolved("no_reward", str(exc), outcome="error", details=details)
-        reward = rewards.get("reward", sum(rewards.values()) / len(rewards))
-        details.update(reward=reward, rewards=rewards, log=await _store(context, log))
-        if reward >= self.threshold:
-            return ScoreResult(
-                resolved=True,
-                score=reward,
-                status="resolved",
-                explanation=f"reward {reward:g} >= {self.threshold:g}",
-                details=details,
+            return await unresolved_with_log(
+                context, log, details, "no_reward", str(exc), outcome="error"
             )
-        return ScoreResult.unresolved(
-            "failed", f"reward {reward:g} < {self.threshold:g}", score=reward, details=details
-        )
+        reward = rewards.get("reward", sum(rewards.values()) / len(rewards))
+        details.update(reward=reward, rewards=rewards, log=await store_log(context, log))
+        return reward_verdict(reward, self.threshold, details)
 
 
 async def _read_rewards(context: ScoringContext, harbor: HarborTask) -> dict[str, float]:
@@ -194,7 +173,3 @@ def _number(path: str, field: str, value: Any) -> float:
     if not math.isfinite(number) or not 0.0 <= number <= 1.0:
         raise InvalidInput(f"{path}: {field} is {number}, outside [0, 1]")
     return number
-
-
-async def _store(context: ScoringContext, log: list[str]) -> dict[str, Any]:
-    return await context.store_artifact("".join(log).encode(errors="replace"), ".log")

@@ -17,8 +17,8 @@ import json
 import logging
 import secrets
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar, get_args
 
@@ -152,6 +152,15 @@ def tool_errors(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
     return wrapper
 
 
+@contextmanager
+def _resource_errors() -> Iterator[None]:
+    """Our errors as resource errors; their text says what went wrong and what next."""
+    try:
+        yield
+    except EvalServerError as exc:
+        raise ResourceError(str(exc)) from exc
+
+
 def _service(ctx: Context[EvalService, Any]) -> EvalService:
     return ctx.request_context.lifespan_context
 
@@ -204,43 +213,27 @@ def create_server(
     _trajectory_tools(app)
     _export_tools(app)
 
-    @app.resource(
-        "campaign://{campaign_id}/report",
-        name="campaign_report",
-        description="A campaign's report in Markdown: status, pass rate, one row per task.",
-        mime_type="text/markdown",
-    )
+    @app.resource("campaign://{campaign_id}/report", mime_type="text/markdown")
     async def campaign_report(campaign_id: str, ctx: Context[EvalService, Any]) -> str:
-        try:
+        """A campaign's report in Markdown: status, pass rate, one row per task."""
+        with _resource_errors():
             return _service(ctx).report(campaign_id)
-        except EvalServerError as exc:
-            raise ResourceError(str(exc)) from exc
 
     @app.resource(
-        "campaign://{campaign_id}/trajectories/{trajectory_id}",
-        name="campaign_trajectory",
-        description="Where one trajectory stands: phase, outcome, score, attempts, usage.",
-        mime_type="application/json",
+        "campaign://{campaign_id}/trajectories/{trajectory_id}", mime_type="application/json"
     )
     async def campaign_trajectory(
         campaign_id: str, trajectory_id: str, ctx: Context[EvalService, Any]
     ) -> str:
-        try:
+        """Where one trajectory stands: phase, outcome, score, attempts, usage."""
+        with _resource_errors():
             return json.dumps(_service(ctx).trajectory(campaign_id, trajectory_id), indent=2)
-        except EvalServerError as exc:
-            raise ResourceError(str(exc)) from exc
 
-    @app.resource(
-        "campaign://{campaign_id}/tasks/{task_id}",
-        name="campaign_task",
-        description="One task's trajectories in a campaign, with their outcomes.",
-        mime_type="application/json",
-    )
+    @app.resource("campaign://{campaign_id}/tasks/{task_id}", mime_type="application/json")
     async def campaign_task(campaign_id: str, task_id: str, ctx: Context[EvalService, Any]) -> str:
-        try:
+        """One task's trajectories in a campaign, with their outcomes."""
+        with _resource_errors():
             return json.dumps(_service(ctx).task(campaign_id, task_id), indent=2)
-        except EvalServerError as exc:
-            raise ResourceError(str(exc)) from exc
 
     _logging_and_completions(app)
 

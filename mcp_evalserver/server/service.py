@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 import anyio
@@ -39,7 +38,7 @@ from mcp_evalserver.engine.report import (
 )
 from mcp_evalserver.engine.rescoring import request_rescore
 from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState, TrajectoryState
-from mcp_evalserver.errors import Conflict, EvalServerError, NotFound
+from mcp_evalserver.errors import Conflict, EvalServerError, ExcInfo, NotFound
 from mcp_evalserver.runtime.sandboxes import SandboxPool
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.scoring.stats.comparison import PairedComparison
@@ -137,15 +136,10 @@ class EvalService:
             self._stack = stack.pop_all()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
         stack, self._stack = self._stack, None
         if stack is not None:
-            await stack.__aexit__(exc_type, exc, tb)
+            await stack.__aexit__(*exc_info)
         self._group = self._pool = None
 
     def _cancel_all(self) -> None:

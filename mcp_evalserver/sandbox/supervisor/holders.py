@@ -34,6 +34,7 @@ from .linux import (
     loopback_up,
     prctl,
     reset_signals,
+    sigchld_wakeup,
     unshare,
     write_file,
 )
@@ -59,11 +60,7 @@ class Holder:
 
     def run(self) -> None:
         """Serves the control socket until it closes. Never returns."""
-        rfd, wfd = os.pipe()
-        for fd in (rfd, wfd):
-            os.set_blocking(fd, False)
-        signal.set_wakeup_fd(wfd)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
+        rfd = sigchld_wakeup()
         sel = selectors.DefaultSelector()
         sel.register(self.ctl, selectors.EVENT_READ)
         sel.register(rfd, selectors.EVENT_READ)

@@ -171,6 +171,17 @@ def loopback_up() -> None:
         fcntl.ioctl(s, 0x8914, struct.pack("16sH22x", b"lo", flags | 1))  # SIOCSIFFLAGS IFF_UP
 
 
+def sigchld_wakeup() -> int:
+    """The read end of a non-blocking pipe that SIGCHLD writes to: a select loop that watches it
+    wakes when a child exits, and reaps."""
+    rfd, wfd = os.pipe()
+    for fd in (rfd, wfd):
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(wfd)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    return rfd
+
+
 def reset_signals() -> None:
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):

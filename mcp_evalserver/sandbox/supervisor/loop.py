@@ -15,7 +15,6 @@ import itertools
 import json
 import os
 import selectors
-import signal
 import socket
 import sys
 import time
@@ -25,6 +24,7 @@ from . import checkpoints, execs, files, instance, workspaces
 from .connections import CONNECTION_IDS, MAX_PASSED, Connection, as_unix_socket, complete_lines
 from .jobs import Jobs
 from .layers import LayerError
+from .linux import sigchld_wakeup
 from .protocol import (
     CancelArgs,
     CancelResult,
@@ -148,11 +148,7 @@ class Loop:
         self.send({"id": req_id, "ok": False, "error": error})
 
     def run(self) -> None:
-        rfd, wfd = os.pipe()
-        for fd in (rfd, wfd):
-            os.set_blocking(fd, False)
-        signal.set_wakeup_fd(wfd)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
+        rfd = sigchld_wakeup()
         self.sel.register(rfd, selectors.EVENT_READ, "sigchld")
         self.sel.register(self.proto_in, selectors.EVENT_READ, "requests")
         if self.lifeline >= 0:

@@ -20,7 +20,7 @@ and its power is the noncentral t's (as statsmodels' `TTestPower` computes it).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from statistics import NormalDist
 
 from pydantic import BaseModel, ConfigDict
@@ -263,13 +263,7 @@ def tasks_needed(
     high = max(low + 1, guess)
     while not enough(high):
         low, high = high, high * 2
-    while high - low > 1:
-        middle = (low + high) // 2
-        if enough(middle):
-            high = middle
-        else:
-            low = middle
-    return high
+    return _fewest(enough, low, high)
 
 
 def samples_needed(
@@ -288,13 +282,7 @@ def samples_needed(
     if components.within_task is None:
         return 1  # more samples do not change the planned variance
     low, high = 0, _MAX_SAMPLES
-    while high - low > 1:
-        middle = (low + high) // 2
-        if enough(middle):
-            high = middle
-        else:
-            low = middle
-    return high
+    return _fewest(enough, low, high)
 
 
 def plan_sample_size(
@@ -342,3 +330,15 @@ def plan_sample_size(
 def _check_power(power: float, alpha: float) -> None:
     if not 0 < power < 1 or not 0 < alpha < 1:
         raise InvalidInput(f"power and alpha must be in (0, 1); got power={power}, alpha={alpha}")
+
+
+def _fewest(enough: Callable[[int], bool], low: int, high: int) -> int:
+    """The least n in (low, high] that is `enough`, by bisection: `enough` must hold from some n
+    on, and hold at `high` but not at `low`."""
+    while high - low > 1:
+        middle = (low + high) // 2
+        if enough(middle):
+            high = middle
+        else:
+            low = middle
+    return high

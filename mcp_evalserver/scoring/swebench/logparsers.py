@@ -19,7 +19,7 @@ Each parser is total: any text gives a (possibly empty) map, never an exception.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 
 from mcp_evalserver.errors import InvalidInput
@@ -62,21 +62,23 @@ def _starts_with_status(line: str) -> bool:
 
 def parse_pytest(log: str) -> StatusMap:
     """SWE-bench's `parse_log_pytest`: `-rA` summary lines, the id is the first word after."""
-    return _parse_pytest_summary(log, rewrite=lambda line: line)
+    return dict(_summary_entries(log))
 
 
 def parse_matplotlib(log: str) -> StatusMap:
     """SWE-bench's `parse_log_matplotlib`: `parse_pytest` with MouseButton enums spelled out."""
-    return _parse_pytest_summary(
-        log,
-        rewrite=lambda line: line.replace("MouseButton.LEFT", "1").replace(
-            "MouseButton.RIGHT", "3"
-        ),
+    return dict(
+        _summary_entries(
+            log,
+            lambda line: line.replace("MouseButton.LEFT", "1").replace("MouseButton.RIGHT", "3"),
+        )
     )
 
 
-def _parse_pytest_summary(log: str, rewrite: Callable[[str], str]) -> StatusMap:
-    statuses: StatusMap = {}
+def _summary_entries(
+    log: str, rewrite: Callable[[str], str] = lambda line: line
+) -> Iterator[tuple[str, TestStatus]]:
+    """(id, status) of each `-rA` summary line, in the log's order (a later line wins)."""
     for raw in log.split("\n"):
         line = rewrite(raw)
         if not _starts_with_status(line):
@@ -88,27 +90,14 @@ def _parse_pytest_summary(log: str, rewrite: Callable[[str], str]) -> StatusMap:
             continue
         status = _status(words[0])
         if status is not None:
-            statuses[words[1]] = status
-    return statuses
+            yield words[1], status
 
 
 def parse_pytest_options(log: str) -> StatusMap:
     """SWE-bench's `parse_log_pytest_options`: like `parse_pytest`, but a parameter that is an
     absolute path keeps only its last component (ids stay stable across machines)."""
     statuses: StatusMap = {}
-    for raw in log.split("\n"):
-        line = raw
-        if not _starts_with_status(line):
-            continue
-        if line.startswith(TestStatus.FAILED):
-            line = line.replace(" - ", " ")
-        words = line.split()
-        if len(words) <= 1 or _is_skip_summary(words[0], words[1]):
-            continue
-        status = _status(words[0])
-        if status is None:
-            continue
-        name = words[1]
+    for name, status in _summary_entries(log):
         option = _OPTION.search(name)
         if option:
             main, param = option.groups()

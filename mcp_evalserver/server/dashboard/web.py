@@ -9,10 +9,12 @@ never stalls the event loop that serves MCP.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import os
 import secrets
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -56,9 +58,20 @@ def _fragment(template: str, **context: Any) -> HTMLResponse:
     return HTMLResponse(html, headers=_security_headers(secrets.token_urlsafe(12)))
 
 
-def _error(exc: EvalServerError) -> HTMLResponse:
-    status = 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, InvalidInput) else 500
-    return _page("error.html", status=status, message=str(exc))
+def _error_page(view: Callable[[Request], Response]) -> Callable[[Request], Response]:
+    """The view, with our errors shown as the error page (404 for what is not found)."""
+
+    @functools.wraps(view)
+    def shown(request: Request) -> Response:
+        try:
+            return view(request)
+        except EvalServerError as exc:
+            status = (
+                404 if isinstance(exc, NotFound) else 400 if isinstance(exc, InvalidInput) else 500
+            )
+            return _page("error.html", status=status, message=str(exc))
+
+    return shown
 
 
 def start_summarising(cache: LedgerCache) -> threading.Thread:
@@ -124,38 +137,28 @@ def dashboard_routes(state_dir: Path, token: str) -> list[BaseRoute]:
             "poll_url": live,
         }
 
+    @_error_page
     def campaign(request: Request) -> Response:
-        try:
-            context = campaign_context(request)
-        except EvalServerError as exc:
-            return _error(exc)
-        return _page("campaign.html", **context)
+        return _page("campaign.html", **campaign_context(request))
 
+    @_error_page
     def campaign_live(request: Request) -> Response:
         """The campaign page's content (what the page polls while the campaign runs)."""
-        try:
-            context = campaign_context(request)
-        except EvalServerError as exc:
-            return _error(exc)
-        return _fragment("campaign_body.html", **context)
+        return _fragment("campaign_body.html", **campaign_context(request))
 
+    @_error_page
     def trajectory(request: Request) -> Response:
-        try:
-            ledger = cache.get(request.path_params["campaign_id"])
-            context = views.trajectory_page(ledger, request.path_params["trajectory_id"])
-        except EvalServerError as exc:
-            return _error(exc)
+        ledger = cache.get(request.path_params["campaign_id"])
+        context = views.trajectory_page(ledger, request.path_params["trajectory_id"])
         return _page("trajectory.html", **context)
 
+    @_error_page
     def compare(request: Request) -> Response:
         a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
         ids = cache.ids()
         if not a or not b:
             return _page("compare.html", ids=ids, chosen=(a, b), result=None)
-        try:
-            result = views.comparison_page(cache, a, b)
-        except EvalServerError as exc:
-            return _error(exc)
+        result = views.comparison_page(cache, a, b)
         return _page("compare.html", ids=ids, chosen=(a, b), result=result)
 
     def api_campaigns(request: Request) -> Response:

@@ -53,15 +53,8 @@ class TrajectoryTools:
         if not command.strip():
             raise InvalidInput("`command` is empty: give a shell command such as `ls -la`")
         result = await (await self.workspace()).exec(command, timeout=timeout_s, stdin=stdin)
-        return ExecOutput(
-            exit_code=result.exit_code,
-            stdout=result.stdout,
-            stderr=result.stderr,
-            stdout_truncated=result.stdout_truncated,
-            stderr_truncated=result.stderr_truncated,
-            timed_out=result.timed_out,
-            duration_s=result.duration_s,
-        )
+        # The tool's output is the fields of the sandbox's result it names (not the report).
+        return ExecOutput.model_validate(result, from_attributes=True)
 
     async def read_file(self, path: str, max_bytes: int) -> FileContent:
         """Reads a file from the workspace.
