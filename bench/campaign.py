@@ -28,29 +28,26 @@ average is recorded beside each run: the machine is shared, and figures under lo
 
 from __future__ import annotations
 
+if not __package__:  # run as a file: becomes `python -m bench.campaign` (see _as_module.py)
+    import _as_module  # type: ignore[import-not-found]  # noqa: F401
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
-# Run as `python bench/campaign.py`, this directory comes first on sys.path and bench/mcp.py
-# would shadow the `mcp` package: the repository root takes its place.
-_BENCH = Path(__file__).resolve().parent
-sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resolve() != _BENCH)]
+import anyio
 
-import argparse  # noqa: E402
-import hashlib  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import shlex  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from typing import Any  # noqa: E402
-
-import anyio  # noqa: E402
-
-from bench.common import (  # noqa: E402
+from bench.common import (
     LoadRecord,
     describe_load,
     load_average,
@@ -59,19 +56,19 @@ from bench.common import (  # noqa: E402
     p50,
     write_results,
 )
-from bench.sandbox import base_image  # noqa: E402
-from demo.build_suite import DEFAULT_CACHE, ensure_testenv, load_projects  # noqa: E402
-from mcp_evalserver.agents.base import Agent, TrajectoryContext  # noqa: E402
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore  # noqa: E402
-from mcp_evalserver.runtime.sandboxes import BackendName, SandboxPool  # noqa: E402
-from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec, Workspace  # noqa: E402
-from mcp_evalserver.sandbox.docker import DockerBackend  # noqa: E402
-from mcp_evalserver.sandbox.docker_engine import DockerEngine  # noqa: E402
-from mcp_evalserver.sandbox.docker_fallback import PerTrajectoryInstance  # noqa: E402
-from mcp_evalserver.scoring.swebench.patching import patched_files  # noqa: E402
-from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task  # noqa: E402
-from mcp_evalserver.spec.scorers import TestsScorerConfig  # noqa: E402
-from mcp_evalserver.spec.submission import Submission  # noqa: E402
+from bench.sandbox import base_image
+from demo.build_suite import DEFAULT_CACHE, ensure_testenv, load_projects
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.runtime.sandboxes import BackendName, SandboxPool
+from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec, Workspace
+from mcp_evalserver.sandbox.docker import DockerBackend
+from mcp_evalserver.sandbox.docker_engine import DockerEngine
+from mcp_evalserver.sandbox.docker_fallback import PerTrajectoryInstance
+from mcp_evalserver.scoring.swebench.patching import patched_files
+from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task
+from mcp_evalserver.spec.scorers import TestsScorerConfig
+from mcp_evalserver.spec.submission import Submission
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = 3

@@ -27,36 +27,33 @@ figures (this machine is shared: figures are noisy).
 
 from __future__ import annotations
 
+if not __package__:  # run as a file: becomes `python -m bench.dashboard` (see _as_module.py)
+    import _as_module  # type: ignore[import-not-found]  # noqa: F401
+
+import logging
+import statistics
 import sys
+import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
-# Run as `python bench/dashboard.py`, this directory comes first on sys.path and bench/mcp.py
-# would shadow the `mcp` package: the repository root takes its place.
-_BENCH = Path(__file__).resolve().parent
-sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resolve() != _BENCH)]
+import anyio
+import httpx2
 
-import logging  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from typing import Any  # noqa: E402
-
-import anyio  # noqa: E402
-import httpx2  # noqa: E402
-
-from bench.common import (  # noqa: E402
+from bench.common import (
     LoadRecord,
     child_running,
     describe_load,
     process_cpu_seconds,
     write_results,
 )
-from mcp_evalserver.agents.base import Agent, TrajectoryContext  # noqa: E402
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore  # noqa: E402
-from mcp_evalserver.server.dashboard.summaries import SUMMARY_FILE  # noqa: E402
-from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task  # noqa: E402
-from mcp_evalserver.spec.submission import Submission  # noqa: E402
-from tests.server.helpers import http_server  # noqa: E402
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.server.dashboard.summaries import SUMMARY_FILE
+from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task
+from mcp_evalserver.spec.submission import Submission
+from testsupport.servers import http_server
 
 TASKS = 2000
 SAMPLES = 5

@@ -19,27 +19,24 @@ Prints a table and writes bench/results/density.json (idle_workspaces, idle_work
 
 from __future__ import annotations
 
+if not __package__:  # run as a file: becomes `python -m bench.density` (see _as_module.py)
+    import _as_module  # type: ignore[import-not-found]  # noqa: F401
+
+import argparse
+import os
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
-# Run as `python bench/density.py`, this directory comes first on sys.path and bench/mcp.py
-# would shadow the `mcp` package: the repository root takes its place.
-_BENCH = Path(__file__).resolve().parent
-sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resolve() != _BENCH)]
+import anyio
 
-import argparse  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from typing import Any  # noqa: E402
-
-import anyio  # noqa: E402
-
-from bench.common import LoadRecord, describe_load, load_average, write_results  # noqa: E402
-from mcp_evalserver.errors import EvalServerError  # noqa: E402
-from mcp_evalserver.sandbox.base import InstanceSpec, Workspace  # noqa: E402
-from mcp_evalserver.sandbox.local import LocalBackend  # noqa: E402
+from bench.common import LoadRecord, describe_load, load_average, write_results
+from mcp_evalserver.errors import EvalServerError
+from mcp_evalserver.sandbox.base import InstanceSpec, Workspace
+from mcp_evalserver.sandbox.local import LocalBackend
 
 TARGET = 10_000
 TARGET_MB = 1.0

@@ -27,25 +27,22 @@ whatever load the machine is under; the load average at start and end says how m
 
 from __future__ import annotations
 
+if not __package__:  # run as a file: becomes `python -m bench.mcp` (see _as_module.py)
+    import _as_module  # type: ignore[import-not-found]  # noqa: F401
+
+import json
+import os
 import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
-# Run as `python bench/mcp.py`, this directory comes first on sys.path and this file's name
-# would shadow the `mcp` package: the repository root takes its place.
-_BENCH = Path(__file__).resolve().parent
-sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resolve() != _BENCH)]
+import anyio
+from mcp import Client
 
-import json  # noqa: E402
-import os  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Awaitable, Callable  # noqa: E402
-from typing import Any  # noqa: E402
-
-import anyio  # noqa: E402
-from mcp import Client  # noqa: E402
-
-from bench.common import (  # noqa: E402
+from bench.common import (
     LoadRecord,
     child_running,
     describe_load,
@@ -54,10 +51,11 @@ from bench.common import (  # noqa: E402
     process_tree_cpu_seconds,
     write_results,
 )
-from mcp_evalserver.sandbox.base import InstanceSpec, Workspace  # noqa: E402
-from mcp_evalserver.sandbox.client import SUPERVISOR_SOURCE  # noqa: E402
-from mcp_evalserver.sandbox.local import LocalBackend  # noqa: E402
-from tests.server.helpers import call, git_repo, http_client, http_server, stdio_client  # noqa: E402
+from mcp_evalserver.sandbox.base import InstanceSpec, Workspace
+from mcp_evalserver.sandbox.client import SUPERVISOR_SOURCE
+from mcp_evalserver.sandbox.local import LocalBackend
+from testsupport.repos import git_repo
+from testsupport.servers import call, http_client, http_server, stdio_client
 
 WARMUP, CALLS, CLIENTS, CALLS_PER_CLIENT = 20, 300, 32, 40
 

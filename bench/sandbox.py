@@ -44,27 +44,24 @@ bench/results/sandbox.json.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file: becomes `python -m bench.sandbox` (see _as_module.py)
+    import _as_module  # type: ignore[import-not-found]  # noqa: F401
+
+import json
+import os
+import secrets
+import subprocess
 import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
-# Run as `python bench/sandbox.py`, this directory comes first on sys.path and bench/mcp.py
-# would shadow the `mcp` package: the repository root takes its place.
-_BENCH = Path(__file__).resolve().parent
-sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resolve() != _BENCH)]
+import anyio
 
-import json  # noqa: E402
-import os  # noqa: E402
-import secrets  # noqa: E402
-import subprocess  # noqa: E402
-import tarfile  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Awaitable, Callable  # noqa: E402
-from typing import Any  # noqa: E402
-
-import anyio  # noqa: E402
-
-from bench.common import (  # noqa: E402
+from bench.common import (
     LoadRecord,
     describe_load,
     p50,
@@ -73,11 +70,11 @@ from bench.common import (  # noqa: E402
     process_cpu_seconds,
     write_results,
 )
-from mcp_evalserver.sandbox.base import Instance, InstanceSpec, Workspace  # noqa: E402
-from mcp_evalserver.sandbox.docker import DockerBackend  # noqa: E402
-from mcp_evalserver.sandbox.docker_engine import DockerEngine  # noqa: E402
-from mcp_evalserver.sandbox.supervised import SupervisedInstance  # noqa: E402
-from mcp_evalserver.sandbox.supervisor.workspaces import READY_WORKSPACES, SPARE_HOLDERS  # noqa: E402
+from mcp_evalserver.sandbox.base import Instance, InstanceSpec, Workspace
+from mcp_evalserver.sandbox.docker import DockerBackend
+from mcp_evalserver.sandbox.docker_engine import DockerEngine
+from mcp_evalserver.sandbox.supervised import SupervisedInstance
+from mcp_evalserver.sandbox.supervisor.workspaces import READY_WORKSPACES, SPARE_HOLDERS
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "bench"

@@ -34,21 +34,22 @@ are noisy.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file: becomes `python -m bench.scale` (see _as_module.py)
+    import _as_module  # type: ignore[import-not-found]  # noqa: F401
+
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.common import LoadRecord, describe_load, write_results
+from testsupport.loopback import ensure_loopback_namespace
 
-from bench.common import LoadRecord, describe_load, write_results  # noqa: E402
-from tests.ray.loopback import ensure_loopback_namespace  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 SLOTS = 2
 PER_INSTANCE = 4
@@ -240,7 +241,7 @@ def main() -> None:
     load = LoadRecord()
     import anyio
 
-    from tests.ray.cluster import loopback_cluster
+    from testsupport.ray_cluster import loopback_cluster
 
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:

@@ -6,30 +6,27 @@ Every figure is measured in this one run, side by side, on this machine.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file: becomes `python -m bench.scheduler` (see _as_module.py)
+    import _as_module  # type: ignore[import-not-found]  # noqa: F401
+
+import json
+import math
+import os
 import sys
+import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
-# Run as `python bench/scheduler.py`, this directory comes first on sys.path and bench/mcp.py
-# would shadow the `mcp` package: the repository root takes its place.
-_BENCH = Path(__file__).resolve().parent
-sys.path[:] = [str(_BENCH.parent), *(p for p in sys.path if Path(p or ".").resolve() != _BENCH)]
+import anyio
 
-import json  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from typing import Any  # noqa: E402
-
-import anyio  # noqa: E402
-
-from bench.common import LoadRecord, describe_load, write_results  # noqa: E402
-from mcp_evalserver.agents.base import Agent, TrajectoryContext  # noqa: E402
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore  # noqa: E402
-from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger  # noqa: E402
-from mcp_evalserver.engine.state import replay  # noqa: E402
-from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task, trajectory_id  # noqa: E402
-from mcp_evalserver.spec.submission import Submission  # noqa: E402
+from bench.common import LoadRecord, describe_load, write_results
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger
+from mcp_evalserver.engine.state import replay
+from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task, trajectory_id
+from mcp_evalserver.spec.submission import Submission
 
 TRAJECTORIES = 200
 MODEL_LATENCY_S = 0.050

@@ -6,10 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.ray.cluster import LoopbackCluster, loopback_cluster
-
 # Tests marked `ray` run in a child pytest inside a loopback-only network namespace.
 from tests.ray.rerun import pytest_collection_modifyitems  # noqa: F401
+from testsupport.ray_cluster import LoopbackCluster, loopback_cluster
 
 
 @pytest.fixture

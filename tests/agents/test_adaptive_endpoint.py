@@ -21,7 +21,7 @@ from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.spec.campaign import parse_spec
 from tests.agents.fake_openai import Failure, FakeOpenAI, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, openai_agent, records, spec
-from tests.server.helpers import call as call_tool
+from testsupport.servers import call as call_tool
 
 pytestmark = pytest.mark.anyio
 

@@ -20,7 +20,8 @@ from mcp_evalserver.server.mcp_app import serve_trajectory
 from mcp_evalserver.spec.agents import CommandAgentConfig
 from mcp_evalserver.spec.scorers import CommandScorerConfig
 from tests.agents.helpers import artifact_text, records, run, spec
-from tests.server.helpers import BUGGY, git_repo, require_root
+from tests.server.helpers import require_root
+from testsupport.repos import BUGGY, git_repo
 
 pytestmark = pytest.mark.anyio
 

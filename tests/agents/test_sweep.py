@@ -27,8 +27,8 @@ from mcp_evalserver.engine.sweep import (
 from mcp_evalserver.server.mcp_app import create_server
 from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, openai_agent, records, spec
-from tests.server.helpers import call as call_tool
-from tests.server.helpers import call_error
+from testsupport.servers import call as call_tool
+from testsupport.servers import call_error
 
 pytestmark = pytest.mark.anyio
 

@@ -22,7 +22,7 @@ from mcp_evalserver.spec.campaign import CampaignSpec, load_tasks
 from tests.agents.fake_openai import FakeOpenAI, serving
 from tests.agents.fake_openai import call as call_tool
 from tests.engine.helpers import run_campaign
-from tests.server.helpers import call
+from testsupport.servers import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
 

@@ -1,9 +1,9 @@
 """A pytest plugin: tests marked `ray` run in a child pytest inside a loopback-only namespace.
 
-Ray clusters may bind only to loopback here (see loopback.py), and the driver must share the
-cluster's namespace, so the whole ray group runs in one child pytest under `unshare -n`. In the
-parent they are replaced by one item that runs the child and fails with its output when any of
-them failed. Inside the namespace (the child) nothing is replaced.
+Ray clusters may bind only to loopback here (see testsupport/loopback.py), and the driver must
+share the cluster's namespace, so the whole ray group runs in one child pytest under
+`unshare -n`. In the parent they are replaced by one item that runs the child and fails with
+its output when any of them failed. Inside the namespace (the child) nothing is replaced.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.ray.loopback import in_loopback_namespace, run_in_loopback_namespace
+from testsupport.loopback import in_loopback_namespace, run_in_loopback_namespace
 
 CHILD_TIMEOUT_S = 1500.0
 

@@ -19,8 +19,8 @@ from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import InstanceSpec
 from mcp_evalserver.sandbox.ray import RayBackend, connect
 from mcp_evalserver.sandbox.ray_node import InstanceHost
-from tests.ray.cluster import LoopbackCluster, worker_without
 from tests.sandbox.host_processes import host_pids, marker, wait_until_gone, wait_until_running
+from testsupport.ray_cluster import LoopbackCluster, worker_without
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ray, pytest.mark.root]
 

@@ -25,7 +25,7 @@ from mcp_evalserver.spec.campaign import CampaignSpec, RaySandboxConfig, load_ta
 from mcp_evalserver.spec.submission import Submission
 from tests.demo.test_demo_campaign import subset_file as demo_subset_file
 from tests.engine.helpers import run_campaign
-from tests.ray.cluster import SLOTS, LoopbackCluster
+from testsupport.ray_cluster import SLOTS, LoopbackCluster
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ray, pytest.mark.root, pytest.mark.slow]
 

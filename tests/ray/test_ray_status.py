@@ -14,8 +14,9 @@ from mcp import Client
 
 from mcp_evalserver.server.mcp_app import create_server
 from tests.ray import holding
-from tests.ray.cluster import LoopbackCluster
-from tests.server.helpers import call, git_repo
+from testsupport.ray_cluster import LoopbackCluster
+from testsupport.repos import git_repo
+from testsupport.servers import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ray, pytest.mark.root]
 

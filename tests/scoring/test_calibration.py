@@ -28,7 +28,7 @@ from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.spec.campaign import CampaignSpec
 from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, Response, serving
 from tests.agents.helpers import KEY, KEY_ENV, records
-from tests.server.helpers import call, call_error
+from testsupport.servers import call, call_error
 
 pytestmark = pytest.mark.anyio
 

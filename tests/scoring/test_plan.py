@@ -16,7 +16,7 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.server.mcp_app import create_server
 from tests.engine.helpers import run_campaign, spec_of
 from tests.scoring.test_report_statistics import RightOnSomeRepositories, repository_tasks
-from tests.server.helpers import call
+from testsupport.servers import call
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,7 @@ import sys
 
 import anyio
 
-from tests.server.helpers import call, http_client
+from testsupport.servers import call, http_client
 
 
 async def main(url: str, token: str, campaign_id: str) -> None:

@@ -9,7 +9,9 @@ import pytest
 from mcp import Client
 
 from mcp_evalserver.server.mcp_app import create_server
-from tests.server.helpers import FIXED, MODES, call, call_error, repo_spec, require_root
+from tests.server.helpers import MODES, repo_spec, require_root
+from testsupport.repos import FIXED
+from testsupport.servers import call, call_error
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
 

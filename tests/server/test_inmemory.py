@@ -11,7 +11,8 @@ from mcp import Client
 from mcp_evalserver.engine.ledger import LedgerWriter
 from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.server.service import EvalService
-from tests.server.helpers import MODES, answer_spec, call, call_error
+from tests.server.helpers import MODES, answer_spec
+from testsupport.servers import call, call_error
 
 pytestmark = pytest.mark.anyio
 

@@ -28,7 +28,8 @@ from mcp_types import (
 from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.server.mcp_app import create_server, create_trajectory_server
 from mcp_evalserver.server.trajectory.scoped import ScopedTrajectory
-from tests.server.helpers import MODES, answer_spec, call, http_client, http_server, stdio_client
+from tests.server.helpers import MODES, answer_spec
+from testsupport.servers import call, http_client, http_server, stdio_client
 
 pytestmark = pytest.mark.anyio
 

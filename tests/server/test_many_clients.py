@@ -12,15 +12,9 @@ import anyio
 import pytest
 
 from mcp_evalserver.runtime.artifacts import read_artifact
-from tests.server.helpers import (
-    REPO,
-    TOKEN,
-    call,
-    git_repo,
-    http_client,
-    http_server,
-    require_root,
-)
+from tests.server.helpers import require_root
+from testsupport.repos import git_repo
+from testsupport.servers import REPO, TOKEN, call, http_client, http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
 

@@ -12,7 +12,8 @@ from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.spec.campaign import parse_spec
-from tests.server.helpers import answer_spec, call
+from tests.server.helpers import answer_spec
+from testsupport.servers import call
 
 pytestmark = pytest.mark.anyio
 

@@ -21,7 +21,8 @@ from mcp import Client
 from mcp_evalserver.engine.campaigns import CampaignStore
 from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, Seen, serving
 from tests.agents.fake_openai import call as fake_call
-from tests.server.helpers import answer_spec, call, http_client, http_server
+from tests.server.helpers import answer_spec
+from testsupport.servers import call, http_client, http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

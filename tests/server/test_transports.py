@@ -10,15 +10,8 @@ import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.server.helpers import (
-    MODES,
-    TOKEN,
-    answer_spec,
-    call,
-    http_client,
-    http_server,
-    stdio_client,
-)
+from tests.server.helpers import MODES, answer_spec
+from testsupport.servers import TOKEN, call, http_client, http_server, stdio_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

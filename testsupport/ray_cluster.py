@@ -1,8 +1,8 @@
 """A real multi-node Ray cluster on this machine: several raylets on loopback, one per "node".
 
-Only inside a loopback-only network namespace (see loopback.py): the ray test group runs in one.
-Each worker node offers its own `sandbox_slots`; the head offers none, so instances land on the
-workers only.
+Only inside a loopback-only network namespace (see loopback.py): the ray test group and
+bench/scale.py run in one. Each worker node offers its own `sandbox_slots`; the head offers
+none, so instances land on the workers only.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_evalserver.sandbox.shipping import SHIPPED_DIR_ENV
-from tests.ray.loopback import in_loopback_namespace, interfaces
+from testsupport.loopback import in_loopback_namespace, interfaces
 
 SLOTS = "sandbox_slots"
 

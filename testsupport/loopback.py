@@ -46,7 +46,10 @@ def loopback_command(argv: Sequence[str]) -> list[str]:
 
 
 def ensure_loopback_namespace() -> None:
-    """Re-executes this program (`sys.argv`) in a loopback-only namespace unless it is in one.
+    """Re-executes this program in a loopback-only namespace unless it is in one.
+
+    The command line is the interpreter's own (`sys.orig_argv`), so `python -P -m bench.scale`
+    comes back as itself, not as the path of its file.
 
     Raises:
         RuntimeError: the namespace cannot be made, or it still shows other interfaces.
@@ -56,7 +59,7 @@ def ensure_loopback_namespace() -> None:
     if os.environ.get(MARKER_ENV):
         raise RuntimeError(f"expected only `lo` in this network namespace, found {interfaces()}")
     env = {**os.environ, MARKER_ENV: "1"}
-    argv = [sys.executable, *sys.argv]
+    argv = [sys.executable, *sys.orig_argv[1:]]
     os.execvpe("unshare", loopback_command(argv), env)
 
 
