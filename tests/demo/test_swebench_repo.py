@@ -24,16 +24,7 @@ from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.spec.campaign import CampaignSpec, Task, load_tasks
 from tests.engine.helpers import run_campaign
-
-try:
-    from swebench.task.repo import load_task_repo
-except ImportError as error:  # pragma: no cover - depends on the environment
-    if os.environ.get("CI") == "true":
-        raise
-    pytest.skip(
-        f"swebench is not importable ({error}); install the test extra: pip install -e '.[test]'",
-        allow_module_level=True,
-    )
+from tests.scoring.swebench_reference import load_task_repo
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -7,7 +7,6 @@ folder and requires the same rows.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -19,16 +18,7 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.swebench.compat import load_instances
 from mcp_evalserver.spec.campaign import load_spec, load_tasks
 from mcp_evalserver.spec.swebench_repos import read_task_repo, write_task_repo
-
-try:
-    from swebench.task import repo as swe_repo
-except ImportError as error:  # pragma: no cover - depends on the environment
-    if os.environ.get("CI") == "true":
-        raise
-    pytest.skip(
-        f"swebench is not importable ({error}); install the test extra: pip install -e '.[test]'",
-        allow_module_level=True,
-    )
+from tests.scoring.swebench_reference import swe_repo
 
 
 def row(instance_id: str, **fields: Any) -> dict[str, Any]:

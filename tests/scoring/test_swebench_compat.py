@@ -7,7 +7,6 @@ requires the same output.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +25,12 @@ from mcp_evalserver.scoring.swebench.compat import (
 from mcp_evalserver.scoring.swebench.grading import grade_log
 from mcp_evalserver.scoring.swebench.logparsers import parse_pytest
 from mcp_evalserver.spec.predictions import Prediction, load_predictions
-
-try:
-    from swebench.harness import grading as swe_grading
-    from swebench.harness.reporting import make_run_report
-    from swebench.harness.utils import get_predictions_from_file
-    from swebench.types import TestSpec as SwebenchTestSpec
-except ImportError as error:  # pragma: no cover - depends on the environment
-    if os.environ.get("CI") == "true":
-        raise
-    pytest.skip(
-        f"swebench is not importable ({error}); install the test extra: pip install -e '.[test]'",
-        allow_module_level=True,
-    )
+from tests.scoring.swebench_reference import (
+    SwebenchTestSpec,
+    get_predictions_from_file,
+    make_run_report,
+    swe_grading,
+)
 
 
 def instance(instance_id: str, **extra: Any) -> dict[str, Any]:

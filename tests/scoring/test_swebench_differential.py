@@ -9,7 +9,6 @@ the corners nobody thought of.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 from dataclasses import dataclass
@@ -26,19 +25,12 @@ from mcp_evalserver.scoring.swebench.grading import (
     patch_apply_attempts,
 )
 from mcp_evalserver.scoring.swebench.logparsers import PARSERS, StatusMap, TestStatus, get_parser
-
-try:
-    from swebench.harness import grading as swe_grading
-    from swebench.harness.log_parsers import PARSER_REGISTRY
-    from swebench.harness.run_evaluation import GIT_APPLY_CMDS
-    from swebench.types import TestSpec as SwebenchTestSpec
-except ImportError as error:  # pragma: no cover - depends on the environment
-    if os.environ.get("CI") == "true":
-        raise
-    pytest.skip(
-        f"swebench is not importable ({error}); install the test extra: pip install -e '.[test]'",
-        allow_module_level=True,
-    )
+from tests.scoring.swebench_reference import (
+    GIT_APPLY_CMDS,
+    PARSER_REGISTRY,
+    SwebenchTestSpec,
+    swe_grading,
+)
 
 INSTANCE = "demo__calc-101"
 MIRRORS = ["pytest", "pytest_options", "pytest_v2", "django", "sympy", "seaborn", "matplotlib"]

@@ -36,20 +36,15 @@ from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.predictions import Prediction
 from mcp_evalserver.spec.submission import Submission
 from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo, scoring_in_workspaces
+from tests.scoring.swebench_reference import (
+    LOG_REPORT,
+    LOG_TEST_OUTPUT,
+    RUN_EVALUATION_LOG_DIR,
+    make_test_spec,
+    swe_run,
+)
 from tests.scoring.test_tests_scorer import BUGGY, FIXED, HANGS, NEW_TESTS, OLD_TESTS
 from tests.scoring.test_tests_scorer_adversarial import FAKE_PASSES, at_exit
-
-try:
-    from swebench.harness import run_evaluation as swe_run
-    from swebench.harness.constants import LOG_REPORT, LOG_TEST_OUTPUT, RUN_EVALUATION_LOG_DIR
-    from swebench.harness.utils import make_test_spec
-except ImportError as error:  # pragma: no cover - depends on the environment
-    if os.environ.get("CI") == "true":
-        raise
-    pytest.skip(
-        f"swebench is not importable ({error}); install the test extra: pip install -e '.[test]'",
-        allow_module_level=True,
-    )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 from mcp_evalserver.cli.main import main
 from mcp_evalserver.spec.predictions import load_predictions
 from tests.scoring.sandboxed import diff_of, git_repo, require_root
+from tests.scoring.swebench_reference import SwebenchTestSpec, make_run_report, swe_grading
 from tests.scoring.test_tests_scorer import (
     BUGGY,
     FIXED,
@@ -21,18 +21,6 @@ from tests.scoring.test_tests_scorer import (
     OLD_TESTS,
     PYTEST,
 )
-
-try:
-    from swebench.harness import grading as swe_grading
-    from swebench.harness.reporting import make_run_report
-    from swebench.types import TestSpec as SwebenchTestSpec
-except ImportError as error:  # pragma: no cover - depends on the environment
-    if os.environ.get("CI") == "true":
-        raise
-    pytest.skip(
-        f"swebench is not importable ({error}); install the test extra: pip install -e '.[test]'",
-        allow_module_level=True,
-    )
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import random
 
-from swebench.utils import ansi_escape
-
 from mcp_evalserver.scoring.swebench.grading import Grade, grade_log
 from mcp_evalserver.scoring.swebench.logparsers import get_parser
 from mcp_evalserver.scoring.swebench.terminal_codes import strip_terminal_codes
+from tests.scoring.swebench_reference import ansi_escape
 
 F2P = "tests/test_ops.py::test_mul"
 # What pytest 8 prints under --color=yes (seen from a real run).
