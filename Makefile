@@ -54,15 +54,15 @@ docs: venv
 # past a bench that fails, so the table shows what was measured.
 bench: venv system
 	rm -f bench/results/*.json  # a bench that fails must not show an old figure
-	-$(PY) bench/scheduler.py
-	-$(PY) bench/sandbox.py
-	-$(PY) bench/mcp.py
-	-$(PY) bench/inspect_sandbox.py
-	-$(PY) bench/campaign.py
-	-$(PY) bench/density.py
-	-$(PY) bench/dashboard.py
-	-$(PY) bench/scale.py
-	$(PY) bench/summary.py
+	-$(PY) -m bench.scheduler
+	-$(PY) -m bench.sandbox
+	-$(PY) -m bench.mcp
+	-$(PY) -m bench.inspect_sandbox
+	-$(PY) -m bench.campaign
+	-$(PY) -m bench.density
+	-$(PY) -m bench.dashboard
+	-$(PY) -m bench.scale
+	$(PY) -m bench.summary
 
 clean:
 	rm -rf $(VENV) .state .mypy_cache .ruff_cache site

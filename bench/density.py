@@ -24,7 +24,6 @@ if not __package__:  # run as a file: becomes `python -m bench.density` (see _as
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ from bench.common import LoadRecord, describe_load, load_average, write_results
 from mcp_evalserver.errors import EvalServerError
 from mcp_evalserver.sandbox.base import InstanceSpec, Workspace
 from mcp_evalserver.sandbox.local import LocalBackend
+from testsupport.repos import make_git_repo
 
 TARGET = 10_000
 TARGET_MB = 1.0
@@ -115,16 +115,6 @@ def pss_bytes(pids: list[int]) -> int:
     return total
 
 
-def git_repo(path: Path) -> Path:
-    path.mkdir(parents=True)
-    (path / "README").write_text("density\n")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b"}
-    env |= {"GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
-    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
-        subprocess.run(["git", *argv], cwd=path, env=env, check=True)
-    return path
-
-
 async def answer_all(workspaces: list[Workspace]) -> int:
     """Runs `true` in every workspace, IN_FLIGHT at once; how many answered exit 0."""
     answered = 0
@@ -159,7 +149,7 @@ async def main(target: int) -> dict[str, Any]:
     rounds: list[dict[str, Any]] = []
     stopped = f"reached the target of {target}"
     with tempfile.TemporaryDirectory(prefix="bench-density-") as tmp:
-        repo = git_repo(Path(tmp) / "repo")
+        repo = make_git_repo(Path(tmp) / "repo", {"README": "density\n"})
         async with LocalBackend() as backend:
             instance = await backend.instance(InstanceSpec(path=str(repo)))
             supervisor = int(instance.info["pid"])

@@ -8,12 +8,20 @@ import pytest
 
 # Tests marked `ray` run in a child pytest inside a loopback-only network namespace.
 from tests.ray.rerun import pytest_collection_modifyitems  # noqa: F401
+from tests.root import require_root
 from testsupport.ray_cluster import LoopbackCluster, loopback_cluster
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _enforce_root_marker(request: pytest.FixtureRequest) -> None:
+    """A test marked `root` skips without root, and fails so under CI."""
+    if request.node.get_closest_marker("root") is not None:
+        require_root()
 
 
 @pytest.fixture(scope="session")

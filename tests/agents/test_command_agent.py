@@ -20,7 +20,6 @@ from mcp_evalserver.server.mcp_app import serve_trajectory
 from mcp_evalserver.spec.agents import CommandAgentConfig
 from mcp_evalserver.spec.scorers import CommandScorerConfig
 from tests.agents.helpers import artifact_text, records, run, spec
-from tests.server.helpers import require_root
 from testsupport.repos import BUGGY, git_repo
 
 pytestmark = pytest.mark.anyio
@@ -38,17 +37,23 @@ def program(mode: str, *arguments: str | Path, **fields: Any) -> dict[str, Any]:
     return {"type": "command", "command": command} | fields
 
 
+@pytest.fixture
+def notes(tmp_path: Path) -> Path:
+    """Where the test program leaves what it saw (its requests, its pids, its branches)."""
+    path = tmp_path / "notes"
+    path.mkdir()
+    return path
+
+
 def repo_task(root: Path) -> dict[str, str]:
     return {"id": "calc", "path": str(git_repo(root / "repo")), "prompt": "make add() add"}
 
 
+@pytest.mark.root
 async def test_a_program_fixes_the_bug_through_its_endpoint_and_its_submission_resolves(
-    tmp_path: Path,
+    tmp_path: Path, notes: Path
 ) -> None:
-    require_root()
     task = repo_task(tmp_path)
-    notes = tmp_path / "notes"
-    notes.mkdir()
     agent = program("fix", notes, env={"AGENT_EXTRA": "from the config"})
     with anyio.fail_after(120):
         state, directory = await run(tmp_path / "state", spec([task], agent), CHECK_SCORER)
@@ -94,12 +99,10 @@ async def test_a_program_fixes_the_bug_through_its_endpoint_and_its_submission_r
     assert Path(task["path"], "calc.py").read_text() == BUGGY
 
 
+@pytest.mark.root
 async def test_two_trajectories_at_once_cannot_reach_each_others_endpoint(
-    tmp_path: Path,
+    tmp_path: Path, notes: Path
 ) -> None:
-    require_root()
-    notes = tmp_path / "notes"
-    notes.mkdir()
     campaign = spec(
         [repo_task(tmp_path)], program("probe", notes), samples=2, concurrency=2, per_instance=2
     )
@@ -116,10 +119,10 @@ async def test_two_trajectories_at_once_cannot_reach_each_others_endpoint(
         assert seen["submitted"]["trajectory_id"] == trajectory
 
 
+@pytest.mark.root
 async def test_a_program_that_exits_cleanly_without_submitting_hands_in_its_workspace_diff(
     tmp_path: Path,
 ) -> None:
-    require_root()
     campaign = spec([repo_task(tmp_path)], program("edit-and-exit"))
     with anyio.fail_after(120):
         state, directory = await run(tmp_path / "state", campaign, CHECK_SCORER)
@@ -162,11 +165,9 @@ async def test_a_program_answers_a_task_without_a_workspace_and_is_told_it_has_n
 
 
 async def test_a_program_that_lingers_after_submitting_is_stopped_and_its_submission_stands(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, notes: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(command, "EXIT_GRACE_S", 0.5)
-    notes = tmp_path / "notes"
-    notes.mkdir()
     campaign = spec([ANSWER_TASK], program("answer", notes), trajectory_timeout_s=60)
     with anyio.fail_after(30):
         state, directory = await run(tmp_path / "state", campaign)
@@ -204,10 +205,8 @@ def _gone(pid: int) -> bool:
 
 
 async def test_a_program_that_hangs_is_killed_with_its_children_at_the_trajectory_timeout(
-    tmp_path: Path,
+    tmp_path: Path, notes: Path
 ) -> None:
-    notes = tmp_path / "notes"
-    notes.mkdir()
     campaign = spec([ANSWER_TASK], program("hang", notes), trajectory_timeout_s=8)
     with anyio.fail_after(60):
         state, _ = await run(tmp_path / "state", campaign)
@@ -218,13 +217,11 @@ async def test_a_program_that_hangs_is_killed_with_its_children_at_the_trajector
     assert _gone(pids["child"])
 
 
+@pytest.mark.root
 async def test_a_program_forks_its_trajectory_and_each_branch_runs_the_program_in_a_copy(
-    tmp_path: Path,
+    tmp_path: Path, notes: Path
 ) -> None:
-    require_root()
     task = repo_task(tmp_path)
-    notes = tmp_path / "notes"
-    notes.mkdir()
     with anyio.fail_after(180):
         state, _ = await run(
             tmp_path / "state", spec([task], program("branch", notes)), CHECK_SCORER

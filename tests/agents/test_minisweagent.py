@@ -8,7 +8,6 @@ workspaces (root).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,17 +36,12 @@ FIXED = "def add(a, b):\n    return a + b\n"
 CHECK = "python3 -c 'import calc; assert calc.add(2, 2) == 4'"
 CHECK_SCORER = build_scorer(CommandScorerConfig(command=CHECK))
 FIX = "sed -i 's/a - b/a + b/' calc.py"
+# Every test runs the agent in real local-backend workspaces.
+pytestmark = pytest.mark.root
+
 SUBMIT_DIFF = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff"
 ENVIRONMENT_CLASS = "mcp_evalserver.integrations.minisweagent.EvalserverEnvironment"
 AGENT: dict[str, Any] = {"system_template": "You fix bugs.", "instance_template": "{{task}}"}
-
-
-@pytest.fixture(autouse=True)
-def _needs_root() -> None:
-    if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("needs root for mount namespaces and overlayfs")
-        pytest.skip("needs root for mount namespaces and overlayfs")
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import anyio
@@ -14,33 +12,23 @@ from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.spec.scorers import CommandScorerConfig
 from tests.agents.fake_openai import FakeOpenAI, Reply, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, artifact_text, openai_agent, records, run, spec
+from testsupport.repos import BUGGY, FIXED, git_repo
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
 
-BUGGY = "def add(a, b):\n    return a - b\n"
-FIXED = "def add(a, b):\n    return a + b\n"
 CHECK = "python3 -c 'import calc; assert calc.add(2, 2) == 4'"
 # The product\'s `command` scorer: the patch applied in a fresh workspace, then CHECK.
 CHECK_SCORER = build_scorer(CommandScorerConfig(command=CHECK))
 
 
 @pytest.fixture(autouse=True)
-def _needs_root_and_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("needs root for mount namespaces and overlayfs")
-        pytest.skip("needs root for mount namespaces and overlayfs")
+def _a_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, KEY)
 
 
 def _repo_task(root: Path) -> dict[str, str]:
     """A committed git repository with a bug: the task's instance."""
-    path = root / "repo"
-    path.mkdir()
-    (path / "calc.py").write_text(BUGGY)
-    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
-    for command in (["git", "init", "-q", "."], [*git, "add", "-A"], [*git, "commit", "-qm", "b"]):
-        subprocess.run(command, cwd=path, check=True)
+    path = git_repo(root / "repo")
     return {"id": "calc", "path": str(path), "prompt": "calc.add subtracts; make it add."}
 
 

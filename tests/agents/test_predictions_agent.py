@@ -10,7 +10,8 @@ import anyio
 import pytest
 
 from tests.agents.helpers import records, run, spec
-from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo, require_root
+from tests.root import require_root
+from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo
 
 pytestmark = pytest.mark.anyio
 

@@ -21,12 +21,12 @@ from tests.dashboard.helpers import (
     log_in,
     screenshot,
 )
-from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo, require_root
+from tests.root import require_root
+from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo
+from testsupport.repos import BUGGY, FIXED
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-BUGGY = "def add(a, b):\n    return a - b\n"
-FIXED = "def add(a, b):\n    return a + b\n"
 TESTS = (
     "from calc import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n\n\n"
     "def test_zero():\n    assert add(0, 0) == 0\n"

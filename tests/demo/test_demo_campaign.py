@@ -7,7 +7,6 @@ this also proves an instance holds everything its tests need.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import anyio
@@ -27,14 +26,6 @@ from testsupport.servers import call
 pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
 
 SUBSET = {"inflection": ("ordinal-thirteen", "camelize-lower-first"), "toolz": ("unique-key",)}
-
-
-@pytest.fixture(autouse=True)
-def _needs_root() -> None:
-    if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("needs root for mount namespaces and overlayfs")
-        pytest.skip("needs root for mount namespaces and overlayfs")
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ def test_the_readmes_client_configs_are_the_ones_in_clients_configs() -> None:
 
 def test_every_docs_page_a_file_cites_exists() -> None:
     cited: dict[str, list[str]] = {}
-    for folder in ("mcp_evalserver", "tests", "bench", "scripts", "demo", "clients"):
+    for folder in ("mcp_evalserver", "tests", "testsupport", "bench", "scripts", "demo", "clients"):
         for path in (ROOT / folder).rglob("*"):
             skip = path == Path(__file__) or "build" in path.parts
             if skip or path.suffix not in {".py", ".c", ".sh", ".md", ".yaml"}:

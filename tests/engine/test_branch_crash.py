@@ -27,7 +27,7 @@ from mcp_evalserver.sandbox.supervised import SupervisedWorkspace
 from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
 from tests.engine.helpers import spec_of
-from tests.server.helpers import require_root
+from tests.root import require_root
 from testsupport.repos import git_repo
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -37,7 +37,7 @@ from mcp_evalserver.server.service import EvalService
 from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task
 from mcp_evalserver.spec.scorers import TestsScorerConfig
 from mcp_evalserver.spec.submission import Submission
-from tests.sandbox.conftest import require_root
+from tests.root import require_root
 from tests.sandbox.docker_support import require_docker
 from tests.sandbox.faults import (
     PrivateEngine,

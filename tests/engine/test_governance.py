@@ -26,14 +26,6 @@ from tests.engine.test_sandboxed_campaign import ApplyAndTest, FixingAgent, _tas
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
 
 
-@pytest.fixture
-def _needs_root() -> None:
-    if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("needs root for mount namespaces and overlayfs")
-        pytest.skip("needs root for mount namespaces and overlayfs")
-
-
 def supervisors() -> int:
     """Supervisor processes this process started that are alive now: the instances the local
     backend has, counted from the system rather than from our own bookkeeping."""
@@ -87,7 +79,6 @@ def _pool(backend: Counting) -> SandboxPool:
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("_needs_root")
 async def test_a_budget_of_two_instances_holds_over_five_tasks_and_releases_finished_ones(
     tmp_path: Path, counting: Counting
 ) -> None:
@@ -121,7 +112,6 @@ async def test_a_budget_of_two_instances_holds_over_five_tasks_and_releases_fini
     assert min(c.ts for c in released) < last_scored
 
 
-@pytest.mark.usefixtures("_needs_root")
 async def test_the_least_recently_used_idle_instance_makes_room_and_a_leased_one_never_does(
     tmp_path: Path, counting: Counting
 ) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import anyio
@@ -15,36 +13,17 @@ from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
 from tests.engine.helpers import outcomes, run_campaign, spec_of
+from testsupport.repos import BUGGY, FIXED, git_repo
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
-
-BUGGY = "def add(a, b):\n    return a - b\n"
-FIXED = "def add(a, b):\n    return a + b\n"
-
-
-@pytest.fixture(autouse=True)
-def _needs_root() -> None:
-    if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("needs root for mount namespaces and overlayfs")
-        pytest.skip("needs root for mount namespaces and overlayfs")
 
 
 def _tasks(root: Path, count: int) -> list[Task]:
     """Instances are prepared directories: a git repository with a bug, committed."""
-    tasks = []
-    for number in range(count):
-        path = root / f"repo{number}"
-        path.mkdir()
-        (path / "calc.py").write_text(BUGGY)
-        for command in (
-            ["git", "init", "-q", "."],
-            ["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"],
-            ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "base"],
-        ):
-            subprocess.run(command, cwd=path, check=True)
-        tasks.append(Task(id=f"calc{number}", path=str(path)))
-    return tasks
+    return [
+        Task(id=f"calc{number}", path=str(git_repo(root / f"repo{number}")))
+        for number in range(count)
+    ]
 
 
 class FixingAgent(Agent):

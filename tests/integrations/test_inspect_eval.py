@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from inspect_ai.log import read_eval_log
 
-from tests.sandbox.conftest import require_root
+from tests.root import require_root
 from tests.sandbox.docker_support import require_docker
 
 pytestmark = pytest.mark.slow

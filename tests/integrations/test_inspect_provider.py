@@ -24,7 +24,7 @@ from inspect_ai.util._sandbox.registry import registry_find_sandboxenv
 from mcp_evalserver import errors
 from mcp_evalserver.integrations.inspect.config import EvalServerSandboxConfig, load_config
 from mcp_evalserver.integrations.inspect.provider import EvalServerSandboxEnvironment as Provider
-from tests.sandbox.conftest import require_root
+from tests.root import require_root
 
 pytestmark = pytest.mark.anyio
 

@@ -20,7 +20,7 @@ from inspect_ai.util._sandbox.self_check import *  # noqa: F403 (the checks them
 
 from mcp_evalserver.integrations.inspect.config import EvalServerSandboxConfig
 from mcp_evalserver.integrations.inspect.provider import EvalServerSandboxEnvironment
-from tests.sandbox.conftest import require_root
+from tests.root import require_root
 from tests.sandbox.docker_support import require_docker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -21,6 +21,7 @@ import pytest
 from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec
 from mcp_evalserver.sandbox.docker import DockerBackend
 from mcp_evalserver.sandbox.local import LocalBackend
+from tests.root import require_root
 from tests.sandbox.docker_support import require_docker
 
 # A small repository with text, binary and nested files, committed as the base.
@@ -170,18 +171,3 @@ async def limited(backend: BackendUnderTest) -> AsyncIterator[Instance]:
         instance = await backend.backend.instance(backend.spec(**LIMITED))
     yield instance
     await instance.aclose()
-
-
-@pytest.fixture(autouse=True)
-def _enforce_root_marker(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("root") is not None:
-        require_root()
-
-
-def require_root() -> None:
-    """Root-only tests fail under CI when not root (never silently skipped), else skip."""
-    if os.geteuid() != 0:
-        reason = "needs root for mount namespaces, overlayfs and cgroups"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)

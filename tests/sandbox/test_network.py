@@ -25,7 +25,7 @@ from mcp_evalserver.sandbox.base import Backend, InstanceSpec
 from mcp_evalserver.sandbox.docker import DockerBackend
 from mcp_evalserver.sandbox.docker_engine import NETWORK_ENV
 from mcp_evalserver.sandbox.local import LocalBackend
-from tests.sandbox.conftest import require_root
+from tests.root import require_root
 from tests.sandbox.docker_support import require_docker
 
 pytestmark = pytest.mark.anyio

@@ -19,7 +19,8 @@ from mcp_evalserver.runtime.sandboxes import Reprovisioned, SandboxPool
 from mcp_evalserver.sandbox.base import Instance
 from mcp_evalserver.sandbox.supervised import SupervisedInstance, SupervisedWorkspace
 from mcp_evalserver.spec.campaign import Task
-from tests.sandbox.conftest import REPO_SETUP, require_root
+from tests.root import require_root
+from tests.sandbox.conftest import REPO_SETUP
 from tests.sandbox.docker_support import require_docker
 from tests.sandbox.faults import Fault, docker_kill, docker_rm_f, holder_of, sigkill_supervisor
 

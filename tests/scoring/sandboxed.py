@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
@@ -18,17 +17,7 @@ from mcp_evalserver.runtime.sandboxes import SandboxPool, TrajectorySandbox
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.spec.campaign import Limits, Task
 from mcp_evalserver.spec.submission import Submission
-
-GIT = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
-
-
-def require_root() -> None:
-    """Namespaces and overlayfs need root: fail under CI, skip elsewhere."""
-    if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("needs root for mount namespaces and overlayfs")
-        pytest.skip("needs root for mount namespaces and overlayfs")
-
+from testsupport.repos import GIT, make_git_repo
 
 # pytest and the pure-Python packages it imports, copied into each test repository (excluded
 # from git): a workspace sees the instance directory but not the test run's venv, which may
@@ -53,9 +42,6 @@ def git_repo(path: Path, files: dict[str, str]) -> Path:
     pytest is vendored into `PYTEST_DEPS_DIR` (git-excluded), so `PYTHON_PYTEST` works there.
     """
     path.mkdir(parents=True)
-    for name, text in files.items():
-        (path / name).parent.mkdir(parents=True, exist_ok=True)
-        (path / name).write_text(text)
     site_packages = Path(pytest.__file__).parents[1]
     metadata = [p.name for p in site_packages.glob("*.dist-info") if _vendored(p.name)]
     for name in (*PYTEST_PACKAGES, *metadata):
@@ -66,12 +52,7 @@ def git_repo(path: Path, files: dict[str, str]) -> Path:
         elif source.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
-    subprocess.run(["git", "init", "-q", "."], cwd=path, check=True)
-    with open(path / ".git" / "info" / "exclude", "a") as exclude:
-        exclude.write(f"/{PYTEST_DEPS_DIR}/\n")
-    subprocess.run([*GIT, "add", "-A"], cwd=path, check=True)
-    subprocess.run([*GIT, "commit", "-qm", "base"], cwd=path, check=True)
-    return path
+    return make_git_repo(path, files, excluded=[f"/{PYTEST_DEPS_DIR}/"])
 
 
 def diff_of(repo: Path, files: dict[str, str], *, reverse: bool = False) -> str:

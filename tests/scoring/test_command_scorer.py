@@ -11,16 +11,11 @@ from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.scorers import CommandScorerConfig
 from mcp_evalserver.spec.submission import Submission
-from tests.scoring.sandboxed import diff_of, git_repo, require_root, scoring_in_workspaces
+from tests.scoring.sandboxed import diff_of, git_repo, scoring_in_workspaces
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
 
 CHECK = "/usr/bin/python3 -c 'import calc; assert calc.add(2, 2) == 4'"
-
-
-@pytest.fixture(autouse=True)
-def _needs_root() -> None:
-    require_root()
 
 
 def _task(tmp_path: Path) -> tuple[Task, str]:

@@ -15,7 +15,7 @@ from mcp_evalserver.scoring.swebench.doctests import (
 )
 from mcp_evalserver.scoring.swebench.grading import EvalStatus
 from mcp_evalserver.scoring.swebench.strict import PLUGIN_HELLO, doctest_references, grade_report
-from tests.scoring.sandboxed import GIT
+from testsupport.repos import GIT
 
 
 @pytest.mark.parametrize(

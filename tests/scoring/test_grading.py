@@ -26,6 +26,7 @@ from mcp_evalserver.scoring.swebench.grading import (
     patch_apply_attempts,
 )
 from mcp_evalserver.scoring.swebench.logparsers import TestStatus, parse_pytest
+from testsupport.repos import make_git_repo
 
 P, F, S, E, X = (
     TestStatus.PASSED,
@@ -183,14 +184,7 @@ def test_patch_apply_chain_is_swebench_5_0_2s_git_apply_cmds() -> None:
 
 
 def git_repo(root: Path, content: str) -> Path:
-    repo = root / "repo"
-    repo.mkdir()
-    (repo / "f.txt").write_text(content)
-    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
-    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
-    subprocess.run([*git, "add", "."], cwd=repo, check=True)
-    subprocess.run([*git, "commit", "-qm", "base"], cwd=repo, check=True)
-    return repo
+    return make_git_repo(root / "repo", {"f.txt": content})
 
 
 def run(command: list[str] | tuple[str, ...], cwd: Path) -> int:

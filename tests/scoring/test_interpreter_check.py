@@ -21,7 +21,8 @@ from mcp_evalserver.scoring.swebench.interpreters import check_test_command
 from mcp_evalserver.scoring.testsuite import TestsScorer
 from mcp_evalserver.spec.campaign import Task
 from tests.engine.helpers import outcomes, run_campaign, spec_of
-from tests.scoring.sandboxed import PYTEST_DEPS_DIR, diff_of, git_repo, require_root
+from tests.root import require_root
+from tests.scoring.sandboxed import PYTEST_DEPS_DIR, diff_of, git_repo
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"

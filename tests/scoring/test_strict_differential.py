@@ -25,17 +25,13 @@ from mcp_evalserver.scoring.swebench.compat import SwebenchInstance
 from mcp_evalserver.scoring.testsuite import TestsScorer
 from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
-from tests.scoring.sandboxed import GIT, diff_of, git_repo, require_root, scoring_in_workspaces
+from tests.scoring.sandboxed import diff_of, git_repo, scoring_in_workspaces
 from tests.scoring.test_swebench_harness_differential import _instance as swebench_instance
 from tests.scoring.test_tests_scorer import NEW_TESTS, _pytest_at_the_root, _task
 from tests.scoring.test_tests_scorer_adversarial import REWRITE_REPORTS
+from testsupport.repos import GIT
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
-
-
-@pytest.fixture(autouse=True)
-def _needs_root() -> None:
-    require_root()
 
 
 # --- the doctest task ----------------------------------------------------------------------

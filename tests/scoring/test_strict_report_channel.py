@@ -21,13 +21,7 @@ from mcp_evalserver.scoring.swebench.strict import grade_report, plugin_env, plu
 from mcp_evalserver.scoring.testsuite import TestsScorer
 from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
-from tests.scoring.sandboxed import (
-    PYTHON_PYTEST,
-    diff_of,
-    git_repo,
-    require_root,
-    scoring_in_workspaces,
-)
+from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo, scoring_in_workspaces
 from tests.scoring.test_tests_scorer import BUGGY, _task
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
@@ -148,11 +142,6 @@ SPAWNED_DAEMON = _patched_module(
     "    stderr=_subprocess.DEVNULL,\n"
     ")\n"
 )
-
-
-@pytest.fixture(autouse=True)
-def _needs_root() -> None:
-    require_root()
 
 
 async def _strict(task: Task, patch: str, tmp_path: Path) -> ScoreResult:

@@ -10,7 +10,7 @@ import pytest
 
 from mcp_evalserver.cli.main import main
 from mcp_evalserver.spec.predictions import load_predictions
-from tests.scoring.sandboxed import diff_of, git_repo, require_root
+from tests.scoring.sandboxed import diff_of, git_repo
 from tests.scoring.swebench_reference import SwebenchTestSpec, make_run_report, swe_grading
 from tests.scoring.test_tests_scorer import (
     BUGGY,
@@ -25,11 +25,6 @@ from tests.scoring.test_tests_scorer import (
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 MODEL = "org/model-x"
-
-
-@pytest.fixture(autouse=True)
-def _needs_root() -> None:
-    require_root()
 
 
 def _instances(tmp_path: Path) -> tuple[Path, dict[str, str]]:

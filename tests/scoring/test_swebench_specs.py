@@ -15,7 +15,8 @@ from mcp_evalserver.scoring.swebench.test_plans import SWEBENCH_ENV
 from mcp_evalserver.scoring.testsuite import TestsScorer
 from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
-from tests.scoring.sandboxed import diff_of, git_repo, require_root, scoring_in_workspaces
+from tests.root import require_root
+from tests.scoring.sandboxed import diff_of, git_repo, scoring_in_workspaces
 
 DJANGO_OLD_LOCALE = [
     "export LANG=en_US.UTF-8",

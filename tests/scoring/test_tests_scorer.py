@@ -22,7 +22,6 @@ from tests.scoring.sandboxed import (
     PYTHON_PYTEST,
     diff_of,
     git_repo,
-    require_root,
     scoring_in_workspaces,
 )
 
@@ -40,11 +39,6 @@ NEW_TESTS = (
 )
 PYTHON = "/usr/bin/python3"
 PYTEST = f"{PYTHON_PYTEST} -rA -p no:cacheprovider test_calc.py"
-
-
-@pytest.fixture(autouse=True)
-def _needs_root() -> None:
-    require_root()
 
 
 def _no_sandbox(task: Task) -> ScoringContext:

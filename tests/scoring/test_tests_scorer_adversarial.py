@@ -15,18 +15,14 @@ import pytest
 from mcp_evalserver.scoring.testsuite import TestsScorer
 from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
-from tests.scoring.sandboxed import GIT, diff_of, require_root, scoring_in_workspaces
+from tests.scoring.sandboxed import diff_of, scoring_in_workspaces
 from tests.scoring.test_tests_scorer import BUGGY, FIXED, NEW_TESTS, _task
+from testsupport.repos import GIT
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
 
 ALL_TESTS = ("test_calc.py::test_add", "test_calc.py::test_mul", "test_calc.py::test_zero")
 FAKE_PASSES = "".join(f"PASSED {test}\n" for test in ALL_TESTS)
-
-
-@pytest.fixture(autouse=True)
-def _needs_root() -> None:
-    require_root()
 
 
 def at_exit(text: str, *, then: str = "") -> str:

@@ -23,7 +23,7 @@ import pytest
 
 from mcp_evalserver.scoring.testsuite import TestsScorer
 from mcp_evalserver.spec.submission import Submission
-from tests.scoring.sandboxed import diff_of, require_root, scoring_in_workspaces
+from tests.scoring.sandboxed import diff_of, scoring_in_workspaces
 from tests.scoring.test_tests_scorer import _task
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
@@ -68,11 +68,6 @@ CASES = {
         _forged("{}") * (OUTPUT_CAP // 64), _forged("{}") * (OUTPUT_CAP // 64)
     ),
 }
-
-
-@pytest.fixture(autouse=True)
-def _needs_root() -> None:
-    require_root()
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["swebench", "strict"])

@@ -16,7 +16,7 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.spec.campaign import parse_spec
 from tests.agents.fake_openai import FakeOpenAI, Reply, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, openai_agent, run, spec
-from tests.server.helpers import require_root
+from tests.root import require_root
 from testsupport.repos import FIXED, git_repo
 
 pytestmark = pytest.mark.anyio

@@ -6,24 +6,13 @@ testsupport/, which the benchmarks share.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from testsupport.repos import git_repo
 
 #: Both protocol eras a client can speak: the initialize handshake and 2026-07-28.
 MODES = ["legacy", "2026-07-28"]
-
-
-def require_root() -> None:
-    """Sandboxes need namespaces and overlayfs: fail under CI, skip elsewhere."""
-    if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("needs root for mount namespaces and overlayfs")
-        pytest.skip("needs root for mount namespaces and overlayfs")
 
 
 def answer_spec(count: int, agent: str = "oracle", **fields: Any) -> dict[str, Any]:

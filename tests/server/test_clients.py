@@ -12,7 +12,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.server.helpers import answer_spec, repo_spec, require_root
+from tests.root import require_root
+from tests.server.helpers import answer_spec, repo_spec
 from testsupport.servers import REPO, TOKEN, call, http_client, http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -9,16 +9,11 @@ import pytest
 from mcp import Client
 
 from mcp_evalserver.server.mcp_app import create_server
-from tests.server.helpers import MODES, repo_spec, require_root
+from tests.server.helpers import MODES, repo_spec
 from testsupport.repos import FIXED
 from testsupport.servers import call, call_error
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
-
-
-@pytest.fixture(autouse=True)
-def _needs_root() -> None:
-    require_root()
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -13,7 +13,7 @@ from mcp import Client
 from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.report import build_report
 from mcp_evalserver.server.mcp_app import create_server
-from tests.server.helpers import MODES, repo_spec, require_root
+from tests.server.helpers import MODES, repo_spec
 from testsupport.repos import FIXED
 from testsupport.servers import call, call_error
 
@@ -22,11 +22,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.root]
 # Graded by running the code of the submission in a fresh workspace, not by reading its text.
 CHECK = "python3 -c 'import calc; assert calc.add(2, 3) == 5'"
 RUNS_THE_CODE = {"type": "command", "command": CHECK}
-
-
-@pytest.fixture(autouse=True)
-def _needs_root() -> None:
-    require_root()
 
 
 def fork_spec(root: Path) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import anyio
 import pytest
 
 from mcp_evalserver.runtime.artifacts import read_artifact
-from tests.server.helpers import require_root
 from testsupport.repos import git_repo
 from testsupport.servers import REPO, TOKEN, call, http_client, http_server
 
@@ -21,11 +20,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
 CLIENTS = 50
 # The spec's scorer is a plugin and its task a host directory: token holders need both.
 _PRIVILEGES = ("--allow-plugins", "--allow-paths")
-
-
-@pytest.fixture(autouse=True)
-def _needs_root() -> None:
-    require_root()
 
 
 def _spec(repo: Path, samples: int, lease_s: float) -> dict[str, object]:

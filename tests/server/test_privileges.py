@@ -24,7 +24,8 @@ from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.spec.campaign import CampaignSpec, RaySandboxConfig
 from tests.agents.fake_openai import FakeOpenAI, Reply, serving
 from tests.agents.fake_openai import call as fake_call
-from tests.server.helpers import answer_spec, require_root
+from tests.root import require_root
+from tests.server.helpers import answer_spec
 from testsupport.repos import FIXED, git_repo
 from testsupport.servers import TOKEN, call, call_error, http_client, http_server, stdio_client
 
