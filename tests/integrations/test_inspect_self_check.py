@@ -25,20 +25,16 @@ from tests.sandbox.docker_support import require_docker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-ROOT_OVERRIDES = "a sample runs as root by default, and root's CAP_DAC_OVERRIDE ignores mode bits"
+NO_CAPABILITIES = (
+    "a command keeps no capability (docs/design/isolation.md), so root cannot chown: adduser's "
+    "groupadd cannot give its new /etc/gshadow back to group shadow"
+)
 KNOWN_FAILURES: dict[str, dict[str, str]] = {
     "local": {
-        "test_read_file_not_allowed": ROOT_OVERRIDES,
-        "test_write_text_file_without_permissions": ROOT_OVERRIDES,
-        "test_write_binary_file_without_permissions": ROOT_OVERRIDES,
         "test_exec_as_user": "the local backend shows the host's /etc read-only: a sample "
         "cannot add a user (running as an existing one works: see test_inspect_provider.py)",
     },
-    "docker": {
-        "test_read_file_not_allowed": ROOT_OVERRIDES,
-        "test_write_text_file_without_permissions": ROOT_OVERRIDES,
-        "test_write_binary_file_without_permissions": ROOT_OVERRIDES,
-    },
+    "docker": {"test_exec_as_user": NO_CAPABILITIES},
 }
 
 
