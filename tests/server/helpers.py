@@ -9,7 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mcp import Client
+
 from testsupport.repos import git_repo
+from testsupport.servers import call
 
 #: Both protocol eras a client can speak: the initialize handshake and 2026-07-28.
 MODES = ["legacy", "2026-07-28"]
@@ -57,3 +60,17 @@ def diff_scorer(options: dict[str, Any]) -> Any:
             )
 
     return DiffScorer()
+
+
+async def attempt(client: Client, tool: str, **arguments: Any) -> str | None:
+    """The tool's error text; or None when the server accepted the call, after letting what it
+    started run to its end (so whatever it would send has been sent)."""
+    result = await client.call_tool(tool, arguments)
+    if result.is_error:
+        return " ".join(getattr(block, "text", "") for block in result.content)
+    started = result.structured_content or {}
+    if "sweep_id" in started:
+        await call(client, "sweep_status", sweep_id=started["sweep_id"], wait_s=60)
+    elif "campaign_id" in started:
+        await call(client, "campaign_status", campaign_id=started["campaign_id"], wait_s=60)
+    return None

@@ -14,7 +14,6 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
 
 from mcp_evalserver.cli.main import main
 from mcp_evalserver.engine.campaigns import CampaignStore
@@ -25,7 +24,7 @@ from mcp_evalserver.spec.campaign import CampaignSpec, RaySandboxConfig
 from tests.agents.fake_openai import FakeOpenAI, Reply, serving
 from tests.agents.fake_openai import call as fake_call
 from tests.root import require_root
-from tests.server.helpers import answer_spec
+from tests.server.helpers import answer_spec, attempt
 from testsupport.repos import FIXED, git_repo
 from testsupport.servers import TOKEN, call, call_error, http_client, http_server, stdio_client
 
@@ -325,20 +324,6 @@ def model_agent(url: str, key_env: str) -> dict[str, Any]:
 def judge(url: str | None, key_env: str) -> dict[str, Any]:
     config = {"type": "llm_judge", "model": "m", "api_key_env": key_env, "rubric": ["is 1"]}
     return config if url is None else {**config, "base_url": url}
-
-
-async def attempt(client: Client, tool: str, **arguments: Any) -> str | None:
-    """The tool's error text; or None when the server accepted the call, after letting what it
-    started run to its end (so whatever it would send has been sent)."""
-    result = await client.call_tool(tool, arguments)
-    if result.is_error:
-        return " ".join(getattr(block, "text", "") for block in result.content)
-    started = result.structured_content or {}
-    if "sweep_id" in started:
-        await call(client, "sweep_status", sweep_id=started["sweep_id"], wait_s=60)
-    elif "campaign_id" in started:
-        await call(client, "campaign_status", campaign_id=started["campaign_id"], wait_s=60)
-    return None
 
 
 async def created_elsewhere(state_dir: Path, campaign_id: str, spec: dict[str, Any]) -> None:

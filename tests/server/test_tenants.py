@@ -16,13 +16,12 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
 
 from mcp_evalserver.engine.campaigns import CampaignStore
 from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, Seen, serving
 from tests.agents.fake_openai import call as fake_call
-from tests.server.helpers import answer_spec
-from testsupport.servers import call, http_client, http_server
+from tests.server.helpers import answer_spec, attempt
+from testsupport.servers import http_client, http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -83,20 +82,6 @@ def judge(url: str, **fields: Any) -> dict[str, Any]:
 
 def answers(count: int, **fields: Any) -> dict[str, Any]:
     return {**answer_spec(count), **fields}
-
-
-async def attempt(client: Client, tool: str, **arguments: Any) -> str | None:
-    """The tool's error text; or None when the server accepted the call, after letting what it
-    started run to its end (so whatever it would send has been sent)."""
-    result = await client.call_tool(tool, arguments)
-    if result.is_error:
-        return " ".join(getattr(block, "text", "") for block in result.content)
-    started = result.structured_content or {}
-    if "sweep_id" in started:
-        await call(client, "sweep_status", sweep_id=started["sweep_id"], wait_s=60)
-    elif "campaign_id" in started:
-        await call(client, "campaign_status", campaign_id=started["campaign_id"], wait_s=60)
-    return None
 
 
 def heard(listener: FakeOpenAI) -> list[dict[str, str]]:
