@@ -59,7 +59,8 @@ from bench.common import (
 from bench.sandbox import base_image
 from demo.build_suite import DEFAULT_CACHE, ensure_testenv, load_projects
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.runtime.sandboxes import BackendName, SandboxPool
 from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec, Workspace
 from mcp_evalserver.sandbox.docker import DockerBackend

@@ -49,7 +49,8 @@ from bench.common import (
     write_results,
 )
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.server.dashboard.summaries import SUMMARY_FILE
 from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task
 from mcp_evalserver.spec.submission import Submission

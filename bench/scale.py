@@ -194,7 +194,8 @@ async def exec_overhead(address: str, path: str) -> dict[str, float]:
 async def throughput(address: str, paths: list[str], state_dir: Path) -> float:
     """Sleep-bound trajectories per second over these instances, once they are placed."""
     from mcp_evalserver.agents.base import Agent, TrajectoryContext
-    from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+    from mcp_evalserver.engine.runner import CampaignRunner
+    from mcp_evalserver.engine.store import CampaignStore
     from mcp_evalserver.runtime.sandboxes import SandboxPool
     from mcp_evalserver.spec.campaign import CampaignSpec, Limits, RaySandboxConfig, Task
     from mcp_evalserver.spec.submission import Submission

@@ -22,9 +22,11 @@ import anyio
 
 from bench.common import LoadRecord, describe_load, write_results
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger
+from mcp_evalserver.engine.records import AttemptStarted
+from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import replay
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task, trajectory_id
 from mcp_evalserver.spec.submission import Submission
 
@@ -67,7 +69,7 @@ async def ledger_records_per_s(directory: Path, writers: int = 100, each: int = 
 
         async def write(number: int) -> None:
             for index in range(each):
-                await ledger.append("note", f"t{number}@0", index=index)
+                await ledger.append(AttemptStarted(trajectory=f"t{number}@0", attempt=index))
 
         started = time.perf_counter()
         async with anyio.create_task_group() as group:

@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 
 from mcp_evalserver.engine.calibration import calibrate_campaign, load_labels
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.report import calibration_line
+from mcp_evalserver.engine.store import CampaignStore
 
 
 def add_calibrate_command(commands: Any) -> None:

@@ -23,17 +23,14 @@ from mcp_evalserver.cli.plan import add_cluster_option, add_plan_command, dispat
 from mcp_evalserver.cli.progress import progress_line, show_progress
 from mcp_evalserver.cli.scoring import add_scoring_commands, dispatch_scoring
 from mcp_evalserver.cli.sweep import add_sweep_command, dispatch_sweep
-from mcp_evalserver.engine.campaigns import (
-    STATE_DIR_ENV,
-    CampaignRunner,
-    CampaignStore,
-    default_state_dir,
-    read_nodes,
-)
+from mcp_evalserver.engine.parts import check_spec
 from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.engine.store import STATE_DIR_ENV, CampaignStore, default_state_dir, read_nodes
 from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
 from mcp_evalserver.runtime.sandboxes import require_placement
+from mcp_evalserver.scoring.base import Scorer
 from mcp_evalserver.server.transport.http import TOKEN_ENV
 from mcp_evalserver.spec.campaign import load_spec, spec_json_schema
 
@@ -261,9 +258,14 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
         return EXIT_OK
     if args.command == "run":
         spec = load_spec(args.spec)
-        campaign_id = anyio.run(store.create, spec, args.campaign_id)
+        # Checked once; the run grades with the scorer the check built.
+        scorer = check_spec(spec, ray_address=args.ray)
+        create = functools.partial(store.create, spec, args.campaign_id, scorer=scorer)
+        campaign_id = anyio.run(create)
         print(f"campaign {campaign_id} ({store.directory(campaign_id)})", file=sys.stderr)
-        return _run(store, campaign_id, progress=not args.no_progress, ray_address=args.ray)
+        return _run(
+            store, campaign_id, progress=not args.no_progress, ray_address=args.ray, scorer=scorer
+        )
     if args.command == "resume":
         if failed := len(store.load(args.campaign_id).infra_failed):
             print(
@@ -321,10 +323,20 @@ def _write(text: str, out: Path | None) -> None:
 
 
 def _run(
-    store: CampaignStore, campaign_id: str, *, progress: bool, ray_address: str | None = None
+    store: CampaignStore,
+    campaign_id: str,
+    *,
+    progress: bool,
+    ray_address: str | None = None,
+    scorer: Scorer | None = None,
 ) -> int:
+    """Runs (or resumes) a campaign in this process; `scorer`: the one its creation checked."""
     runner = CampaignRunner(
-        store, campaign_id, ray_address=ray_address, trajectory_endpoints=serve_trajectory
+        store,
+        campaign_id,
+        scorer=scorer,
+        ray_address=ray_address,
+        trajectory_endpoints=serve_trajectory,
     )
 
     async def supervise() -> CampaignState:

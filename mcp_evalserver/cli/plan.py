@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.planning import build_plan, render_plan_markdown
+from mcp_evalserver.engine.store import CampaignStore
 
 
 def add_plan_command(commands: Any) -> None:

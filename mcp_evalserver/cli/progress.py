@@ -8,7 +8,7 @@ from typing import TextIO
 
 import anyio
 
-from mcp_evalserver.engine.campaigns import CampaignRunner
+from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import CampaignState
 
 _BAR_WIDTH = 24

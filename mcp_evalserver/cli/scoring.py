@@ -8,6 +8,7 @@ arguments with `dispatch_scoring`.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -17,9 +18,10 @@ from typing import Any
 import anyio
 
 from mcp_evalserver.cli.plan import add_cluster_option
-from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.parts import check_spec
 from mcp_evalserver.engine.report import build_comparison, render_comparison_markdown
 from mcp_evalserver.engine.rescoring import request_rescore
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.engine.swebench_runs import (
     export_predictions,
     predictions_spec,
@@ -146,12 +148,14 @@ def dispatch_scoring(
             image=args.image,
             path=args.path,
         )
-        campaign_id = anyio.run(store.create, spec, args.campaign_id)
+        scorer = check_spec(spec)  # once: the run grades with it
+        create = functools.partial(store.create, spec, args.campaign_id, scorer=scorer)
+        campaign_id = anyio.run(create)
         print(f"campaign {campaign_id} ({store.directory(campaign_id)})", file=sys.stderr)
         if args.no_run:
             print(campaign_id)
             return 0
-        return run(store, campaign_id, progress=not args.no_progress)
+        return run(store, campaign_id, progress=not args.no_progress, scorer=scorer)
     if args.command == "export-predictions":
         state = store.load(args.campaign_id)
         path = export_predictions(

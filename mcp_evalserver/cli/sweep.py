@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 
 from mcp_evalserver.cli.endpoints import serve_trajectory
-from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.engine.sweep import (
     DEFAULT_LEVELS,
     PLOT_FILE,

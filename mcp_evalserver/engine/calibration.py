@@ -21,9 +21,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.ledger import LedgerWriter
-from mcp_evalserver.engine.state import JUDGE_CALIBRATED, CampaignState
+from mcp_evalserver.engine.records import JudgeCalibrated
+from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.stats.agreement import bootstrap_correlation, kendall_tau_b, spearman
 
@@ -172,7 +173,7 @@ async def calibrate_campaign(
     """
     result = calibrate(store.load(campaign_id), labels) | {"labels": source}
     async with await LedgerWriter.open(store.directory(campaign_id), campaign_id) as ledger:
-        await ledger.append(JUDGE_CALIBRATED, None, calibration=result)
+        await ledger.append(JudgeCalibrated(calibration=result))
     return result
 
 

@@ -21,26 +21,33 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TypeVar
 
 import anyio
-import pydantic_core
 
+from mcp_evalserver.engine.records import (
+    CampaignCreated,
+    LedgerRecord,
+    LedgerRecordBase,
+    LedgerRepaired,
+    encode,
+    parse_json_lines,
+    parse_record,
+    stamp,
+)
 from mcp_evalserver.errors import Conflict, LedgerCorrupt, NotFound
 from mcp_evalserver.runtime.artifacts import ARTIFACTS_DIR, ArtifactRef, fsync_dir, store_artifact
 
-LEDGER_VERSION = 1
 LEDGER_FILE = "ledger.jsonl"
 LOCK_FILE = "ledger.lock"
-
-Record = dict[str, Any]
+_Record = TypeVar("_Record", bound=LedgerRecordBase)
 
 
 @dataclass
 class LedgerContents:
     """What a ledger file holds, as read: its records and what was wrong with its tail."""
 
-    records: list[Record]
+    records: list[LedgerRecord]
     good_bytes: int
     torn_tail_bytes: int = 0
 
@@ -58,7 +65,8 @@ def read_ledger(path: Path) -> LedgerContents:
 
     Raises:
         NotFound: the file does not exist.
-        LedgerCorrupt: a line before the last cannot be parsed; the message names it.
+        LedgerCorrupt: a line before the last cannot be parsed (the message names it), or a
+            record lacks or garbles a field of its kind (the message names its seq).
     """
     try:
         data = path.read_bytes()
@@ -71,27 +79,25 @@ def read_ledger(path: Path) -> LedgerContents:
     return _read_line_by_line(path, data)
 
 
-def decode_lines(lines: bytes) -> list[Record] | None:
+def decode_lines(lines: bytes) -> list[LedgerRecord] | None:
     """The record of each of `lines` (complete lines: the last ends with a line break), from
-    one parse of them joined into a JSON array, several times faster than a parse per line.
+    one parse and validation of them joined into a JSON array, several times faster than a
+    parse per line.
 
-    None when there are none, when that parse is refused, or when a line is not one object
+    None when there are none, when that parse is refused, or when a line is not one record
     (`{...},{...}` on one line parses as two here, but is corrupt): the caller then reads line
-    by line, which names the bad line.
+    by line, which names the bad line or record.
     """
     if not lines:
         return None
-    try:
-        records = pydantic_core.from_json(b"[" + lines[:-1].replace(b"\n", b",") + b"]")
-    except ValueError:
+    records = parse_json_lines(b"[" + lines[:-1].replace(b"\n", b",") + b"]")
+    if records is None or len(records) != lines.count(b"\n"):
         return None
-    if len(records) != lines.count(b"\n") or any(type(r) is not dict for r in records):
-        return None
-    return cast(list[Record], records)
+    return records
 
 
 def _read_line_by_line(path: Path, data: bytes) -> LedgerContents:
-    records: list[Record] = []
+    records: list[LedgerRecord] = []
     offset = 0
     line_number = 0
     end = len(data)
@@ -113,7 +119,7 @@ def _read_line_by_line(path: Path, data: bytes) -> LedgerContents:
                 f"{path} line {line_number} is unreadable ({exc}); the lines after it are "
                 "intact. Move the file aside and inspect it: a ledger is never rewritten."
             ) from exc
-        records.append(record)
+        records.append(parse_record(record))
         offset = newline + 1
     return LedgerContents(records, offset, 0)
 
@@ -145,7 +151,7 @@ class LedgerWriter:
         self._broken: Exception | None = None
         self._closed = False
         #: The records found when the ledger was opened (the runner replays them once).
-        self.recovered: list[Record] = []
+        self.recovered: list[LedgerRecord] = []
 
     @classmethod
     async def open(cls, directory: Path, campaign_id: str) -> LedgerWriter:
@@ -174,7 +180,7 @@ class LedgerWriter:
                     handle.truncate(contents.good_bytes)
                     os.fsync(handle.fileno())
                 repaired = contents.torn_tail_bytes
-            next_seq = contents.records[-1]["seq"] + 1 if contents.records else 0
+            next_seq = contents.records[-1].seq + 1 if contents.records else 0
             file_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             fsync_dir(directory)
         except BaseException:
@@ -185,8 +191,8 @@ class LedgerWriter:
         # A torn first line leaves no record to follow: a `ledger_repaired` record there would
         # become the first record and turn a never-created ledger into a corrupt one.
         if repaired and contents.records:
-            record = writer._encode("ledger_repaired", None, {"dropped_bytes": repaired})
-            writer._write_sync([cls._line(record)])
+            record = writer._stamp(LedgerRepaired(dropped_bytes=repaired))
+            writer._write_sync([encode(record)])
             contents.records.append(record)
         return writer
 
@@ -207,23 +213,18 @@ class LedgerWriter:
             os.close(self._fd)
             os.close(self._lock_fd)
 
-    def _encode(self, kind: str, trajectory: str | None, payload: dict[str, Any]) -> Record:
-        record = _record(self._next_seq, kind, self.campaign_id, trajectory, payload)
+    def _stamp(self, record: _Record) -> _Record:
+        stamped = stamp(record, self._next_seq, _now(), self.campaign_id)
         self._next_seq += 1
-        return record
-
-    @staticmethod
-    def _line(record: Record) -> bytes:
-        return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        return stamped
 
     def _write_sync(self, lines: list[bytes]) -> None:
         _write_all(self._fd, b"".join(lines))
         os.fsync(self._fd)
 
-    async def append(
-        self, kind: str, trajectory: str | None = None, *, durable: bool = True, **payload: Any
-    ) -> Record:
-        """Appends one record and returns it once it is durable (fsync'd).
+    async def append(self, record: _Record, *, durable: bool = True) -> _Record:
+        """Appends one record and returns it, stamped with its envelope (`seq`, `ts`,
+        `campaign`), once it is durable (fsync'd).
 
         With `durable=False` the record is queued and returns at once: it reaches the disk,
         in order, with the next durable append (or at close). Use it for records that
@@ -239,11 +240,11 @@ class LedgerWriter:
         if self._broken is not None:
             raise self._broken
         batch = self._batch
-        record = self._encode(kind, trajectory, payload)
-        batch.lines.append(self._line(record))
+        stamped = self._stamp(record)
+        batch.lines.append(encode(stamped))
         if durable:
             await self._wait_written(batch)
-        return record
+        return stamped
 
     async def _wait_written(self, batch: _Batch) -> None:
         """Returns once `batch` is on disk (fsync'd); raises the write's error if it failed.
@@ -291,28 +292,29 @@ class LedgerWriter:
 
 
 async def create_ledger(
-    directory: Path, campaign_id: str, kind: str, **payload: Any
-) -> Record | None:
-    """Starts a ledger whose first record is `kind`; atomic, so a crash leaves all or nothing.
+    directory: Path, campaign_id: str, record: CampaignCreated
+) -> CampaignCreated | None:
+    """Starts a ledger whose first record is `record`; atomic, so a crash leaves all or nothing.
 
     The record is written to a temporary file, fsync'd and renamed to `ledger.jsonl` under the
     campaign's lock: a ledger either holds its first record or does not exist. A ledger that
     holds no complete record (an empty file or a torn first line: what a crash during creation
     left before creation was atomic) counts as never created and is replaced.
 
-    Returns the record, or None when the ledger already holds records (nothing is written).
+    Returns the record (stamped), or None when the ledger already holds records (nothing is
+    written).
 
     Raises:
         Conflict: another process holds the campaign's lock.
         LedgerCorrupt: the existing ledger is corrupt before its end.
         OSError: the disk refused the write.
     """
-    return await anyio.to_thread.run_sync(_create_sync, directory, campaign_id, kind, payload)
+    return await anyio.to_thread.run_sync(_create_sync, directory, campaign_id, record)
 
 
 def _create_sync(
-    directory: Path, campaign_id: str, kind: str, payload: dict[str, Any]
-) -> Record | None:
+    directory: Path, campaign_id: str, record: CampaignCreated
+) -> CampaignCreated | None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / ARTIFACTS_DIR).mkdir(exist_ok=True)
     lock_fd = _lock_campaign(directory, campaign_id)
@@ -323,34 +325,23 @@ def _create_sync(
         # Leftovers of creations killed before their rename.
         for stale in directory.glob(f".{LEDGER_FILE}.*"):
             stale.unlink(missing_ok=True)
-        record = _record(0, kind, campaign_id, None, payload)
+        stamped = stamp(record, 0, _now(), campaign_id)
         fd, temporary = tempfile.mkstemp(prefix=f".{LEDGER_FILE}.", dir=directory)
         try:
-            _write_all(fd, LedgerWriter._line(record))
+            _write_all(fd, encode(stamped))
             os.fsync(fd)
         finally:
             os.close(fd)
         os.chmod(temporary, 0o644)
         os.replace(temporary, path)
         fsync_dir(directory)
-        return record
+        return stamped
     finally:
         os.close(lock_fd)
 
 
-def _record(
-    seq: int, kind: str, campaign_id: str, trajectory: str | None, payload: dict[str, Any]
-) -> Record:
-    record: Record = {
-        "v": LEDGER_VERSION,
-        "seq": seq,
-        "ts": round(time.time(), 6),
-        "kind": kind,
-        "campaign": campaign_id,
-        "trajectory": trajectory,
-    }
-    record.update(payload)
-    return record
+def _now() -> float:
+    return round(time.time(), 6)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -18,11 +18,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.ledger import LedgerWriter
-from mcp_evalserver.engine.state import RESCORE_REQUESTED, SCORER_ADAPTER, replay, rescorable
+from mcp_evalserver.engine.parts import checked_scorer
+from mcp_evalserver.engine.records import RescoreRequested
+from mcp_evalserver.engine.state import SCORER_ADAPTER, replay, rescorable
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput, NotFound
-from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.spec.campaign import describe_validation_error
 from mcp_evalserver.spec.scorers import ScorerConfig
 
@@ -63,7 +64,7 @@ async def request_rescore(
     config = parse_scorer(scorer) if scorer is not None else None
     campaign = store.load(campaign_id)  # NotFound with the list of campaigns
     if config is not None:
-        build_scorer(config).check_tasks(campaign.spec.task_list())
+        checked_scorer(config, campaign.spec.task_list())
     directory = store.directory(campaign_id)
     async with await LedgerWriter.open(directory, campaign_id) as ledger:
         state = replay(ledger.recovered)
@@ -77,8 +78,6 @@ async def request_rescore(
             and (outcomes is None or t.outcome in outcomes)
             and (trajectories is None or t.id in trajectories)
         ]
-        payload: dict[str, Any] = {"trajectories": chosen}
-        if config is not None:
-            payload["scorer"] = config.model_dump(mode="json")
-        await ledger.append(RESCORE_REQUESTED, None, **payload)
+        scorer_json = config.model_dump(mode="json") if config is not None else None
+        await ledger.append(RescoreRequested(trajectories=chosen, scorer=scorer_json))
     return chosen

@@ -44,25 +44,43 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
+from mcp_evalserver.engine.records import (
+    FIRST_RECORD_FIELDS,
+    AttemptStarted,
+    BranchRestarted,
+    CampaignCancelled,
+    CampaignCreated,
+    CheckpointKept,
+    EndpointCalls,
+    EndpointLimitChanged,
+    Generated,
+    GenerationFailed,
+    InstanceReprovisioned,
+    JudgeCalibrated,
+    LedgerRecord,
+    LedgerRecordBase,
+    LedgerRepaired,
+    OtherRecord,
+    RescoreRequested,
+    RetryRequested,
+    RunStarted,
+    Scored,
+    ScoringFailed,
+    ScoringStarted,
+    StepFailed,
+    TrajectoryBranched,
+    first_record_lacks,
+)
+from mcp_evalserver.engine.records import Outcome as Outcome  # what a trajectory ended with
 from mcp_evalserver.errors import LedgerCorrupt
 from mcp_evalserver.spec.campaign import CampaignSpec, describe_validation_error, trajectory_id
 from mcp_evalserver.spec.scorers import ScorerConfig
 
 Phase = Literal["pending", "generating", "generated", "scoring", "done"]
-Outcome = Literal["resolved", "failed", "error", "timeout", "infra_error"]
 CampaignStatus = Literal["running", "finished", "cancelled"]
 
 #: Outcomes caused by the infrastructure, kept apart from task failures in every figure.
 INFRA_OUTCOMES: frozenset[str] = frozenset({"infra_error"})
-RESCORE_REQUESTED = "rescore_requested"
-RETRY_REQUESTED = "retry_requested"
-INSTANCE_REPROVISIONED = "instance_reprovisioned"
-ENDPOINT_LIMIT = "endpoint_limit"
-ENDPOINT_CALLS = "endpoint_calls"
-JUDGE_CALIBRATED = "judge_calibrated"
-TRAJECTORY_BRANCHED = "trajectory_branched"
-BRANCH_RESTARTED = "branch_restarted"
-CHECKPOINT_KEPT = "checkpoint_kept"
 #: How much of an error message the history of a trajectory's failures keeps.
 HISTORY_MESSAGE_CHARS = 300
 SCORER_ADAPTER = TypeAdapter[ScorerConfig](ScorerConfig)
@@ -205,7 +223,7 @@ class CampaignState:
         return self.status
 
 
-def replay(records: Iterable[dict[str, Any]]) -> CampaignState:
+def replay(records: Iterable[LedgerRecord]) -> CampaignState:
     """Rebuilds a campaign's state from its records (pure; replaying twice gives the same).
 
     Raises:
@@ -214,38 +232,30 @@ def replay(records: Iterable[dict[str, Any]]) -> CampaignState:
     """
     iterator = iter(records)
     first = next(iterator, None)
-    if first is None or first.get("kind") != "campaign_created":
+    if not isinstance(first, CampaignCreated):
         raise LedgerCorrupt("a ledger must begin with a campaign_created record")
-    missing = [f for f in ("spec", "campaign", "ts", "seq") if f not in first]
-    if missing:
-        raise LedgerCorrupt(
-            f"the ledger's campaign_created record lacks {', '.join(missing)}; move the "
-            "ledger aside and inspect it: a ledger is never rewritten"
-        )
-    spec = CampaignSpec.model_validate(first["spec"])
+    if missing := [f for f in FIRST_RECORD_FIELDS if f not in first.model_fields_set]:
+        raise first_record_lacks(missing)
+    spec = CampaignSpec.model_validate(first.spec)
     trajectories: dict[str, TrajectoryState] = {}
     for task in spec.task_list():
         for sample in range(spec.samples):
             tid = trajectory_id(task.id, sample)
             trajectories[tid] = TrajectoryState(tid, task.id, sample)
     state = CampaignState(
-        id=first["campaign"],
+        id=first.campaign,
         spec=spec,
-        created_ts=first["ts"],
+        created_ts=first.ts,
         trajectories=trajectories,
-        last_seq=first["seq"],
-        last_ts=first["ts"],
+        last_seq=first.seq,
+        last_ts=first.ts,
     )
     for record in iterator:
         apply_record(state, record)
     return state
 
 
-#: Campaign records that name trajectories in a `trajectories` list.
-_LISTING_KINDS = frozenset({RESCORE_REQUESTED, RETRY_REQUESTED, CHECKPOINT_KEPT})
-
-
-def concerning(records: list[dict[str, Any]], trajectory: str) -> list[dict[str, Any]]:
+def concerning(records: list[LedgerRecord], trajectory: str) -> list[LedgerRecord]:
     """The records as far as they concern one trajectory: `replay` of them leaves it exactly
     as the whole ledger does, with none of the campaign's other trajectories to build.
 
@@ -256,9 +266,7 @@ def concerning(records: list[dict[str, Any]], trajectory: str) -> list[dict[str,
     from, and its own records. A record changes no trajectory but the ones it names, and a
     branch takes from its parent only the task and sample: nothing else can matter.
     """
-    parents = {
-        r["trajectory"]: r.get("parent") for r in records if r["kind"] == TRAJECTORY_BRANCHED
-    }
+    parents = {r.trajectory: r.parent for r in records if isinstance(r, TrajectoryBranched)}
     lineage = {trajectory}
     root = trajectory
     while isinstance(parent := parents.get(root), str) and parent not in lineage:
@@ -267,149 +275,172 @@ def concerning(records: list[dict[str, Any]], trajectory: str) -> list[dict[str,
     # A root is `<task>@<sample>` and a task id holds no `@`.
     task = root.rpartition("@")[0]
     first, *rest = records
-    spec = first.get("spec") or {}
-    tasks = [t for t in spec.get("tasks") or [] if isinstance(t, dict) and t.get("id") == task]
-    kept = [{**first, "spec": {**spec, "tasks": tasks}}]
+    kept: list[LedgerRecord] = [first]
+    if isinstance(first, CampaignCreated):
+        spec = first.spec
+        tasks = [t for t in spec.get("tasks") or [] if isinstance(t, dict) and t.get("id") == task]
+        kept = [first.model_copy(update={"spec": {**spec, "tasks": tasks}})]
     for record in rest:
-        named = record.get("trajectory")
-        if record["kind"] in _LISTING_KINDS:
-            listed = [t for t in record.get("trajectories") or [] if t == trajectory]
-            kept.append({**record, "trajectories": listed})
-        elif record["kind"] == TRAJECTORY_BRANCHED:
-            if named in lineage:
+        match record:
+            case RescoreRequested() | RetryRequested() | CheckpointKept():
+                listed = [t for t in record.trajectories if t == trajectory]
+                kept.append(record.model_copy(update={"trajectories": listed}))
+            case TrajectoryBranched():
+                if record.trajectory in lineage:
+                    kept.append(record)
+            case _ if record.trajectory is None or record.trajectory == trajectory:
                 kept.append(record)
-        elif not isinstance(named, str) or named == trajectory:
-            kept.append(record)
     return kept
 
 
-def apply_record(state: CampaignState, record: dict[str, Any]) -> None:
+def apply_record(state: CampaignState, record: LedgerRecord) -> None:
     """Applies one record to a state in place (what `replay` does for each record).
 
     Raises:
-        LedgerCorrupt: the record names an unknown trajectory, breaks the phase order, or
-            lacks (or garbles) a field its kind has.
+        LedgerCorrupt: the record names an unknown trajectory or breaks the phase order.
     """
-    try:
-        _apply(state, record)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        # Only an edited or damaged ledger gets here (ours are written whole): name the
-        # record, not a Python exception from deep inside the replay.
-        raise LedgerCorrupt(
-            f"ledger record seq {record.get('seq', '?')!r} ({record.get('kind', '?')!r}) "
-            f"lacks or garbles a field ({type(exc).__name__}: {exc}); move the ledger aside "
-            "and inspect it: a ledger is never rewritten"
-        ) from exc
-
-
-def _apply(state: CampaignState, record: dict[str, Any]) -> None:
-    kind = record["kind"]
     # Time between a run's records is running time; the gap before a run (or a rescore request
     # written while none ran) is not.
-    if state.runs > 0 and kind not in ("run_started", RESCORE_REQUESTED):
-        state.run_s += max(0.0, record["ts"] - state.last_ts)
-    state.last_seq = record["seq"]
-    state.last_ts = record["ts"]
-    if kind == "run_started":
-        state.runs += 1
-        state.cancelled = False
-        state.cancelled_by = None
-        return
-    if kind == "campaign_cancelled":
-        state.cancelled = True
-        # Records written before `by` existed were all asked for.
-        state.cancelled_by = record.get("by", "request")
-        return
-    if kind == "ledger_repaired":
-        state.repaired_bytes += int(record.get("dropped_bytes", 0))
-        return
-    if kind == RESCORE_REQUESTED:
-        _rescore_requested(state, record)
-        return
-    if kind == RETRY_REQUESTED:
-        _retry_requested(state, record)
-        return
-    if kind == INSTANCE_REPROVISIONED:
-        event = {k: record.get(k) for k in ("backend", "instance", "task", "reason", "ts")}
-        state.reprovisioned.append(event)
-        return
-    if kind == ENDPOINT_LIMIT:
-        _endpoint_limit(state, record)
-        return
-    if kind == JUDGE_CALIBRATED:
-        state.calibrations.append({"ts": record["ts"], **record.get("calibration", {})})
-        return
-    if kind == TRAJECTORY_BRANCHED:
-        _branched(state, record)
-        return
-    if kind == CHECKPOINT_KEPT:
-        _checkpoint_kept(state, record)
-        return
-    if kind == ENDPOINT_CALLS:
-        for endpoint, counts in record.get("calls", {}).items():
-            summed = state.endpoint_calls.setdefault(endpoint, {})
-            for how, count in counts.items():
-                summed[how] = summed.get(how, 0) + int(count)
-        return
-    handler = _TRAJECTORY_HANDLERS.get(kind)
-    if handler is None:
-        # Records from a newer version that this one does not know are kept, not fatal.
-        state.extra.setdefault("unknown_kinds", set()).add(kind)
-        return
-    tid = record.get("trajectory")
-    trajectory = state.trajectories.get(tid) if isinstance(tid, str) else None
+    if state.runs > 0 and not isinstance(record, RunStarted | RescoreRequested):
+        state.run_s += max(0.0, record.ts - state.last_ts)
+    state.last_seq = record.seq
+    state.last_ts = record.ts
+    match record:
+        # The steps of a trajectory first: nearly every record is one.
+        case (
+            AttemptStarted()
+            | Generated()
+            | GenerationFailed()
+            | ScoringStarted()
+            | Scored()
+            | ScoringFailed()
+            | BranchRestarted()
+        ):
+            _step(state, record)
+        case RunStarted():
+            state.runs += 1
+            state.cancelled = False
+            state.cancelled_by = None
+        case CampaignCancelled(by=by):
+            state.cancelled = True
+            # Records written before `by` existed were all asked for.
+            state.cancelled_by = by or "request"
+        case LedgerRepaired(dropped_bytes=dropped):
+            state.repaired_bytes += dropped
+        case RescoreRequested():
+            _rescore_requested(state, record)
+        case RetryRequested():
+            _retry_requested(state, record)
+        case InstanceReprovisioned():
+            event = {
+                "backend": record.backend,
+                "instance": record.instance,
+                "task": record.task,
+                "reason": record.reason,
+                "ts": record.ts,
+            }
+            state.reprovisioned.append(event)
+        case EndpointLimitChanged():
+            _endpoint_limit(state, record)
+        case JudgeCalibrated(calibration=calibration):
+            state.calibrations.append({"ts": record.ts, **calibration})
+        case TrajectoryBranched():
+            _branched(state, record)
+        case CheckpointKept():
+            _checkpoint_kept(state, record)
+        case EndpointCalls(calls=calls):
+            for endpoint, counts in calls.items():
+                summed = state.endpoint_calls.setdefault(endpoint, {})
+                for how, count in counts.items():
+                    summed[how] = summed.get(how, 0) + count
+        case OtherRecord(kind=kind):
+            # Records from a newer version that this one does not know are kept, not fatal.
+            state.extra.setdefault("unknown_kinds", set()).add(kind)
+        case CampaignCreated():
+            # Never written twice by us; counted with the kinds replay does not apply.
+            state.extra.setdefault("unknown_kinds", set()).add(record.kind)
+
+
+def _step(
+    state: CampaignState,
+    record: AttemptStarted
+    | Generated
+    | GenerationFailed
+    | ScoringStarted
+    | Scored
+    | ScoringFailed
+    | BranchRestarted,
+) -> None:
+    tid = record.trajectory
+    trajectory = state.trajectories.get(tid) if tid is not None else None
     if trajectory is None:
-        raise LedgerCorrupt(f"record seq {record.get('seq')} names unknown trajectory {tid!r}")
-    handler(trajectory, record)
-    if isinstance(node := record.get("node"), str):
-        trajectory.nodes.append((kind, node))
+        raise LedgerCorrupt(f"record seq {record.seq} names unknown trajectory {tid!r}")
+    match record:
+        case AttemptStarted():
+            # A crash may leave an attempt open: the next run starts a new attempt over it.
+            _expect(trajectory, record, "pending", "generating")
+            trajectory.phase = "generating"
+            trajectory.attempts = record.attempt
+        case Generated():
+            _generated(trajectory, record)
+        case GenerationFailed():
+            _expect(trajectory, record, "generating")
+            trajectory.generation_s = record.duration_s
+            _failed(trajectory, record, "generation", again="pending")
+        case ScoringStarted():
+            _expect(trajectory, record, "generated", "scoring")
+            trajectory.phase = "scoring"
+        case Scored():
+            _scored(trajectory, record)
+        case ScoringFailed():
+            _expect(trajectory, record, "scoring")
+            _failed(trajectory, record, "scoring", again="generated")
+        case BranchRestarted(source=source, reason=reason):
+            trajectory.started_clean = str(reason) if source == "clean" else None
+    if isinstance(record, Generated | StepFailed | Scored) and record.node is not None:
+        trajectory.nodes.append((record.kind, record.node))
 
 
-def _branched(state: CampaignState, record: dict[str, Any]) -> None:
-    tid, parent = record.get("trajectory"), state.trajectories.get(str(record.get("parent")))
-    if parent is None or not isinstance(tid, str) or tid in state.trajectories:
+def _branched(state: CampaignState, record: TrajectoryBranched) -> None:
+    tid, parent = record.trajectory, state.trajectories.get(str(record.parent))
+    if parent is None or tid is None or tid in state.trajectories:
         raise LedgerCorrupt(
-            f"record seq {record['seq']} ({TRAJECTORY_BRANCHED}) branches {tid!r} from "
-            f"{record.get('parent')!r}: the parent must exist and the branch must not"
+            f"record seq {record.seq} ({record.kind}) branches {tid!r} from "
+            f"{record.parent!r}: the parent must exist and the branch must not"
         )
     state.trajectories[tid] = TrajectoryState(
         tid,
         parent.task_id,
         parent.sample,
         parent=parent.id,
-        checkpoint=record.get("checkpoint"),
-        branched_ts=record["ts"],
+        checkpoint=record.checkpoint,
+        branched_ts=record.ts,
     )
 
 
-def _checkpoint_kept(state: CampaignState, record: dict[str, Any]) -> None:
-    for tid in record.get("trajectories") or []:
-        branch = state.trajectories.get(str(tid))
+def _checkpoint_kept(state: CampaignState, record: CheckpointKept) -> None:
+    for tid in record.trajectories:
+        branch = state.trajectories.get(tid)
         if branch is None or branch.parent is None:
             raise LedgerCorrupt(
-                f"record seq {record['seq']} ({CHECKPOINT_KEPT}) names {tid!r}, which is no "
+                f"record seq {record.seq} ({record.kind}) names {tid!r}, which is no "
                 "branch of this campaign"
             )
-        branch.start, branch.start_missing = record.get("start"), record.get("start_missing")
+        branch.start, branch.start_missing = record.start, record.start_missing
 
 
-def _branch_restarted(trajectory: TrajectoryState, record: dict[str, Any]) -> None:
-    clean = record.get("source") == "clean"
-    trajectory.started_clean = str(record.get("reason")) if clean else None
-
-
-def _endpoint_limit(state: CampaignState, record: dict[str, Any]) -> None:
-    limit, previous = int(record["limit"]), int(record["previous"])
-    entry = state.endpoint_limits.setdefault(str(record["endpoint"]), EndpointLimit(limit))
+def _endpoint_limit(state: CampaignState, record: EndpointLimitChanged) -> None:
+    limit, previous = record.limit, record.previous
+    entry = state.endpoint_limits.setdefault(record.endpoint, EndpointLimit(limit))
     entry.limit = limit
     entry.decreases += limit < previous
     entry.history.append(
         {
-            "ts": record["ts"],
+            "ts": record.ts,
             "limit": limit,
             "previous": previous,
-            "reason": record.get("reason"),
-            "retry_after_s": record.get("retry_after_s"),
+            "reason": record.reason,
+            "retry_after_s": record.retry_after_s,
         }
     )
 
@@ -419,21 +450,21 @@ def rescorable(trajectory: TrajectoryState) -> bool:
     return trajectory.done and trajectory.generated_seq is not None
 
 
-def _rescore_requested(state: CampaignState, record: dict[str, Any]) -> None:
-    if record.get("scorer") is not None:
+def _rescore_requested(state: CampaignState, record: RescoreRequested) -> None:
+    if record.scorer is not None:
         try:
-            scorer = SCORER_ADAPTER.validate_python(record["scorer"])
+            scorer = SCORER_ADAPTER.validate_python(record.scorer)
         except ValidationError as exc:
             raise LedgerCorrupt(
-                f"record seq {record['seq']} ({RESCORE_REQUESTED}) has an invalid scorer: "
+                f"record seq {record.seq} ({record.kind}) has an invalid scorer: "
                 f"{describe_validation_error(exc)}"
             ) from exc
         state.spec = state.spec.model_copy(update={"scorer": scorer})
     state.rescores += 1
-    for tid in record.get("trajectories", []):
+    for tid in record.trajectories:
         trajectory = state.trajectories.get(tid)
         if trajectory is None:
-            raise LedgerCorrupt(f"record seq {record['seq']} names unknown trajectory {tid!r}")
+            raise LedgerCorrupt(f"record seq {record.seq} names unknown trajectory {tid!r}")
         # Only finished generations go back; whatever else the run handles as it is.
         if rescorable(trajectory):
             trajectory.phase = "generated"
@@ -447,11 +478,11 @@ def _rescore_requested(state: CampaignState, record: dict[str, Any]) -> None:
             trajectory.failure_causes = {}
 
 
-def _retry_requested(state: CampaignState, record: dict[str, Any]) -> None:
-    for tid in record.get("trajectories", []):
+def _retry_requested(state: CampaignState, record: RetryRequested) -> None:
+    for tid in record.trajectories:
         trajectory = state.trajectories.get(tid)
         if trajectory is None:
-            raise LedgerCorrupt(f"record seq {record['seq']} names unknown trajectory {tid!r}")
+            raise LedgerCorrupt(f"record seq {record.seq} names unknown trajectory {tid!r}")
         if trajectory.outcome not in INFRA_OUTCOMES:
             continue  # only infrastructure failures go back; a result stands
         state.retried += 1
@@ -463,89 +494,68 @@ def _retry_requested(state: CampaignState, record: dict[str, Any]) -> None:
         trajectory.failure_causes = {}
 
 
-def _infra_failure(t: TrajectoryState, r: dict[str, Any], phase: str) -> None:
-    if r.get("outcome") not in INFRA_OUTCOMES:
-        return
-    error = r.get("error") or {}
-    cause = str(error.get("type") or "InfrastructureError")
-    message = str(error.get("message") or "")[:HISTORY_MESSAGE_CHARS]
-    t.infra_history.append({"phase": phase, "type": cause, "message": message, "seq": r["seq"]})
-    if not r.get("final"):
-        t.failure_causes[cause] = t.failure_causes.get(cause, 0) + 1
-
-
-def _expect(trajectory: TrajectoryState, record: dict[str, Any], *phases: Phase) -> None:
+def _expect(trajectory: TrajectoryState, record: LedgerRecordBase, *phases: Phase) -> None:
     if trajectory.phase not in phases:
         raise LedgerCorrupt(
-            f"record seq {record['seq']} ({record['kind']}) finds trajectory {trajectory.id} "
+            f"record seq {record.seq} ({record.kind}) finds trajectory {trajectory.id} "
             f"{trajectory.phase}, expected {' or '.join(phases)}"
         )
 
 
-def _attempt_started(t: TrajectoryState, r: dict[str, Any]) -> None:
-    # A crash may leave an attempt open: the next run starts a new attempt over it.
-    _expect(t, r, "pending", "generating")
-    t.phase = "generating"
-    t.attempts = int(r["attempt"])
-
-
-def _generated(t: TrajectoryState, r: dict[str, Any]) -> None:
+def _generated(t: TrajectoryState, r: Generated) -> None:
     _expect(t, r, "generating")
     t.phase = "generated"
-    t.submission = r.get("submission")
-    t.usage = r.get("usage")
-    t.generation_s = r.get("duration_s")
-    t.generated_seq = r["seq"]
+    t.submission = r.submission
+    t.usage = r.usage
+    t.generation_s = r.duration_s
+    t.generated_seq = r.seq
     t.error = None
     t.failure_causes = {}
 
 
-def _generation_failed(t: TrajectoryState, r: dict[str, Any]) -> None:
-    _expect(t, r, "generating")
-    _infra_failure(t, r, "generation")
-    t.error = r.get("error")
-    t.generation_s = r.get("duration_s")
-    if r.get("final"):
+def _failed(t: TrajectoryState, r: StepFailed, phase: str, *, again: Phase) -> None:
+    """A generation or scoring attempt failed: final (the trajectory is done with the record's
+    outcome), or back to `again` for another attempt. Its infrastructure failures are kept."""
+    if r.outcome in INFRA_OUTCOMES:
+        error = r.error or {}
+        cause = str(error.get("type") or "InfrastructureError")
+        message = str(error.get("message") or "")[:HISTORY_MESSAGE_CHARS]
+        t.infra_history.append({"phase": phase, "type": cause, "message": message, "seq": r.seq})
+        if not r.final:
+            t.failure_causes[cause] = t.failure_causes.get(cause, 0) + 1
+    t.error = r.error
+    if r.final:
+        if r.outcome is None:
+            raise LedgerCorrupt(
+                f"ledger record seq {r.seq!r} ({r.kind!r}) lacks or garbles a field (outcome: "
+                "a final failure names it); move the ledger aside and inspect it: a ledger is "
+                "never rewritten"
+            )
         t.phase = "done"
-        t.outcome = r["outcome"]
-        t.finished_ts = r["ts"]
+        t.outcome = r.outcome
+        t.finished_ts = r.ts
     else:
-        t.phase = "pending"
-        t.generation_failures += 1
+        t.phase = again
+        if again == "pending":
+            t.generation_failures += 1
+        else:
+            t.scoring_failures += 1
 
 
-def _scoring_started(t: TrajectoryState, r: dict[str, Any]) -> None:
-    _expect(t, r, "generated", "scoring")
-    t.phase = "scoring"
-
-
-def _scored(t: TrajectoryState, r: dict[str, Any]) -> None:
+def _scored(t: TrajectoryState, r: Scored) -> None:
     _expect(t, r, "scoring")
     t.phase = "done"
-    t.score = r["score"]
+    t.score = r.score
     # Scores recorded before scorers named their outcome hold only `resolved`.
-    outcome = r["score"].get("outcome") or ("resolved" if r["score"].get("resolved") else "failed")
+    outcome = r.score.get("outcome") or ("resolved" if r.score.get("resolved") else "failed")
     if outcome not in _SCORED_OUTCOMES:
-        raise LedgerCorrupt(f"record seq {r['seq']} (scored) has unknown outcome {outcome!r}")
+        raise LedgerCorrupt(f"record seq {r.seq} (scored) has unknown outcome {outcome!r}")
     t.outcome = _SCORED_OUTCOMES[outcome]
-    t.scoring_s = r.get("duration_s")
-    t.scored_seq = r["seq"]
-    t.finished_ts = r["ts"]
+    t.scoring_s = r.duration_s
+    t.scored_seq = r.seq
+    t.finished_ts = r.ts
     t.error = None
     t.failure_causes = {}
-
-
-def _scoring_failed(t: TrajectoryState, r: dict[str, Any]) -> None:
-    _expect(t, r, "scoring")
-    _infra_failure(t, r, "scoring")
-    t.error = r.get("error")
-    if r.get("final"):
-        t.phase = "done"
-        t.outcome = r["outcome"]
-        t.finished_ts = r["ts"]
-    else:
-        t.phase = "generated"
-        t.scoring_failures += 1
 
 
 _SCORED_OUTCOMES: dict[str, Outcome] = {
@@ -553,14 +563,4 @@ _SCORED_OUTCOMES: dict[str, Outcome] = {
     "failed": "failed",
     "error": "error",
     "infra_error": "infra_error",
-}
-
-_TRAJECTORY_HANDLERS = {
-    "attempt_started": _attempt_started,
-    "generated": _generated,
-    "generation_failed": _generation_failed,
-    "scoring_started": _scoring_started,
-    "scored": _scored,
-    "scoring_failed": _scoring_failed,
-    BRANCH_RESTARTED: _branch_restarted,
 }

@@ -29,9 +29,11 @@ import anyio
 import anyio.to_thread
 
 from mcp_evalserver.agents.command import EndpointFactory
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.parts import check_spec
 from mcp_evalserver.engine.report import build_report
+from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.runtime.sandboxes import SandboxPool
 from mcp_evalserver.spec.campaign import CampaignSpec
@@ -143,13 +145,20 @@ async def run_sweep(
         campaign_id = plan["campaigns"][str(level)]
         if on_level is not None:
             await on_level(level, campaign_id)
+        scorer = None  # a level created before: its runner builds it from its ledger
         if not (store.directory(campaign_id) / "ledger.jsonl").is_file():
-            await store.create(level_spec(plan, level), campaign_id)
+            spec = level_spec(plan, level)
+            scorer = check_spec(spec)
+            await store.create(spec, campaign_id, scorer=scorer)
         # A finished level is measured as it is: resuming it would retry its infrastructure
         # failures and change what the sweep measures.
         if store.load(campaign_id).status != "finished":
             await CampaignRunner(
-                store, campaign_id, sandboxes=sandboxes, trajectory_endpoints=trajectory_endpoints
+                store,
+                campaign_id,
+                scorer=scorer,
+                sandboxes=sandboxes,
+                trajectory_endpoints=trajectory_endpoints,
             ).run()
             # Figures measured here are only as good as the machine was quiet: keep its load.
             loads = _read_json(directory / LOADS_FILE) or {}

@@ -17,12 +17,14 @@ from typing import Any, Literal
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from mcp_evalserver.engine.state import (
-    ENDPOINT_LIMIT,
-    INFRA_OUTCOMES,
-    INSTANCE_REPROVISIONED,
-    CampaignState,
+from mcp_evalserver.engine.records import (
+    CampaignCancelled,
+    EndpointLimitChanged,
+    InstanceReprovisioned,
+    LedgerRecord,
+    RunStarted,
 )
+from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState
 
 logger = logging.getLogger(__name__)
 
@@ -45,13 +47,13 @@ class CampaignEvent:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-def record_event(state: CampaignState, record: dict[str, Any]) -> CampaignEvent:
+def record_event(state: CampaignState, record: LedgerRecord) -> CampaignEvent:
     """The event a ledger record makes, read against the state it was applied to."""
-    kind = str(record.get("kind"))
+    kind = record.kind
     campaign_id = state.id
     data: dict[str, Any] = {"campaign": campaign_id, "kind": kind}
-    tid = record.get("trajectory")
-    trajectory = state.trajectories.get(tid) if isinstance(tid, str) else None
+    tid = record.trajectory
+    trajectory = state.trajectories.get(tid) if tid is not None else None
     level: Level = "debug"
     message = f"{campaign_id}: {kind.replace('_', ' ')}"
     if trajectory is not None:
@@ -65,16 +67,16 @@ def record_event(state: CampaignState, record: dict[str, Any]) -> CampaignEvent:
         if trajectory.done:
             level = "warning" if trajectory.outcome in INFRA_OUTCOMES else "info"
             message = f"{campaign_id}: {trajectory.id} {trajectory.outcome}"
-    elif kind == "run_started":
+    elif isinstance(record, RunStarted):
         level = "info"
         done = sum(t.done for t in state.trajectories.values())
         message = f"{campaign_id}: running, {done}/{len(state.trajectories)} trajectories done"
-    elif kind == "campaign_cancelled":
+    elif isinstance(record, CampaignCancelled):
         level = "notice"
-        message = f"{campaign_id}: cancelled ({record.get('by', 'request')})"
-    elif kind in (INSTANCE_REPROVISIONED, ENDPOINT_LIMIT):
-        level = "warning" if kind == INSTANCE_REPROVISIONED else "notice"
-        reason = record.get("reason")
+        message = f"{campaign_id}: cancelled ({record.by or 'request'})"
+    elif isinstance(record, InstanceReprovisioned | EndpointLimitChanged):
+        level = "warning" if isinstance(record, InstanceReprovisioned) else "notice"
+        reason = record.reason
         message = f"{message}" + (f": {reason}" if reason else "")
     return CampaignEvent(level, campaign_id, message, data | {"message": message})
 

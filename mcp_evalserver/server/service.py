@@ -25,7 +25,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp_evalserver.agents.command import EndpointFactory
 from mcp_evalserver.agents.external import ClaimBoard
 from mcp_evalserver.agents.factory import build_agent
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.parts import CampaignParts
+from mcp_evalserver.engine.records import LedgerRecord, RunStarted
 from mcp_evalserver.engine.report import (
     CONFIDENCE,
     RESAMPLES,
@@ -37,10 +38,11 @@ from mcp_evalserver.engine.report import (
     verdicts,
 )
 from mcp_evalserver.engine.rescoring import request_rescore
+from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState, TrajectoryState
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import Conflict, EvalServerError, ExcInfo, NotFound
 from mcp_evalserver.runtime.sandboxes import SandboxPool
-from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.scoring.stats.comparison import PairedComparison
 from mcp_evalserver.scoring.stats.summary import summarise_campaign
 from mcp_evalserver.server.events import (
@@ -83,8 +85,8 @@ class _Run:
     changed: anyio.Event = field(default_factory=anyio.Event)
     error: str | None = None
 
-    def on_record(self, state: CampaignState, record: dict[str, Any]) -> None:
-        if record["kind"] == "run_started":
+    def on_record(self, state: CampaignState, record: LedgerRecord) -> None:
+        if isinstance(record, RunStarted):
             self.started.set()
         # Waiters hold the current event; a fresh one is armed for the next change.
         self.changed.set()
@@ -175,13 +177,16 @@ class EvalService:
                 the server does not grant its clients, or the id is taken.
         """
         resolved = self.admit(spec)
-        # Built now so a bad plugin path fails this call, not the background run.
-        build_agent(
-            resolved.agent, claims=self.claims, trajectory_endpoints=self._trajectory_endpoints
+        # Built now so a bad plugin path fails this call, not the background run; the run
+        # uses them.
+        parts = CampaignParts.build(
+            resolved,
+            claims=self.claims,
+            trajectory_endpoints=self._trajectory_endpoints,
+            ray_address=self._ray_address,
         )
-        build_scorer(resolved.scorer)
-        new_id = await self.store.create(resolved, campaign_id)
-        await self._launch(new_id)
+        new_id = await self.store.create(resolved, campaign_id, scorer=parts.scorer)
+        await self._launch(new_id, parts)
         return self.status(new_id)
 
     def admit(self, spec: CampaignSpec) -> CampaignSpec:
@@ -550,8 +555,11 @@ class EvalService:
             return run.runner.state
         return self._load(campaign_id)
 
-    async def _launch(self, campaign_id: str) -> None:
+    async def _launch(self, campaign_id: str, parts: CampaignParts | None = None) -> None:
         """Starts a run in the server's task group and waits until it has opened its ledger.
+
+        `parts`: what a new campaign's spec built (else the agent is built here and the runner
+        builds the scorer from the spec its ledger holds).
 
         Raises:
             Conflict: the server is shutting down, or another process runs the campaign.
@@ -562,17 +570,28 @@ class EvalService:
             raise Conflict("the server is not running campaigns (it is starting or stopping)")
         state = self._load(campaign_id)
         self.privileges.admit_endpoints(state.spec, f"campaign {campaign_id}")
-        agent = build_agent(
-            state.spec.agent, claims=self.claims, trajectory_endpoints=self._trajectory_endpoints
-        )
+        if parts is None:
+            agent = build_agent(
+                state.spec.agent,
+                claims=self.claims,
+                trajectory_endpoints=self._trajectory_endpoints,
+            )
+            scorer = None
+        else:
+            agent, scorer = parts.agent, parts.scorer
         run = _Run()
 
-        def on_record(state: CampaignState, record: dict[str, Any]) -> None:
+        def on_record(state: CampaignState, record: LedgerRecord) -> None:
             self.events.publish(record_event(state, record))
             run.on_record(state, record)
 
         run.runner = CampaignRunner(
-            self.store, campaign_id, agent=agent, sandboxes=self._pool, on_record=on_record
+            self.store,
+            campaign_id,
+            agent=agent,
+            scorer=scorer,
+            sandboxes=self._pool,
+            on_record=on_record,
         )
         self._runs[campaign_id] = run
         self._group.start_soon(self._drive, run)

@@ -18,7 +18,7 @@ import anyio
 import anyio.abc
 
 from mcp_evalserver.agents.command import EndpointFactory
-from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.engine.sweep import (
     PLAN_FILE,
     PLOT_FILE,

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
-from mcp_evalserver.engine.ledger import LEDGER_FILE, Record, read_ledger
+from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
+from mcp_evalserver.engine.records import record_json
+from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.runtime.artifacts import read_artifact
 from mcp_evalserver.scoring.base import Scorer
 from mcp_evalserver.server.mcp_app import serve_trajectory
@@ -63,8 +65,10 @@ async def run(
     return state, store.directory(campaign_id)
 
 
-def records(directory: Path, kind: str) -> list[Record]:
-    return [r for r in read_ledger(directory / LEDGER_FILE).records if r["kind"] == kind]
+def records(directory: Path, kind: str) -> list[dict[str, Any]]:
+    """The ledger's records of one kind, as the JSON objects its lines hold."""
+    records = read_ledger(directory / LEDGER_FILE).records
+    return [record_json(r) for r in records if r.kind == kind]
 
 
 def artifact_text(directory: Path, ref: dict[str, Any]) -> str:

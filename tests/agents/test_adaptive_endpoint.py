@@ -12,9 +12,11 @@ import pytest
 from mcp import Client
 
 from mcp_evalserver.cli.main import main
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore, resumed_endpoints
+from mcp_evalserver.engine.records import LedgerRecord
 from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.runner import CampaignRunner, resumed_endpoints
 from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.runtime.limits import Limiters
 from mcp_evalserver.server.mcp_app import create_server
@@ -105,7 +107,7 @@ async def test_a_resumed_campaign_starts_from_its_last_recorded_limit(tmp_path: 
     store = CampaignStore(tmp_path)
     runner: CampaignRunner | None = None
 
-    def stop_once_settled(state: CampaignState, record: dict[str, Any]) -> None:
+    def stop_once_settled(state: CampaignState, record: LedgerRecord) -> None:
         limits = state.endpoint_limits
         if (
             runner is not None

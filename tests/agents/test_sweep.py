@@ -13,7 +13,7 @@ import pytest
 from mcp import Client
 
 from mcp_evalserver.cli.main import main
-from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.engine.sweep import (
     PLOT_FILE,
     SWEEP_FILE,

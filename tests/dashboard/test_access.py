@@ -10,7 +10,8 @@ import anyio
 import httpx2
 import pytest
 
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.server.transport.http import SESSION_COOKIE, session_value
 from mcp_evalserver.spec.campaign import CampaignSpec
 from tests.dashboard.helpers import TOKEN, dashboard_server

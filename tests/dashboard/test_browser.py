@@ -11,7 +11,8 @@ from playwright.async_api import Route, expect
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.cli.main import main
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.spec.campaign import CampaignSpec
 from mcp_evalserver.spec.submission import Submission
 from tests.dashboard.helpers import (

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.engine.ledger import LEDGER_FILE
+from mcp_evalserver.engine.records import parse_record
+from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import CampaignState, replay
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import LedgerCorrupt, NotFound
 from mcp_evalserver.server.dashboard import views
 from mcp_evalserver.server.dashboard.ledgers import CampaignLedger, LedgerCache
@@ -52,15 +54,15 @@ async def test_appended_records_are_applied_and_a_torn_line_waits_for_its_end(
         with path.open("ab") as handle:
             handle.write(line[len(line) // 2 :])
         assert ledger.refresh().last_seq == json.loads(line)["seq"] != before
-    expected = replay(json.loads(line) for line in lines)
+    expected = replay(parse_record(json.loads(line)) for line in lines)
     state = ledger.refresh()
     assert state.done_count == expected.done_count == 3
     assert {t.id: t.outcome for t in state.trajectories.values()} == {
         t.id: t.outcome for t in expected.trajectories.values()
     }
-    kinds = [r["kind"] for r in ledger.records_of("t1@0")]
+    kinds = [r.kind for r in ledger.records_of("t1@0")]
     assert kinds[-1] == "scored"
-    assert all(r["trajectory"] == "t1@0" for r in ledger.records_of("t1@0"))
+    assert all(r.trajectory == "t1@0" for r in ledger.records_of("t1@0"))
 
 
 async def test_a_ledger_cut_shorter_is_read_again_from_its_start(tmp_path: Path) -> None:
@@ -130,7 +132,7 @@ async def test_a_refresh_stopped_by_a_bad_record_applies_nothing_twice(tmp_path:
         with pytest.raises(LedgerCorrupt, match="lacks or garbles a field"):
             ledger.refresh()
     path.write_bytes(b"".join(lines[:-1]))  # what an operator's repair leaves
-    expected = replay(json.loads(line) for line in lines[:-1])
+    expected = replay(parse_record(json.loads(line)) for line in lines[:-1])
     state = ledger.refresh()
     assert state.last_seq == expected.last_seq
     assert {t.id: (t.outcome, t.attempts) for t in state.trajectories.values()} == {

@@ -10,7 +10,8 @@ import httpx2
 import pytest
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InfrastructureError
 from mcp_evalserver.spec.campaign import CampaignSpec
 from mcp_evalserver.spec.submission import Submission

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from mcp_evalserver.cli.main import main
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.engine.ledger import LedgerWriter
-from mcp_evalserver.engine.state import ENDPOINT_LIMIT
+from mcp_evalserver.engine.records import EndpointLimitChanged
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.spec.campaign import CampaignSpec
 
 pytestmark = pytest.mark.anyio
@@ -67,7 +68,9 @@ async def test_recorded_changes_of_an_adaptive_limit_are_plotted_per_endpoint(
         for endpoint, limits in (("model-a", [1, 2, 4, 3]), ("model-b", [8, 6])):
             for previous, limit in zip([0, *limits], limits, strict=False):
                 await ledger.append(
-                    ENDPOINT_LIMIT, endpoint=endpoint, previous=previous, limit=limit, reason="x"
+                    EndpointLimitChanged(
+                        endpoint=endpoint, previous=previous, limit=limit, reason="x"
+                    )
                 )
     assert main(argv) == 0
     html = capsys.readouterr().out

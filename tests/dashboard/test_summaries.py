@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger
-from mcp_evalserver.engine.state import RESCORE_REQUESTED, replay
+from mcp_evalserver.engine.records import RescoreRequested
+from mcp_evalserver.engine.state import replay
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.server.dashboard import views
 from mcp_evalserver.server.dashboard.ledgers import CampaignLedger, LedgerCache
 from mcp_evalserver.server.dashboard.render import render
@@ -69,7 +70,7 @@ async def test_an_appended_record_makes_the_summary_stale_until_a_new_one_is_wri
 ) -> None:
     store, campaign_id, path, _ = await _summarised(tmp_path)
     async with await LedgerWriter.open(path.parent, campaign_id) as ledger:
-        await ledger.append(RESCORE_REQUESTED, None, trajectories=["t2@0"])
+        await ledger.append(RescoreRequested(trajectories=["t2@0"]))
     fresh = LedgerCache(store).get(campaign_id)
     assert fresh.persisted() is None
     page = views.campaign_page(fresh, views.TableQuery(outcome="generated"))
@@ -122,7 +123,7 @@ async def test_a_summary_that_cannot_be_written_leaves_the_last_one_and_no_debri
     store, campaign_id, path, _ = await _summarised(tmp_path)
     before = (path.parent / SUMMARY_FILE).read_bytes()
     async with await LedgerWriter.open(path.parent, campaign_id) as ledger:
-        await ledger.append(RESCORE_REQUESTED, None, trajectories=["t2@0"])
+        await ledger.append(RescoreRequested(trajectories=["t2@0"]))
 
     def full_disk(*_: object) -> None:
         raise OSError(28, "No space left on device")

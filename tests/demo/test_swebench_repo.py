@@ -20,8 +20,8 @@ import pytest
 from demo.build_suite import DEMO_DIR, build_suite
 from demo.write_swebench_repo import write_demo_repo
 from mcp_evalserver.cli.main import main
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.spec.campaign import CampaignSpec, Task, load_tasks
 from tests.engine.helpers import run_campaign
 from tests.scoring.swebench_reference import load_task_repo

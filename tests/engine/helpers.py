@@ -6,15 +6,18 @@ from pathlib import Path
 from typing import Any
 
 from mcp_evalserver.agents.base import Agent
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.engine.ledger import LedgerWriter
-from mcp_evalserver.engine.state import (
-    CHECKPOINT_KEPT,
-    RESCORE_REQUESTED,
-    RETRY_REQUESTED,
-    TRAJECTORY_BRANCHED,
-    CampaignState,
+from mcp_evalserver.engine.records import (
+    CheckpointKept,
+    RescoreRequested,
+    RetryRequested,
+    ScoringFailed,
+    ScoringStarted,
+    TrajectoryBranched,
 )
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.scoring.base import Scorer
 from mcp_evalserver.spec.agents import OracleAgentConfig
 from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task
@@ -58,22 +61,24 @@ async def campaign_of_every_kind(state_dir: Path) -> CampaignRunner:
     directory, campaign_id = runner.directory, runner.campaign_id
     async with await LedgerWriter.open(directory, campaign_id) as ledger:
         for branch, parent in (("t1@0.1", "t1@0"), ("t1@0.2", "t1@0"), ("t1@0.1.1", "t1@0.1")):
-            await ledger.append(TRAJECTORY_BRANCHED, branch, parent=parent, checkpoint="cp1")
+            await ledger.append(
+                TrajectoryBranched(trajectory=branch, parent=parent, checkpoint="cp1")
+            )
         await ledger.append(
-            CHECKPOINT_KEPT, None, checkpoint="cp1", trajectories=["t1@0.1"], start_missing="gone"
+            CheckpointKept(checkpoint="cp1", trajectories=["t1@0.1"], start_missing="gone")
         )
     await CampaignRunner(runner.store, campaign_id).run()
     async with await LedgerWriter.open(directory, campaign_id) as ledger:
         await ledger.append(
-            RESCORE_REQUESTED, None, trajectories=["t1@0.1", "t2@1"], scorer={"type": "exact"}
+            RescoreRequested(trajectories=["t1@0.1", "t2@1"], scorer={"type": "exact"})
         )
     await CampaignRunner(runner.store, campaign_id).run()
     async with await LedgerWriter.open(directory, campaign_id) as ledger:
-        await ledger.append(RESCORE_REQUESTED, None, trajectories=["t3@0"])
-        await ledger.append("scoring_started", "t3@0")
+        await ledger.append(RescoreRequested(trajectories=["t3@0"]))
+        await ledger.append(ScoringStarted(trajectory="t3@0"))
         error = {"type": "SandboxUnavailable", "message": "the engine went away"}
         await ledger.append(
-            "scoring_failed", "t3@0", outcome="infra_error", final=True, error=error
+            ScoringFailed(trajectory="t3@0", outcome="infra_error", final=True, error=error)
         )
-        await ledger.append(RETRY_REQUESTED, None, trajectories=["t3@0", "t1@0.2"])
+        await ledger.append(RetryRequested(trajectories=["t3@0", "t1@0.2"]))
     return runner

@@ -13,16 +13,22 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
+from mcp_evalserver.engine.records import (
+    BranchRestarted,
+    CheckpointKept,
+    GenerationFailed,
+    LedgerRecord,
+)
 from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.sandbox.supervised import SupervisedWorkspace
 from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
@@ -111,28 +117,28 @@ async def test_a_killed_run_resumes_its_unfinished_branch_from_the_parents_check
     assert outcomes == {"calc@0": "failed", "calc@0.1": "failed", "calc@0.2": "resolved"}
     records = read_ledger(campaign_dir / LEDGER_FILE).records
     for kind in ("generated", "scored"):  # nothing finished ran twice
-        counts = Counter(r["trajectory"] for r in records if r["kind"] == kind)
+        counts = Counter(r.trajectory for r in records if r.kind == kind)
         assert counts == {"calc@0": 1, "calc@0.1": 1, "calc@0.2": 1}, kind
-    (restarted,) = [r for r in records if r["kind"] == "branch_restarted"]
-    assert restarted["trajectory"] == "calc@0.2"
+    (restarted,) = [r for r in records if isinstance(r, BranchRestarted)]
+    assert restarted.trajectory == "calc@0.2"
     seen = json.loads((notes / "calc@0.2.json").read_text())
     assert seen["attempt"] != "1"
     if checkpoint_kept:
         # The root's files at the fork (nothing it wrote after), though the supervisor that
         # held that checkpoint died with the run.
         assert seen["files"] == ["calc.py", "note.txt"]
-        assert restarted["source"] == "checkpoint"
+        assert restarted.source == "checkpoint"
         assert state.trajectories["calc@0.2"].started_clean is None
     else:
         assert seen["files"] == ["calc.py"]
-        assert restarted["source"] == "clean"
-        assert "is missing" in restarted["reason"]
-        assert state.trajectories["calc@0.2"].started_clean == restarted["reason"]
+        assert restarted.source == "clean"
+        assert "is missing" in str(restarted.reason)
+        assert state.trajectories["calc@0.2"].started_clean == restarted.reason
     report = build_report(state)
     (tree,) = report["branches"]["roots"]
     assert (tree["resolved_branches"], tree["resolved"]) == (1, True)
     said = [b["started_clean"] for b in tree["branches"]]
-    assert said == [None, None if checkpoint_kept else restarted["reason"]]
+    assert said == [None, None if checkpoint_kept else restarted.reason]
     assert ("restarted from a clean copy" in render_markdown(report)) is not checkpoint_kept
 
 
@@ -145,8 +151,8 @@ class BranchingAgent(Agent):
         self.root_done, self.kept = anyio.Event(), anyio.Event()
         self.seen: dict[int, list[str]] = {}
 
-    def on_record(self, state: CampaignState, record: dict[str, Any]) -> None:
-        if record["kind"] == "checkpoint_kept":
+    def on_record(self, state: CampaignState, record: LedgerRecord) -> None:
+        if isinstance(record, CheckpointKept):
             self.kept.set()
 
     async def generate(self, context: TrajectoryContext) -> Submission:
@@ -184,9 +190,9 @@ async def test_a_branch_whose_supervisor_died_is_retried_from_its_checkpoint(
     assert state.trajectories["calc@0.1"].attempts == 2
     assert agent.seen == {2: ["calc.py", "note.txt"]}  # its checkpoint, on a new supervisor
     records = read_ledger(runner.directory / LEDGER_FILE).records
-    failed = [r for r in records if r["kind"] == "generation_failed"]
-    assert [(r["trajectory"], r["outcome"]) for r in failed] == [("calc@0.1", "infra_error")]
-    (restarted,) = [r for r in records if r["kind"] == "branch_restarted"]
-    assert (restarted["trajectory"], restarted["source"]) == ("calc@0.1", "checkpoint")
-    generated = Counter(r["trajectory"] for r in records if r["kind"] == "generated")
+    failed = [r for r in records if isinstance(r, GenerationFailed)]
+    assert [(r.trajectory, r.outcome) for r in failed] == [("calc@0.1", "infra_error")]
+    (restarted,) = [r for r in records if isinstance(r, BranchRestarted)]
+    assert (restarted.trajectory, restarted.source) == ("calc@0.1", "checkpoint")
+    generated = Counter(r.trajectory for r in records if r.kind == "generated")
     assert generated == {"calc@0": 1, "calc@0.1": 1}

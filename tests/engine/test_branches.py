@@ -9,17 +9,11 @@ from pathlib import Path
 import pytest
 
 from mcp_evalserver.cli.main import main
-from mcp_evalserver.engine.campaigns import CampaignRunner
 from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger
+from mcp_evalserver.engine.records import LedgerRecord, TrajectoryBranched, parse_record
 from mcp_evalserver.engine.report import build_report, render_markdown
-from mcp_evalserver.engine.state import (
-    CHECKPOINT_KEPT,
-    RESCORE_REQUESTED,
-    RETRY_REQUESTED,
-    TRAJECTORY_BRANCHED,
-    concerning,
-    replay,
-)
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.state import concerning, replay
 from mcp_evalserver.errors import LedgerCorrupt
 from mcp_evalserver.spec.agents import OracleAgentConfig
 from tests.engine.helpers import campaign_of_every_kind, numbered_tasks, run_campaign, spec_of
@@ -36,7 +30,9 @@ async def test_resume_runs_the_unfinished_branches_and_keeps_every_finished_traj
     # A run branched t1@0 twice and t1@0.1 once more, then died before any branch ran.
     async with await LedgerWriter.open(runner.directory, runner.campaign_id) as ledger:
         for branch, parent in (("t1@0.1", "t1@0"), ("t1@0.2", "t1@0"), ("t1@0.1.1", "t1@0.1")):
-            await ledger.append(TRAJECTORY_BRANCHED, branch, parent=parent, checkpoint="cp1")
+            await ledger.append(
+                TrajectoryBranched(trajectory=branch, parent=parent, checkpoint="cp1")
+            )
     interrupted = runner.store.load(runner.campaign_id)
     assert interrupted.status == "running"
     assert interrupted.branches("t1@0") == ["t1@0.1", "t1@0.2", "t1@0.1.1"]
@@ -47,7 +43,7 @@ async def test_resume_runs_the_unfinished_branches_and_keeps_every_finished_traj
     attempts = {tid: t.attempts for tid, t in resumed.trajectories.items()}
     assert attempts == {"t1@0": 1, "t2@0": 1, "t1@0.1": 1, "t1@0.2": 1, "t1@0.1.1": 1}
     records = read_ledger(runner.directory / LEDGER_FILE).records
-    generated = [r["trajectory"] for r in records if r["kind"] == "generated"]
+    generated = [str(r.trajectory) for r in records if r.kind == "generated"]
     assert sorted(generated) == ["t1@0", "t1@0.1", "t1@0.1.1", "t1@0.2", "t2@0"]
 
     report = build_report(resumed)
@@ -67,12 +63,12 @@ async def test_resume_runs_the_unfinished_branches_and_keeps_every_finished_traj
 
 def test_a_branch_of_an_unknown_parent_or_a_second_branch_of_one_name_is_corruption() -> None:
     spec = spec_of(numbered_tasks(1))
-    created = {"kind": "campaign_created", "seq": 0, "ts": 1.0, "campaign": "c",
-               "spec": spec.model_dump(mode="json")}  # fmt: skip
+    created = parse_record({"kind": "campaign_created", "seq": 0, "ts": 1.0, "campaign": "c",
+                            "spec": spec.model_dump(mode="json")})  # fmt: skip
 
-    def branch(seq: int, tid: str, parent: str) -> dict[str, object]:
-        return {"kind": TRAJECTORY_BRANCHED, "seq": seq, "ts": 2.0, "campaign": "c",
-                "trajectory": tid, "parent": parent, "checkpoint": "cp1"}  # fmt: skip
+    def branch(seq: int, tid: str, parent: str) -> LedgerRecord:
+        return parse_record({"kind": "trajectory_branched", "seq": seq, "ts": 2.0, "campaign": "c",
+                             "trajectory": tid, "parent": parent, "checkpoint": "cp1"})  # fmt: skip
 
     state = replay([created, branch(1, "t1@0.1", "t1@0")])
     assert state.trajectories["t1@0.1"].parent == "t1@0"
@@ -82,13 +78,12 @@ def test_a_branch_of_an_unknown_parent_or_a_second_branch_of_one_name_is_corrupt
     with pytest.raises(LedgerCorrupt, match="must not"):
         replay([created, branch(1, "t1@0.1", "t1@0"), branch(2, "t1@0.1", "t1@0")])
     start = {"path": "artifacts/x.tar", "sha256": "0" * 64, "size": 1}
-    kept = {"kind": CHECKPOINT_KEPT, "seq": 2, "ts": 3.0, "campaign": "c", "checkpoint": "cp1",
+    kept = {"kind": "checkpoint_kept", "seq": 2, "ts": 3.0, "campaign": "c", "checkpoint": "cp1",
             "trajectories": ["t1@0.1"], "start": start}  # fmt: skip
-    assert (
-        replay([created, branch(1, "t1@0.1", "t1@0"), kept]).trajectories["t1@0.1"].start == start
-    )
+    branched = branch(1, "t1@0.1", "t1@0")
+    assert replay([created, branched, parse_record(kept)]).trajectories["t1@0.1"].start == start
     with pytest.raises(LedgerCorrupt, match="no branch"):
-        replay([created, branch(1, "t1@0.1", "t1@0"), kept | {"trajectories": ["t1@0"]}])
+        replay([created, branched, parse_record(kept | {"trajectories": ["t1@0"]})])
 
 
 async def test_the_records_that_concern_one_trajectory_rebuild_it_as_the_whole_ledger_does(
@@ -97,8 +92,13 @@ async def test_the_records_that_concern_one_trajectory_rebuild_it_as_the_whole_l
     runner = await campaign_of_every_kind(tmp_path)
     records = read_ledger(runner.directory / LEDGER_FILE).records
     whole = replay(records)
-    kinds = {r["kind"] for r in records}
-    assert {TRAJECTORY_BRANCHED, CHECKPOINT_KEPT, RESCORE_REQUESTED, RETRY_REQUESTED} <= kinds
+    kinds = {r.kind for r in records}
+    assert {
+        "trajectory_branched",
+        "checkpoint_kept",
+        "rescore_requested",
+        "retry_requested",
+    } <= kinds
     assert whole.trajectories["t3@0"].infra_history
     assert whole.spec.scorer.type == "exact"
     for tid, expected in whole.trajectories.items():

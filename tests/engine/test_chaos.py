@@ -24,9 +24,10 @@ import pytest
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.cli.main import main
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
+from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import SandboxUnavailable
 from mcp_evalserver.runtime.sandboxes import SandboxPool
 from mcp_evalserver.sandbox.base import InstanceSpec
@@ -193,8 +194,8 @@ async def _run(
 
 def _each_finished_once(runner: CampaignRunner, trajectories: int) -> None:
     records = read_ledger(runner.directory / LEDGER_FILE).records
-    generated = Counter(r["trajectory"] for r in records if r["kind"] == "generated")
-    scored = Counter(r["trajectory"] for r in records if r["kind"] == "scored")
+    generated = Counter(r.trajectory for r in records if r.kind == "generated")
+    scored = Counter(r.trajectory for r in records if r.kind == "scored")
     assert set(generated.values()) == set(scored.values()) == {1}
     assert len(generated) == len(scored) == trajectories
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mcp_evalserver.cli.main import main
-from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.store import CampaignStore
 
 
 def _spec(tmp_path: Path, agent: str) -> Path:

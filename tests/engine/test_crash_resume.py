@@ -14,8 +14,9 @@ from typing import Any
 import anyio
 import pytest
 
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
+from mcp_evalserver.engine.records import LedgerRepaired
+from mcp_evalserver.engine.store import CampaignStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -143,15 +144,13 @@ async def test_a_campaign_killed_at_several_points_resumes_to_the_uninterrupted_
 
     assert _results(state_dir, "c") == expected
     records = read_ledger(ledger).records
-    generated = Counter(r["trajectory"] for r in records if r["kind"] == "generated")
-    scored = Counter(r["trajectory"] for r in records if r["kind"] == "scored")
+    generated = Counter(r.trajectory for r in records if r.kind == "generated")
+    scored = Counter(r.trajectory for r in records if r.kind == "scored")
     assert set(generated.values()) == {1}, "no trajectory was generated twice"
     assert set(scored.values()) == {1}, "no trajectory was scored twice"
     assert len(generated) == len(scored) == TASKS * SAMPLES, "none is missing"
-    assert sum(r["kind"] == "run_started" for r in records) == 3
-    assert [r["dropped_bytes"] for r in records if r["kind"] == "ledger_repaired"] == [
-        len(whole) // 2
-    ]
+    assert sum(r.kind == "run_started" for r in records) == 3
+    assert [r.dropped_bytes for r in records if isinstance(r, LedgerRepaired)] == [len(whole) // 2]
     final = CampaignStore(state_dir).load("c")
     # The generation recorded before the second kill is the one that was scored.
     assert final.trajectories["t5@1"].generated_seq == generated_before

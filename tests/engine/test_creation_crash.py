@@ -16,8 +16,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
+from mcp_evalserver.engine.store import CampaignStore
 from tests.engine.creation_crash import POINTS
 
 pytestmark = pytest.mark.anyio
@@ -109,8 +109,8 @@ async def test_a_campaign_killed_at_any_point_of_its_creation_is_finished_by_res
     assert state.count("resolved") == 6
     directory = state_dir / "campaigns" / "c"
     records = read_ledger(directory / LEDGER_FILE).records
-    assert [r["kind"] for r in records].count("campaign_created") == 1
-    assert records[0]["kind"] == "campaign_created"
+    assert [r.kind for r in records].count("campaign_created") == 1
+    assert records[0].kind == "campaign_created"
     assert sorted(p.name for p in directory.iterdir() if "ledger.jsonl" in p.name) == [
         LEDGER_FILE
     ], "no temporary file of an interrupted creation is left behind"

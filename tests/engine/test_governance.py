@@ -13,7 +13,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import LimitExceeded
 from mcp_evalserver.runtime.sandboxes import BackendName, SandboxPool, TrajectorySandbox
 from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec

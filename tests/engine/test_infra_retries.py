@@ -12,10 +12,11 @@ import pytest
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.cli.main import main
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
 from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import replay
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InfrastructureError, SandboxUnavailable
 from mcp_evalserver.runtime.limits import RetryPolicy
 from mcp_evalserver.scoring.base import ScoreResult, ScoringContext
@@ -63,7 +64,7 @@ class RefusingScorer(ScriptedScorer):
 
 def _ledger_kinds(state_dir: Path, campaign_id: str, kind: str) -> Counter[str]:
     path = CampaignStore(state_dir).directory(campaign_id) / LEDGER_FILE
-    return Counter(r["trajectory"] for r in read_ledger(path).records if r["kind"] == kind)
+    return Counter(str(r.trajectory) for r in read_ledger(path).records if r.kind == kind)
 
 
 async def test_a_campaign_finished_with_infrastructure_failures_is_completed_by_resume_alone(
@@ -152,8 +153,8 @@ async def test_the_runner_waits_its_backoff_between_infrastructure_retries(
     with anyio.fail_after(30):
         runner, _ = await run_campaign(tmp_path, spec, agent, ScriptedScorer({}))
     records = read_ledger(runner.directory / LEDGER_FILE).records
-    starts = [r["ts"] for r in records if r["kind"] == "attempt_started"]
-    failures = [r["ts"] for r in records if r["kind"] == "generation_failed"]
+    starts = [r.ts for r in records if r.kind == "attempt_started"]
+    failures = [r.ts for r in records if r.kind == "generation_failed"]
     assert len(starts) == len(failures) == 3
     # After failure n the runner waits at least half of base·2^(n-1) before the next attempt.
     assert starts[1] - failures[0] >= 0.1

@@ -12,8 +12,8 @@ from typing import Any
 
 import anyio
 import pytest
-
 from mcp_evalserver.engine.campaigns import CampaignStore
+
 from mcp_evalserver.engine.state import CampaignState
 from tests.agents.fake_openai import FakeOpenAI, Reply, Response, serving
 from tests.agents.helpers import KEY, KEY_ENV, openai_agent, run, spec

@@ -8,10 +8,10 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client
+from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 
 from mcp_evalserver import __version__
 from mcp_evalserver.cli.main import main
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.engine.exports.atif import atif_trajectory
 from mcp_evalserver.engine.exports.transcripts import (
     NOT_RECORDED,

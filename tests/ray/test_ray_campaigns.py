@@ -17,9 +17,10 @@ import pytest
 
 from demo.build_suite import DEMO_DIR
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.runtime.sandboxes import SandboxPool
 from mcp_evalserver.spec.campaign import CampaignSpec, RaySandboxConfig, load_tasks
 from mcp_evalserver.spec.submission import Submission

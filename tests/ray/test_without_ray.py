@@ -14,8 +14,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.ledger import LEDGER_FILE
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.spec.campaign import CampaignSpec
 from tests.server.helpers import answer_spec
 

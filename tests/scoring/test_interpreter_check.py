@@ -14,7 +14,8 @@ import anyio
 import pytest
 
 from mcp_evalserver.agents.builtin import OracleAgent
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.runtime.sandboxes import SandboxPool
 from mcp_evalserver.scoring.swebench.interpreters import check_test_command

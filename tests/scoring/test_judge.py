@@ -19,8 +19,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.engine.rescoring import request_rescore
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InfrastructureError
 from mcp_evalserver.runtime.limits import Limiters
 from mcp_evalserver.runtime.sandboxes import TrajectorySandbox

@@ -10,8 +10,8 @@ import pytest
 from mcp import Client
 
 from mcp_evalserver.cli.main import main
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.planning import build_plan, render_plan_markdown
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.server.mcp_app import create_server
 from tests.engine.helpers import run_campaign, spec_of

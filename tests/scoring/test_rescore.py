@@ -12,10 +12,12 @@ from typing import Any
 import anyio
 import pytest
 
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger
+from mcp_evalserver.engine.records import LedgerRecord
 from mcp_evalserver.engine.report import build_report, render_markdown
 from mcp_evalserver.engine.rescoring import request_rescore
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
 from mcp_evalserver.spec.campaign import CampaignSpec, Limits
 from tests.engine.helpers import numbered_tasks
@@ -45,8 +47,8 @@ async def _run(store: CampaignStore, campaign_id: str) -> None:
         await CampaignRunner(store, campaign_id).run()
 
 
-def _kinds_after(records: list[dict[str, Any]], seq: int, kind: str) -> Counter[str]:
-    return Counter(r["trajectory"] for r in records if r["seq"] > seq and r["kind"] == kind)
+def _kinds_after(records: list[LedgerRecord], seq: int, kind: str) -> Counter[str]:
+    return Counter(str(r.trajectory) for r in records if r.seq > seq and r.kind == kind)
 
 
 async def test_rescoring_with_a_new_scorer_grades_again_and_generates_nothing(
@@ -74,8 +76,8 @@ async def test_rescoring_with_a_new_scorer_grades_again_and_generates_nothing(
         build_report(after)
     )
     records = read_ledger(store.directory(campaign_id) / LEDGER_FILE).records
-    assert Counter(r["kind"] for r in records)["generated"] == 12, "nothing generated again"
-    assert Counter(r["kind"] for r in records)["scored"] == 24
+    assert Counter(r.kind for r in records)["generated"] == 12, "nothing generated again"
+    assert Counter(r.kind for r in records)["scored"] == 24
     # The generation each trajectory was first given is the one scored again.
     assert all(
         after.trajectories[t].generated_seq == before.trajectories[t].generated_seq for t in chosen
@@ -150,8 +152,8 @@ async def test_rescoring_100_trajectories_killed_midway_resumes_scoring_only_the
 
     ledger = state_dir / "campaigns" / "c" / LEDGER_FILE
     records = read_ledger(ledger).records
-    (request,) = [r for r in records if r["kind"] == "rescore_requested"]
-    scored_before_kill = _kinds_after(records, request["seq"], "scored")
+    (request,) = [r for r in records if r.kind == "rescore_requested"]
+    scored_before_kill = _kinds_after(records, request.seq, "scored")
     killed = CampaignStore(state_dir).load("c")
     missing = {t for t, s in killed.trajectories.items() if s.phase != "done"}
     assert "t30@1" in missing
@@ -163,12 +165,12 @@ async def test_rescoring_100_trajectories_killed_midway_resumes_scoring_only_the
     _finish(state_dir, "resume", "c", "--no-progress")
 
     records = read_ledger(ledger).records
-    resumed = max(r["seq"] for r in records if r["kind"] == "run_started")
+    resumed = max(r.seq for r in records if r.kind == "run_started")
     assert set(_kinds_after(records, resumed, "scored")) == missing, "only the missing"
-    scored = _kinds_after(records, request["seq"], "scored")
+    scored = _kinds_after(records, request.seq, "scored")
     assert set(scored) == set(expected)
     assert set(scored.values()) == {1}, "none scored twice since the request"
-    assert not _kinds_after(records, request["seq"], "generated"), "nothing generated again"
+    assert not _kinds_after(records, request.seq, "generated"), "nothing generated again"
     final = CampaignStore(state_dir).load("c")
     assert {t: s.outcome for t, s in final.trajectories.items()} == expected
     assert final.spec.scorer.type == "python"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.rescoring import request_rescore
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.swebench.runners import section_runners
 from mcp_evalserver.spec.campaign import CampaignSpec, Task

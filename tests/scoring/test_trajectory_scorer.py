@@ -10,8 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 from mcp_evalserver.engine.rescoring import request_rescore
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.spec.campaign import parse_spec
 from tests.agents.fake_openai import FakeOpenAI, Reply, call, serving

@@ -10,8 +10,8 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.report import build_report
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.server.mcp_app import create_server
 from tests.server.helpers import MODES, repo_spec
 from testsupport.repos import FIXED

@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from mcp_evalserver.cli.main import main
-from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.engine.sweep import plan_sweep, sweeps_dir
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.server.privileges import Privileges
@@ -331,7 +331,7 @@ async def created_elsewhere(state_dir: Path, campaign_id: str, spec: dict[str, A
     code = (
         "import anyio, json, sys\n"
         "from pathlib import Path\n"
-        "from mcp_evalserver.engine.campaigns import CampaignStore\n"
+        "from mcp_evalserver.engine.store import CampaignStore\n"
         "from mcp_evalserver.spec.campaign import CampaignSpec\n"
         "spec = CampaignSpec.model_validate(json.loads(sys.argv[2]))\n"
         "anyio.run(CampaignStore(Path(sys.argv[1])).create, spec, sys.argv[3])\n"

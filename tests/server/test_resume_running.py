@@ -8,8 +8,8 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.spec.campaign import parse_spec
 from tests.server.helpers import answer_spec

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.store import CampaignStore
 from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, Seen, serving
 from tests.agents.fake_openai import call as fake_call
 from tests.server.helpers import answer_spec, attempt

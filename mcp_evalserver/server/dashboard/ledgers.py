@@ -28,15 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.ledger import LEDGER_FILE, decode_lines
-from mcp_evalserver.engine.state import (
-    TRAJECTORY_BRANCHED,
-    CampaignState,
-    apply_record,
-    concerning,
-    replay,
-)
+from mcp_evalserver.engine.records import LedgerRecord, TrajectoryBranched, parse_record
+from mcp_evalserver.engine.state import CampaignState, apply_record, concerning, replay
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import LedgerCorrupt, NotFound
 from mcp_evalserver.server.dashboard import summaries
 from mcp_evalserver.server.dashboard.summaries import LedgerKey, Summary
@@ -70,7 +65,7 @@ class CampaignLedger:
     _summary: Summary | None = None
     _summary_file: tuple[int, int, int] | None = None
     #: The first record (the spec) of the file the summary matched, decoded once (~20 ms).
-    _first: dict[str, Any] | None = None
+    _first: LedgerRecord | None = None
     _summary_stored_at: float | None = None
 
     def refresh(self) -> CampaignState:
@@ -192,14 +187,14 @@ class CampaignLedger:
             if first is None:
                 # It holds the spec (every task): ~0.7 MB for 2,000 tasks. Read once per
                 # summary (the ledger's bytes up to it do not change while it matches).
-                first = self._first = json.loads(handle.readline())
+                first = self._first = parse_record(json.loads(handle.readline()))
             records = [first]
             for start, end in spans:
                 handle.seek(start)
-                records.append(json.loads(handle.read(end - start)))
+                records.append(parse_record(json.loads(handle.read(end - start))))
         return replay(concerning(records, trajectory_id))
 
-    def records_of(self, trajectory_id: str) -> list[dict[str, Any]]:
+    def records_of(self, trajectory_id: str) -> list[LedgerRecord]:
         """Every record that names the trajectory, read back from the ledger file."""
         with self.lock:
             summary = self.persisted()
@@ -212,7 +207,7 @@ class CampaignLedger:
         with self.path.open("rb") as handle:
             for start, end in spans:
                 handle.seek(start)
-                found.append(json.loads(handle.read(end - start)))
+                found.append(parse_record(json.loads(handle.read(end - start))))
         return found
 
     def forget(self) -> None:
@@ -255,20 +250,20 @@ class CampaignLedger:
                     f"{self.path} at byte {start} is unreadable ({exc}); the dashboard shows "
                     "nothing of this campaign until the ledger is repaired"
                 ) from exc
-            self._apply(record, start, self.offset + newline + 1)
+            self._apply(parse_record(record), start, self.offset + newline + 1)
             position = newline + 1
         self.offset += end
 
-    def _apply(self, record: dict[str, Any], start: int, end: int) -> None:
+    def _apply(self, record: LedgerRecord, start: int, end: int) -> None:
         if self.state is None:
             self.state = replay([record])
         else:
             apply_record(self.state, record)
-        trajectory = record.get("trajectory")
-        if isinstance(trajectory, str):
+        trajectory = record.trajectory
+        if trajectory is not None:
             self.spans.setdefault(trajectory, []).append((start, end))
         # The first record is not kept: a trajectory's replay reads it on its own.
-        if start and (not isinstance(trajectory, str) or record.get("kind") == TRAJECTORY_BRANCHED):
+        if start and (trajectory is None or isinstance(record, TrajectoryBranched)):
             self.campaign_spans.append((start, end))
 
 

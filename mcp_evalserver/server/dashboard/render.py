@@ -15,7 +15,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.server.dashboard import views
 from mcp_evalserver.server.dashboard.ledgers import LedgerCache
 

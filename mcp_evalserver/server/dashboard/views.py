@@ -19,6 +19,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from mcp_evalserver.engine.records import record_json
 from mcp_evalserver.engine.report import build_comparison, build_report, verdicts
 from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState, TrajectoryState
 from mcp_evalserver.errors import EvalServerError, NotFound
@@ -416,7 +417,8 @@ def trajectory_page(ledger: CampaignLedger, trajectory_id: str) -> dict[str, Any
         "log": _log_lines(log, tests) if log is not None else None,
         "log_error": log_error,
         "records": [
-            json.dumps(r, indent=2, ensure_ascii=False) for r in ledger.records_of(trajectory_id)
+            json.dumps(record_json(r), indent=2, ensure_ascii=False)
+            for r in ledger.records_of(trajectory_id)
         ],
     }
 

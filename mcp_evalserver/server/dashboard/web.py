@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from mcp_evalserver.engine.campaigns import CampaignStore
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
 from mcp_evalserver.server.dashboard import summaries, views
 from mcp_evalserver.server.dashboard.ledgers import LedgerCache

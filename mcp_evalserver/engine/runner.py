@@ -1,4 +1,4 @@
-"""Campaigns: where they live on disk, and the runner that drives one to completion.
+"""The runner: drives one campaign to completion.
 
 The runner replays the ledger, then drives every unfinished trajectory in an anyio task group:
 generation (bounded per instance and globally, timed out, retried with backoff on
@@ -15,13 +15,12 @@ import dataclasses
 import json
 import logging
 import os
-import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.abc
@@ -29,27 +28,29 @@ import anyio.lowlevel
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.agents.command import EndpointFactory
-from mcp_evalserver.agents.factory import build_agent
-from mcp_evalserver.engine.ledger import (
-    LEDGER_FILE,
-    LedgerWriter,
-    create_ledger,
-    live_writer_pid,
-    read_ledger,
+from mcp_evalserver.agents.external import ClaimBoard
+from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter
+from mcp_evalserver.engine.parts import CampaignParts
+from mcp_evalserver.engine.records import (
+    AttemptStarted,
+    BranchRestarted,
+    CampaignCancelled,
+    CheckpointKept,
+    EndpointCalls,
+    EndpointLimitChanged,
+    Generated,
+    GenerationFailed,
+    InstanceReprovisioned,
+    LedgerRecord,
+    RetryRequested,
+    RunStarted,
+    Scored,
+    ScoringFailed,
+    ScoringStarted,
+    TrajectoryBranched,
 )
-from mcp_evalserver.engine.state import (
-    BRANCH_RESTARTED,
-    CHECKPOINT_KEPT,
-    ENDPOINT_CALLS,
-    ENDPOINT_LIMIT,
-    INSTANCE_REPROVISIONED,
-    RETRY_REQUESTED,
-    TRAJECTORY_BRANCHED,
-    CampaignState,
-    TrajectoryState,
-    apply_record,
-    replay,
-)
+from mcp_evalserver.engine.state import CampaignState, TrajectoryState, apply_record, replay
+from mcp_evalserver.engine.store import NODES_FILE, CampaignStore
 from mcp_evalserver.errors import (
     Conflict,
     EvalServerError,
@@ -62,119 +63,28 @@ from mcp_evalserver.errors import (
 )
 from mcp_evalserver.runtime.adaptive import LimitChange
 from mcp_evalserver.runtime.artifacts import read_artifact
-from mcp_evalserver.runtime.governance import governed
 from mcp_evalserver.runtime.limits import Limiters, RetryPolicy
 from mcp_evalserver.runtime.sandboxes import (
     InstanceCheck,
     Reprovisioned,
     SandboxPool,
     TrajectorySandbox,
-    require_placement,
     workspace_name,
 )
 from mcp_evalserver.sandbox.base import Workspace
-from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
-from mcp_evalserver.scoring.factory import build_scorer
-from mcp_evalserver.spec.campaign import CampaignSpec, Task
+from mcp_evalserver.scoring.base import Scorer, ScoringContext
+from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
 
 logger = logging.getLogger(__name__)
 
-STATE_DIR_ENV = "MCP_EVALSERVER_STATE_DIR"
 #: Branches one `fork_trajectory` call may make.
 MAX_BRANCHES = 64
 #: The largest checkpoint kept with the ledger for branches that must start again.
 MAX_KEPT_BYTES = 256 << 20
 
-
-def default_state_dir() -> Path:
-    """`$MCP_EVALSERVER_STATE_DIR`, else `$XDG_DATA_HOME/mcp-evalserver`, else ~/.local/share."""
-    if configured := os.environ.get(STATE_DIR_ENV):
-        return Path(configured)
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "mcp-evalserver"
-
-
-class CampaignStore:
-    """The campaigns under one state directory: `<state_dir>/campaigns/<id>/`."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.state_dir = state_dir
-        self.campaigns_dir = state_dir / "campaigns"
-
-    def directory(self, campaign_id: str) -> Path:
-        return self.campaigns_dir / campaign_id
-
-    def list_ids(self) -> list[str]:
-        """Campaign ids, oldest first."""
-        if not self.campaigns_dir.is_dir():
-            return []
-        found = [p for p in self.campaigns_dir.iterdir() if (p / LEDGER_FILE).is_file()]
-        return [p.name for p in sorted(found, key=lambda p: (p / LEDGER_FILE).stat().st_mtime)]
-
-    def load(self, campaign_id: str) -> CampaignState:
-        """Replays a campaign's ledger (read-only: safe while another process runs it).
-
-        Raises:
-            NotFound: no such campaign (the message lists the known ones), or its creation
-                was interrupted before its first record (the message says how to start it).
-            LedgerCorrupt: the ledger is corrupt before its end.
-        """
-        path = self.directory(campaign_id) / LEDGER_FILE
-        if not path.is_file():
-            if path.parent.is_dir():
-                raise self.never_created(campaign_id)
-            known = self.list_ids()
-            hint = ", ".join(known[-10:]) if known else "none yet: start one with `run SPEC`"
-            raise NotFound(f"no campaign {campaign_id!r} in {self.state_dir}; known: {hint}")
-        contents = read_ledger(path)
-        if not contents.records:
-            raise self.never_created(campaign_id)
-        state = replay(contents.records)
-        state.extra["torn_tail_bytes"] = contents.torn_tail_bytes
-        return state
-
-    async def create(self, spec: CampaignSpec, campaign_id: str | None = None) -> str:
-        """Records a new campaign (its resolved spec is the ledger's first record).
-
-        Creation is atomic: killed at any point, it leaves either a campaign or none, and an id
-        whose creation was interrupted can be created again.
-
-        Raises:
-            InvalidInput: the id is taken or malformed, the spec has no tasks loaded, its
-                scorer cannot be built or refuses its tasks (`Scorer.check_tasks`), or it
-                places instances on Ray and Ray is not installed.
-            Conflict: another process holds that campaign's lock (creating or running it).
-            LimitExceeded: its estimated disk for images and instances exceeds the free space.
-        """
-        # The scorer refuses tasks it cannot grade at all before anything is recorded.
-        build_scorer(spec.scorer).check_tasks(spec.task_list())
-        require_placement(spec.sandbox, None)
-        spec = governed(spec, self.state_dir)  # its instance budget, and a disk that holds it
-        if campaign_id is None:
-            stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-            campaign_id = f"{spec.name}-{stamp}-{secrets.token_hex(2)}"
-        elif not campaign_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
-            raise InvalidInput(f"campaign id {campaign_id!r}: use letters, digits, '-', '_', '.'")
-        spec_json = spec.model_dump(mode="json")
-        created = await create_ledger(
-            self.directory(campaign_id), campaign_id, "campaign_created", spec=spec_json
-        )
-        if created is None:
-            raise InvalidInput(f"campaign {campaign_id!r} exists; resume it instead")
-        return campaign_id
-
-    def running_elsewhere(self, campaign_id: str) -> bool:
-        """Whether another live process seems to run the campaign (a hint: see its lock)."""
-        return live_writer_pid(self.directory(campaign_id)) is not None
-
-    def never_created(self, campaign_id: str) -> NotFound:
-        """The error for a ledger without a first record: its creation was interrupted."""
-        return NotFound(
-            f"campaign {campaign_id!r} was never created: its creation was interrupted before "
-            f"its first record reached {self.directory(campaign_id) / LEDGER_FILE}. Start it "
-            f"again with `run SPEC --id {campaign_id}` (or start_campaign with that id)"
-        )
+_T = TypeVar("_T")
+RecordObserver = Callable[[CampaignState, LedgerRecord], None]
 
 
 def resumed_endpoints(state: CampaignState) -> dict[str, tuple[int, bool]]:
@@ -182,7 +92,6 @@ def resumed_endpoints(state: CampaignState) -> dict[str, tuple[int, bool]]:
     return {key: (e.limit, e.decreases > 0) for key, e in state.endpoint_limits.items()}
 
 
-NODES_FILE = "nodes.json"
 NODES_INTERVAL_S = 1.0
 
 
@@ -205,15 +114,19 @@ class CampaignRunner:
         *,
         agent: Agent | None = None,
         scorer: Scorer | None = None,
-        on_record: Callable[[CampaignState, dict[str, Any]], None] | None = None,
+        on_record: RecordObserver | None = None,
         sandboxes: SandboxPool | None = None,
         ray_address: str | None = None,
         trajectory_endpoints: EndpointFactory | None = None,
+        claims: ClaimBoard | None = None,
     ) -> None:
-        """`trajectory_endpoints` serves a `command` agent's MCP endpoints (given by the CLI
-        and the server, the layers that know MCP)."""
+        """The agent and the scorer are built from the spec the ledger holds
+        (`CampaignParts.build`) unless given (built when the campaign was created, or a
+        test's). `claims` (external agents) and `trajectory_endpoints` (`command` agents'
+        MCP endpoints) come from the CLI and the server, the layers that know MCP."""
         self.store = store
         self._trajectory_endpoints = trajectory_endpoints
+        self._claims = claims
         self._ray_address = ray_address  # for a pool of its own, when not given one
         self._sandboxes = sandboxes
         self.campaign_id = campaign_id
@@ -223,7 +136,7 @@ class CampaignRunner:
         self._on_record = on_record
         self._cancel_scope: anyio.CancelScope | None = None
         self._cancel_requested = False
-        self._stopped_by = "request"
+        self._stopped_by: Literal["request", "shutdown"] = "request"
         self.state: CampaignState | None = None
         self.progress: RunProgress | None = None
         #: Trajectories this run sent back because their last outcome was an infrastructure
@@ -290,16 +203,19 @@ class CampaignRunner:
             self.state = state
             spec = state.spec
             # Resumed where Ray is missing: say so before this run records anything.
-            require_placement(spec.sandbox, sandboxes.ray_address)
-            agent = self._agent or build_agent(
-                spec.agent, trajectory_endpoints=self._trajectory_endpoints
+            parts = CampaignParts.build(
+                spec,
+                agent=self._agent,
+                scorer=self._scorer,
+                claims=self._claims,
+                trajectory_endpoints=self._trajectory_endpoints,
+                ray_address=sandboxes.ray_address,
             )
-            scorer = self._scorer or build_scorer(spec.scorer)
             drive = _Drive(
                 ledger=ledger,
                 state=state,
-                agent=agent,
-                scorer=scorer,
+                agent=parts.agent,
+                scorer=parts.scorer,
                 limiters=Limiters(spec.limits, resumed_endpoints=resumed_endpoints(state)),
                 policy=RetryPolicy.of(spec.limits),
                 tasks={task.id: task for task in spec.task_list()},
@@ -308,9 +224,9 @@ class CampaignRunner:
                 sandboxes=sandboxes,
             )
             self.progress = RunProgress(time.monotonic(), state.done_count)
-            await drive.record("run_started", None, pid=os.getpid(), resumed=state.runs > 0)
+            await drive.record(RunStarted(pid=os.getpid(), resumed=state.runs > 0))
             if infra_failed := state.infra_failed:
-                await drive.record(RETRY_REQUESTED, None, trajectories=infra_failed)
+                await drive.record(RetryRequested(trajectories=infra_failed))
                 self.retrying = len(infra_failed)
             with anyio.CancelScope() as self._cancel_scope:
                 if self._cancel_requested:
@@ -330,12 +246,11 @@ class CampaignRunner:
                 # Per run, not per call: a count of refusals (429, 5xx) for the sweep and the
                 # report. A run killed outright loses its counts, never a trajectory.
                 with anyio.CancelScope(shield=True):
-                    await drive.record(ENDPOINT_CALLS, None, calls=calls)
+                    await drive.record(EndpointCalls(calls=calls))
             if self._cancel_requested and state.status != "finished":
                 with anyio.CancelScope(shield=True):
-                    await drive.record(
-                        "campaign_cancelled", None, done=state.done_count, by=self._stopped_by
-                    )
+                    cancelled = CampaignCancelled(done=state.done_count, by=self._stopped_by)
+                    await drive.record(cancelled)
             return state
 
 
@@ -345,18 +260,11 @@ def _replace_file(path: Path, text: str) -> None:
     os.replace(scratch, path)
 
 
-def read_nodes(directory: Path) -> dict[str, Any] | None:
-    """The last `nodes.json` snapshot of a campaign run on a cluster, if there is one."""
-    try:
-        loaded: dict[str, Any] = json.loads((directory / NODES_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return loaded
+@dataclass(frozen=True)
+class _Failed:
+    """A step that failed (recorded): the delay before its next attempt, if there is one."""
 
-
-def _where(sandbox: TrajectorySandbox) -> dict[str, Any]:
-    """The node a step's workspace ran on, for backends of many nodes (nothing otherwise)."""
-    return {"node": sandbox.node} if sandbox.node else {}
+    delay: float
 
 
 @dataclass
@@ -371,7 +279,7 @@ class _Drive:
     policy: RetryPolicy
     tasks: dict[str, Task]
     directory: Path
-    on_record: Callable[[CampaignState, dict[str, Any]], None] | None
+    on_record: RecordObserver | None
     sandboxes: SandboxPool
     fresh_submissions: dict[str, Submission] = field(default_factory=dict)
     #: Per task, what the scorer checks on each new instance (before generation uses it).
@@ -389,16 +297,14 @@ class _Drive:
         }
 
     async def _endpoint_limit_changed(self, change: LimitChange) -> None:
-        await self.record(ENDPOINT_LIMIT, None, durable=False, **dataclasses.asdict(change))
+        await self.record(EndpointLimitChanged(**dataclasses.asdict(change)), durable=False)
 
-    async def record(
-        self, kind: str, trajectory: str | None, *, durable: bool = True, **payload: Any
-    ) -> None:
+    async def record(self, record: LedgerRecord, *, durable: bool = True) -> None:
         """Makes a step durable, then applies it to the live state (same code as replay)."""
-        record = await self.ledger.append(kind, trajectory, durable=durable, **payload)
-        apply_record(self.state, record)
+        written = await self.ledger.append(record, durable=durable)
+        apply_record(self.state, written)
         if self.on_record is not None:
-            self.on_record(self.state, record)
+            self.on_record(self.state, written)
 
     async def trajectory(self, trajectory: TrajectoryState) -> None:
         task = self.tasks[trajectory.task_id]
@@ -433,7 +339,7 @@ class _Drive:
         """One generation attempt; returns the backoff delay before the next, if any."""
         attempt = trajectory.attempts + 1
         tid = trajectory.id
-        await self.record("attempt_started", tid, durable=False, attempt=attempt)
+        await self.record(AttemptStarted(trajectory=tid, attempt=attempt), durable=False)
         sandbox = self._sandbox(task, tid, f"a{attempt}")
         restart = False
         if (fork := self.forks.pop(tid, None)) is not None:
@@ -455,55 +361,33 @@ class _Drive:
             sandbox=sandbox,
             branch=branch,
         )
-        started = time.monotonic()
+
+        async def generate() -> Submission:
+            if restart:
+                await self._restart_branch(trajectory, sandbox)
+            return await self.agent.generate(context)
+
         timeout = self.state.spec.limits.trajectory_timeout_s
-        try:
-            with anyio.move_on_after(timeout) as scope:
-                try:
-                    if restart:
-                        await self._restart_branch(trajectory, sandbox)
-                    submission = await self.agent.generate(context)
-                finally:
-                    await sandbox.aclose()
-        except InfrastructureError as exc:
-            failures = trajectory.failure_causes.get(type(exc).__name__, 0) + 1
-            final = self.policy.gives_up_after(failures)
-            await self._failed(
-                "generation_failed", trajectory, exc, started, final=final, node=sandbox.node
-            )
-            return 0.0 if final else self.policy.delay(failures)
-        except Exception as exc:
-            await self._failed(
-                "generation_failed", trajectory, exc, started, outcome="error", node=sandbox.node
-            )
-            return 0.0
-        duration = time.monotonic() - started
-        if scope.cancelled_caught:
-            await self.record(
-                "generation_failed",
-                tid,
-                outcome="timeout",
-                final=True,
-                error={"type": "Timeout", "message": f"generation exceeded {timeout:g}s"},
-                duration_s=round(duration, 6),
-            )
-            return 0.0
-        await self.record(
-            "generated",
-            tid,
+        done = await self._step(trajectory, GenerationFailed, sandbox, timeout, generate)
+        if isinstance(done, _Failed):
+            return done.delay
+        submission, duration = done
+        generated = Generated(
+            trajectory=tid,
             attempt=attempt,
             submission=await self._store_submission(submission),
             usage=submission.usage.model_dump() if submission.usage else None,
-            duration_s=round(duration, 6),
-            **_where(sandbox),
+            duration_s=duration,
+            node=sandbox.node or None,
         )
+        await self.record(generated)
         self.fresh_submissions[tid] = submission
         return 0.0
 
     async def _score_once(self, trajectory: TrajectoryState, task: Task) -> float:
         """One scoring attempt; returns the backoff delay before the next, if any."""
         tid = trajectory.id
-        await self.record("scoring_started", tid, durable=False)
+        await self.record(ScoringStarted(trajectory=tid), durable=False)
         # Scored straight from memory when this run generated it; from its artifacts on resume.
         submission = self.fresh_submissions.pop(tid, None)
         if submission is None:
@@ -518,38 +402,64 @@ class _Drive:
             limiters=self.limiters,
             sandbox=sandbox,
         )
-        started = time.monotonic()
         timeout = self.state.spec.limits.scoring_timeout_s
-        result: ScoreResult | None = None
+        done = await self._step(
+            trajectory, ScoringFailed, sandbox, timeout, lambda: self.scorer.score(context)
+        )
+        if isinstance(done, _Failed):
+            return done.delay
+        result, duration = done
+        score = result.model_dump(mode="json")
+        await self.record(
+            Scored(trajectory=tid, score=score, duration_s=duration, node=sandbox.node or None)
+        )
+        return 0.0
+
+    async def _step(
+        self,
+        trajectory: TrajectoryState,
+        failed: type[GenerationFailed] | type[ScoringFailed],
+        sandbox: TrajectorySandbox,
+        limit_s: float,
+        work: Callable[[], Awaitable[_T]],
+    ) -> tuple[_T, float] | _Failed:
+        """One attempt of a phase (generation or scoring) in its own sandbox, under its
+        timeout: its result and how long it took, or, once the failure is recorded (`failed`),
+        the delay before the next attempt.
+
+        An infrastructure error is retried with backoff until its cause's budget is spent;
+        any other error, and a timeout, end the trajectory (a result, never retried).
+        """
+        started = time.monotonic()
+        phase = "generation" if failed is GenerationFailed else "scoring"
         try:
-            with anyio.move_on_after(timeout):
+            with anyio.move_on_after(limit_s) as scope:
                 try:
-                    result = await self.scorer.score(context)
+                    result = await work()
                 finally:
                     await sandbox.aclose()
         except InfrastructureError as exc:
             failures = trajectory.failure_causes.get(type(exc).__name__, 0) + 1
             final = self.policy.gives_up_after(failures)
-            await self._failed(
-                "scoring_failed", trajectory, exc, started, final=final, node=sandbox.node
-            )
-            return 0.0 if final else self.policy.delay(failures)
+            await self._failed(failed, trajectory, exc, started, final=final, node=sandbox.node)
+            return _Failed(0.0 if final else self.policy.delay(failures))
         except Exception as exc:
-            await self._failed(
-                "scoring_failed", trajectory, exc, started, outcome="error", node=sandbox.node
-            )
-            return 0.0
+            await self._failed(failed, trajectory, exc, started, outcome="error", node=sandbox.node)
+            return _Failed(0.0)
         duration = round(time.monotonic() - started, 6)
-        if result is None:
-            error = {"type": "Timeout", "message": f"scoring exceeded {timeout:g}s"}
+        if scope.cancelled_caught:
+            message = f"{phase} exceeded {limit_s:g}s"
             await self.record(
-                "scoring_failed", tid, outcome="timeout", final=True, error=error,
-                duration_s=duration,
-            )  # fmt: skip
-            return 0.0
-        score = result.model_dump(mode="json")
-        await self.record("scored", tid, score=score, duration_s=duration, **_where(sandbox))
-        return 0.0
+                failed(
+                    trajectory=trajectory.id,
+                    outcome="timeout",
+                    final=True,
+                    error={"type": "Timeout", "message": message},
+                    duration_s=duration,
+                )
+            )
+            return _Failed(0.0)
+        return result, duration
 
     async def branch(
         self, parent: TrajectoryState, sandbox: TrajectorySandbox, n: int
@@ -576,7 +486,9 @@ class _Drive:
             tid = f"{parent.id}.{k}"
             name = workspace_name(self.state.id, tid, "a1")
             self.forks[tid] = await workspace.fork(name, checkpoint=checkpoint)
-            await self.record(TRAJECTORY_BRANCHED, tid, parent=parent.id, checkpoint=checkpoint)
+            await self.record(
+                TrajectoryBranched(trajectory=tid, parent=parent.id, checkpoint=checkpoint)
+            )
             self.keeping[tid] = kept
             self.group.start_soon(self.trajectory, self.state.trajectories[tid])
             branches.append(tid)
@@ -591,18 +503,25 @@ class _Drive:
         """Keeps the checkpoint's files with the ledger (a `checkpoint_kept` record), for
         `branches` that must start again after their forks are gone (a supervisor died, the
         run crashed)."""
-        start: dict[str, Any]
+        start: dict[str, Any] | None = None
+        start_missing: str | None = None
         try:
             archive = await workspace.export_checkpoint(checkpoint, max_bytes=MAX_KEPT_BYTES)
-            start = {"start": (await self.ledger.put_artifact(archive, ".tar")).as_json()}
+            start = (await self.ledger.put_artifact(archive, ".tar")).as_json()
         except EvalServerError as exc:
             # The branches run from their forks all the same; only a restart starts clean.
             # Said so that a reader of the ledger knows what a restart will do, and why.
             why = f"its checkpoint could not be kept (a restart starts these branches clean): {exc}"
-            start = {"start_missing": why[:4000]}
+            start_missing = why[:4000]
         try:
-            await self.record(CHECKPOINT_KEPT, None, trajectories=branches, checkpoint=checkpoint,
-                              **start)  # fmt: skip
+            await self.record(
+                CheckpointKept(
+                    trajectories=branches,
+                    checkpoint=checkpoint,
+                    start=start,
+                    start_missing=start_missing,
+                )
+            )
         finally:
             kept.set()
 
@@ -629,11 +548,13 @@ class _Drive:
             else:
                 checkpoint = trajectory.checkpoint
                 await self.record(
-                    BRANCH_RESTARTED, trajectory.id, source="checkpoint", checkpoint=checkpoint
+                    BranchRestarted(
+                        trajectory=trajectory.id, source="checkpoint", checkpoint=checkpoint
+                    )
                 )
                 return
         logger.warning("branch %s starts from a clean copy of its task: %s", trajectory.id, reason)
-        await self.record(BRANCH_RESTARTED, trajectory.id, source="clean", reason=reason)
+        await self.record(BranchRestarted(trajectory=trajectory.id, source="clean", reason=reason))
 
     def _sandbox(self, task: Task, trajectory_id: str, step: str) -> TrajectorySandbox:
         name = workspace_name(self.state.id, trajectory_id, step)
@@ -650,36 +571,34 @@ class _Drive:
         )
 
     async def _reprovisioned(self, event: Reprovisioned) -> None:
-        await self.record(
-            INSTANCE_REPROVISIONED,
-            None,
-            durable=False,
+        reprovisioned = InstanceReprovisioned(
             backend=event.backend,
             instance=event.instance_key,
             task=event.task_id,
             reason=event.reason[:4000],
         )
+        await self.record(reprovisioned, durable=False)
 
     async def _failed(
         self,
-        kind: str,
+        failed: type[GenerationFailed] | type[ScoringFailed],
         trajectory: TrajectoryState,
         exc: Exception,
         started: float,
         *,
         final: bool = True,
-        outcome: str = "infra_error",
+        outcome: Literal["error", "infra_error"] = "infra_error",
         node: str | None = None,
     ) -> None:
-        where: dict[str, Any] = {"node": node} if node else {}
         await self.record(
-            kind,
-            trajectory.id,
-            outcome=outcome,
-            final=final,
-            error={"type": type(exc).__name__, "message": str(exc)[:4000]},
-            duration_s=round(time.monotonic() - started, 6),
-            **where,
+            failed(
+                trajectory=trajectory.id,
+                outcome=outcome,
+                final=final,
+                error={"type": type(exc).__name__, "message": str(exc)[:4000]},
+                duration_s=round(time.monotonic() - started, 6),
+                node=node or None,
+            )
         )
 
     async def _store_submission(self, submission: Submission) -> dict[str, Any]:

@@ -1,0 +1,405 @@
+"""The ledger's records: one pydantic model per kind, joined in one union discriminated by `kind`.
+
+A line of `ledger.jsonl` is the envelope (`v`, `seq`, `ts`, `kind`, `campaign`, `trajectory`)
+then the payload, in the order the fields are declared here: the models are the file format,
+and the JSONL is byte for byte what the writer wrote before they existed (a fixture written by
+that code, `tests/engine/fixtures/`, proves it). Three rules keep it so:
+
+- A field whose writer leaves it out when it has no value (the `node` of a step run on one
+  machine, `start` or `start_missing`, a rescore's `scorer`) is declared `absent_when_none`:
+  None is never written for it. Every other field is written, null included.
+- Fields nobody reads as a document of ours (a spec, a score, a submission's artifact refs,
+  an error) stay JSON objects: their own models validate them where they are used (the spec
+  by `replay`, a rescore's scorer by its `ScorerConfig`).
+- Records are tolerant the way replay always was: a field that replay never required has a
+  default, and fields a record does not declare (written by a newer version) are kept
+  (`extra="allow"`) and written back where they were read. A kind this version does not
+  know becomes an `OtherRecord`, which replay counts and otherwise leaves alone.
+
+The writer stamps the envelope (`seq`, `ts`, `campaign`): a record is made without it, e.g.
+`Generated(trajectory=tid, attempt=1, submission=..., usage=None, duration_s=0.2)`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal, TypeVar
+
+import pydantic_core
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
+
+from mcp_evalserver.errors import LedgerCorrupt
+
+LEDGER_VERSION = 1
+#: The envelope fields a record read from a ledger must hold (the others have defaults).
+_READ_ENVELOPE = frozenset({"seq", "ts", "kind"})
+
+Outcome = Literal["resolved", "failed", "error", "timeout", "infra_error"]
+
+
+def _none(value: Any) -> bool:
+    return value is None
+
+
+def absent_when_none(default: Any = None) -> Any:
+    """A field its writer leaves out of the line when it is None (never `null` on disk)."""
+    return Field(default=default, exclude_if=_none)
+
+
+class LedgerRecordBase(BaseModel):
+    """The envelope every record carries; the writer fills `v`, `seq`, `ts` and `campaign`."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    v: int = LEDGER_VERSION
+    seq: int = -1
+    ts: float = 0.0
+    kind: str
+    campaign: str = ""
+    trajectory: str | None = None
+
+
+class CampaignCreated(LedgerRecordBase):
+    """The first record: the resolved spec (tasks loaded); every trajectory starts pending."""
+
+    kind: Literal["campaign_created"] = "campaign_created"
+    spec: dict[str, Any]
+
+
+class RunStarted(LedgerRecordBase):
+    """A process began (or resumed) running the campaign."""
+
+    kind: Literal["run_started"] = "run_started"
+    pid: int | None = None
+    resumed: bool = False
+
+
+class CampaignCancelled(LedgerRecordBase):
+    """Cancelled until a `run_started` resumes it: asked by a person or its process stopped."""
+
+    kind: Literal["campaign_cancelled"] = "campaign_cancelled"
+    done: int | None = None
+    # Records written before `by` existed were all asked for (replay reads None so).
+    by: Literal["request", "shutdown"] | None = absent_when_none()
+
+
+class LedgerRepaired(LedgerRecordBase):
+    """A torn tail of `dropped_bytes` was cut when the ledger was reopened."""
+
+    kind: Literal["ledger_repaired"] = "ledger_repaired"
+    dropped_bytes: int = 0
+
+
+class AttemptStarted(LedgerRecordBase):
+    """pending -> generating (attempt n)."""
+
+    kind: Literal["attempt_started"] = "attempt_started"
+    attempt: int
+
+
+class Generated(LedgerRecordBase):
+    """generating -> generated: the submission's answer and artifacts, the model usage."""
+
+    kind: Literal["generated"] = "generated"
+    attempt: int | None = None
+    submission: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    duration_s: float | None = None
+    node: str | None = absent_when_none()
+
+
+class StepFailed(LedgerRecordBase):
+    """A generation or scoring attempt that failed: final, or to be tried again."""
+
+    outcome: Outcome | None = None
+    final: bool = False
+    error: dict[str, Any] | None = None
+    duration_s: float | None = None
+    node: str | None = absent_when_none()
+
+
+class GenerationFailed(StepFailed):
+    """generating -> pending, or -> done with outcome error, timeout or infra_error."""
+
+    kind: Literal["generation_failed"] = "generation_failed"
+
+
+class ScoringStarted(LedgerRecordBase):
+    """generated -> scoring."""
+
+    kind: Literal["scoring_started"] = "scoring_started"
+
+
+class Scored(LedgerRecordBase):
+    """scoring -> done, with the outcome the score names."""
+
+    kind: Literal["scored"] = "scored"
+    score: dict[str, Any]
+    duration_s: float | None = None
+    node: str | None = absent_when_none()
+
+
+class ScoringFailed(StepFailed):
+    """scoring -> generated, or -> done with outcome infra_error, error or timeout."""
+
+    kind: Literal["scoring_failed"] = "scoring_failed"
+
+
+class RescoreRequested(LedgerRecordBase):
+    """The named finished generations go back to generated; optionally a new scorer."""
+
+    kind: Literal["rescore_requested"] = "rescore_requested"
+    trajectories: list[str] = []
+    scorer: dict[str, Any] | None = absent_when_none()
+
+
+class RetryRequested(LedgerRecordBase):
+    """The named trajectories that ended in an infrastructure failure run again."""
+
+    kind: Literal["retry_requested"] = "retry_requested"
+    trajectories: list[str] = []
+
+
+class InstanceReprovisioned(LedgerRecordBase):
+    """An instance was found dead and provisioned again (health)."""
+
+    kind: Literal["instance_reprovisioned"] = "instance_reprovisioned"
+    backend: str | None = None
+    instance: str | None = None
+    task: str | None = None
+    reason: str | None = None
+
+
+class EndpointLimitChanged(LedgerRecordBase):
+    """An adaptive per-endpoint limit changed (a resume starts from the last)."""
+
+    kind: Literal["endpoint_limit"] = "endpoint_limit"
+    endpoint: str
+    previous: int
+    limit: int
+    reason: str | None = None
+    retry_after_s: float | None = None
+
+
+class EndpointCalls(LedgerRecordBase):
+    """A run's calls per model endpoint, by how they went ("ok", "HTTP 429", ...)."""
+
+    kind: Literal["endpoint_calls"] = "endpoint_calls"
+    calls: dict[str, dict[str, int]] = {}
+
+
+class JudgeCalibrated(LedgerRecordBase):
+    """The judge's agreement with human labels (`calibrate`), for the report."""
+
+    kind: Literal["judge_calibrated"] = "judge_calibrated"
+    calibration: dict[str, Any] = {}
+
+
+class TrajectoryBranched(LedgerRecordBase):
+    """A new trajectory (`<parent>.<n>`) forked from `parent` at its workspace's checkpoint."""
+
+    kind: Literal["trajectory_branched"] = "trajectory_branched"
+    parent: str | None = None
+    checkpoint: str | None = None
+
+
+class CheckpointKept(LedgerRecordBase):
+    """The checkpoint the named branches forked at, kept as the artifact `start`; or why not."""
+
+    kind: Literal["checkpoint_kept"] = "checkpoint_kept"
+    trajectories: list[str] = []
+    checkpoint: str | None = None
+    start: dict[str, Any] | None = absent_when_none()
+    start_missing: str | None = absent_when_none()
+
+
+class BranchRestarted(LedgerRecordBase):
+    """A branch attempt without its fork began at its `checkpoint`, or `clean` (`reason`)."""
+
+    kind: Literal["branch_restarted"] = "branch_restarted"
+    source: Literal["checkpoint", "clean"] | None = None
+    checkpoint: str | None = absent_when_none()
+    reason: str | None = absent_when_none()
+
+
+class OtherRecord(LedgerRecordBase):
+    """A kind this version does not know (a newer version wrote it): kept, not fatal."""
+
+
+KnownRecord = (
+    CampaignCreated
+    | RunStarted
+    | CampaignCancelled
+    | LedgerRepaired
+    | AttemptStarted
+    | Generated
+    | GenerationFailed
+    | ScoringStarted
+    | Scored
+    | ScoringFailed
+    | RescoreRequested
+    | RetryRequested
+    | InstanceReprovisioned
+    | EndpointLimitChanged
+    | EndpointCalls
+    | JudgeCalibrated
+    | TrajectoryBranched
+    | CheckpointKept
+    | BranchRestarted
+)
+KNOWN_KINDS: dict[str, type[LedgerRecordBase]] = {
+    model.model_fields["kind"].default: model for model in KnownRecord.__args__
+}
+_OTHER = "other"
+
+
+def _tag(value: Any) -> str | None:
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    if not isinstance(kind, str):
+        return None
+    return kind if kind in KNOWN_KINDS else _OTHER
+
+
+LedgerRecord = Annotated[
+    Annotated[CampaignCreated, Tag("campaign_created")]
+    | Annotated[RunStarted, Tag("run_started")]
+    | Annotated[CampaignCancelled, Tag("campaign_cancelled")]
+    | Annotated[LedgerRepaired, Tag("ledger_repaired")]
+    | Annotated[AttemptStarted, Tag("attempt_started")]
+    | Annotated[Generated, Tag("generated")]
+    | Annotated[GenerationFailed, Tag("generation_failed")]
+    | Annotated[ScoringStarted, Tag("scoring_started")]
+    | Annotated[Scored, Tag("scored")]
+    | Annotated[ScoringFailed, Tag("scoring_failed")]
+    | Annotated[RescoreRequested, Tag("rescore_requested")]
+    | Annotated[RetryRequested, Tag("retry_requested")]
+    | Annotated[InstanceReprovisioned, Tag("instance_reprovisioned")]
+    | Annotated[EndpointLimitChanged, Tag("endpoint_limit")]
+    | Annotated[EndpointCalls, Tag("endpoint_calls")]
+    | Annotated[JudgeCalibrated, Tag("judge_calibrated")]
+    | Annotated[TrajectoryBranched, Tag("trajectory_branched")]
+    | Annotated[CheckpointKept, Tag("checkpoint_kept")]
+    | Annotated[BranchRestarted, Tag("branch_restarted")]
+    | Annotated[OtherRecord, Tag(_OTHER)],
+    Discriminator(_tag),
+]
+"""Any record of a ledger: match on it (`case Scored(score=score): ...`)."""
+
+_ONE = TypeAdapter[LedgerRecord](LedgerRecord)
+_MANY = TypeAdapter[list[LedgerRecord]](list[LedgerRecord])
+# The known kinds by their `kind` field alone: validated from JSON in one pass with no Python
+# call per record (a ledger of known kinds, which is every ledger this version wrote).
+_KNOWN_JSON = TypeAdapter[list[KnownRecord]](
+    list[Annotated[KnownRecord, Field(discriminator="kind")]]
+)
+_Record = TypeVar("_Record", bound=LedgerRecordBase)
+
+
+def parse_record(raw: Any) -> LedgerRecord:
+    """The record of one decoded ledger line.
+
+    Raises:
+        LedgerCorrupt: it is no object, lacks `seq`, `ts` or `kind`, or lacks (or garbles) a
+            field its kind has; the message names its seq and kind.
+    """
+    try:
+        record = _ONE.validate_python(raw)
+    except ValidationError as exc:
+        raise _garbled(raw, _describe(exc)) from exc
+    _check_envelope(record, raw)
+    return record
+
+
+def parse_records(raws: list[Any]) -> list[LedgerRecord]:
+    """`parse_record` of each, in one validation (the one that fails is then found alone).
+
+    Raises:
+        LedgerCorrupt: as `parse_record`, for the first record that is.
+    """
+    try:
+        records = _MANY.validate_python(raws)
+    except ValidationError:
+        return [parse_record(raw) for raw in raws]
+    for record, raw in zip(records, raws, strict=True):
+        _check_envelope(record, raw)
+    return records
+
+
+def parse_json_lines(array: bytes) -> list[LedgerRecord] | None:
+    """The records of a JSON array of ledger lines, or None when it is not one (not JSON, an
+    item not an object, a record that `parse_record` refuses): read them one by one then, to
+    name the bad one.
+    """
+    try:
+        known: list[Any] = _KNOWN_JSON.validate_json(array)
+    except ValidationError:
+        # Not JSON, not objects, or not only the kinds this version knows: the tolerant path.
+        try:
+            raws = pydantic_core.from_json(array)
+        except ValueError:
+            return None
+        if type(raws) is not list or any(type(r) is not dict for r in raws):
+            return None
+        try:
+            return parse_records(raws)
+        except LedgerCorrupt:
+            return None
+    if not all(record.model_fields_set >= _READ_ENVELOPE for record in known):
+        return None
+    return known
+
+
+def record_json(record: LedgerRecordBase) -> dict[str, Any]:
+    """The record as the JSON object its ledger line holds (keys in the ledger's order)."""
+    # Untyped documents (a score, a spec) are written as they are, unchecked against a type.
+    return record.model_dump(warnings=False)
+
+
+def encode(record: LedgerRecordBase) -> bytes:
+    """The record's ledger line (with its line break)."""
+    line = json.dumps(record_json(record), separators=(",", ":"), ensure_ascii=False)
+    return line.encode() + b"\n"
+
+
+def stamp(record: _Record, seq: int, ts: float, campaign: str) -> _Record:
+    """The record with the envelope the writer gives it."""
+    envelope = {"v": LEDGER_VERSION, "seq": seq, "ts": ts, "campaign": campaign}
+    return record.model_copy(update=envelope)
+
+
+def _check_envelope(record: LedgerRecordBase, raw: Any) -> None:
+    if not record.model_fields_set >= _READ_ENVELOPE:
+        missing = sorted(_READ_ENVELOPE - record.model_fields_set)
+        raise _garbled(raw, f"KeyError: {', '.join(map(repr, missing))}")
+
+
+def _garbled(raw: Any, detail: str) -> LedgerCorrupt:
+    seq = raw.get("seq", "?") if isinstance(raw, dict) else "?"
+    kind = raw.get("kind", "?") if isinstance(raw, dict) else "?"
+    if kind == "campaign_created" and seq in (0, "?"):
+        missing = [f for f in FIRST_RECORD_FIELDS if f not in raw]
+        if missing:
+            return first_record_lacks(missing)
+    # Only an edited or damaged ledger gets here (ours are written whole): name the record,
+    # not a validation error from deep inside a model.
+    return LedgerCorrupt(
+        f"ledger record seq {seq!r} ({kind!r}) lacks or garbles a field ({detail}); move the "
+        "ledger aside and inspect it: a ledger is never rewritten"
+    )
+
+
+#: What the first record must hold for a campaign to be replayed at all.
+FIRST_RECORD_FIELDS = ("spec", "campaign", "ts", "seq")
+
+
+def first_record_lacks(missing: list[str]) -> LedgerCorrupt:
+    return LedgerCorrupt(
+        f"the ledger's campaign_created record lacks {', '.join(missing)}; move the "
+        "ledger aside and inspect it: a ledger is never rewritten"
+    )
+
+
+def _describe(exc: ValidationError) -> str:
+    error = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in error["loc"][1:] if part != _OTHER) or "record"
+    return f"{where}: {error['msg']}"

@@ -1,0 +1,102 @@
+"""A ledger written before records had models (commit 09c052b, `fixtures/ledger/`) replays
+today to the same state and the same report, and today's writer writes the same lines.
+
+The fixture is remade by `fixtures/make_ledger_fixture.py` (see its docstring).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger
+from mcp_evalserver.engine.records import OtherRecord, encode, parse_record
+from mcp_evalserver.engine.store import CampaignStore
+from tests.engine.fixtures.make_ledger_fixture import (
+    CAMPAIGN,
+    report_json,
+    run_scenario,
+    state_json,
+)
+from tests.server.helpers import require_root
+
+pytestmark = pytest.mark.anyio
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "ledger"
+
+
+def _old_lines(name: str) -> list[bytes]:
+    return (FIXTURE / name).read_bytes().splitlines(keepends=True)
+
+
+def _keys_by_kind(lines: list[bytes]) -> dict[str, set[tuple[str, ...]]]:
+    shapes: dict[str, set[tuple[str, ...]]] = defaultdict(set)
+    for line in lines:
+        record = json.loads(line)
+        shapes[record["kind"]].add(tuple(record))
+    return shapes
+
+
+def test_a_ledger_written_before_records_had_models_replays_to_the_same_state_and_report(
+    tmp_path: Path,
+) -> None:
+    store = CampaignStore(tmp_path)
+    store.directory(CAMPAIGN).mkdir(parents=True)
+    shutil.copyfile(FIXTURE / LEDGER_FILE, store.directory(CAMPAIGN) / LEDGER_FILE)
+    state = store.load(CAMPAIGN)
+    assert state_json(state) == json.loads((FIXTURE / "state.json").read_text())
+    assert report_json(state) == (FIXTURE / "report.json").read_text()
+
+
+@pytest.mark.parametrize("name", [LEDGER_FILE, "kinds.jsonl"])
+def test_every_old_line_reads_as_its_model_and_is_written_back_byte_for_byte(name: str) -> None:
+    lines = _old_lines(name)
+    records = [parse_record(json.loads(line)) for line in lines]
+    # Every kind is a model of its own, but the one a newer version wrote.
+    assert [type(r).__name__ for r in records if isinstance(r, OtherRecord)] == (
+        ["OtherRecord"] if name == "kinds.jsonl" else []
+    )
+    assert [encode(record) for record in records] == lines
+
+
+@pytest.mark.parametrize("name", [LEDGER_FILE, "kinds.jsonl"])
+async def test_the_writer_writes_the_old_lines_but_for_their_time(
+    tmp_path: Path, name: str
+) -> None:
+    lines = _old_lines(name)
+    async with await LedgerWriter.open(tmp_path, CAMPAIGN) as ledger:
+        for line in lines:
+            await ledger.append(parse_record(json.loads(line)))
+    written = (tmp_path / LEDGER_FILE).read_bytes().splitlines(keepends=True)
+    assert len(written) == len(lines)
+    for old, new in zip(lines, written, strict=True):
+        old_record, new_record = json.loads(old), json.loads(new)
+        assert list(new_record) == list(old_record), "same keys, in the same order"
+        assert new_record.pop("ts") != 0
+        old_record.pop("ts")
+        assert new_record == old_record
+    assert read_ledger(tmp_path / LEDGER_FILE).records == [
+        parse_record(json.loads(line)) for line in written
+    ]
+
+
+@pytest.mark.slow
+async def test_the_same_campaign_run_today_writes_lines_shaped_as_the_old_ones(
+    tmp_path: Path,
+) -> None:
+    require_root()
+    directory = await run_scenario(tmp_path)
+    new = _keys_by_kind((directory / LEDGER_FILE).read_bytes().splitlines())
+    old = _keys_by_kind(_old_lines(LEDGER_FILE))
+    assert set(new) == set(old)
+    for kind, shapes in new.items():
+        assert shapes <= old[kind], kind
+    state = CampaignStore(tmp_path / "state").load(CAMPAIGN)
+    expected = json.loads((FIXTURE / "state.json").read_text())
+    assert {t: v["outcome"] for t, v in state_json(state)["trajectories"].items()} == {
+        t: v["outcome"] for t, v in expected["trajectories"].items()
+    }
