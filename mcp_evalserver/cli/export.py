@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.exports import FORMATS, write_export
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp_evalserver.engine.campaigns import CampaignStore
 
 from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.engine.store import CampaignStore
 from tests.agents.fake_openai import FakeOpenAI, Reply, Response, serving
 from tests.agents.helpers import KEY, KEY_ENV, openai_agent, run, spec
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client
-from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
 
 from mcp_evalserver import __version__
 from mcp_evalserver.cli.main import main
@@ -19,6 +18,8 @@ from mcp_evalserver.engine.exports.transcripts import (
     ExportedTrajectory,
     turns,
 )
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.spec.campaign import CampaignSpec
 from tests.exports.atif_schema import Trajectory

@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 from typing import Literal, get_args
 
-from mcp_evalserver.engine.campaigns import CampaignStore
 from mcp_evalserver.engine.exports.atif import atif_trajectory, write_atif
 from mcp_evalserver.engine.exports.inspect_log import inspect_log_json, write_inspect_log
 from mcp_evalserver.engine.exports.transcripts import exported_trajectories
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 
 ExportFormat = Literal["inspect", "atif"]
