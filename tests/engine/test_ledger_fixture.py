@@ -52,6 +52,19 @@ def test_a_ledger_written_before_records_had_models_replays_to_the_same_state_an
     assert report_json(state) == (FIXTURE / "report.json").read_text()
 
 
+def test_fields_a_newer_version_added_are_ignored_as_replay_always_ignored_them(
+    tmp_path: Path,
+) -> None:
+    store = CampaignStore(tmp_path)
+    store.directory(CAMPAIGN).mkdir(parents=True)
+    lines = [json.loads(line) | {"added_later": {"x": 1}} for line in _old_lines(LEDGER_FILE)]
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    (store.directory(CAMPAIGN) / LEDGER_FILE).write_text(text)
+    state = store.load(CAMPAIGN)
+    assert state_json(state) == json.loads((FIXTURE / "state.json").read_text())
+    assert report_json(state) == (FIXTURE / "report.json").read_text()
+
+
 @pytest.mark.parametrize("name", [LEDGER_FILE, "kinds.jsonl"])
 def test_every_old_line_reads_as_its_model_and_is_written_back_byte_for_byte(name: str) -> None:
     lines = _old_lines(name)
