@@ -28,7 +28,6 @@ import anyio.lowlevel
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.agents.command import EndpointFactory
-from mcp_evalserver.agents.external import ClaimBoard
 from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter
 from mcp_evalserver.engine.parts import CampaignParts
 from mcp_evalserver.engine.records import (
@@ -118,15 +117,13 @@ class CampaignRunner:
         sandboxes: SandboxPool | None = None,
         ray_address: str | None = None,
         trajectory_endpoints: EndpointFactory | None = None,
-        claims: ClaimBoard | None = None,
     ) -> None:
         """The agent and the scorer are built from the spec the ledger holds
         (`CampaignParts.build`) unless given (built when the campaign was created, or a
-        test's). `claims` (external agents) and `trajectory_endpoints` (`command` agents'
-        MCP endpoints) come from the CLI and the server, the layers that know MCP."""
+        test's). `trajectory_endpoints` serves a `command` agent's MCP endpoints (given by the
+        CLI and the server, the layers that know MCP)."""
         self.store = store
         self._trajectory_endpoints = trajectory_endpoints
-        self._claims = claims
         self._ray_address = ray_address  # for a pool of its own, when not given one
         self._sandboxes = sandboxes
         self.campaign_id = campaign_id
@@ -207,7 +204,6 @@ class CampaignRunner:
                 spec,
                 agent=self._agent,
                 scorer=self._scorer,
-                claims=self._claims,
                 trajectory_endpoints=self._trajectory_endpoints,
                 ray_address=sandboxes.ray_address,
             )
