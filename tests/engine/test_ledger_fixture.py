@@ -1,5 +1,6 @@
 """A ledger written before records had models (commit 09c052b, `fixtures/ledger/`) replays
-today to the same state and the same report, and today's writer writes the same lines.
+today to the same state and the same report (every figure and field it had, unchanged; fields
+added since may join them), and today's writer writes the same lines.
 
 The fixture is remade by `fixtures/make_ledger_fixture.py` (see its docstring).
 """
@@ -10,6 +11,7 @@ import json
 import shutil
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +35,29 @@ def _old_lines(name: str) -> list[bytes]:
     return (FIXTURE / name).read_bytes().splitlines(keepends=True)
 
 
+def _differences(old: Any, new: Any, where: str = "") -> list[str]:
+    """Where `new` does not say what `old` said: a value changed or gone. Keys `new` adds
+    (figures and spec fields added since 09c052b, such as a report's `retries`) are no
+    difference: what was there must stay exactly as it was."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            d
+            for key, value in old.items()
+            for d in (
+                _differences(value, new[key], f"{where}/{key}")
+                if key in new
+                else [f"{where}/{key} is gone"]
+            )
+        ]
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [
+            d
+            for n, (a, b) in enumerate(zip(old, new, strict=True))
+            for d in _differences(a, b, f"{where}/{n}")
+        ]
+    return [] if old == new else [f"{where}: {old!r} became {new!r}"]
+
+
 def _keys_by_kind(lines: list[bytes]) -> dict[str, set[tuple[str, ...]]]:
     shapes: dict[str, set[tuple[str, ...]]] = defaultdict(set)
     for line in lines:
@@ -48,8 +73,10 @@ def test_a_ledger_written_before_records_had_models_replays_to_the_same_state_an
     store.directory(CAMPAIGN).mkdir(parents=True)
     shutil.copyfile(FIXTURE / LEDGER_FILE, store.directory(CAMPAIGN) / LEDGER_FILE)
     state = store.load(CAMPAIGN)
-    assert state_json(state) == json.loads((FIXTURE / "state.json").read_text())
-    assert report_json(state) == (FIXTURE / "report.json").read_text()
+    old_state = json.loads((FIXTURE / "state.json").read_text())
+    assert _differences(old_state, state_json(state)) == []
+    old_report = json.loads((FIXTURE / "report.json").read_text())
+    assert _differences(old_report, json.loads(report_json(state))) == []
 
 
 def test_fields_a_newer_version_added_are_ignored_as_replay_always_ignored_them(
@@ -60,9 +87,12 @@ def test_fields_a_newer_version_added_are_ignored_as_replay_always_ignored_them(
     lines = [json.loads(line) | {"added_later": {"x": 1}} for line in _old_lines(LEDGER_FILE)]
     text = "".join(json.dumps(line) + "\n" for line in lines)
     (store.directory(CAMPAIGN) / LEDGER_FILE).write_text(text)
-    state = store.load(CAMPAIGN)
-    assert state_json(state) == json.loads((FIXTURE / "state.json").read_text())
-    assert report_json(state) == (FIXTURE / "report.json").read_text()
+    plain = CampaignStore(tmp_path / "plain")
+    plain.directory(CAMPAIGN).mkdir(parents=True)
+    shutil.copyfile(FIXTURE / LEDGER_FILE, plain.directory(CAMPAIGN) / LEDGER_FILE)
+    state, expected = store.load(CAMPAIGN), plain.load(CAMPAIGN)
+    assert state_json(state) == state_json(expected)
+    assert report_json(state) == report_json(expected)
 
 
 @pytest.mark.parametrize("name", [LEDGER_FILE, "kinds.jsonl"])
