@@ -24,7 +24,7 @@ from tests.engine.fixtures.make_ledger_fixture import (
     run_scenario,
     state_json,
 )
-from tests.server.helpers import require_root
+from tests.root import require_root
 
 pytestmark = pytest.mark.anyio
 
