@@ -30,6 +30,7 @@ from mcp_evalserver.engine.records import (
     LedgerRecord,
     LedgerRecordBase,
     LedgerRepaired,
+    collector_paused,
     encode,
     parse_json_lines,
     parse_record,
@@ -90,7 +91,8 @@ def decode_lines(lines: bytes) -> list[LedgerRecord] | None:
     """
     if not lines:
         return None
-    records = parse_json_lines(b"[" + lines[:-1].replace(b"\n", b",") + b"]")
+    with collector_paused():
+        records = parse_json_lines(b"[" + lines[:-1].replace(b"\n", b",") + b"]")
     if records is None or len(records) != lines.count(b"\n"):
         return None
     return records

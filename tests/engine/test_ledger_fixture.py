@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger
-from mcp_evalserver.engine.records import OtherRecord, encode, parse_record
+from mcp_evalserver.engine.records import OtherRecord, RetryRequested, encode, parse_record
 from mcp_evalserver.engine.store import CampaignStore
 from tests.engine.fixtures.make_ledger_fixture import (
     CAMPAIGN,
@@ -104,6 +104,34 @@ def test_every_old_line_reads_as_its_model_and_is_written_back_byte_for_byte(nam
         ["OtherRecord"] if name == "kinds.jsonl" else []
     )
     assert [encode(record) for record in records] == lines
+
+
+def test_a_ledger_read_whole_gives_each_record_as_its_line_read_alone_gives_it() -> None:
+    # Read whole, a ledger of known kinds takes a faster path than `parse_record`.
+    lines = _old_lines(LEDGER_FILE)
+    whole = read_ledger(FIXTURE / LEDGER_FILE).records
+    alone = [parse_record(json.loads(line)) for line in lines]
+    assert whole == alone
+    assert [r.model_fields_set for r in whole] == [r.model_fields_set for r in alone]
+    assert [encode(record) for record in whole] == lines
+
+
+def test_records_read_whole_share_no_default_and_copy_apart(tmp_path: Path) -> None:
+    spec = {"name": "c", "tasks": [{"id": "a"}]}
+    lines = [
+        {"seq": 0, "ts": 1.0, "kind": "campaign_created", "campaign": "c", "spec": spec},
+        {"seq": 1, "ts": 2.0, "kind": "retry_requested", "campaign": "c"},
+        {"seq": 2, "ts": 3.0, "kind": "retry_requested", "campaign": "c"},
+    ]
+    (tmp_path / LEDGER_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    _, first, second = read_ledger(tmp_path / LEDGER_FILE).records
+    assert isinstance(first, RetryRequested)
+    assert isinstance(second, RetryRequested)
+    assert first.trajectories == []
+    assert first.trajectories is not second.trajectories
+    changed = first.model_copy(update={"trajectories": ["a@0"]})
+    assert "trajectories" in changed.model_fields_set
+    assert "trajectories" not in first.model_fields_set | second.model_fields_set
 
 
 @pytest.mark.parametrize("name", [LEDGER_FILE, "kinds.jsonl"])
