@@ -38,7 +38,7 @@ Record kinds and what they do to a trajectory:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -60,7 +60,6 @@ from mcp_evalserver.engine.records import (
     LedgerRecord,
     LedgerRecordBase,
     LedgerRepaired,
-    OtherRecord,
     RescoreRequested,
     RetryRequested,
     RunStarted,
@@ -299,105 +298,118 @@ def apply_record(state: CampaignState, record: LedgerRecord) -> None:
     Raises:
         LedgerCorrupt: the record names an unknown trajectory or breaks the phase order.
     """
+    kind = type(record)
     # Time between a run's records is running time; the gap before a run (or a rescore request
     # written while none ran) is not.
-    if state.runs > 0 and not isinstance(record, RunStarted | RescoreRequested):
+    if state.runs > 0 and kind is not RunStarted and kind is not RescoreRequested:
         state.run_s += max(0.0, record.ts - state.last_ts)
     state.last_seq = record.seq
     state.last_ts = record.ts
-    match record:
-        # The steps of a trajectory first: nearly every record is one.
-        case (
-            AttemptStarted()
-            | Generated()
-            | GenerationFailed()
-            | ScoringStarted()
-            | Scored()
-            | ScoringFailed()
-            | BranchRestarted()
-        ):
-            _step(state, record)
-        case RunStarted():
-            state.runs += 1
-            state.cancelled = False
-            state.cancelled_by = None
-        case CampaignCancelled(by=by):
-            state.cancelled = True
-            # Records written before `by` existed were all asked for.
-            state.cancelled_by = by or "request"
-        case LedgerRepaired(dropped_bytes=dropped):
-            state.repaired_bytes += dropped
-        case RescoreRequested():
-            _rescore_requested(state, record)
-        case RetryRequested():
-            _retry_requested(state, record)
-        case InstanceReprovisioned():
-            event = {
-                "backend": record.backend,
-                "instance": record.instance,
-                "task": record.task,
-                "reason": record.reason,
-                "ts": record.ts,
-            }
-            state.reprovisioned.append(event)
-        case EndpointLimitChanged():
-            _endpoint_limit(state, record)
-        case JudgeCalibrated(calibration=calibration):
-            state.calibrations.append({"ts": record.ts, **calibration})
-        case TrajectoryBranched():
-            _branched(state, record)
-        case CheckpointKept():
-            _checkpoint_kept(state, record)
-        case EndpointCalls(calls=calls):
-            for endpoint, counts in calls.items():
-                summed = state.endpoint_calls.setdefault(endpoint, {})
-                for how, count in counts.items():
-                    summed[how] = summed.get(how, 0) + count
-        case OtherRecord(kind=kind):
-            # Records from a newer version that this one does not know are kept, not fatal.
-            state.extra.setdefault("unknown_kinds", set()).add(kind)
-        case CampaignCreated():
-            # Never written twice by us; counted with the kinds replay does not apply.
-            state.extra.setdefault("unknown_kinds", set()).add(record.kind)
+    # One look-up by the record's model, not a `match` trying each in turn: a replay applies
+    # every record of a ledger, and nearly all are a trajectory's steps.
+    _APPLY.get(kind, _unknown_kind)(state, record)
 
 
-def _step(
-    state: CampaignState,
-    record: AttemptStarted
-    | Generated
-    | GenerationFailed
-    | ScoringStarted
-    | Scored
-    | ScoringFailed
-    | BranchRestarted,
-) -> None:
+def _run_started(state: CampaignState, record: RunStarted) -> None:
+    state.runs += 1
+    state.cancelled = False
+    state.cancelled_by = None
+
+
+def _cancelled(state: CampaignState, record: CampaignCancelled) -> None:
+    state.cancelled = True
+    # Records written before `by` existed were all asked for.
+    state.cancelled_by = record.by or "request"
+
+
+def _repaired(state: CampaignState, record: LedgerRepaired) -> None:
+    state.repaired_bytes += record.dropped_bytes
+
+
+def _reprovisioned(state: CampaignState, record: InstanceReprovisioned) -> None:
+    event = {
+        "backend": record.backend,
+        "instance": record.instance,
+        "task": record.task,
+        "reason": record.reason,
+        "ts": record.ts,
+    }
+    state.reprovisioned.append(event)
+
+
+def _calibrated(state: CampaignState, record: JudgeCalibrated) -> None:
+    state.calibrations.append({"ts": record.ts, **record.calibration})
+
+
+def _endpoint_calls(state: CampaignState, record: EndpointCalls) -> None:
+    for endpoint, counts in record.calls.items():
+        summed = state.endpoint_calls.setdefault(endpoint, {})
+        for how, count in counts.items():
+            summed[how] = summed.get(how, 0) + count
+
+
+def _unknown_kind(state: CampaignState, record: LedgerRecordBase) -> None:
+    # Records from a newer version that this one does not know are kept, not fatal; a second
+    # campaign_created (never written by us) is counted with them.
+    state.extra.setdefault("unknown_kinds", set()).add(record.kind)
+
+
+def _trajectory(state: CampaignState, record: LedgerRecordBase) -> TrajectoryState:
     tid = record.trajectory
     trajectory = state.trajectories.get(tid) if tid is not None else None
     if trajectory is None:
         raise LedgerCorrupt(f"record seq {record.seq} names unknown trajectory {tid!r}")
-    match record:
-        case AttemptStarted():
-            # A crash may leave an attempt open: the next run starts a new attempt over it.
-            _expect(trajectory, record, "pending", "generating")
-            trajectory.phase = "generating"
-            trajectory.attempts = record.attempt
-        case Generated():
-            _generated(trajectory, record)
-        case GenerationFailed():
-            _expect(trajectory, record, "generating")
-            trajectory.generation_s = record.duration_s
-            _failed(trajectory, record, "generation", again="pending")
-        case ScoringStarted():
-            _expect(trajectory, record, "generated", "scoring")
-            trajectory.phase = "scoring"
-        case Scored():
-            _scored(trajectory, record)
-        case ScoringFailed():
-            _expect(trajectory, record, "scoring")
-            _failed(trajectory, record, "scoring", again="generated")
-        case BranchRestarted(source=source, reason=reason):
-            trajectory.started_clean = str(reason) if source == "clean" else None
-    if isinstance(record, Generated | StepFailed | Scored) and record.node is not None:
+    return trajectory
+
+
+def _attempt_started(state: CampaignState, record: AttemptStarted) -> None:
+    trajectory = _trajectory(state, record)
+    # A crash may leave an attempt open: the next run starts a new attempt over it.
+    _expect(trajectory, record, "pending", "generating")
+    trajectory.phase = "generating"
+    trajectory.attempts = record.attempt
+
+
+def _generated_step(state: CampaignState, record: Generated) -> None:
+    trajectory = _trajectory(state, record)
+    _generated(trajectory, record)
+    _ran_on(trajectory, record)
+
+
+def _generation_failed(state: CampaignState, record: GenerationFailed) -> None:
+    trajectory = _trajectory(state, record)
+    _expect(trajectory, record, "generating")
+    trajectory.generation_s = record.duration_s
+    _failed(trajectory, record, "generation", again="pending")
+    _ran_on(trajectory, record)
+
+
+def _scoring_started(state: CampaignState, record: ScoringStarted) -> None:
+    trajectory = _trajectory(state, record)
+    _expect(trajectory, record, "generated", "scoring")
+    trajectory.phase = "scoring"
+
+
+def _scored_step(state: CampaignState, record: Scored) -> None:
+    trajectory = _trajectory(state, record)
+    _scored(trajectory, record)
+    _ran_on(trajectory, record)
+
+
+def _scoring_failed(state: CampaignState, record: ScoringFailed) -> None:
+    trajectory = _trajectory(state, record)
+    _expect(trajectory, record, "scoring")
+    _failed(trajectory, record, "scoring", again="generated")
+    _ran_on(trajectory, record)
+
+
+def _branch_restarted(state: CampaignState, record: BranchRestarted) -> None:
+    trajectory = _trajectory(state, record)
+    trajectory.started_clean = str(record.reason) if record.source == "clean" else None
+
+
+def _ran_on(trajectory: TrajectoryState, record: Generated | StepFailed | Scored) -> None:
+    if record.node is not None:
         trajectory.nodes.append((record.kind, record.node))
 
 
@@ -563,4 +575,27 @@ _SCORED_OUTCOMES: dict[str, Outcome] = {
     "failed": "failed",
     "error": "error",
     "infra_error": "infra_error",
+}
+
+
+#: How each kind of record changes a state (a kind not here: `_unknown_kind`).
+_APPLY: dict[type[LedgerRecordBase], Callable[[CampaignState, Any], None]] = {
+    AttemptStarted: _attempt_started,
+    Generated: _generated_step,
+    GenerationFailed: _generation_failed,
+    ScoringStarted: _scoring_started,
+    Scored: _scored_step,
+    ScoringFailed: _scoring_failed,
+    BranchRestarted: _branch_restarted,
+    RunStarted: _run_started,
+    CampaignCancelled: _cancelled,
+    LedgerRepaired: _repaired,
+    RescoreRequested: _rescore_requested,
+    RetryRequested: _retry_requested,
+    InstanceReprovisioned: _reprovisioned,
+    EndpointLimitChanged: _endpoint_limit,
+    JudgeCalibrated: _calibrated,
+    TrajectoryBranched: _branched,
+    CheckpointKept: _checkpoint_kept,
+    EndpointCalls: _endpoint_calls,
 }
