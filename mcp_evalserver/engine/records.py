@@ -474,8 +474,16 @@ def record_json(record: LedgerRecordBase) -> dict[str, Any]:
 
 def encode(record: LedgerRecordBase) -> bytes:
     """The record's ledger line (with its line break)."""
-    line = json.dumps(record_json(record), separators=(",", ":"), ensure_ascii=False)
-    return line.encode() + b"\n"
+    if record.__pydantic_extra__ or _absent_when_none(type(record)):
+        fields = record_json(record)
+    else:
+        fields = record.__dict__  # every field written, as it is: no copy to make
+    return _encode_json(fields).encode() + b"\n"
+
+
+# What `json.dumps(..., separators=(",", ":"), ensure_ascii=False)` writes, without making
+# an encoder for each line.
+_encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 @functools.cache
