@@ -370,12 +370,6 @@ def _attempt_started(state: CampaignState, record: AttemptStarted) -> None:
     trajectory.attempts = record.attempt
 
 
-def _generated_step(state: CampaignState, record: Generated) -> None:
-    trajectory = _trajectory(state, record)
-    _generated(trajectory, record)
-    _ran_on(trajectory, record)
-
-
 def _generation_failed(state: CampaignState, record: GenerationFailed) -> None:
     trajectory = _trajectory(state, record)
     _expect(trajectory, record, "generating")
@@ -388,12 +382,6 @@ def _scoring_started(state: CampaignState, record: ScoringStarted) -> None:
     trajectory = _trajectory(state, record)
     _expect(trajectory, record, "generated", "scoring")
     trajectory.phase = "scoring"
-
-
-def _scored_step(state: CampaignState, record: Scored) -> None:
-    trajectory = _trajectory(state, record)
-    _scored(trajectory, record)
-    _ran_on(trajectory, record)
 
 
 def _scoring_failed(state: CampaignState, record: ScoringFailed) -> None:
@@ -514,7 +502,8 @@ def _expect(trajectory: TrajectoryState, record: LedgerRecordBase, *phases: Phas
         )
 
 
-def _generated(t: TrajectoryState, r: Generated) -> None:
+def _generated(state: CampaignState, r: Generated) -> None:
+    t = _trajectory(state, r)
     _expect(t, r, "generating")
     t.phase = "generated"
     t.submission = r.submission
@@ -523,6 +512,7 @@ def _generated(t: TrajectoryState, r: Generated) -> None:
     t.generated_seq = r.seq
     t.error = None
     t.failure_causes = {}
+    _ran_on(t, r)
 
 
 def _failed(t: TrajectoryState, r: StepFailed, phase: str, *, again: Phase) -> None:
@@ -554,7 +544,8 @@ def _failed(t: TrajectoryState, r: StepFailed, phase: str, *, again: Phase) -> N
             t.scoring_failures += 1
 
 
-def _scored(t: TrajectoryState, r: Scored) -> None:
+def _scored(state: CampaignState, r: Scored) -> None:
+    t = _trajectory(state, r)
     _expect(t, r, "scoring")
     t.phase = "done"
     t.score = r.score
@@ -568,6 +559,7 @@ def _scored(t: TrajectoryState, r: Scored) -> None:
     t.finished_ts = r.ts
     t.error = None
     t.failure_causes = {}
+    _ran_on(t, r)
 
 
 _SCORED_OUTCOMES: dict[str, Outcome] = {
@@ -581,10 +573,10 @@ _SCORED_OUTCOMES: dict[str, Outcome] = {
 #: How each kind of record changes a state (a kind not here: `_unknown_kind`).
 _APPLY: dict[type[LedgerRecordBase], Callable[[CampaignState, Any], None]] = {
     AttemptStarted: _attempt_started,
-    Generated: _generated_step,
+    Generated: _generated,
     GenerationFailed: _generation_failed,
     ScoringStarted: _scoring_started,
-    Scored: _scored_step,
+    Scored: _scored,
     ScoringFailed: _scoring_failed,
     BranchRestarted: _branch_restarted,
     RunStarted: _run_started,
