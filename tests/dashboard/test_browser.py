@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
-from playwright.async_api import Route, expect
+from playwright.async_api import Page, Route, expect
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.cli.main import main
@@ -120,6 +122,23 @@ class PatchingAgent(Agent):
         return Submission(patch=self.patch, transcript=transcript)
 
 
+@asynccontextmanager
+async def _calc_trajectory_page(
+    store: CampaignStore, campaign_id: str, agent: Agent | None = None
+) -> AsyncIterator[Page]:
+    """Runs the campaign (its one task, calc, must resolve; `agent` or the spec's), then opens
+    the trajectory's page from the campaign's as a logged-in person would."""
+    state = await CampaignRunner(store, campaign_id, agent=agent).run()
+    assert state.trajectories["calc@0"].outcome == "resolved"
+    async with dashboard_server(store.state_dir) as base, chromium() as browser:
+        page = await browser.new_page()
+        await log_in(page, base)
+        await page.click(f"a[href='/campaigns/{campaign_id}']")
+        await page.click("#trajectory-table a")
+        await expect(page.locator("h1")).to_have_text("Trajectory calc@0")
+        yield page
+
+
 @pytest.mark.root
 async def test_a_trajectory_page_shows_its_transcript_patch_and_marked_test_log(
     tmp_path: Path,
@@ -141,14 +160,7 @@ async def test_a_trajectory_page_shows_its_transcript_patch_and_marked_test_log(
     store = CampaignStore(tmp_path / "state")
     campaign_id = await store.create(spec, "patch-campaign")
     with anyio.fail_after(120):
-        state = await CampaignRunner(store, campaign_id, agent=PatchingAgent(gold)).run()
-        assert state.trajectories["calc@0"].outcome == "resolved"
-        async with dashboard_server(tmp_path / "state") as base, chromium() as browser:
-            page = await browser.new_page()
-            await log_in(page, base)
-            await page.click(f"a[href='/campaigns/{campaign_id}']")
-            await page.click("#trajectory-table a")
-            await expect(page.locator("h1")).to_have_text("Trajectory calc@0")
+        async with _calc_trajectory_page(store, campaign_id, PatchingAgent(gold)) as page:
             await expect(page.locator("#prompt")).to_have_text("add() subtracts; make it add.")
             transcript = page.locator("#transcript")
             await expect(transcript).to_contain_text("Fixed the sign in add().")
@@ -206,14 +218,7 @@ async def test_a_mini_swe_agent_trajectory_shows_its_messages_on_the_trajectory_
             }
         )
         campaign_id = await store.create(spec, "mini-campaign")
-        state = await CampaignRunner(store, campaign_id).run()
-        assert state.trajectories["calc@0"].outcome == "resolved"
-        async with dashboard_server(tmp_path / "state") as base, chromium() as browser:
-            page = await browser.new_page()
-            await log_in(page, base)
-            await page.goto(f"{base}/campaigns/{campaign_id}")
-            await page.click("#trajectory-table a")
-            await expect(page.locator("h1")).to_have_text("Trajectory calc@0")
+        async with _calc_trajectory_page(store, campaign_id) as page:
             # mini-swe-agent's messages in order: its templates, then each reply with its bash
             # call and the observation of the command, then its exit.
             entries = page.locator("#transcript > details.entry > summary")

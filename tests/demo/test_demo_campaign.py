@@ -207,7 +207,7 @@ async def test_mini_swe_agent_investigates_and_fixes_each_demo_task_through_its_
     outcomes = {
         t.task_id: (t.outcome, (t.score or {}).get("status")) for t in state.trajectories.values()
     }
-    assert len(outcomes) == len(tasks) == 3
+    assert len(outcomes) == len(tasks)
     assert set(outcomes.values()) == {("resolved", "resolved")}, outcomes
     # It investigated before fixing: each saw its task's tests fail, then read the file.
     by_task: dict[str, list[dict[str, Any]]] = {}
@@ -222,6 +222,7 @@ async def test_mini_swe_agent_investigates_and_fixes_each_demo_task_through_its_
         usage = generated["usage"]
         assert (usage["requests"], usage["input_tokens"], usage["output_tokens"]) == (4, 400, 80)
         assert usage["cost_usd"] == pytest.approx(4 * COST_PER_CALL)
+    total = len(tasks) * 4 * COST_PER_CALL
     report = build_report(state)
-    assert report["summary"]["cost_usd"] == pytest.approx(3 * 4 * COST_PER_CALL)
-    assert f"cost ${3 * 4 * COST_PER_CALL:.4f}" in render_markdown(report)
+    assert report["summary"]["cost_usd"] == pytest.approx(total)
+    assert f"cost ${total:.4f}" in render_markdown(report)
