@@ -5,7 +5,8 @@ call never blocks the event loop; its commands come back to the loop through
 `WorkspaceEnvironment`. Its messages are the transcript, what it submits is the patch (its
 SWE-bench config prints the diff after the submit line), and its own `step_limit` and
 `cost_limit` end the run, after which the workspace's changes are handed in, as the `openai`
-agent does when it runs out of steps.
+agent does when it runs out of steps. Its model calls go through the campaign's per-endpoint
+limiter (`model.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from mcp_evalserver.agents.minisweagent.environment import (
     WorkspaceEnvironmentConfig,
     import_minisweagent,
 )
+from mcp_evalserver.agents.minisweagent.model import EndpointGatedModel, endpoint_key
 from mcp_evalserver.errors import EvalServerError, InvalidInput
 from mcp_evalserver.spec.agents import MiniSweAgentConfig
 from mcp_evalserver.spec.submission import Submission, Usage
@@ -45,6 +47,8 @@ class MiniSweAgent(Agent):
         self.config = config
         self.settings = merged_settings(config)
         self._threads = anyio.CapacityLimiter(_LOOP_THREADS)
+        # At most one model call per loop, so as many threads as loops never run short.
+        self._call_threads = anyio.CapacityLimiter(_LOOP_THREADS)
 
     async def generate(self, context: TrajectoryContext) -> Submission:
         """Runs the loop until it submits, hits a limit, or fails.
@@ -67,7 +71,12 @@ class MiniSweAgent(Agent):
         settings = copy.deepcopy(self.settings)
         try:
             env_config = WorkspaceEnvironmentConfig(**settings.get("environment", {}))
-            model = get_model(config=settings.get("model", {}))
+            model = EndpointGatedModel(
+                get_model(config=settings.get("model", {})),
+                context.limiters.endpoint(endpoint_key(settings.get("model", {}))),
+                _on_loop,
+                self._call_threads,
+            )
             env = WorkspaceEnvironment(workspace, _on_loop, env_config)
             agent = DefaultAgent(model, env, **settings.get("agent", {}))
         except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError

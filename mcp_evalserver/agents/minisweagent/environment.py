@@ -40,12 +40,16 @@ class Stopped(Exception):
 
 
 def import_minisweagent() -> None:
-    """Imports mini-swe-agent quietly (no banner on stdout, which may be an MCP stdio wire).
+    """Imports mini-swe-agent quietly (no banner on stdout, which may be an MCP stdio wire) and
+    offline.
 
     Raises:
         InvalidInput: mini-swe-agent is not installed; the message says how to install it.
     """
     os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
+    # litellm would fetch its price table from the internet on import (and wait for it where
+    # there is none): the table it ships prices the calls, the same on every run.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
         import minisweagent  # noqa: F401
     except ImportError as exc:
