@@ -16,6 +16,9 @@ from typing import Any
 import anyio
 import pytest
 
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.store import CampaignStore
+from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.judge import SYSTEM_PROMPT
 from tests.agents.fake_openai import FakeOpenAI, Reply, Response, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, openai_agent, run, spec
@@ -207,3 +210,41 @@ print(sorted(m for m in sys.modules if m.startswith(prefixes)))
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+async def test_a_command_agents_tool_calls_through_its_endpoint_join_its_trajectorys_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The program's MCP calls arrive in the server's tasks, not the trajectory's: their spans
+    still land under the trajectory's `invoke_agent`."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    task = {"id": "calc", "path": str(git_repo(tmp_path / "repo")), "prompt": "make add() add"}
+    program = REPO / "tests" / "agents" / "command_program.py"
+    agent = {"type": "command", "command": [sys.executable, str(program), "fix", str(notes)]}
+    with receiving() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        with anyio.fail_after(120):
+            await run(tmp_path / "state", spec([task], agent))
+        traces = _trajectory_traces(receiver)
+
+    trace = traces["calc@0"]
+    agent_span = _one(trace, "invoke_agent command")
+    tools = [s for s in _children(trace, agent_span) if s.name.startswith("execute_tool ")]
+    names = [s.attributes["gen_ai.tool.name"] for s in tools]
+    assert names == ["read_file", "write_file", "sandbox_exec"]
+    assert tools[2].attributes["process.exit.code"] == 0
+    assert {s.attributes["gen_ai.conversation.id"] for s in tools} == {"calc@0"}
+
+
+async def test_an_endpoint_without_the_otel_extra_refuses_the_run_before_it_records_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The extra's exporter made unimportable, as where it is not installed.
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    store = CampaignStore(tmp_path)
+    campaign_id = await store.create(spec([{"id": "t", "answer": "1"}], {"type": "noop"}))
+    with pytest.raises(InvalidInput, match=r"pip install 'mcp-evalserver\[otel\]'"):
+        await CampaignRunner(store, campaign_id).run()
+    assert store.load(campaign_id).runs == 0
