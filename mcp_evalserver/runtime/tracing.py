@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from contextvars import ContextVar
@@ -49,8 +50,9 @@ logger = logging.getLogger(__name__)
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 CAPTURE_CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 SERVICE_NAME = "mcp-evalserver"
-#: How long the end of a run waits for its last spans to leave.
-FLUSH_TIMEOUT_MS = 10_000
+#: How long the end of a run waits for its last spans to leave (a collector that is down must
+#: not hold the run, nor the process's exit: what is left is dropped).
+FLUSH_TIMEOUT_S = 10.0
 
 Kind = Literal["internal", "client"]
 
@@ -134,7 +136,8 @@ def _start_provider() -> TracerProvider:
     resource = Resource.create()
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
-    provider = TracerProvider(resource=resource)
+    # Shut down by the run that made it, within FLUSH_TIMEOUT_S; not again at exit.
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return provider
 
@@ -170,13 +173,23 @@ async def campaign_run(campaign_id: str, attributes: Mapping[str, Any]) -> Async
         _RUN.reset(token)
         span.end()
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(_close, provider)
+            await _close(provider)
 
 
-def _close(provider: TracerProvider) -> None:
-    if not provider.force_flush(FLUSH_TIMEOUT_MS):
-        logger.warning("some trace spans were not sent within %d ms", FLUSH_TIMEOUT_MS)
-    provider.shutdown()
+async def _close(provider: TracerProvider) -> None:
+    """Sends what is left and stops the exporter, waiting FLUSH_TIMEOUT_S at most.
+
+    The SDK's shutdown retries an unreachable collector for longer than that, so it runs in a
+    daemon thread of its own, left behind when the time is up.
+    """
+    closing = threading.Thread(target=provider.shutdown, name="trace-shutdown", daemon=True)
+    closing.start()
+    await anyio.to_thread.run_sync(closing.join, FLUSH_TIMEOUT_S)
+    if closing.is_alive():
+        logger.warning(
+            "the trace collector did not take this run's last spans within %gs; they are dropped",
+            FLUSH_TIMEOUT_S,
+        )
 
 
 @contextmanager
