@@ -308,20 +308,22 @@ def scoring(scorer_name: str, attributes: Mapping[str, Any]) -> AbstractContextM
 def chat(
     model: str,
     *,
+    provider: str = "openai",
     server: tuple[str, int] | None = None,
     messages: list[dict[str, Any]] | None = None,
 ) -> AbstractContextManager[SpanLike]:
     """One call to an OpenAI-compatible chat completions endpoint (`chat`, a client span).
 
     `messages` are recorded (as `gen_ai.input.messages`) only when contents are captured;
-    `server` is the endpoint's host and port.
+    `provider` is the API spoken (`gen_ai.provider.name`); `server` is the endpoint's host and
+    port.
     """
     traced = _TRAJECTORY.get()
     if traced is None:
         return _OFF
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": "openai",
+        "gen_ai.provider.name": provider,
         "gen_ai.request.model": model,
     }
     if server is not None:
