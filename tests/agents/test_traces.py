@@ -15,15 +15,19 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.judge import SYSTEM_PROMPT
+from mcp_evalserver.server.mcp_app import create_server
 from tests.agents.fake_openai import FakeOpenAI, Reply, Response, call, serving
 from tests.agents.helpers import KEY, KEY_ENV, openai_agent, run, spec
+from tests.server.helpers import repo_spec
 from testsupport.otlp import ReceivedSpan, Receiver, receiving
 from testsupport.repos import FIXED, git_repo
+from testsupport.servers import call as call_tool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
 
@@ -248,3 +252,32 @@ async def test_an_endpoint_without_the_otel_extra_refuses_the_run_before_it_reco
     with pytest.raises(InvalidInput, match=r"pip install 'mcp-evalserver\[otel\]'"):
         await CampaignRunner(store, campaign_id).run()
     assert store.load(campaign_id).runs == 0
+
+
+async def test_an_external_agents_tool_calls_over_mcp_join_the_trace_of_the_trajectory_it_claimed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its calls arrive in the server's request tasks: the trajectory is found by its id."""
+    spec = repo_spec(tmp_path / "repos", 1)
+    with receiving() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        async with Client(create_server(tmp_path / "state")) as client:
+            started = await call_tool(client, "start_campaign", spec=spec)
+            with anyio.fail_after(60):
+                claim = await call_tool(client, "claim_trajectory", wait_s=30)
+                claim_id = claim["claim_id"]
+                await call_tool(client, "sandbox_exec", claim_id=claim_id, command="exit 3")
+                await call_tool(
+                    client, "write_file", claim_id=claim_id, path="calc.py", content=FIXED
+                )
+                await call_tool(client, "submit", claim_id=claim_id)
+                campaign = started["campaign_id"]
+                await call_tool(client, "campaign_status", campaign_id=campaign, wait_s=30)
+        # The server's end ended the run, which sent its spans.
+        traces = _trajectory_traces(receiver)
+
+    (trace,) = traces.values()
+    agent = _one(trace, "invoke_agent external")
+    tools = [s for s in _children(trace, agent) if s.name.startswith("execute_tool ")]
+    assert [s.attributes["gen_ai.tool.name"] for s in tools] == ["sandbox_exec", "write_file"]
+    assert tools[0].attributes["process.exit.code"] == 3
