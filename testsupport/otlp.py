@@ -22,6 +22,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from testsupport.threaded_http import serving_in_thread
+
 #: Span kinds by their number in the protocol.
 KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 
@@ -135,14 +137,5 @@ def receiving() -> Iterator[Receiver]:
     `url` is what `$OTEL_EXPORTER_OTLP_ENDPOINT` takes."""
     receiver = Receiver()
     handler = type("Handler", (_Handler,), {"receiver": receiver})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.block_on_close = False
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01})
-    thread.start()
-    receiver.url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serving_in_thread(ThreadingHTTPServer(("127.0.0.1", 0), handler)) as receiver.url:
         yield receiver
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()

@@ -81,6 +81,19 @@ def _deterministic(*commands: str, **agent: Any) -> dict[str, Any]:
     }
 
 
+def _litellm(url: str) -> dict[str, Any]:
+    """The agent type with mini-swe-agent's litellm model, against the fake endpoint at `url`."""
+    return {
+        "type": "mini-swe-agent",
+        "config": {"agent": {"step_limit": 10}},
+        "model": {
+            "model_name": "openai/scripted-model",
+            "model_kwargs": {"api_base": url, "api_key": "sk-none"},
+            "cost_tracking": "ignore_errors",
+        },
+    }
+
+
 # --- the environment class, in mini-swe-agent's own runs ---------------------------------------
 
 
@@ -193,17 +206,8 @@ async def test_its_litellm_model_drives_the_loop_against_an_openai_compatible_en
         call("bash", command=SUBMIT_DIFF),
     ]
     with serving(FakeOpenAI(script)) as fake, anyio.fail_after(60):
-        agent = {
-            "type": "mini-swe-agent",
-            "config": {"agent": {"step_limit": 10}},
-            "model": {
-                "model_name": "openai/scripted-model",
-                "model_kwargs": {"api_base": fake.url, "api_key": "sk-none"},
-                "cost_tracking": "ignore_errors",
-            },
-        }
         state, directory = await run(
-            tmp_path / "state", spec([_task(tmp_path)], agent), CHECK_SCORER
+            tmp_path / "state", spec([_task(tmp_path)], _litellm(fake.url)), CHECK_SCORER
         )
 
     assert state.trajectories["calc@0"].outcome == "resolved"
@@ -242,17 +246,8 @@ async def test_its_model_calls_and_commands_are_spans_in_the_trajectorys_trace(
     script.append(call("bash", command=SUBMIT_DIFF))
     with receiving() as receiver, serving(FakeOpenAI(script)) as fake:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
-        agent = {
-            "type": "mini-swe-agent",
-            "config": {"agent": {"step_limit": 10}},
-            "model": {
-                "model_name": "openai/scripted-model",
-                "model_kwargs": {"api_base": fake.url, "api_key": "sk-none"},
-                "cost_tracking": "ignore_errors",
-            },
-        }
         with anyio.fail_after(60):
-            await run(tmp_path / "state", spec([_task(tmp_path)], agent), CHECK_SCORER)
+            await run(tmp_path / "state", spec([_task(tmp_path)], _litellm(fake.url)), CHECK_SCORER)
 
     (root,) = [s for s in receiver.spans if s.name == "trajectory calc@0"]
     trace = [s for s in receiver.spans if s.trace_id == root.trace_id]

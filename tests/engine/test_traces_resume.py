@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import anyio
 import pytest
 
+from testsupport.events import announced
 from testsupport.otlp import receiving
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -42,19 +42,6 @@ def _cli(state_dir: Path, endpoint: str, *args: str) -> subprocess.Popen[bytes]:
     )
 
 
-async def _announced(control: Path, expected: str) -> None:
-    """Waits for the scripted scorer's announcement on its FIFO (no polling)."""
-
-    def read() -> None:
-        while True:
-            with open(control / "events") as fifo:
-                if any(line.strip() == expected for line in fifo):
-                    return
-
-    with anyio.fail_after(60):
-        await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
-
-
 async def test_a_trajectory_resumed_after_a_crash_says_so_in_its_trace(tmp_path: Path) -> None:
     control = tmp_path / "control"
     control.mkdir()
@@ -65,7 +52,7 @@ async def test_a_trajectory_resumed_after_a_crash_says_so_in_its_trace(tmp_path:
     with receiving() as receiver:
         first = _cli(state_dir, receiver.url, "run", str(spec), "--id", "c", "--no-progress")
         try:
-            await _announced(control, "scoring t1@0")  # generated (durably), being scored
+            await announced(control / "events", "scoring t1@0")  # generated (durably), being scored
         finally:
             first.send_signal(signal.SIGKILL)
             first.communicate(timeout=30)
