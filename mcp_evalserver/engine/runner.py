@@ -221,10 +221,13 @@ class CampaignRunner:
                 sandboxes=sandboxes,
             )
             # Entered before the run records anything: a missing `otel` extra is said first.
-            async with tracing.campaign_run(self.campaign_id, _run_attributes(state)):
-                return await self._drive(drive, state)
+            async with tracing.campaign_run(self.campaign_id, _run_attributes(state)) as span:
+                await self._drive(drive, state)
+                span.set_attribute("mcp_evalserver.campaign.status", state.status)
+                span.set_attribute("mcp_evalserver.campaign.done", state.done_count)
+                return state
 
-    async def _drive(self, drive: _Drive, state: CampaignState) -> CampaignState:
+    async def _drive(self, drive: _Drive, state: CampaignState) -> None:
         """Runs the unfinished trajectories of `state`, each step recorded by `drive`."""
         self.progress = RunProgress(time.monotonic(), state.done_count)
         await drive.record(RunStarted(pid=os.getpid(), resumed=state.runs > 0))
@@ -254,7 +257,6 @@ class CampaignRunner:
             with anyio.CancelScope(shield=True):
                 cancelled = CampaignCancelled(done=state.done_count, by=self._stopped_by)
                 await drive.record(cancelled)
-        return state
 
 
 def _run_attributes(state: CampaignState) -> dict[str, Any]:

@@ -143,7 +143,7 @@ def _start_provider() -> TracerProvider:
 
 
 @asynccontextmanager
-async def campaign_run(campaign_id: str, attributes: Mapping[str, Any]) -> AsyncIterator[None]:
+async def campaign_run(campaign_id: str, attributes: Mapping[str, Any]) -> AsyncIterator[SpanLike]:
     """The span of one run of a campaign; inside it, trajectories can be traced.
 
     Its provider is flushed and shut down when the block ends, shielded from cancellation.
@@ -152,7 +152,7 @@ async def campaign_run(campaign_id: str, attributes: Mapping[str, Any]) -> Async
         InvalidInput: tracing is asked for, but the `otel` extra is not installed.
     """
     if not enabled():
-        yield
+        yield NO_SPAN
         return
     from opentelemetry import trace
 
@@ -165,7 +165,7 @@ async def campaign_run(campaign_id: str, attributes: Mapping[str, Any]) -> Async
     )
     token = _RUN.set(_Run(provider, tracer, span, capture_content()))
     try:
-        yield
+        yield span
     except BaseException as exc:
         span.set_attribute("error.type", type(exc).__qualname__)
         raise

@@ -111,6 +111,8 @@ async def test_each_trajectory_is_one_trace_of_agent_model_tool_and_scoring_span
     (campaign,) = [s for s in receiver.spans if s.name.startswith("campaign ")]
     assert not campaign.parent_id
     assert campaign.attributes["mcp_evalserver.campaign.resumed"] is False
+    assert campaign.attributes["mcp_evalserver.campaign.status"] == "finished"
+    assert campaign.attributes["mcp_evalserver.campaign.done"] == len(TASKS)
     assert campaign.resource["service.name"] == "mcp-evalserver"
     assert set(traces) == {"calc@0", "calc2@0"}
     assert len({span.trace_id for trace in traces.values() for span in trace}) == len(TASKS)
