@@ -60,6 +60,7 @@ from mcp_evalserver.errors import (
     NotFound,
     sole_error,
 )
+from mcp_evalserver.runtime import tracing
 from mcp_evalserver.runtime.adaptive import LimitChange
 from mcp_evalserver.runtime.artifacts import read_artifact
 from mcp_evalserver.runtime.limits import Limiters, RetryPolicy
@@ -71,8 +72,8 @@ from mcp_evalserver.runtime.sandboxes import (
     workspace_name,
 )
 from mcp_evalserver.sandbox.base import Workspace
-from mcp_evalserver.scoring.base import Scorer, ScoringContext
-from mcp_evalserver.spec.campaign import Task
+from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.spec.campaign import CampaignSpec, Task
 from mcp_evalserver.spec.submission import Submission
 
 logger = logging.getLogger(__name__)
@@ -219,35 +220,60 @@ class CampaignRunner:
                 on_record=self._on_record,
                 sandboxes=sandboxes,
             )
-            self.progress = RunProgress(time.monotonic(), state.done_count)
-            await drive.record(RunStarted(pid=os.getpid(), resumed=state.runs > 0))
-            if infra_failed := state.infra_failed:
-                await drive.record(RetryRequested(trajectories=infra_failed))
-                self.retrying = len(infra_failed)
-            with anyio.CancelScope() as self._cancel_scope:
-                if self._cancel_requested:
-                    self._cancel_scope.cancel()
-                async with anyio.create_task_group() as watching:
-                    watching.start_soon(self._write_nodes, sandboxes)
-                    async with anyio.create_task_group() as group:
-                        drive.group = group  # branches join the run's trajectories
-                        unfinished = [t for t in state.trajectories.values() if not t.done]
-                        for number, trajectory in enumerate(unfinished, start=1):
-                            group.start_soon(drive.trajectory, trajectory)
-                            # Let the first trajectories start while the rest are spawned.
-                            if number % 16 == 0:
-                                await anyio.lowlevel.checkpoint()
-                    watching.cancel_scope.cancel()
-            if calls := drive.limiters.endpoint_calls():
-                # Per run, not per call: a count of refusals (429, 5xx) for the sweep and the
-                # report. A run killed outright loses its counts, never a trajectory.
-                with anyio.CancelScope(shield=True):
-                    await drive.record(EndpointCalls(calls=calls))
-            if self._cancel_requested and state.status != "finished":
-                with anyio.CancelScope(shield=True):
-                    cancelled = CampaignCancelled(done=state.done_count, by=self._stopped_by)
-                    await drive.record(cancelled)
-            return state
+            # Entered before the run records anything: a missing `otel` extra is said first.
+            async with tracing.campaign_run(self.campaign_id, _run_attributes(state)) as span:
+                await self._drive(drive, state)
+                span.set_attribute("mcp_evalserver.campaign.status", state.status)
+                span.set_attribute("mcp_evalserver.campaign.done", state.done_count)
+                return state
+
+    async def _drive(self, drive: _Drive, state: CampaignState) -> None:
+        """Runs the unfinished trajectories of `state`, each step recorded by `drive`."""
+        self.progress = RunProgress(time.monotonic(), state.done_count)
+        await drive.record(RunStarted(pid=os.getpid(), resumed=state.runs > 0))
+        if infra_failed := state.infra_failed:
+            await drive.record(RetryRequested(trajectories=infra_failed))
+            self.retrying = len(infra_failed)
+        with anyio.CancelScope() as self._cancel_scope:
+            if self._cancel_requested:
+                self._cancel_scope.cancel()
+            async with anyio.create_task_group() as watching:
+                watching.start_soon(self._write_nodes, drive.sandboxes)
+                async with anyio.create_task_group() as group:
+                    drive.group = group  # branches join the run's trajectories
+                    unfinished = [t for t in state.trajectories.values() if not t.done]
+                    for number, trajectory in enumerate(unfinished, start=1):
+                        group.start_soon(drive.trajectory, trajectory)
+                        # Let the first trajectories start while the rest are spawned.
+                        if number % 16 == 0:
+                            await anyio.lowlevel.checkpoint()
+                watching.cancel_scope.cancel()
+        if calls := drive.limiters.endpoint_calls():
+            # Per run, not per call: a count of refusals (429, 5xx) for the sweep and the
+            # report. A run killed outright loses its counts, never a trajectory.
+            with anyio.CancelScope(shield=True):
+                await drive.record(EndpointCalls(calls=calls))
+        if self._cancel_requested and state.status != "finished":
+            with anyio.CancelScope(shield=True):
+                cancelled = CampaignCancelled(done=state.done_count, by=self._stopped_by)
+                await drive.record(cancelled)
+
+
+def _run_attributes(state: CampaignState) -> dict[str, Any]:
+    spec = state.spec
+    return {
+        "mcp_evalserver.campaign.name": spec.name,
+        "mcp_evalserver.campaign.resumed": state.runs > 0,
+        "mcp_evalserver.campaign.run": state.runs + 1,
+        "mcp_evalserver.campaign.trajectories": len(state.trajectories),
+        "gen_ai.agent.name": spec.agent.type,
+        "mcp_evalserver.scorer": spec.scorer.type,
+    }
+
+
+def _agent_attributes(spec: CampaignSpec) -> dict[str, Any]:
+    model = getattr(spec.agent, "model", None)
+    return {"gen_ai.request.model": model} if isinstance(model, str) else {}
 
 
 def _replace_file(path: Path, text: str) -> None:
@@ -303,6 +329,23 @@ class _Drive:
             self.on_record(self.state, written)
 
     async def trajectory(self, trajectory: TrajectoryState) -> None:
+        # Resumed: an earlier run left it part done (its trace there never ended).
+        resumed = trajectory.attempts > 0 or trajectory.phase != "pending"
+        attributes = {
+            "mcp_evalserver.task.id": trajectory.task_id,
+            "mcp_evalserver.trajectory.sample": trajectory.sample,
+            "mcp_evalserver.trajectory.resumed": resumed,
+        }
+        if resumed:
+            attributes["mcp_evalserver.trajectory.resumed_from"] = trajectory.phase
+        if trajectory.parent is not None:
+            attributes["mcp_evalserver.trajectory.parent"] = trajectory.parent
+        with tracing.trajectory(self.state.id, trajectory.id, attributes) as span:
+            await self._drive_trajectory(trajectory)
+            if trajectory.outcome is not None:
+                span.set_attribute("mcp_evalserver.trajectory.outcome", trajectory.outcome)
+
+    async def _drive_trajectory(self, trajectory: TrajectoryState) -> None:
         task = self.tasks[trajectory.task_id]
         # Tasks without an environment share no instance, so no instance limit applies to them.
         # The instance limiter comes first: a trajectory waiting for its instance then holds no
@@ -358,10 +401,18 @@ class _Drive:
             branch=branch,
         )
 
+        spec = self.state.spec
+        traced = {"mcp_evalserver.attempt": attempt, **_agent_attributes(spec)}
+
         async def generate() -> Submission:
-            if restart:
-                await self._restart_branch(trajectory, sandbox)
-            return await self.agent.generate(context)
+            with tracing.invoke_agent(spec.agent.type, traced) as span:
+                if restart:
+                    await self._restart_branch(trajectory, sandbox)
+                submission = await self.agent.generate(context)
+                if (usage := submission.usage) is not None:
+                    span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
+                    span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+                return submission
 
         timeout = self.state.spec.limits.trajectory_timeout_s
         done = await self._step(trajectory, GenerationFailed, sandbox, timeout, generate)
@@ -399,9 +450,17 @@ class _Drive:
             sandbox=sandbox,
         )
         timeout = self.state.spec.limits.scoring_timeout_s
-        done = await self._step(
-            trajectory, ScoringFailed, sandbox, timeout, lambda: self.scorer.score(context)
-        )
+
+        async def evaluate() -> ScoreResult:
+            traced = {"mcp_evalserver.attempt": trajectory.scoring_failures + 1}
+            with tracing.scoring(self.state.spec.scorer.type, traced) as span:
+                result = await self.scorer.score(context)
+                span.set_attribute("mcp_evalserver.score.status", result.status)
+                span.set_attribute("mcp_evalserver.score.resolved", result.resolved)
+                span.set_attribute("mcp_evalserver.score.value", result.score)
+                return result
+
+        done = await self._step(trajectory, ScoringFailed, sandbox, timeout, evaluate)
         if isinstance(done, _Failed):
             return done.delay
         result, duration = done

@@ -30,6 +30,7 @@ from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, call, serving
 from tests.agents.helpers import artifact_text, records, run, spec
 from tests.root import require_root
 from tests.sandbox.docker_support import require_docker
+from testsupport.otlp import receiving
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
@@ -297,3 +298,31 @@ def test_an_environment_class_in_the_agent_types_config_is_refused() -> None:
     config = MiniSweAgentConfig(config={"environment": {"environment_class": "docker"}})
     with pytest.raises(InvalidInput, match="trajectory's workspace"):
         build_agent(config)
+
+
+@pytest.mark.anyio
+async def test_its_model_calls_and_commands_are_spans_in_the_trajectorys_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop runs in a worker thread; its queries and commands join the trajectory's trace."""
+    script = [call("bash", command="cat calc.py"), call("bash", command=FIX)]
+    script.append(call("bash", command=SUBMIT_DIFF))
+    with receiving() as receiver, serving(FakeOpenAI(script)) as fake:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        with anyio.fail_after(60):
+            await run(tmp_path / "state", spec([_task(tmp_path)], _litellm(fake.url)), CHECK_SCORER)
+
+    (root,) = [s for s in receiver.spans if s.name == "trajectory calc@0"]
+    trace = [s for s in receiver.spans if s.trace_id == root.trace_id]
+    (invoked,) = [s for s in trace if s.name == "invoke_agent mini-swe-agent"]
+    chats = [s for s in trace if s.name == "chat openai/scripted-model"]
+    assert [s.parent_id for s in chats] == [invoked.span_id] * 3
+    for chat in chats:
+        assert chat.attributes["gen_ai.provider.name"] == "openai"
+        assert chat.attributes["gen_ai.response.model"] == "scripted-model"
+        assert chat.attributes["gen_ai.usage.input_tokens"] == 100
+        assert chat.attributes["gen_ai.usage.output_tokens"] == 20
+    commands = [s for s in trace if s.name == "execute_tool bash"]
+    assert [s.parent_id for s in commands] == [invoked.span_id] * 3
+    assert [s.attributes["process.exit.code"] for s in commands] == [0, 0, 0]
+    assert {s.attributes["gen_ai.conversation.id"] for s in trace} == {"calc@0"}

@@ -29,6 +29,7 @@ from mcp_evalserver.agents.minisweagent.environment import (
 )
 from mcp_evalserver.agents.minisweagent.model import EndpointGatedModel, endpoint_key
 from mcp_evalserver.errors import EvalServerError, InvalidInput
+from mcp_evalserver.runtime import tracing
 from mcp_evalserver.spec.agents import MiniSweAgentConfig
 from mcp_evalserver.spec.submission import Submission, Usage
 
@@ -71,9 +72,12 @@ class MiniSweAgent(Agent):
         settings = copy.deepcopy(self.settings)
         try:
             env_config = WorkspaceEnvironmentConfig(**settings.get("environment", {}))
+            model_config = settings.get("model", {})
+            queried = get_model(config=model_config)
+            _trace_queries(queried, str(model_config.get("model_name", "")))
             model = EndpointGatedModel(
-                get_model(config=settings.get("model", {})),
-                context.limiters.endpoint(endpoint_key(settings.get("model", {}))),
+                queried,
+                context.limiters.endpoint(endpoint_key(model_config)),
                 _on_loop,
                 self._call_threads,
             )
@@ -135,6 +139,32 @@ class MiniSweAgent(Agent):
         # in the workspace's changes.
         patch = submission if submission.strip() else diff
         return Submission(patch=patch, transcript=transcript, usage=usage)
+
+
+def _trace_queries(model: Any, name: str) -> None:
+    """Makes each of `model`'s queries a `chat` span of the trajectory (no-op when untraced).
+
+    The loop calls `query` in its worker thread, which runs in the trajectory's context.
+    """
+    query = model.query
+    # litellm's names say the provider first (`openai/gpt-4o`); a bare name is litellm's guess.
+    provider = name.split("/", 1)[0] if "/" in name else "litellm"
+
+    def traced(messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+        with tracing.chat(name, provider=provider, messages=messages) as span:
+            message: dict[str, Any] = query(messages, **kwargs)
+            response = (message.get("extra") or {}).get("response")
+            if isinstance(response, dict):
+                if isinstance(answered := response.get("model"), str):
+                    span.set_attribute("gen_ai.response.model", answered)
+                counts = response.get("usage")
+                if isinstance(counts, dict):
+                    for ours, theirs in (("input", "prompt"), ("output", "completion")):
+                        if isinstance(tokens := counts.get(f"{theirs}_tokens"), int):
+                            span.set_attribute(f"gen_ai.usage.{ours}_tokens", tokens)
+            return message
+
+    model.query = traced
 
 
 def _on_loop(func: Callable[..., Awaitable[_T]], /, *args: Any) -> _T:
