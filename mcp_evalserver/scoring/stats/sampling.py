@@ -52,8 +52,9 @@ class SamplingPlan:
 
 def task_noise(resolved: int, graded: int) -> float:
     """The estimated variance of one outcome of a task, p (1 - p), p shrunk towards 1/2."""
-    p = (resolved + 0.5) / (graded + 1)
-    return p * (1 - p)
+    # (c + 1/2)(g - c + 1/2) / (g + 1)^2: symmetric to the last bit, so a task that always
+    # passes and one that always fails tie exactly (and the task order breaks the tie).
+    return (resolved + 0.5) * (graded - resolved + 0.5) / (graded + 1) ** 2
 
 
 def plan_samples(
@@ -81,8 +82,12 @@ def plan_samples(
     scale = g / (g - 1) / (n * n)
     variance = (half_width / quantile) ** 2
     noise_now = scale * math.fsum(task_noise(t.resolved, t.graded) / t.graded for t in scored)
-    # The part no sample changes: what the interval shows beyond the noise (never below 0).
-    between = max(0.0, variance - noise_now)
+    if noise_now > variance > 0:
+        # The interval shows less than the model's noise: the noise is all of it.
+        scale *= variance / noise_now
+        noise_now = variance
+    # The part no sample changes: what the interval shows beyond the noise.
+    between = variance - noise_now
     target_variance = (target / quantile) ** 2
     planned_before = sum(t.planned for t in tasks)
     room = sum(max_samples - t.planned for t in open_tasks)
