@@ -56,7 +56,7 @@ def spec(samples: int | dict[str, Any], tasks: int = TASKS, **limits: Any) -> Ca
     return CampaignSpec(
         name="adaptive",
         tasks=numbered_tasks(tasks),
-        samples=samples,  # type: ignore[arg-type]  # validated as the union
+        samples=samples,
         limits=Limits(retry_base_delay_s=0, **limits),
     )
 
