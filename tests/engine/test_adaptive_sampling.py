@@ -354,3 +354,30 @@ def test_a_plan_replays_into_pending_trajectories_named_after_the_samples() -> N
     assert state.sampling is not None
     assert state.sampling.planned == {"t1": 2, "t2": 5}
     assert state.status == "running"
+
+
+async def test_clustered_tasks_are_measured_by_the_cluster_robust_interval(
+    tmp_path: Path,
+) -> None:
+    tasks = numbered_tasks(TASKS)
+    for n, task in enumerate(tasks):
+        task.metadata["family"] = f"f{n % 20}"
+    clustered = CampaignSpec(
+        name="clustered",
+        tasks=tasks,
+        samples=adaptive(0.12) | {"cluster_by": "family"},
+        limits=Limits(retry_base_delay_s=0, concurrency=32),
+    )
+    _, state = await run_campaign(tmp_path, clustered, ScriptedAgent({}), flaky_scorer())
+    assert state.sampling is not None
+    rounds = state.sampling.rounds
+    assert rounds
+    assert {r["interval"] for r in rounds} == {"cluster_robust_t"}
+    assert state.sampling.stopped is not None
+    # The report measures by the spec's clusters too, and gives the same half-width.
+    report = build_report(state)
+    figures = report["mean_pass_rate_clustered"]
+    assert figures["cluster_field"] == "family"
+    assert figures["clusters"] == 20
+    half_width = (figures["high"] - figures["low"]) / 2
+    assert round(half_width, 9) == state.sampling.stopped["half_width"]
