@@ -26,10 +26,11 @@ from mcp_evalserver.engine.records import (
 from mcp_evalserver.engine.report import build_report, render_markdown
 from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.sampling import campaign_interval, next_decision
-from mcp_evalserver.engine.state import CampaignState, replay
+from mcp_evalserver.engine.state import CampaignState, concerning, replay
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput, LedgerCorrupt
 from mcp_evalserver.scoring.stats.sampling import TaskSamples, plan_samples
+from mcp_evalserver.server.events import record_event
 from mcp_evalserver.spec.campaign import CampaignSpec, Limits, parse_spec
 from mcp_evalserver.spec.submission import Submission
 from tests.engine.helpers import numbered_tasks, run_campaign
@@ -381,3 +382,36 @@ async def test_clustered_tasks_are_measured_by_the_cluster_robust_interval(
     assert figures["clusters"] == 20
     half_width = (figures["high"] - figures["low"]) / 2
     assert round(half_width, 9) == state.sampling.stopped["half_width"]
+
+
+async def test_one_trajectorys_records_replay_it_as_the_whole_adaptive_ledger_does(
+    tmp_path: Path,
+) -> None:
+    runner, whole = await run_campaign(
+        tmp_path, spec(adaptive(0.12)), ScriptedAgent({}), flaky_scorer()
+    )
+    records = ledger_records(runner.store.state_dir, runner.campaign_id)
+    grown = [t for t in whole.trajectories.values() if t.sample >= 2]
+    assert grown
+    for trajectory in [*grown[:5], whole.trajectories["t1@0"]]:
+        alone = replay(concerning(records, trajectory.id))
+        assert alone.trajectories[trajectory.id] == trajectory
+
+
+def test_a_follower_reads_each_decision_as_one_line() -> None:
+    planned = SamplesPlanned(
+        seq=1, ts=2.0, round=1, added={"t2": 3, "t1": 1}, half_width=0.2,
+        target_half_width=0.1, interval="bootstrap",
+    )  # fmt: skip
+    state = _state_with([_created(adaptive(0.1)), planned])
+    event = record_event(state, planned)
+    assert event.level == "info"
+    assert event.message == (
+        "c: sampling round 1: 4 more samples for 2 task(s) (half-width 0.200, target 0.1)"
+    )
+    stopped = SamplingStopped(
+        seq=2, ts=3.0, reason="max_reached", half_width=0.15, target_half_width=0.1, planned=9
+    )
+    assert record_event(state, stopped).message == (
+        "c: sampling stopped, max reached (half-width 0.150, target 0.1; 9 trajectories)"
+    )
