@@ -415,3 +415,29 @@ def test_a_follower_reads_each_decision_as_one_line() -> None:
     assert record_event(state, stopped).message == (
         "c: sampling stopped, max reached (half-width 0.150, target 0.1; 9 trajectories)"
     )
+
+
+@pytest.mark.slow
+async def test_over_eight_seeds_adaptive_sampling_halves_the_trajectories_near_the_max_width(
+    tmp_path: Path,
+) -> None:
+    # Within 5% of the fixed-max width: every seed needs fewer trajectories, about half in all.
+    fixed_total = adaptive_total = 0
+    for seed in range(1, 9):
+        _, fixed = await run_campaign(
+            tmp_path / f"fixed{seed}", spec(MAX), ScriptedAgent({}), flaky_scorer(seed)
+        )
+        width = campaign_interval(fixed)
+        assert width is not None
+        target = round(1.05 * width.half_width, 4)
+        _, state = await run_campaign(
+            tmp_path / f"adaptive{seed}", spec(adaptive(target)), ScriptedAgent({}),
+            flaky_scorer(seed),
+        )  # fmt: skip
+        reached = campaign_interval(state)
+        assert reached is not None
+        assert reached.half_width <= target
+        assert len(state.trajectories) < len(fixed.trajectories), seed
+        fixed_total += len(fixed.trajectories)
+        adaptive_total += len(state.trajectories)
+    assert adaptive_total < 0.6 * fixed_total
