@@ -43,11 +43,13 @@ from mcp_evalserver.engine.records import (
     LedgerRecord,
     RetryRequested,
     RunStarted,
+    SamplesPlanned,
     Scored,
     ScoringFailed,
     ScoringStarted,
     TrajectoryBranched,
 )
+from mcp_evalserver.engine.sampling import next_decision
 from mcp_evalserver.engine.state import CampaignState, TrajectoryState, apply_record, replay
 from mcp_evalserver.engine.store import NODES_FILE, CampaignStore
 from mcp_evalserver.errors import (
@@ -239,14 +241,11 @@ class CampaignRunner:
                 self._cancel_scope.cancel()
             async with anyio.create_task_group() as watching:
                 watching.start_soon(self._write_nodes, drive.sandboxes)
-                async with anyio.create_task_group() as group:
-                    drive.group = group  # branches join the run's trajectories
-                    unfinished = [t for t in state.trajectories.values() if not t.done]
-                    for number, trajectory in enumerate(unfinished, start=1):
-                        group.start_soon(drive.trajectory, trajectory)
-                        # Let the first trajectories start while the rest are spawned.
-                        if number % 16 == 0:
-                            await anyio.lowlevel.checkpoint()
+                # Adaptive sampling plans rounds: each starts once the last is scored.
+                while True:
+                    await drive.unfinished()
+                    if not await drive.plan_samples():
+                        break
                 watching.cancel_scope.cancel()
         if calls := drive.limiters.endpoint_calls():
             # Per run, not per call: a count of refusals (429, 5xx) for the sweep and the
@@ -318,6 +317,32 @@ class _Drive:
             t: self.scorer.instance_check(task) for t, task in self.tasks.items()
         }
 
+    async def unfinished(self) -> None:
+        """Drives every unfinished trajectory (and the branches they make) to its end."""
+        async with anyio.create_task_group() as group:
+            self.group = group  # branches join the run's trajectories
+            unfinished = [t for t in self.state.trajectories.values() if not t.done]
+            for number, trajectory in enumerate(unfinished, start=1):
+                group.start_soon(self.trajectory, trajectory)
+                # Let the first trajectories start while the rest are spawned.
+                if number % 16 == 0:
+                    await anyio.lowlevel.checkpoint()
+        self.group = None
+
+    async def plan_samples(self) -> bool:
+        """Records adaptive sampling's next decision, made on scored outcomes only (every
+        trajectory is done by now); whether it planned samples to run."""
+        decision = next_decision(self.state)
+        if decision is None:
+            return False
+        await self.record(decision)
+        if isinstance(decision, SamplesPlanned):
+            return True
+        # Instances kept for more samples are not needed any more.
+        for task in {task.instance_key: task for task in self.tasks.values()}.values():
+            await self._release_if_finished(task)
+        return False
+
     async def _endpoint_limit_changed(self, change: LimitChange) -> None:
         await self.record(EndpointLimitChanged(**dataclasses.asdict(change)), durable=False)
 
@@ -370,8 +395,13 @@ class _Drive:
         """Closes the task's instance once every trajectory of every task sharing it is done
         (idle now, or when its last step ends): the campaign moves on without it."""
         key = task.instance_key
-        trajectories = self.state.trajectories.values()
-        if all(t.done for t in trajectories if self.tasks[t.task_id].instance_key == key):
+        sharing = [
+            t for t in self.state.trajectories.values() if self.tasks[t.task_id].instance_key == key
+        ]
+        # A task that adaptive sampling may give more samples keeps its instance.
+        sampling = self.state.sampling
+        growing = sampling is not None and any(sampling.may_grow(t.task_id) for t in sharing)
+        if not growing and all(t.done for t in sharing):
             await self.sandboxes.release(task, self.state.spec.sandbox)
 
     async def _generate_once(self, trajectory: TrajectoryState, task: Task) -> float:
