@@ -197,6 +197,8 @@ class RayBackend(Backend):
         self._nodes: dict[str, dict[str, Any]] = {}  # alive nodes, as of the last placement
         self._hosts: dict[str, _Node] = {}  # node id -> its actor
         self._host_class: Any = None
+        #: Idle instances released because no node had room for a new one.
+        self.evictions = 0
 
     async def __aenter__(self) -> RayBackend:
         await anyio.to_thread.run_sync(connect, self.address)
@@ -349,6 +351,7 @@ class RayBackend(Backend):
                     idle = [i for i in live if i.placed and not i.placed.workspaces]
                     if idle:
                         await min(idle, key=lambda i: i.placed.last_used if i.placed else 0).evict()
+                        self.evictions += 1
                         continue
                     self._released = anyio.Event()
                     # A joining node frees no workspace: look again now and then.
