@@ -61,6 +61,8 @@ STOP_TIMEOUT_S = 30.0
 # for a free one. A cancel never waits behind them: it has threads of its own.
 OPS_AT_ONCE = 256
 CONTROL = "control"
+# What a node's actor holds of its node's slots (placement counts whole slots itself).
+NODE_ACTOR_SLOTS = 0.01
 # How long a node's actor may take to answer what it has free (its start included).
 FIGURES_TIMEOUT_S = 120.0
 # What a node must have free for one more instance, beyond its slot: memory for its
@@ -296,6 +298,9 @@ class RayBackend(Backend):
                 continue
             handle = self._host_class.options(
                 num_cpus=0,
+                # A sliver of a slot: an autoscaler must not take a node hosting instances
+                # for an idle one (a node whose resources are all free is idle to it).
+                resources={self.slots_resource: NODE_ACTOR_SLOTS},
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
                 max_restarts=0,
                 max_concurrency=self.calls_at_once,
