@@ -39,7 +39,15 @@ from typing import Any
 
 import anyio
 
-from bench.common import REPO, LoadRecord, describe_load, load_average, write_results
+from bench.common import (
+    REPO,
+    LoadRecord,
+    descendants,
+    describe_load,
+    load_average,
+    pss_bytes,
+    write_results,
+)
 from testsupport.loopback import ensure_loopback_namespace
 from testsupport.repos import BUGGY, make_git_repo
 
@@ -68,38 +76,7 @@ def make_repos(root: Path, count: int) -> list[str]:
 
 
 def pss_mb(pids: list[int]) -> float:
-    """The PSS of these processes, in MB (those gone meanwhile count nothing)."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1])
-                        break
-        except OSError:
-            continue
-    return total / 1024
-
-
-def descendants(pid: int) -> list[int]:
-    """`pid` and every process under it."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    found, stack = [], [pid]
-    while stack:
-        current = stack.pop()
-        found.append(current)
-        stack.extend(children.get(current, []))
-    return found
+    return pss_bytes(pids) / (1 << 20)
 
 
 def _agent() -> Any:

@@ -307,7 +307,11 @@ class RayBackend(Backend):
             ).remote(slots)
             host = self._hosts[node_id] = _Node(node_id, handle, slots)
             hosts.append(host)
-        replies = [(host, host.handle.figures.remote()) for host in hosts]
+        # On the actor's control threads: never behind the calls that fill its others.
+        replies = [
+            (host, host.handle.figures.options(concurrency_group=CONTROL).remote())
+            for host in hosts
+        ]
         counts: dict[str, int] = {}
         for instance in self._instances.values():
             if instance.placed is not None and instance.placed.alive:
@@ -317,12 +321,13 @@ class RayBackend(Backend):
             try:
                 with anyio.fail_after(FIGURES_TIMEOUT_S):  # its start included
                     figures = await ref
-            except (TimeoutError, ray.exceptions.RayError) as exc:
-                log.warning("node %s: its actor does not answer: %s", host.node_id[:12], exc)
+            except ray.exceptions.RayActorError as exc:
+                log.warning("node %s: its actor is gone: %s", host.node_id[:12], exc)
                 host.alive = False
-                with contextlib.suppress(Exception):
-                    ray.kill(host.handle)
                 continue
+            except (TimeoutError, ray.exceptions.RayError) as exc:
+                log.warning("node %s: no figures from its actor: %s", host.node_id[:12], exc)
+                continue  # no room there this time
             host.figures = figures
             ours = counts.get(host.node_id, 0)
             room = host.room(ours, self.instance_memory_mb, self.instance_disk_mb)
@@ -364,8 +369,11 @@ class RayBackend(Backend):
                         await self._released.wait()
             if waited.cancelled_caught:
                 raise errors.SandboxUnavailable(
-                    f"no sandbox slot freed within {self.placement_timeout_s:g}s for instance "
-                    f"{instance.spec.key}; add nodes or slots to the Ray cluster"
+                    f"no node had room for instance {instance.spec.key} within "
+                    f"{self.placement_timeout_s:g}s (room: a free `{self.slots_resource}` "
+                    f"slot, {self.instance_memory_mb:g} MB of memory available and "
+                    f"{self.instance_disk_mb:g} MB of disk free); add nodes or slots to the Ray "
+                    "cluster, or lower the campaign's `limits.instances`"
                 )
             assert node is not None
             shipment = await self._shipment(instance.spec)

@@ -259,3 +259,27 @@ async def test_a_node_hosts_its_instances_in_one_actor_and_evicts_its_least_rece
             node.node_id: sorted(i.spec.key for i in (first, second, fourth))
         }
     await anyio.to_thread.run_sync(ray_cluster.kill_worker, node)
+
+
+async def test_an_instance_goes_to_the_node_with_most_room_and_none_without_memory(
+    ray_cluster: LoopbackCluster, own_slots: tuple[str, RayBackend], tmp_path: Path
+) -> None:
+    resource, backend = own_slots
+    big = ray_cluster.add_worker(3, resource)  # Ray starts nodes from the main thread only
+    small = ray_cluster.add_worker(1, resource)
+    with anyio.fail_after(180):
+        first, second = [await backend.instance(_repo(tmp_path)) for _ in range(2)]
+        assert first.placed is not None
+        assert second.placed is not None
+        assert first.placed.node_id == second.placed.node_id == big.node_id  # 3, then 2 free
+        # More memory per instance than any node has available: no room anywhere.
+        async with RayBackend(
+            ray_cluster.address,
+            slots_resource=resource,
+            instance_memory_mb=1 << 40,
+            placement_timeout_s=3,
+        ) as starved:
+            with pytest.raises(errors.SandboxUnavailable, match="memory available"):
+                await starved.instance(_repo(tmp_path))
+    for node in (big, small):
+        await anyio.to_thread.run_sync(ray_cluster.kill_worker, node)
