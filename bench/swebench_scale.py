@@ -109,7 +109,7 @@ def _ledger(state_dir: Path, campaign_id: str) -> list[dict[str, Any]]:
 
 
 async def campaign(
-    paths: list[str], samples: int, state_dir: Path, address: str | None
+    paths: list[str], samples: int, budget: int, state_dir: Path, address: str | None
 ) -> tuple[dict[str, Any], dict[str, tuple[str | None, str | None]]]:
     """Runs the campaign (on Ray at `address`, else locally); its figures and results."""
     from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
@@ -130,7 +130,7 @@ async def campaign(
             per_instance=PER_INSTANCE,
             provisioning=4,
             scoring=CONCURRENCY,
-            instances=BUDGET,
+            instances=budget,
             retry_base_delay_s=0.2,
         ),
         sandbox=RaySandboxConfig(address=address) if address else None,
@@ -225,6 +225,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--instances", type=int, default=INSTANCES)
     parser.add_argument("--samples", type=int, default=SAMPLES)
+    parser.add_argument("--budget", type=int, default=BUDGET, help="limits.instances")
+    parser.add_argument("--results", default="swebench_scale", help="bench/results/NAME.json")
     parser.add_argument("--skip-local", action="store_true", help="the Ray campaign only")
     args = parser.parse_args()
     ensure_loopback_namespace()
@@ -235,7 +237,7 @@ def main() -> None:
         "setup": {
             "instances": args.instances,
             "samples": args.samples,
-            "instance_budget": BUDGET,
+            "instance_budget": args.budget,
             "concurrency": CONCURRENCY,
             "per_instance": PER_INSTANCE,
             "ray_nodes": NODES,
@@ -251,7 +253,9 @@ def main() -> None:
         results: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         if not args.skip_local:
             figures["local"] = {"load_average_start": load_average()}
-            local, results["local"] = anyio.run(campaign, paths, args.samples, root / "local", None)
+            local, results["local"] = anyio.run(
+                campaign, paths, args.samples, args.budget, root / "local", None
+            )
             figures["local"] |= local
             print("local:", json.dumps(figures["local"]))
         with loopback_cluster(workers=NODES, slots=SLOTS) as cluster:
@@ -261,7 +265,7 @@ def main() -> None:
             print(f"instance_mb_ray: {figures['instance_mb_ray']:.2f} MB (load {load_average()})")
             figures["ray"] = {"load_average_start": load_average()}
             ray, results["ray"] = anyio.run(
-                campaign, paths, args.samples, root / "ray", cluster.address
+                campaign, paths, args.samples, args.budget, root / "ray", cluster.address
             )
             figures["ray"] |= ray
             print("ray:", json.dumps(figures["ray"]))
@@ -270,7 +274,7 @@ def main() -> None:
         figures["trajectories_expected"] = args.instances * args.samples
     figures = load.finish(figures)
     print(describe_load(figures))
-    print(f"wrote {write_results('swebench_scale', figures).relative_to(REPO)}")
+    print(f"wrote {write_results(args.results, figures).relative_to(REPO)}")
 
 
 if __name__ == "__main__":
