@@ -63,6 +63,7 @@ bench: venv system
 	-$(PY) -m bench.density
 	-$(PY) -m bench.dashboard
 	-$(PY) -m bench.scale
+	-$(PY) -m bench.swebench_scale
 	$(PY) -m bench.summary
 
 clean:

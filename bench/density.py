@@ -32,7 +32,14 @@ from typing import Any
 
 import anyio
 
-from bench.common import LoadRecord, describe_load, load_average, write_results
+from bench.common import (
+    LoadRecord,
+    descendants,
+    describe_load,
+    load_average,
+    pss_bytes,
+    write_results,
+)
 from mcp_evalserver.errors import EvalServerError
 from mcp_evalserver.sandbox.base import InstanceSpec, Workspace
 from mcp_evalserver.sandbox.local import LocalBackend
@@ -72,26 +79,6 @@ def mem_total() -> int:
         return int(f.readline().split()[1]) * 1024
 
 
-def descendants(root: int) -> list[int]:
-    """`root` and every process below it."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-        children.setdefault(ppid, []).append(int(name))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
 def memory_cgroups() -> int:
     """Memory cgroups on the machine (each costs kernel memory: see bench/README.md)."""
     with open("/proc/cgroups") as f:
@@ -99,20 +86,6 @@ def memory_cgroups() -> int:
             if line.startswith("memory\t"):
                 return int(line.split()[2])
     return 0
-
-
-def pss_bytes(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            continue
-    return total
 
 
 async def answer_all(workspaces: list[Workspace]) -> int:

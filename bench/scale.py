@@ -74,7 +74,7 @@ def _repos(root: Path, count: int) -> list[str]:
 
 
 class _BareActor:
-    """A threaded actor (the kind `InstanceHost` is) with no code of ours: Ray's own cost of a
+    """A threaded actor (the kind `NodeHost` is) with no code of ours: Ray's own cost of a
     call that waits inside."""
 
     def hold(self, seconds: float) -> tuple[float, float]:
@@ -84,15 +84,15 @@ class _BareActor:
 
 
 def _timed_host_class() -> type:
-    """The instance's actor class with one more method: a workspace call and when it ran."""
-    from mcp_evalserver.sandbox.ray_node import InstanceHost, Reply
+    """The node's actor class with one more method: a workspace call and when it ran."""
+    from mcp_evalserver.sandbox.ray_node import NodeHost, Reply
 
-    class TimedHost(InstanceHost):
+    class TimedHost(NodeHost):
         def timed_call(
-            self, name: str, op: str, kwargs: dict[str, Any]
+            self, key: str, name: str, op: str, kwargs: dict[str, Any]
         ) -> tuple[Reply, float, float]:
             started = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process here
-            reply = self.call(name, op, kwargs)
+            reply = self.call(key, name, op, kwargs)
             return reply, started, time.monotonic()
 
     return TimedHost
@@ -123,13 +123,9 @@ async def exec_overhead(address: str, path: str) -> dict[str, float]:
             "scheduling_strategy": NodeAffinitySchedulingStrategy(instance.placed.node_id, False),
         }
         bare: Any = ray.remote(_BareActor).options(**on_node).remote()
-        timed: Any = (
-            ray.remote(_timed_host_class())
-            .options(**on_node)
-            .remote(spec.model_dump(mode="json"), "local")
-        )
-        await timed.start.remote()
-        await timed.create.remote("bench-timed")
+        timed: Any = ray.remote(_timed_host_class()).options(**on_node).remote(1)
+        await timed.start.remote(spec.key, spec.model_dump(mode="json"), "local")
+        await timed.create.remote(spec.key, "bench-timed")
         exec_kwargs = {"cmd": "true", "timeout": 600.0, "output_cap": 1 << 20}
         hold_s = 0.0
 
@@ -151,7 +147,9 @@ async def exec_overhead(address: str, path: str) -> dict[str, float]:
 
         async def transit() -> None:
             sent = time.monotonic()
-            reply, began, ended = await timed.timed_call.remote("bench-timed", "exec", exec_kwargs)
+            reply, began, ended = await timed.timed_call.remote(
+                spec.key, "bench-timed", "exec", exec_kwargs
+            )
             if reply[0] != "ok":
                 raise RuntimeError(f"exec on the timed actor failed: {reply}")
             timings["transit"].append(time.monotonic() - sent - (ended - began))
@@ -175,7 +173,7 @@ async def exec_overhead(address: str, path: str) -> dict[str, float]:
                 await step()
         for workspace in (remote, local):
             await workspace.destroy()
-        await timed.stop.remote()
+        await timed.shutdown.remote()
         for actor in (bare, timed):
             ray.kill(actor)
     p50_ms = {name: statistics.median(values) * 1000 for name, values in timings.items()}

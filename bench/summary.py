@@ -41,6 +41,11 @@ def difference(minuend: str, subtrahend: str) -> Callable[[dict[str, Any]], floa
     return lambda figures: float(figures[minuend]) - float(figures[subtrahend])
 
 
+def within(part: str, name: str, per: str | None = None) -> Callable[[dict[str, Any]], float]:
+    """A figure of one part of a results file (over another of that part, with `per`)."""
+    return lambda figures: float(figures[part][name]) / (float(figures[part][per]) if per else 1)
+
+
 LE, GE = operator.le, operator.ge
 TARGETS = [
     Target("sandbox", "exec `true` / kernel floor", key("exec_vs_floor"), LE, 2, "x"),
@@ -67,6 +72,12 @@ TARGETS = [
     Target("scheduler", "replay of 100k records", key("replay_100k_s"), LE, 2, "s"),
     Target("scale", "ray exec overhead", key("remote_exec_overhead_p50_ms"), LE, 2, "ms"),
     Target("scale", "ray scale efficiency at 4 nodes", key("scale_efficiency_4"), GE, 0.9, ""),
+    Target("swebench_scale", "memory per instance on Ray", key("instance_mb_ray"), LE, 16, "MB"),
+    *(Target("swebench_scale", f"{where}: trajectories finished", within(where, "trajectories"),
+             GE, 2000, "") for where in ("local", "ray")),
+    *(Target("swebench_scale", f"{where}: peak instances alive / budget",
+             within(where, "peak_instances_alive", per="instance_budget"), LE, 1, "")
+      for where in ("local", "ray")),
     Target("dashboard", "slowest warm page", lambda f: max(
         page["warm_p50_ms"] for pages in f["pages"].values() for page in pages.values()),
         LE, 200, "ms"),

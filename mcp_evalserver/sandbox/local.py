@@ -82,6 +82,11 @@ class LocalBackend(Backend):
         await self._group.__aenter__()
         return self
 
+    def mark_set_up(self, key: str) -> None:
+        """Says the setup of instance `key` ran on its directory already (in another process:
+        a directory keeps what its setup did), so its next provisioning skips it."""
+        self._set_up.add(key)
+
     async def instance(self, spec: InstanceSpec) -> SupervisedInstance:
         if self._group is None:
             raise errors.Conflict("use the backend as `async with LocalBackend() as backend`")
@@ -149,6 +154,8 @@ class LocalBackend(Backend):
         await client.start(self._group)
 
         async def on_close() -> None:
+            if closing is not None and self._instances.get(spec.key) is closing:
+                del self._instances[spec.key]  # forgotten: provisioned anew next time
             with anyio.CancelScope(shield=True):
                 with anyio.move_on_after(10):
                     await process.wait()
@@ -161,8 +168,9 @@ class LocalBackend(Backend):
                     await anyio.to_thread.run_sync(_remove_cgroup_tree, cgroup, process.pid)
 
         cgroup_dirs: list[str] = []
+        closing: SupervisedInstance | None = None
         try:
-            instance = await SupervisedInstance.open(
+            instance = closing = await SupervisedInstance.open(
                 client,
                 spec,
                 mode="host",

@@ -1,19 +1,24 @@
-"""The node side of the `ray` backend: one Ray actor per instance, the node's own backend inside.
+"""The node side of the `ray` backend: one Ray actor per node hosts every instance placed there.
 
-`InstanceHost` is the actor's class. On `start` it enters the node's `local` or `docker`
-backend (the supervisor and copy-on-write workspaces exactly as on one machine) in a task of its
-own, provisions the instance, and then answers workspace operations, each one actor call.
-Errors cross back as `(type name, message)` pairs, not pickled exceptions: the driver raises the
-same class from `errors.py`, and a traceback from the node never has to unpickle.
+`NodeHost` is the actor's class; the driver makes one per node (pinned to it) and places many
+instances on it. Inside, the node's own `local` and `docker` backends (one of each, entered
+once, the first time an instance needs it) provision the instances: the supervisor and
+copy-on-write workspaces exactly as on one machine. So an instance costs the node its
+supervisor and a few objects, not a Ray worker process of its own (85 MB each when every
+instance had its own actor; bench/swebench_scale.py measures what one costs now).
+
+Every operation names its instance by key. Errors cross back as `(type name, message)` pairs,
+not pickled exceptions: the driver raises the same class from `errors.py`, and a traceback from
+the node never has to unpickle.
 
 It is a threaded actor, not an async one, for the sake of `exec`: Ray runs an async actor's
 every call on its event loop, a hop from the thread that took the call to the loop's and back
 (about 0.3-0.4 ms a call here, bench/scale.py). So an exec runs on the thread Ray called it on,
-over a connection of its own to the supervisor (`BlockingConnection`, from a pool: one per call
-in flight), and that thread waits for the reply itself. Everything else (provisioning, files,
-diffs, checkpoints) runs on an event loop of the actor's, as before, and its caller's thread
-waits for it there. A call the driver gives up on is ended by `cancel`, with the token the
-driver gave it: Ray does not interrupt a threaded actor's running call.
+over a connection of its own to its instance's supervisor (`BlockingConnection`, from a pool
+per instance: one per call in flight), and that thread waits for the reply itself. Everything
+else (provisioning, files, diffs, checkpoints) runs on the actor's event loop, and its caller's
+thread waits for it there. A call the driver gives up on is ended by `cancel`, with the token
+the driver gave it: Ray does not interrupt a threaded actor's running call.
 
 This module imports Ray only inside the actor: the driver wraps the class with `ray.remote`.
 """
@@ -24,16 +29,25 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import shutil
 import socket
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
 from typing import Any
 
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec, Workspace
 from mcp_evalserver.sandbox.client import BlockingConnection
-from mcp_evalserver.sandbox.shipping import Shipment, materialize, record_setup, setup_ran
+from mcp_evalserver.sandbox.local import LocalBackend
+from mcp_evalserver.sandbox.shipping import (
+    Shipment,
+    materialize,
+    record_setup,
+    registry,
+    setup_ran,
+)
 from mcp_evalserver.sandbox.supervised import SupervisedInstance, SupervisedWorkspace
 
 # What an actor call answers: ("ok", value) or ("error", (error class name, message)).
@@ -65,7 +79,7 @@ def _error(exc: BaseException) -> Reply:
 
 
 def _unmark_for_oom_kill() -> None:
-    """Gives this worker (and so the supervisor it starts) the OOM score of a plain process.
+    """Gives this worker (and so the supervisors it starts) the OOM score of a plain process.
 
     Ray marks its workers first in line for the OOM killer (`oom_score_adj` 1000). The
     supervisor and its workspace holders inherit it, while commands reset theirs to 0, so a
@@ -75,8 +89,31 @@ def _unmark_for_oom_kill() -> None:
         f.write("0")
 
 
+def node_figures() -> dict[str, float]:
+    """What this node has free for instances: memory, disk (where shipped instances and
+    records go), CPUs and the load on them."""
+    meminfo: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            name, _, rest = line.partition(":")
+            meminfo[name] = int(rest.split()[0]) * 1024
+    where = registry()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    disk = shutil.disk_usage(where)
+    return {
+        "memory_available": meminfo.get("MemAvailable", 0),
+        "memory_total": meminfo.get("MemTotal", 0),
+        "disk_free": disk.free,
+        "disk_total": disk.total,
+        "cpus": len(os.sched_getaffinity(0)),
+        "load": os.getloadavg()[0],
+    }
+
+
 class Hosted:
-    """The instance and its workspaces, used on the actor's event loop only."""
+    """One instance on this node and its workspaces, used on the actor's event loop only
+    (its connection pool, by any thread under the node's lock)."""
 
     def __init__(self, spec: InstanceSpec, backend: str, shipment: Shipment | None) -> None:
         self.spec = spec
@@ -84,62 +121,26 @@ class Hosted:
         self.shipment = shipment
         self.instance: Instance | None = None
         self.workspaces: dict[str, Workspace] = {}
-        self._closing: asyncio.Event | None = None
-        self._host_task: asyncio.Task[None] | None = None
+        self.idle_connections: list[BlockingConnection] = []
+        self.direct = True  # until the supervisor's stream turns out to carry no connection
 
-    async def start(self) -> Reply:
-        try:
-            _unmark_for_oom_kill()
-            if self.shipment is not None and self.spec.path is not None:
-                await materialize(self.spec.path, self.shipment)
-            loop = asyncio.get_running_loop()
-            started: asyncio.Future[Instance] = loop.create_future()
-            self._closing = asyncio.Event()
-            # A backend's `async with` must be entered and left by one task, which lives as
-            # long as the instance; each actor call is a task of its own.
-            self._host_task = loop.create_task(self._host(started))
-            self.instance = await started
-        except Exception as exc:
-            return _error(exc)
-        import ray
-
-        return (
-            "ok",
-            {
-                "node_id": ray.get_runtime_context().get_node_id(),
-                "base_commit": self.instance.base_commit,
-                "info": dict(getattr(self.instance, "info", {})),
-                "hostname": socket.gethostname(),
-                "pid": os.getpid(),
-            },
-        )
-
-    async def _host(self, started: asyncio.Future[Instance]) -> None:
-        assert self._closing is not None
-        try:
-            backend: Backend
-            if self.backend_name == "docker":
-                from mcp_evalserver.sandbox.docker import DockerBackend
-
-                backend = DockerBackend()
-            else:
-                from mcp_evalserver.sandbox.local import LocalBackend
-
-                path = self.spec.path or ""
-                key = self.spec.key
-                ran = bool(self.spec.setup) and await asyncio.to_thread(setup_ran, path, key)
-                backend = LocalBackend(set_up=[self.spec.key] if ran else [])
-            async with backend:
-                instance = await backend.instance(self.spec)
-                if self.spec.setup and self.spec.path is not None:
-                    await asyncio.to_thread(record_setup, self.spec.path, self.spec.key)
-                started.set_result(instance)
-                await self._closing.wait()
-        except BaseException as exc:
-            if not started.done():
-                started.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
+    async def start(self, backends: NodeBackends) -> dict[str, Any]:
+        if self.shipment is not None and self.spec.path is not None:
+            await materialize(self.spec.path, self.shipment)
+        backend = await backends.get(self.backend_name)
+        spec = self.spec
+        if spec.setup and spec.path is not None:
+            # A directory keeps what its setup did: an earlier instance here ran it already.
+            ran = await asyncio.to_thread(setup_ran, spec.path, spec.key)
+            if ran and isinstance(backend, LocalBackend):
+                backend.mark_set_up(spec.key)
+        self.instance = await backend.instance(spec)
+        if spec.setup and spec.path is not None:
+            await asyncio.to_thread(record_setup, spec.path, spec.key)
+        return {
+            "base_commit": self.instance.base_commit,
+            "info": dict(getattr(self.instance, "info", {})),
+        }
 
     async def create(self, name: str, archive: bytes | None) -> Reply:
         if self.instance is None:
@@ -190,34 +191,84 @@ class Hosted:
         return ("ok", None)
 
     async def stop(self) -> Reply:
+        """Releases the instance: its supervisor and every workspace go with it."""
         self.workspaces.clear()
-        if self._closing is not None and self._host_task is not None:
-            self._closing.set()
-            with contextlib.suppress(Exception):
-                await self._host_task
+        instance, self.instance = self.instance, None
+        if instance is not None:
+            try:
+                await instance.aclose()
+            except Exception as exc:
+                return _error(exc)
         return ("ok", None)
 
 
-class InstanceHost:
-    """One instance on this node, hosted by the node's own backend.
+class NodeBackends:
+    """The node's own backends, each entered once by a task of its own (a backend's `async
+    with` must be entered and left by one task) and left when the actor stops."""
+
+    def __init__(self) -> None:
+        self._backends: dict[str, Backend] = {}
+        self._starting: dict[str, asyncio.Future[Backend]] = {}
+        self._closing = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def get(self, name: str) -> Backend:
+        backend = self._backends.get(name)
+        if backend is not None:
+            return backend
+        started = self._starting.get(name)
+        if started is None:
+            started = self._starting[name] = asyncio.get_running_loop().create_future()
+            self._tasks.append(asyncio.create_task(self._host(name, started)))
+        try:
+            return await asyncio.shield(started)
+        except BaseException:
+            self._starting.pop(name, None)  # the next instance tries again
+            raise
+
+    async def _host(self, name: str, started: asyncio.Future[Backend]) -> None:
+        try:
+            backend: Backend
+            if name == "docker":
+                from mcp_evalserver.sandbox.docker import DockerBackend
+
+                backend = DockerBackend()
+            else:
+                backend = LocalBackend()
+            async with backend:
+                self._backends[name] = backend
+                started.set_result(backend)
+                await self._closing.wait()
+        except BaseException as exc:
+            if not started.done():
+                started.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._backends.pop(name, None)
+
+    async def aclose(self) -> None:
+        self._closing.set()
+        for task in self._tasks:
+            with contextlib.suppress(Exception):
+                await task
+
+
+class NodeHost:
+    """Every instance the driver placed on this node, hosted by the node's own backends.
 
     Only plain methods here: Ray makes a class with any coroutine method (private ones too) an
     async actor, and runs its plain methods one at a time on the loop.
     """
 
-    def __init__(
-        self, spec: dict[str, Any], backend: str, shipment: list[Shipment] | None = None
-    ) -> None:
-        # The shipment arrives wrapped in a list so Ray passes its object reference as is:
-        # the archive is fetched only on a node that lacks the directory.
-        self._hosted = Hosted(
-            InstanceSpec.model_validate(spec), backend, shipment[0] if shipment else None
-        )
+    def __init__(self, slots: int) -> None:
+        _unmark_for_oom_kill()
+        self._slots = slots
         self._loop = asyncio.new_event_loop()
-        threading.Thread(target=self._loop.run_forever, name="instance-loop", daemon=True).start()
+        threading.Thread(target=self._loop.run_forever, name="node-loop", daemon=True).start()
+        self._backends = NodeBackends()
         self._lock = threading.Lock()
-        self._idle_connections: list[BlockingConnection] = []
-        self._direct = True  # until the supervisor's stream turns out to carry no connection
+        self._hosted: dict[str, Hosted] = {}
         self._giving_up: dict[str, Callable[[], object]] = {}  # token -> how to end its call
         self._cancelled: OrderedDict[str, None] = OrderedDict()
 
@@ -263,6 +314,12 @@ class InstanceHost:
             with self._lock:
                 self._giving_up.pop(token, None)
 
+    def _instance(self, key: str) -> Hosted | Reply:
+        hosted = self._hosted.get(key)
+        if hosted is None or hosted.instance is None:
+            return ("error", ("SandboxUnavailable", f"instance {key} is not on this node"))
+        return hosted
+
     def cancel(self, token: str) -> Reply:
         """Ends the call `token` (the driver gave up on it): its command is killed."""
         with self._lock:
@@ -275,43 +332,100 @@ class InstanceHost:
             give_up()
         return ("ok", None)
 
-    def start(self) -> Reply:
-        """Provisions the instance; answers where it runs and its base commit."""
-        return self._on_loop(self._hosted.start())
+    def figures(self) -> dict[str, float]:
+        """What the node has free (`node_figures`), its slots and the instances it hosts."""
+        return {**node_figures(), "slots": self._slots, "instances": len(self._hosted)}
 
-    def ping(self) -> Reply:
+    def start(
+        self, key: str, spec: dict[str, Any], backend: str, shipment: list[Shipment] | None = None
+    ) -> Reply:
+        """Provisions the instance `key`; answers where it runs and its base commit.
+
+        The shipment arrives wrapped in a list so Ray passes its object reference as is: the
+        archive is fetched only on a node that lacks the directory.
+        """
+        with self._lock:
+            if key in self._hosted:
+                return ("error", ("Conflict", f"instance {key} is on this node already"))
+            if len(self._hosted) >= self._slots:
+                return (
+                    "error",
+                    ("LimitExceeded", f"this node holds {self._slots} instance(s), all placed"),
+                )
+            hosted = self._hosted[key] = Hosted(
+                InstanceSpec.model_validate(spec), backend, shipment[0] if shipment else None
+            )
+
+        async def started() -> Reply:
+            try:
+                where = await hosted.start(self._backends)
+            except Exception as exc:
+                await hosted.stop()
+                return _error(exc)
+            import ray
+
+            node_id = ray.get_runtime_context().get_node_id()
+            host = {"hostname": socket.gethostname(), "pid": os.getpid()}
+            return ("ok", {"node_id": node_id, **host, **where})
+
+        reply = self._on_loop(started())
+        with self._lock:
+            stopped = self._hosted.get(key) is not hosted  # `stop` came while it started
+            if reply[0] != "ok" and not stopped:
+                del self._hosted[key]
+        if reply[0] == "ok" and stopped:
+            self._on_loop(hosted.stop())
+            return ("error", ("SandboxUnavailable", f"instance {key} was stopped as it started"))
+        return reply
+
+    def ping(self, key: str) -> Reply:
         """Answers at once: the cost of an actor call itself (benchmarks, health checks)."""
         return ("ok", None)
 
-    def create(self, name: str, archive: bytes | None = None) -> Reply:
-        """Creates the workspace `name` on this instance (from an exported checkpoint)."""
-        return self._on_loop(self._hosted.create(name, archive))
+    def create(self, key: str, name: str, archive: bytes | None = None) -> Reply:
+        """Creates the workspace `name` on instance `key` (from an exported checkpoint)."""
+        hosted = self._instance(key)
+        if not isinstance(hosted, Hosted):
+            return hosted
+        return self._on_loop(hosted.create(name, archive))
 
-    def fork(self, parent: str, name: str, checkpoint: str | None) -> Reply:
+    def fork(self, key: str, parent: str, name: str, checkpoint: str | None) -> Reply:
         """Creates the workspace `name` as a fork of `parent` (at `checkpoint`, or now)."""
-        return self._on_loop(self._hosted.fork(parent, name, checkpoint))
+        hosted = self._instance(key)
+        if not isinstance(hosted, Hosted):
+            return hosted
+        return self._on_loop(hosted.fork(parent, name, checkpoint))
 
-    def call(self, name: str, op: str, kwargs: dict[str, Any], token: str | None = None) -> Reply:
+    def call(
+        self, key: str, name: str, op: str, kwargs: dict[str, Any], token: str | None = None
+    ) -> Reply:
         """Runs one workspace operation (`exec`, `read_file`, ...) and answers its result;
         `cancel(token)` ends it."""
-        workspace = self._hosted.workspaces.get(name)
+        hosted = self._instance(key)
+        if not isinstance(hosted, Hosted):
+            return hosted
+        workspace = hosted.workspaces.get(name)
         if workspace is None:
             return ("error", ("NotFound", f"no workspace {name!r} on this instance"))
         if op not in WORKSPACE_OPS:
             return ("error", ("InvalidInput", f"unknown workspace operation {op!r}"))
-        if op == "exec" and self._direct and isinstance(workspace, SupervisedWorkspace):
-            return self._exec_direct(workspace, kwargs, token)
-        return self._on_loop(self._hosted.call(workspace, op, kwargs), token)
+        if op == "exec" and hosted.direct and isinstance(workspace, SupervisedWorkspace):
+            return self._exec_direct(hosted, workspace, kwargs, token)
+        return self._on_loop(hosted.call(workspace, op, kwargs), token)
 
     def _exec_direct(
-        self, workspace: SupervisedWorkspace, kwargs: dict[str, Any], token: str | None
+        self,
+        hosted: Hosted,
+        workspace: SupervisedWorkspace,
+        kwargs: dict[str, Any],
+        token: str | None,
     ) -> Reply:
         """`exec` on this thread, over a connection of its own (see the module's docstring)."""
         try:
-            connection = self._take_connection()
+            connection = self._take_connection(hosted)
         except errors.InvalidInput:  # this supervisor's stream carries no other connection
-            self._direct = False
-            return self._on_loop(self._hosted.call(workspace, "exec", kwargs), token)
+            hosted.direct = False
+            return self._on_loop(hosted.call(workspace, "exec", kwargs), token)
         except Exception as exc:
             return _error(exc)
         given_up = threading.Event()
@@ -330,29 +444,48 @@ class InstanceHost:
                 return CANCELLED
             return _error(exc)
         finally:
-            self._give_back(connection)
+            self._give_back(hosted, connection)
         return ("ok", result.model_dump())
 
-    def _take_connection(self) -> BlockingConnection:
+    def _take_connection(self, hosted: Hosted) -> BlockingConnection:
         with self._lock:
-            if self._idle_connections:
-                return self._idle_connections.pop()
-        return asyncio.run_coroutine_threadsafe(self._hosted.connect(), self._loop).result()
+            if hosted.idle_connections:
+                return hosted.idle_connections.pop()
+        return asyncio.run_coroutine_threadsafe(hosted.connect(), self._loop).result()
 
-    def _give_back(self, connection: BlockingConnection) -> None:
-        if connection.closed:  # cancelled, timed out or broken: never reused
-            return
+    def _give_back(self, hosted: Hosted, connection: BlockingConnection) -> None:
         with self._lock:
-            self._idle_connections.append(connection)
+            # Cancelled, timed out or broken, or its instance stopped meanwhile: never reused.
+            if connection.closed or self._hosted.get(hosted.spec.key) is not hosted:
+                connection.close()
+                return
+            hosted.idle_connections.append(connection)
 
-    def destroy(self, name: str) -> Reply:
+    def destroy(self, key: str, name: str) -> Reply:
         """Removes the workspace `name`; a no-op if it is gone."""
-        return self._on_loop(self._hosted.destroy(name))
+        hosted = self._instance(key)
+        if not isinstance(hosted, Hosted):
+            return ("ok", None)
+        return self._on_loop(hosted.destroy(name))
 
-    def stop(self) -> Reply:
-        """Destroys every workspace and releases the instance (the actor is killed after)."""
+    def stop(self, key: str) -> Reply:
+        """Destroys every workspace of instance `key` and releases it (a no-op if it is gone)."""
         with self._lock:
-            idle, self._idle_connections = self._idle_connections, []
+            hosted = self._hosted.pop(key, None)
+            if hosted is None:
+                return ("ok", None)
+            idle, hosted.idle_connections = hosted.idle_connections, []
         for connection in idle:
             connection.close()
-        return self._on_loop(self._hosted.stop())
+        return self._on_loop(hosted.stop())
+
+    def shutdown(self) -> Reply:
+        """Releases every instance and the node's backends (the actor is killed after)."""
+        for key in list(self._hosted):
+            self.stop(key)
+
+        async def closed() -> Reply:
+            await self._backends.aclose()
+            return ("ok", None)
+
+        return self._on_loop(closed())

@@ -57,7 +57,7 @@ def setup_ran(path: str, key: str) -> bool:
     A directory keeps what its setup did, so the next actor there (after a release or a dead
     supervisor) must not run it again.
     """
-    record = _registry() / "setup" / key
+    record = registry() / "setup" / key
     try:
         return record.read_text() == json.dumps(identity(path))
     except OSError:
@@ -66,12 +66,13 @@ def setup_ran(path: str, key: str) -> bool:
 
 def record_setup(path: str, key: str) -> None:
     """Remembers on this node that `key`'s setup ran on `path` (as it is now: same inode)."""
-    folder = _registry() / "setup"
+    folder = registry() / "setup"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / key).write_text(json.dumps(identity(path)))
 
 
-def _registry() -> Path:
+def registry() -> Path:
+    """Where this node records shipped directories and setups that ran."""
     return Path(os.environ.get(SHIPPED_DIR_ENV) or DEFAULT_SHIPPED_DIR)
 
 
@@ -102,13 +103,13 @@ async def materialize(path: str, shipment: Shipment) -> None:
     """
     if identity(path) == shipment.source:
         return  # the driver's own directory: this node shares its disk
-    registry = _registry()
-    if await anyio.to_thread.run_sync(_installed, path, shipment.digest, registry):
+    records = registry()
+    if await anyio.to_thread.run_sync(_installed, path, shipment.digest, records):
         return
     data: bytes = await shipment.archive
     if hashlib.sha256(data).hexdigest() != shipment.digest:
         raise errors.InfrastructureError(f"the archive of {path!r} arrived corrupt")
-    await anyio.to_thread.run_sync(_install, data, path, shipment.digest, registry)
+    await anyio.to_thread.run_sync(_install, data, path, shipment.digest, records)
 
 
 def _installed(path: str, digest: str, registry: Path) -> bool:

@@ -27,9 +27,12 @@ REPO = Path(__file__).resolve().parents[2]
 KUBERAY = REPO / "deploy" / "kuberay"
 SCHEMA = Path(__file__).with_name("raycluster_crd_v1_schema.yaml")
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
-# Memory a slot must have at least: the instance's Ray actor (~85 MB PSS, README's sizing) and
-# room for the commands of its workspaces; SWE-bench runs take 0.5-4 GB each.
-MIN_MEMORY_PER_SLOT = 1 << 30
+# What a worker's memory must hold (README's sizing, bench/swebench_scale.py): the node's one
+# actor, each instance beyond its workspaces (at most 16 MiB, the figure the bench checks),
+# and the commands, one evaluation per core at once (SWE-bench runs take 0.5-4 GB each).
+NODE_ACTOR_MEMORY = 128 << 20
+INSTANCE_MEMORY = 16 << 20
+MEMORY_PER_CORE = 2 << 30
 _QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _UNITS |= {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
@@ -178,8 +181,10 @@ def test_only_workers_offer_sandbox_slots_and_their_pods_can_hold_them() -> None
     resources = container["resources"]
     # Requests equal to limits: a Guaranteed pod, the last one the node evicts under pressure.
     assert resources["requests"] == resources["limits"]
-    assert _bytes(resources["limits"]["memory"]) >= slots * MIN_MEMORY_PER_SLOT
-    assert float(group["rayStartParams"]["num-cpus"]) == float(resources["limits"]["cpu"])
+    cores = float(group["rayStartParams"]["num-cpus"])
+    assert cores == float(resources["limits"]["cpu"])
+    needed = NODE_ACTOR_MEMORY + slots * INSTANCE_MEMORY + cores * MEMORY_PER_CORE
+    assert _bytes(resources["limits"]["memory"]) >= needed
     assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
 
 
@@ -190,3 +195,11 @@ def test_every_mount_names_a_volume_and_shipped_paths_are_recorded_on_one() -> N
     mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
     assert set(mounts.values()) <= volumes
     assert any(Path(DEFAULT_SHIPPED_DIR).is_relative_to(path) for path in mounts)
+
+
+def test_the_readme_states_the_instances_per_node_the_manifest_offers() -> None:
+    slots = int(_ray_resources(_worker_group()["rayStartParams"])[SLOTS_RESOURCE])
+    readme = (KUBERAY / "README.md").read_text()
+    assert f"**{slots} instances per node**" in readme
+    assert f"`sandbox_slots: {slots}`" in readme
+    assert f"`replicas: {_worker_group()['replicas']}`" in readme

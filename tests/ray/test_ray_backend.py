@@ -17,8 +17,8 @@ import ray
 
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import InstanceSpec
-from mcp_evalserver.sandbox.ray import RayBackend, connect
-from mcp_evalserver.sandbox.ray_node import InstanceHost
+from mcp_evalserver.sandbox.ray import RayBackend, RayInstance, connect
+from mcp_evalserver.sandbox.ray_node import Hosted, NodeHost
 from tests.sandbox.host_processes import host_pids, marker, wait_until_gone, wait_until_running
 from testsupport.ray_cluster import LoopbackCluster, worker_without
 
@@ -187,18 +187,22 @@ async def test_where_no_connection_can_be_had_execs_run_on_the_actors_loop_and_s
     to its event loop, where a cancel must kill the command too. The actor's class is driven
     here in this process, as Ray would drive it, one thread per call."""
     connect(ray_cluster.address)  # its start names the node it runs on
-    host = InstanceHost(_repo(tmp_path).model_dump(mode="json"), "local")
+    spec = _repo(tmp_path)
+    key = spec.key
+    host = NodeHost(slots=1)
 
-    async def refused() -> None:
+    async def refused(self: Hosted) -> None:
         raise errors.InvalidInput("this supervisor takes no other connection")
 
-    monkeypatch.setattr(host._hosted, "connect", refused)
+    monkeypatch.setattr(Hosted, "connect", refused)
     arg = marker()
     with anyio.fail_after(120):
-        assert (await anyio.to_thread.run_sync(host.start))[0] == "ok"
-        assert await anyio.to_thread.run_sync(host.create, "w") == ("ok", None)
+        start = functools.partial(host.start, key, spec.model_dump(mode="json"), "local")
+        assert (await anyio.to_thread.run_sync(start))[0] == "ok"
+        hosted = host._hosted[key]
+        assert await anyio.to_thread.run_sync(host.create, key, "w") == ("ok", None)
         status, result = await anyio.to_thread.run_sync(
-            host.call, "w", "exec", {"cmd": "cat a.txt"}, "t1"
+            host.call, key, "w", "exec", {"cmd": "cat a.txt"}, "t1"
         )
         assert (status, result["stdout"]) == ("ok", "hello\n")
         async with anyio.create_task_group() as tg:
@@ -206,7 +210,7 @@ async def test_where_no_connection_can_be_had_execs_run_on_the_actors_loop_and_s
 
             async def hung() -> None:
                 sleep = {"cmd": f"sleep {arg}", "timeout": 30}  # the sandbox's bound if no cancel
-                call = functools.partial(host.call, "w", "exec", sleep, "t2")
+                call = functools.partial(host.call, key, "w", "exec", sleep, "t2")
                 outcome.append(await anyio.to_thread.run_sync(call, abandon_on_cancel=True))
 
             tg.start_soon(hung)
@@ -216,10 +220,66 @@ async def test_where_no_connection_can_be_had_execs_run_on_the_actors_loop_and_s
         # A cancel that comes before its call: the call never starts.
         assert await anyio.to_thread.run_sync(host.cancel, "t3") == ("ok", None)
         sleep = {"cmd": f"sleep {arg}", "timeout": 30}
-        call = functools.partial(host.call, "w", "exec", sleep, "t3")
+        call = functools.partial(host.call, key, "w", "exec", sleep, "t3")
         early = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
-        assert await anyio.to_thread.run_sync(host.stop) == ("ok", None)
+        assert await anyio.to_thread.run_sync(host.stop, key) == ("ok", None)
+        assert await anyio.to_thread.run_sync(host.shutdown) == ("ok", None)
     assert outcome == [("error", ("InfrastructureError", "the call was cancelled"))]
     assert early == ("error", ("InfrastructureError", "the call was cancelled"))
     assert not host_pids(arg)
-    assert host._direct is False
+    assert hosted.direct is False
+
+
+def _pid(instance: RayInstance) -> int | None:
+    """The pid of the actor hosting `instance`, None while it is not placed."""
+    return instance.placed.pid if instance.placed is not None else None
+
+
+async def test_a_node_hosts_its_instances_in_one_actor_and_evicts_its_least_recent_idle_one(
+    ray_cluster: LoopbackCluster, own_slots: tuple[str, RayBackend], tmp_path: Path
+) -> None:
+    resource, backend = own_slots
+    node = ray_cluster.add_worker(3, resource)  # Ray starts nodes from the main thread only
+    with anyio.fail_after(180):
+        specs = [_repo(tmp_path) for _ in range(4)]
+        first, second, third = [await backend.instance(spec) for spec in specs[:3]]
+        actor = _pid(first)
+        assert actor is not None
+        assert _pid(second) == _pid(third) == actor
+        async with await second.workspace("busy") as busy:
+            await (await third.workspace("used")).destroy()  # `third` used after `first`
+            fourth = await backend.instance(specs[3])  # the node is full: `first` makes room
+            assert _pid(first) is None
+            assert _pid(second) == _pid(third) == _pid(fourth) == actor
+            assert (await busy.exec("cat a.txt")).stdout == "hello\n"
+            async with await first.workspace("back") as back:  # placed again: `third` goes
+                assert (await back.exec("cat a.txt")).stdout == "hello\n"
+            assert _pid(third) is None
+        assert backend.placed_on() == {
+            node.node_id: sorted(i.spec.key for i in (first, second, fourth))
+        }
+    await anyio.to_thread.run_sync(ray_cluster.kill_worker, node)
+
+
+async def test_an_instance_goes_to_the_node_with_most_room_and_none_without_memory(
+    ray_cluster: LoopbackCluster, own_slots: tuple[str, RayBackend], tmp_path: Path
+) -> None:
+    resource, backend = own_slots
+    big = ray_cluster.add_worker(3, resource)  # Ray starts nodes from the main thread only
+    small = ray_cluster.add_worker(1, resource)
+    with anyio.fail_after(180):
+        first, second = [await backend.instance(_repo(tmp_path)) for _ in range(2)]
+        assert first.placed is not None
+        assert second.placed is not None
+        assert first.placed.node_id == second.placed.node_id == big.node_id  # 3, then 2 free
+        # More memory per instance than any node has available: no room anywhere.
+        async with RayBackend(
+            ray_cluster.address,
+            slots_resource=resource,
+            instance_memory_mb=1 << 40,
+            placement_timeout_s=3,
+        ) as starved:
+            with pytest.raises(errors.SandboxUnavailable, match="memory available"):
+                await starved.instance(_repo(tmp_path))
+    for node in (big, small):
+        await anyio.to_thread.run_sync(ray_cluster.kill_worker, node)
