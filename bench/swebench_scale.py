@@ -102,7 +102,7 @@ def _agent() -> Any:
 
 
 def _ledger(state_dir: Path, campaign_id: str) -> list[dict[str, Any]]:
-    from mcp_evalserver.engine.campaigns import CampaignStore
+    from mcp_evalserver.engine.store import CampaignStore
 
     path = CampaignStore(state_dir).directory(campaign_id) / "ledger.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -112,7 +112,8 @@ async def campaign(
     paths: list[str], samples: int, budget: int, state_dir: Path, address: str | None
 ) -> tuple[dict[str, Any], dict[str, tuple[str | None, str | None]]]:
     """Runs the campaign (on Ray at `address`, else locally); its figures and results."""
-    from mcp_evalserver.engine.campaigns import CampaignRunner, CampaignStore
+    from mcp_evalserver.engine.runner import CampaignRunner
+    from mcp_evalserver.engine.store import CampaignStore
     from mcp_evalserver.runtime.sandboxes import BackendName, SandboxPool, make_backend
     from mcp_evalserver.sandbox.base import Backend
     from mcp_evalserver.sandbox.ray import RayBackend
