@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcp_evalserver.runtime.limits import Limiters
+from mcp_evalserver.runtime.pricing import Meter
 from mcp_evalserver.runtime.sandboxes import TrajectorySandbox
 from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
@@ -39,6 +40,10 @@ class TrajectoryContext:
     #: Forks this trajectory into n new ones (their ids) at a checkpoint of its workspace;
     #: None where the run cannot start new trajectories.
     branch: Callable[[int], Awaitable[list[str]]] | None = None
+    #: Records the usage of each model call as it is made (the campaign's running cost, which
+    #: its budget is checked against); None where nothing records it. An agent that meters
+    #: none of its calls may give the whole in its submission's `usage` instead.
+    meter: Meter | None = None
 
     @property
     def idempotency_key(self) -> str:

@@ -138,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     resume.add_argument("campaign_id", metavar="ID")
     resume.add_argument("--no-progress", action="store_true", help="no live progress line")
+    resume.add_argument(
+        "--budget-usd",
+        type=float,
+        metavar="USD",
+        help="a new budget, larger than what it spent: what the old one stopped runs again",
+    )
 
     report = commands.add_parser("report", help="print a campaign's report")
     report.add_argument("campaign_id", metavar="ID")
@@ -273,7 +279,13 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
                 "infrastructure failure",
                 file=sys.stderr,
             )
-        return _run(store, args.campaign_id, progress=not args.no_progress, ray_address=args.ray)
+        return _run(
+            store,
+            args.campaign_id,
+            progress=not args.no_progress,
+            ray_address=args.ray,
+            budget_usd=args.budget_usd,
+        )
     if args.command == "status":
         if args.campaign_id is None:
             _print_campaign_list(store)
@@ -329,14 +341,17 @@ def _run(
     progress: bool,
     ray_address: str | None = None,
     scorer: Scorer | None = None,
+    budget_usd: float | None = None,
 ) -> int:
-    """Runs (or resumes) a campaign in this process; `scorer`: the one its creation checked."""
+    """Runs (or resumes) a campaign in this process; `scorer`: the one its creation checked;
+    `budget_usd`: its budget from now on."""
     runner = CampaignRunner(
         store,
         campaign_id,
         scorer=scorer,
         ray_address=ray_address,
         trajectory_endpoints=serve_trajectory,
+        budget_usd=budget_usd,
     )
 
     async def supervise() -> CampaignState:

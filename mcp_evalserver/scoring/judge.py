@@ -34,7 +34,7 @@ from mcp_evalserver.errors import InfrastructureError, InvalidInput
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.runtime.artifacts import ARTIFACTS_DIR
 from mcp_evalserver.runtime.atomic_files import write_atomically
-from mcp_evalserver.runtime.endpoint_calls import call_with_retries, model_client
+from mcp_evalserver.runtime.endpoint_calls import call_usage, call_with_retries, model_client
 from mcp_evalserver.runtime.limits import RetryPolicy
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.spec.agents import DEFAULT_BASE_URL
@@ -218,6 +218,8 @@ class LlmJudgeScorer(Scorer):
             )
         except openai.OpenAIError as exc:
             return RequirementVerdict(requirement, False, error=f"{type(exc).__name__}: {exc}")
+        if context.meter is not None:
+            await context.meter(call_usage(self.model, response), "judge")
         content = response.choices[0].message.content if response.choices else None
         return _read_verdict(requirement, content or "")
 
