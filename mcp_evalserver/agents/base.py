@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from mcp_evalserver.runtime.limits import Limiters
 from mcp_evalserver.runtime.pricing import Meter
@@ -58,6 +59,11 @@ class TrajectoryContext:
 
 class Agent(ABC):
     """Produces one submission per call; one instance serves every trajectory of a campaign."""
+
+    #: Whether it meters each of its model calls (`TrajectoryContext.meter`) as it makes it.
+    #: A budget then stops it at its next call's meter, its call paid and recorded; an agent
+    #: that does not is cancelled where it stands once the budget is spent.
+    meters_calls: ClassVar[bool] = False
 
     @abstractmethod
     async def generate(self, context: TrajectoryContext) -> Submission:

@@ -71,6 +71,8 @@ class ContextExhausted(InvalidInput):
 class OpenAIAgent(Agent):
     """Drives a model through tool calls until it submits or runs out of steps."""
 
+    meters_calls = True
+
     def __init__(self, config: OpenAIAgentConfig) -> None:
         self.config = config
         self.policy = RetryPolicy(

@@ -362,14 +362,23 @@ class _Drive:
         return budget is not None and self.state.spend.priced_usd + self.unapplied_usd >= budget
 
     async def meter(self, trajectory_id: str, usage: ModelUsage, source: UsageSource) -> Priced:
-        """Records model usage of a trajectory and what it cost; stops every generation when
-        the total reaches the budget.
+        """Records model usage of a trajectory and what it cost; once the total reaches the
+        budget, stops every generation: an agent that meters its calls at its next call (here:
+        what it paid for is recorded), any other where it stands.
 
         Raises:
-            InvalidInput: the campaign has a budget and the cost is unknown (recorded all the
-                same, as unknown).
+            InvalidInput: the campaign has a budget and the cost is unknown (recorded as
+                unknown, unless the agent's program reported it: then refused unrecorded).
+            _BudgetStop: the budget is spent and `source` is an agent that meters its calls.
         """
         priced = self.prices.price(usage)
+        unknown = priced.cost_usd is None and self.state.budget_usd is not None
+        if unknown and source == "reported":
+            raise InvalidInput(
+                f"report_usage: this campaign has a budget, and the usage of model "
+                f"{usage.model!r} has no cost: give `cost_usd` (what your provider charged), "
+                "or a model the campaign's prices name"
+            )
         record = ModelUsageRecorded(
             trajectory=trajectory_id,
             source=source,
@@ -393,9 +402,12 @@ class _Drive:
         if source == "agent":
             self.metered.add(trajectory_id)
         if self.over_budget:
-            for scope in self.generating.values():
-                scope.cancel()
-        if priced.cost_usd is None and self.state.budget_usd is not None:
+            if not self.agent.meters_calls:
+                for scope in self.generating.values():
+                    scope.cancel()
+            elif source == "agent":
+                raise _BudgetStop
+        if unknown:
             raise InvalidInput(
                 f"the usage of model {usage.model!r} has no cost: the provider gave none and "
                 "the price table has no price for it, and this campaign has a budget; give "
