@@ -19,6 +19,7 @@ from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
 from mcp_evalserver.engine.records import AttemptStarted, ModelUsageRecorded
 from mcp_evalserver.engine.report import build_report, render_markdown
 from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.state import replay
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.runtime.pricing import PRICES_ENV, PriceTable
@@ -259,6 +260,13 @@ async def test_the_budget_stops_new_trajectories_and_a_larger_one_finishes_the_c
     # Every call is in the ledger, paid ones of stopped attempts included.
     assert len(records(directory, "model_usage")) == fake.requests
     assert cents(finished.spend.priced_usd) == cents(fake.reported_cost)
+    # The ledger alone gives the same: a crash at any point resumes from exactly this.
+    again = replay(read_ledger(directory / LEDGER_FILE).records)
+    assert again.spend == finished.spend
+    assert again.budget_usd == finished.budget_usd
+    assert {t.id: t.spend for t in again.trajectories.values()} == {
+        t.id: t.spend for t in finished.trajectories.values()
+    }
     (budget_set,) = records(directory, "budget_set")
     assert budget_set["budget_usd"] == 1.0
     assert sorted(budget_set["trajectories"]) == sorted(stopped)
