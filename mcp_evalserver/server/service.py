@@ -235,8 +235,12 @@ class EvalService:
                 f"(resource campaign://{campaign_id}/report) or start a new campaign"
             )
         await self._launch(campaign_id, budget_usd=budget_usd)
-        # From the ledger as it was: the run may not have recorded its retries yet.
-        return self.status(campaign_id).model_copy(update={"retrying": len(state.infra_failed)})
+        # From the ledger as it was: the run may not have recorded its retries (or its new
+        # budget) yet.
+        update: dict[str, Any] = {"retrying": len(state.infra_failed)}
+        if budget_usd is not None:
+            update["budget_usd"] = budget_usd
+        return self.status(campaign_id).model_copy(update=update)
 
     async def cancel(self, campaign_id: str) -> CampaignStatus:
         """Stops a campaign running here; what it recorded stays, `resume` continues it.
