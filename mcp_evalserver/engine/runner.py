@@ -607,8 +607,9 @@ class _Drive:
         if reported.requests or reported.input_tokens or reported.output_tokens or usage.cost_usd:
             try:
                 await self.meter(trajectory_id, reported, "agent")
-            except InvalidInput as exc:
-                # Recorded (as unknown) all the same; the work is done: hand it in.
+            except (InvalidInput, _BudgetStop) as exc:
+                # Recorded all the same (an unknown cost as unknown); the work is done: it is
+                # handed in.
                 logger.warning("trajectory %s: %s", trajectory_id, exc)
 
     async def branch(
