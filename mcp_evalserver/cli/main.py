@@ -273,7 +273,13 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
             store, campaign_id, progress=not args.no_progress, ray_address=args.ray, scorer=scorer
         )
     if args.command == "resume":
-        if failed := len(store.load(args.campaign_id).infra_failed):
+        stopped = store.load(args.campaign_id)
+        if args.budget_usd is None and stopped.budget_exhausted and stopped.over_budget:
+            raise InvalidInput(
+                f"campaign {args.campaign_id} {stopped.describe_status()}: "
+                f"${stopped.spend.priced_usd:.4f} spent; give --budget-usd larger than that"
+            )
+        if failed := len(stopped.infra_failed):
             print(
                 f"running {failed} trajectory(ies) again: their last outcome was an "
                 "infrastructure failure",

@@ -14,6 +14,8 @@ from typing import Any
 import anyio
 import pytest
 
+from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.cli.main import main
 from mcp_evalserver.engine.costs import check_budget_prices, price_table
 from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
 from mcp_evalserver.engine.records import AttemptStarted, ModelUsageRecorded
@@ -25,7 +27,7 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.runtime.pricing import PRICES_ENV, PriceTable
 from mcp_evalserver.spec.campaign import CampaignSpec
 from mcp_evalserver.spec.prices import ModelPrice
-from mcp_evalserver.spec.submission import ModelUsage
+from mcp_evalserver.spec.submission import ModelUsage, Submission
 from tests.agents.fake_openai import FakeOpenAI, Reply, Responder, Response, serving
 from tests.agents.helpers import KEY, KEY_ENV, openai_agent, records, run, spec
 
@@ -270,3 +272,42 @@ async def test_the_budget_stops_new_trajectories_and_a_larger_one_finishes_the_c
     (budget_set,) = records(directory, "budget_set")
     assert budget_set["budget_usd"] == 1.0
     assert sorted(budget_set["trajectories"]) == sorted(stopped)
+
+
+class Paying(Agent):
+    """Answers right after one model call its provider says cost $0.25 (a `python` agent)."""
+
+    async def generate(self, context: TrajectoryContext) -> Submission:
+        assert context.meter is not None
+        usage = ModelUsage(model="m", input_tokens=1000, output_tokens=50, cost_usd=0.25)
+        await context.meter(usage, "agent")
+        return Submission(answer=context.task.answer)
+
+
+def paying(options: dict[str, Any]) -> Agent:
+    return Paying()
+
+
+def test_the_command_line_resumes_a_campaign_its_budget_stopped_only_with_a_larger_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(
+        json.dumps(
+            {
+                "tasks": questions(3),
+                "agent": {"type": "python", "factory": "tests.agents.test_costs:paying"},
+                "limits": {"concurrency": 1, "budget_usd": 0.3},
+            }
+        )
+    )
+    state = str(tmp_path / "state")
+    assert main(["--state-dir", state, "run", str(spec_file), "--id", "p", "--no-progress"]) == 0
+    assert "budget: $0.5000 spent of $0.30" in capsys.readouterr().out
+    assert main(["--state-dir", state, "resume", "p", "--no-progress"]) == 2
+    assert "give --budget-usd larger than that" in capsys.readouterr().err
+    resumed = ["--state-dir", state, "resume", "p", "--budget-usd", "2", "--no-progress"]
+    assert main(resumed) == 0
+    finished = CampaignStore(Path(state)).load("p")
+    assert finished.count("resolved") == 3
+    assert finished.spend.priced_usd == 0.75
