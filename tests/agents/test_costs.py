@@ -8,6 +8,9 @@ token usage and, where a reply says so, its own cost (OpenRouter's `usage.cost`)
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -275,17 +278,29 @@ async def test_the_budget_stops_new_trajectories_and_a_larger_one_finishes_the_c
 
 
 class Paying(Agent):
-    """Answers right after one model call its provider says cost $0.25 (a `python` agent)."""
+    """Answers right after one model call its provider says cost $0.25 (a `python` agent).
+
+    With a `control_dir` holding `block-<trajectory>`, once that call is recorded it says
+    `paid <trajectory>` on the FIFO `events` there and hangs (for a test to kill it).
+    """
+
+    def __init__(self, control_dir: str | None = None) -> None:
+        self.control_dir = Path(control_dir) if control_dir else None
 
     async def generate(self, context: TrajectoryContext) -> Submission:
         assert context.meter is not None
         usage = ModelUsage(model="m", input_tokens=1000, output_tokens=50, cost_usd=0.25)
         await context.meter(usage, "agent")
+        control = self.control_dir
+        if control is not None and (control / f"block-{context.trajectory_id}").exists():
+            event = f"paid {context.trajectory_id}\n"
+            await anyio.to_thread.run_sync((control / "events").write_text, event)
+            await anyio.sleep_forever()
         return Submission(answer=context.task.answer)
 
 
 def paying(options: dict[str, Any]) -> Agent:
-    return Paying()
+    return Paying(options.get("control_dir"))
 
 
 def test_the_command_line_resumes_a_campaign_its_budget_stopped_only_with_a_larger_one(
@@ -311,3 +326,71 @@ def test_the_command_line_resumes_a_campaign_its_budget_stopped_only_with_a_larg
     finished = CampaignStore(Path(state)).load("p")
     assert finished.count("resolved") == 3
     assert finished.spend.priced_usd == 0.75
+
+
+def cli(state_dir: Path, *arguments: str) -> subprocess.Popen[bytes]:
+    """The real command line in a process of its own."""
+    environment = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    command = [sys.executable, "-m", "mcp_evalserver.cli", "--state-dir", str(state_dir)]
+    return subprocess.Popen(
+        [*command, *arguments], env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+
+
+@pytest.mark.slow
+async def test_a_run_killed_after_a_paid_call_resumes_with_every_cent_counted(
+    tmp_path: Path,
+) -> None:
+    control = tmp_path / "control"
+    control.mkdir()
+    os.mkfifo(control / "events")
+    (control / "block-q2@0").touch()
+    options = {"control_dir": str(control)}
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(
+        json.dumps(
+            {
+                "tasks": questions(6),
+                "agent": {
+                    "type": "python",
+                    "factory": "tests.agents.test_costs:paying",
+                    "options": options,
+                },
+                "limits": {"concurrency": 1, "budget_usd": 1.0},
+            }
+        )
+    )
+    state_dir = tmp_path / "state"
+    process = cli(state_dir, "run", str(spec_file), "--id", "k", "--no-progress")
+    try:
+        with anyio.fail_after(60):
+            # Blocks until the agent has written it: no polling.
+            line = await anyio.to_thread.run_sync((control / "events").read_text)
+        assert line == "paid q2@0\n"
+    finally:
+        process.kill()
+        process.communicate(timeout=30)
+    killed = CampaignStore(state_dir).load("k")
+    # q2's call was paid, and its record durable before the agent went on.
+    assert killed.spend.priced_usd == 0.75
+    assert killed.trajectories["q2@0"].phase == "generating"
+
+    (control / "block-q2@0").unlink()
+    resumed = cli(state_dir, "resume", "k", "--no-progress")
+    with anyio.fail_after(120):
+        _, err = await anyio.to_thread.run_sync(resumed.communicate)
+    assert resumed.returncode == 0, err.decode()
+    directory = state_dir / "campaigns" / "k"
+    found = read_ledger(directory / LEDGER_FILE).records
+    state = replay(found)
+    # q2 paid twice (killed, then again): $1.00 reached at its second call; nothing after.
+    assert state.spend.priced_usd == 1.0
+    spent = spent_at(found, 1.0)
+    assert spent is not None
+    assert max(r.seq for r in found if isinstance(r, AttemptStarted)) < spent
+    assert [t.outcome for t in state.trajectories.values()] == [
+        "resolved", "resolved", "resolved", "budget_exhausted", "budget_exhausted",
+        "budget_exhausted",
+    ]  # fmt: skip
+    generated = [g["trajectory"] for g in records(directory, "generated")]
+    assert generated == ["q0@0", "q1@0", "q2@0"], "what was generated is never generated again"
