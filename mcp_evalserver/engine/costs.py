@@ -37,14 +37,16 @@ def price_table(spec: CampaignSpec) -> PriceTable:
     return PriceTable.for_campaign(prices)
 
 
-def check_budget_prices(spec: CampaignSpec, table: PriceTable) -> None:
-    """Under a budget, every model the spec names must have a price: a call of unknown cost
-    could not be counted against it.
+def check_budget_prices(
+    spec: CampaignSpec, table: PriceTable, budget_usd: float | None = None
+) -> None:
+    """Under a budget (the spec's, or `budget_usd` a resume gives), every model the spec names
+    must have a price: a call of unknown cost could not be counted against it.
 
     Raises:
-        InvalidInput: the spec has a budget and names a model the table does not price.
+        InvalidInput: there is a budget and the spec names a model the table does not price.
     """
-    if spec.limits.budget_usd is None:
+    if spec.limits.budget_usd is None and budget_usd is None:
         return
     unpriced = sorted({m for m in spec_models(spec) if table.lookup(m) is None})
     if unpriced:

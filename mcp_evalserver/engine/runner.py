@@ -29,7 +29,7 @@ import anyio.lowlevel
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.agents.command import EndpointFactory
-from mcp_evalserver.engine.costs import price_table
+from mcp_evalserver.engine.costs import check_budget_prices, price_table
 from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter
 from mcp_evalserver.engine.parts import CampaignParts
 from mcp_evalserver.engine.records import (
@@ -218,6 +218,7 @@ class CampaignRunner:
             spec = state.spec
             prices = price_table(spec)
             budget = check_new_budget(state, self._budget_usd)
+            check_budget_prices(spec, prices, budget)
             # Resumed where Ray is missing: say so before this run records anything.
             parts = CampaignParts.build(
                 spec,

@@ -176,6 +176,10 @@ def test_a_budget_needs_a_price_for_every_model_the_spec_names() -> None:
         update={"prices": {"scripted-model": ModelPrice(input=1, output=1)}}
     )
     check_budget_prices(priced, price_table(priced))
+    unbudgeted = spec(questions(1), openai_agent("http://127.0.0.1:9/v1"))
+    check_budget_prices(unbudgeted, price_table(unbudgeted))
+    with pytest.raises(InvalidInput, match="scripted-model has none"):
+        check_budget_prices(unbudgeted, price_table(unbudgeted), budget_usd=5.0)  # a resume's
 
 
 async def test_the_judge_calls_are_counted_apart_from_the_agent(tmp_path: Path) -> None:
