@@ -82,7 +82,7 @@ def cost_report(state: CampaignState, resolved_by_task: dict[str, int]) -> dict[
         if trajectory.spend is not None:
             per_task[trajectory.task_id] = trajectory.spend.merged(per_task.get(trajectory.task_id))
     resolved = sum(resolved_by_task.values())
-    total = state.spend.cost_usd if state.spend.requests or state.spend.unpriced else None
+    total = state.spend.cost_usd if state.spend.records else None
     spent = [t for t in state.trajectories.values() if t.spend is not None]
     spent.sort(key=lambda t: (-(t.spend.priced_usd if t.spend else 0.0), t.id))
     return {
@@ -118,10 +118,10 @@ def cost_report(state: CampaignState, resolved_by_task: dict[str, int]) -> dict[
     }
 
 
-def cost_line(cost: dict[str, Any]) -> list[str]:
+def cost_lines(cost: dict[str, Any]) -> list[str]:
     """The report's Markdown lines about cost and budget (none when nothing was recorded)."""
     lines = []
-    if cost["requests"] or cost["unpriced_records"]:
+    if cost["records"]:
         sources = ", ".join(f"{k} ${v:.4f}" for k, v in cost["by_source"].items())
         total = cost["cost_usd"]
         shown = (

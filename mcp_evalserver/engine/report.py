@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from mcp_evalserver.engine.costs import cost_line, cost_report
+from mcp_evalserver.engine.costs import cost_lines, cost_report
 from mcp_evalserver.engine.state import (
     INFRA_OUTCOMES,
     UNGRADED_OUTCOMES,
@@ -522,7 +522,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f" {_rate(latency['throughput_per_s'])}"
     )
     if "cost" in report:
-        lines += cost_line(report["cost"])
+        lines += cost_lines(report["cost"])
     elif summary["input_tokens"] is not None or summary["cost_usd"] is not None:
         cost = summary["cost_usd"]
         lines.append(

@@ -106,6 +106,8 @@ class Spend:
     priced_usd: float = 0.0
     #: Records whose cost is unknown (no provider figure, no price for the model).
     unpriced: int = 0
+    #: Records summed (none: nothing was recorded, which is no cost of $0).
+    records: int = 0
     requests: int = 0
     input_tokens: int = 0
     cached_input_tokens: int = 0
@@ -119,6 +121,7 @@ class Spend:
         return None if self.unpriced else self.priced_usd
 
     def add(self, record: ModelUsageRecorded) -> None:
+        self.records += 1
         self.requests += record.requests
         self.input_tokens += record.input_tokens
         self.cached_input_tokens += record.cached_input_tokens
@@ -147,6 +150,7 @@ class Spend:
             "cost_usd": self.cost_usd,
             "priced_usd": self.priced_usd,
             "unpriced_records": self.unpriced,
+            "records": self.records,
             "requests": self.requests,
             "input_tokens": self.input_tokens,
             "cached_input_tokens": self.cached_input_tokens,
@@ -158,6 +162,7 @@ class Spend:
 _SPEND_COUNTS = (
     "priced_usd",
     "unpriced",
+    "records",
     "requests",
     "input_tokens",
     "cached_input_tokens",

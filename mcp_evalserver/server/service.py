@@ -306,12 +306,12 @@ class EvalService:
             retrying=run.runner.retrying if run is not None else 0,
             reprovisioned=[InstanceReprovisioned(**event) for event in state.reprovisioned[-20:]],
             endpoint_limits={key: e.limit for key, e in state.endpoint_limits.items()},
-            cost_usd=state.spend.cost_usd if state.spend.requests or state.spend.unpriced else None,
+            cost_usd=state.spend.cost_usd if state.spend.records else None,
             spent_usd=state.spend.priced_usd,
             unpriced_records=state.spend.unpriced,
             cost_per_resolved_usd=(
                 cost / resolved
-                if (cost := state.spend.cost_usd) is not None and resolved and state.spend.requests
+                if (cost := state.spend.cost_usd) is not None and resolved and state.spend.records
                 else None
             ),
             budget_usd=state.budget_usd,

@@ -170,7 +170,7 @@ def campaign_row(state: CampaignState) -> dict[str, Any]:
         "duration_s": state.last_ts - state.created_ts,
         "infra_errors": sum(outcomes[o] for o in INFRA_OUTCOMES),
         "budget_exhausted": outcomes["budget_exhausted"],
-        "cost_usd": state.spend.cost_usd if state.spend.requests or state.spend.unpriced else None,
+        "cost_usd": state.spend.cost_usd if state.spend.records else None,
     }
 
 
