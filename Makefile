@@ -55,6 +55,7 @@ docs: venv
 bench: venv system
 	rm -f bench/results/*.json  # a bench that fails must not show an old figure
 	-$(PY) -m bench.scheduler
+	-$(PY) -m bench.tracing
 	-$(PY) -m bench.sandbox
 	-$(PY) -m bench.mcp
 	-$(PY) -m bench.inspect_sandbox

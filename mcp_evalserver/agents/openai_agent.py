@@ -14,6 +14,7 @@ import os
 import re
 import ssl
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -30,12 +31,15 @@ from openai.types.chat import (
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.agents.workspace_tools import WorkspaceTools, tool_schemas
 from mcp_evalserver.errors import InfrastructureError, InvalidInput
+from mcp_evalserver.runtime import tracing
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.runtime.endpoint_calls import (
     call_usage,
     call_with_retries,
+    describe_completion,
     model_client,
     shorten,
+    traced_chat,
 )
 from mcp_evalserver.runtime.limits import RetryPolicy
 from mcp_evalserver.runtime.pricing import Meter
@@ -177,7 +181,14 @@ class OpenAIAgent(Agent):
                     transcript.append({"role": "user", "content": _NUDGE, "step": step})
                     continue
                 for call in calls:
-                    outcome = await tools.call(call.function.name, call.function.arguments)
+                    name, arguments = call.function.name, call.function.arguments
+                    with tracing.tool(name, call_id=call.id, arguments=arguments) as span:
+                        outcome = await tools.call(name, arguments)
+                        if (ran := outcome.command) is not None:
+                            tracing.command_result(
+                                span, ran.exit_code, ran.duration_s, timed_out=ran.timed_out
+                            )
+                        tracing.tool_result(span, outcome.text)
                     if outcome.submitted:
                         transcript.append({"event": "submitted", "step": step})
                         patch = await workspace.diff() if workspace is not None else None
@@ -251,15 +262,35 @@ class _Session:
                 max_completion_tokens=_or_omit(config.max_output_tokens),
             )
 
-        def retrying(reason: str, delay: float) -> None:
-            self.transcript.append(
-                {"event": "retry", "step": step, "reason": reason, "delay_s": round(delay, 3)}
-            )
+        base_url = config.base_url or DEFAULT_BASE_URL
+        with traced_chat(base_url, config.model, messages) as span:
 
+            def retrying(reason: str, delay: float) -> None:
+                retry = {"reason": reason, "delay_s": round(delay, 3)}
+                self.transcript.append({"event": "retry", "step": step, **retry})
+                span.add_event("retry", retry)
+
+            completion = await self._call(limiter, request, retrying)
+            describe_completion(span, completion)
+        # Metered once its span has ended: a budget stopping the agent here is no failed call.
+        await self._count(completion, step, time.monotonic() - started)
+        return completion
+
+    async def _call(
+        self,
+        limiter: EndpointLimiter,
+        request: Callable[[], Awaitable[ChatCompletion]],
+        retrying: Callable[[str, float], None],
+    ) -> ChatCompletion:
+        """`request` through the limiter, retried; the endpoint's refusals as our errors.
+
+        Raises:
+            ContextExhausted: the conversation no longer fits the model's context.
+            InvalidInput: a 4xx other than 429.
+            InfrastructureError: still failing after `retry_attempts` requests.
+        """
         try:
-            completion = await call_with_retries(
-                limiter, request, policy=self.policy, on_retry=retrying
-            )
+            return await call_with_retries(limiter, request, policy=self.policy, on_retry=retrying)
         except openai.APIStatusError as exc:
             status = exc.status_code
             if _CONTEXT_FULL.search(f"{exc.code} {exc.message}"):
@@ -271,8 +302,6 @@ class _Session:
                 f"the model endpoint rejected the request (HTTP {status}): "
                 f"{shorten(exc.message, 500)}; check `model`, `base_url` and the API key"
             ) from exc
-        await self._count(completion, step, time.monotonic() - started)
-        return completion
 
     async def _count(self, completion: ChatCompletion, step: int, latency_s: float) -> None:
         self.usage.requests += 1

@@ -67,6 +67,8 @@ class ToolOutcome:
     text: str
     submitted: bool = False
     answer: str | None = None
+    #: What the command did, for `exec`.
+    command: ExecResult | None = None
 
 
 class WorkspaceTools:
@@ -120,7 +122,7 @@ class WorkspaceTools:
                 result = await workspace.exec(
                     command, timeout=self.command_timeout_s, output_cap=self.output_bytes
                 )
-                return ToolOutcome(_format_exec(result, self.command_timeout_s))
+                return ToolOutcome(_format_exec(result, self.command_timeout_s), command=result)
             path = _text_argument(arguments, "path")
             if name == "read_file":
                 data = await workspace.read_file(path, max_bytes=_READ_LIMIT)

@@ -27,8 +27,14 @@ def progress_line(state: CampaignState, *, done_at_start: int, elapsed_s: float)
     percent = f"{100 * resolved / graded:.1f}%" if graded else "-"
     remaining = total - done
     eta = _clock(remaining / rate) if rate > 0 else ("0:00:00" if remaining == 0 else "?")
+    if (sampling := state.sampling) is not None and sampling.stopped is None:
+        # Adaptive sampling: the total so far, and the most it can grow to.
+        eta = f"{eta}+"
+        total_text = f"{total} (<={sampling.most})"
+    else:
+        total_text = str(total)
     return (
-        f"[{bar}] {done}/{total}  pass {resolved} ({percent})  err {errors}  "
+        f"[{bar}] {done}/{total_text}  pass {resolved} ({percent})  err {errors}  "
         f"{rate:.1f}/s  ETA {eta}"
     )
 

@@ -267,6 +267,38 @@ class BudgetSet(LedgerRecordBase):
     trajectories: list[str] = []
 
 
+class SamplesPlanned(LedgerRecordBase):
+    """Adaptive sampling: `added` more samples per task (`<task>@<n>` onwards, pending), and why.
+
+    Made from the graded outcomes of every trajectory planned before it, all finished: the
+    interval's `half_width` then (`interval` names which), per task what it had (`basis`:
+    resolved / graded) and why it got more (`reasons`), and the half-width the new samples
+    are expected to bring (`predicted_half_width`).
+    """
+
+    kind: Literal["samples_planned"] = "samples_planned"
+    round: int
+    added: dict[str, int]
+    half_width: float
+    predicted_half_width: float | None = None
+    target_half_width: float
+    interval: str
+    basis: dict[str, list[int]] = {}
+    reasons: dict[str, str] = {}
+
+
+class SamplingStopped(LedgerRecordBase):
+    """Adaptive sampling is over: the interval is as narrow as asked, or every task is at max."""
+
+    kind: Literal["sampling_stopped"] = "sampling_stopped"
+    reason: Literal["target_reached", "max_reached"]
+    half_width: float | None = None
+    target_half_width: float
+    interval: str | None = None
+    #: Trajectories planned in all (what the campaign ran, against tasks x max).
+    planned: int = 0
+
+
 class OtherRecord(LedgerRecordBase):
     """A kind this version does not know (a newer version wrote it): kept whole, not fatal."""
 
@@ -296,6 +328,8 @@ KnownRecord = (
     | ModelUsageRecorded
     | BudgetExhausted
     | BudgetSet
+    | SamplesPlanned
+    | SamplingStopped
 )
 KNOWN_KINDS: dict[str, type[LedgerRecordBase]] = {
     model.model_fields["kind"].default: model for model in KnownRecord.__args__
@@ -333,6 +367,8 @@ LedgerRecord = Annotated[
     | Annotated[ModelUsageRecorded, Tag("model_usage")]
     | Annotated[BudgetExhausted, Tag("budget_exhausted")]
     | Annotated[BudgetSet, Tag("budget_set")]
+    | Annotated[SamplesPlanned, Tag("samples_planned")]
+    | Annotated[SamplingStopped, Tag("sampling_stopped")]
     | Annotated[OtherRecord, Tag(_OTHER)],
     Discriminator(_tag),
 ]

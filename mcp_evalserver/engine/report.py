@@ -251,6 +251,8 @@ def build_report(
     scores = [t.score for t in state.trajectories.values() if t.score is not None]
     oracle = getattr(state.spec.agent, "type", None) == "oracle"
     rates = {s.task_id: s.pass_rate for s in task_figures if s.pass_rate is not None}
+    if cluster_by is None and state.sampling is not None:
+        cluster_by = state.sampling.config.cluster_by  # what adaptive sampling measured by
     field, labels, missing = clusters_of(state, cluster_by, rates)
     return {
         "campaign": state.id,
@@ -311,6 +313,41 @@ def build_report(
         "branches": branch_trees(state),
         "branches_as_samples": branches_as_samples,
         "cost": cost_report(state, {task: row["resolved"] for task, row in per_task.items()}),
+        "sampling": adaptive_sampling(state),
+    }
+
+
+def adaptive_sampling(state: CampaignState) -> dict[str, Any] | None:
+    """Adaptive sampling's plan: its settings, each round, the stop, and per task how many
+    samples it got and why (None: a fixed number of samples)."""
+    sampling = state.sampling
+    if sampling is None:
+        return None
+    config = sampling.config
+    tasks: dict[str, dict[str, Any]] = {
+        task_id: {"samples": config.min, "why": [f"{config.min} to start (min)"]}
+        for task_id in sampling.planned
+    }
+    for decision in sampling.rounds:
+        for task_id, added in decision["added"].items():
+            tasks[task_id]["samples"] += added
+            reason = decision["reasons"].get(task_id, "")
+            tasks[task_id]["why"].append(f"+{added} in round {decision['round']}: {reason}")
+    stopped = sampling.stopped
+    for row in tasks.values():
+        if row["samples"] >= config.max:
+            row["why"].append(f"at max ({config.max})")
+        elif stopped is not None and stopped["reason"] == "target_reached":
+            row["why"].append("no more: the interval reached its target")
+    return {
+        "min": config.min,
+        "max": config.max,
+        "target_half_width": config.target_half_width,
+        "planned": sampling.total,
+        "most": sampling.most,
+        "rounds": [{k: v for k, v in r.items() if k != "basis"} for r in sampling.rounds],
+        "stopped": stopped,
+        "tasks": tasks,
     }
 
 
@@ -557,6 +594,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {task_id} | {row['samples']} | {row['resolved']} | {_percent(row['pass_rate'])}"
             f" | {_percent(row['pass_at_k'].get('1'))} | {row['infra_errors']} |"
         )
+    if (sampling := report.get("sampling")) is not None:
+        lines += ["", *sampling_lines(sampling)]
     if (trees := report.get("branches")) is not None:
         best = trees["best_of_branches"]
         lines += [
@@ -704,6 +743,37 @@ def render_comparison_markdown(comparison: dict[str, Any]) -> str:
             + "; `plan` says how many tasks and samples a smaller one needs)"
         )
     return "\n".join(lines) + "\n"
+
+
+def sampling_lines(sampling: dict[str, Any]) -> list[str]:
+    """Adaptive sampling as a person reads it: where it stands or why it stopped, then how
+    many samples each task got and why."""
+    target = f"±{100 * sampling['target_half_width']:.1f} points"
+    rounds = len(sampling["rounds"])
+    planned = f"{sampling['planned']} trajectories planned of at most {sampling['most']}"
+    stopped = sampling["stopped"]
+    if stopped is None:
+        head = f"under way after {rounds} round(s), {planned}; target {target}"
+    else:
+        width = stopped["half_width"]
+        why = (
+            f"the interval ({stopped['interval']}) reached ±{100 * width:.1f} points, within"
+            f" the target {target}"
+            if stopped["reason"] == "target_reached"
+            else f"every task reached max ({sampling['max']}); the interval is"
+            + ("" if width is None else f" ±{100 * width:.1f} points")
+            + f" against a target of {target}"
+        )
+        head = f"stopped after {rounds} round(s) because {why}; {planned}"
+    lines = [
+        f"Adaptive sampling (min {sampling['min']}, max {sampling['max']}): {head}",
+        "",
+        "| task | samples | why |",
+        "|---|---:|---|",
+    ]
+    for task_id, row in sampling["tasks"].items():
+        lines.append(f"| {task_id} | {row['samples']} | {'; '.join(row['why'])} |")
+    return lines
 
 
 def clustered_line(clustered: dict[str, Any]) -> str:

@@ -48,11 +48,13 @@ from mcp_evalserver.engine.records import (
     ModelUsageRecorded,
     RetryRequested,
     RunStarted,
+    SamplesPlanned,
     Scored,
     ScoringFailed,
     ScoringStarted,
     TrajectoryBranched,
 )
+from mcp_evalserver.engine.sampling import next_decision
 from mcp_evalserver.engine.state import CampaignState, TrajectoryState, apply_record, replay
 from mcp_evalserver.engine.store import NODES_FILE, CampaignStore
 from mcp_evalserver.errors import (
@@ -65,6 +67,7 @@ from mcp_evalserver.errors import (
     NotFound,
     sole_error,
 )
+from mcp_evalserver.runtime import tracing
 from mcp_evalserver.runtime.adaptive import LimitChange
 from mcp_evalserver.runtime.artifacts import read_artifact
 from mcp_evalserver.runtime.limits import Limiters, RetryPolicy
@@ -77,8 +80,8 @@ from mcp_evalserver.runtime.sandboxes import (
     workspace_name,
 )
 from mcp_evalserver.sandbox.base import Workspace
-from mcp_evalserver.scoring.base import Scorer, ScoringContext
-from mcp_evalserver.spec.campaign import Task
+from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.spec.campaign import CampaignSpec, Task
 from mcp_evalserver.spec.submission import (
     MAX_COST_USD,
     MAX_TOKENS,
@@ -240,40 +243,64 @@ class CampaignRunner:
                 sandboxes=sandboxes,
                 prices=prices,
             )
-            self.progress = RunProgress(time.monotonic(), state.done_count)
-            await drive.record(RunStarted(pid=os.getpid(), resumed=state.runs > 0))
-            stopped = state.budget_exhausted
-            if budget != state.budget_usd or (stopped and not state.over_budget):
-                # What the budget stopped runs again when the budget now allows it.
-                again = stopped if budget is None or state.spend.priced_usd < budget else []
-                await drive.record(BudgetSet(budget_usd=budget, trajectories=again))
-            if infra_failed := state.infra_failed:
-                await drive.record(RetryRequested(trajectories=infra_failed))
-                self.retrying = len(infra_failed)
-            with anyio.CancelScope() as self._cancel_scope:
-                if self._cancel_requested:
-                    self._cancel_scope.cancel()
-                async with anyio.create_task_group() as watching:
-                    watching.start_soon(self._write_nodes, sandboxes)
-                    async with anyio.create_task_group() as group:
-                        drive.group = group  # branches join the run's trajectories
-                        unfinished = [t for t in state.trajectories.values() if not t.done]
-                        for number, trajectory in enumerate(unfinished, start=1):
-                            group.start_soon(drive.trajectory, trajectory)
-                            # Let the first trajectories start while the rest are spawned.
-                            if number % 16 == 0:
-                                await anyio.lowlevel.checkpoint()
-                    watching.cancel_scope.cancel()
-            if calls := drive.limiters.endpoint_calls():
-                # Per run, not per call: a count of refusals (429, 5xx) for the sweep and the
-                # report. A run killed outright loses its counts, never a trajectory.
-                with anyio.CancelScope(shield=True):
-                    await drive.record(EndpointCalls(calls=calls))
-            if self._cancel_requested and state.status != "finished":
-                with anyio.CancelScope(shield=True):
-                    cancelled = CampaignCancelled(done=state.done_count, by=self._stopped_by)
-                    await drive.record(cancelled)
-            return state
+            # Entered before the run records anything: a missing `otel` extra is said first.
+            async with tracing.campaign_run(self.campaign_id, _run_attributes(state)) as span:
+                await self._drive(drive, state, budget)
+                span.set_attribute("mcp_evalserver.campaign.status", state.status)
+                span.set_attribute("mcp_evalserver.campaign.done", state.done_count)
+                return state
+
+    async def _drive(self, drive: _Drive, state: CampaignState, budget: float | None) -> None:
+        """Runs the unfinished trajectories of `state`, each step recorded by `drive`, under
+        `budget` from now on."""
+        self.progress = RunProgress(time.monotonic(), state.done_count)
+        await drive.record(RunStarted(pid=os.getpid(), resumed=state.runs > 0))
+        stopped = state.budget_exhausted
+        if budget != state.budget_usd or (stopped and not state.over_budget):
+            # What the budget stopped runs again when the budget now allows it (adaptive
+            # sampling decides its next round once they are done, as if never stopped).
+            again = stopped if budget is None or state.spend.priced_usd < budget else []
+            await drive.record(BudgetSet(budget_usd=budget, trajectories=again))
+        if infra_failed := state.infra_failed:
+            await drive.record(RetryRequested(trajectories=infra_failed))
+            self.retrying = len(infra_failed)
+        with anyio.CancelScope() as self._cancel_scope:
+            if self._cancel_requested:
+                self._cancel_scope.cancel()
+            async with anyio.create_task_group() as watching:
+                watching.start_soon(self._write_nodes, drive.sandboxes)
+                # Adaptive sampling plans rounds: each starts once the last is scored.
+                while True:
+                    await drive.unfinished()
+                    if not await drive.plan_samples():
+                        break
+                watching.cancel_scope.cancel()
+        if calls := drive.limiters.endpoint_calls():
+            # Per run, not per call: a count of refusals (429, 5xx) for the sweep and the
+            # report. A run killed outright loses its counts, never a trajectory.
+            with anyio.CancelScope(shield=True):
+                await drive.record(EndpointCalls(calls=calls))
+        if self._cancel_requested and state.status != "finished":
+            with anyio.CancelScope(shield=True):
+                cancelled = CampaignCancelled(done=state.done_count, by=self._stopped_by)
+                await drive.record(cancelled)
+
+
+def _run_attributes(state: CampaignState) -> dict[str, Any]:
+    spec = state.spec
+    return {
+        "mcp_evalserver.campaign.name": spec.name,
+        "mcp_evalserver.campaign.resumed": state.runs > 0,
+        "mcp_evalserver.campaign.run": state.runs + 1,
+        "mcp_evalserver.campaign.trajectories": len(state.trajectories),
+        "gen_ai.agent.name": spec.agent.type,
+        "mcp_evalserver.scorer": spec.scorer.type,
+    }
+
+
+def _agent_attributes(spec: CampaignSpec) -> dict[str, Any]:
+    model = getattr(spec.agent, "model", None)
+    return {"gen_ai.request.model": model} if isinstance(model, str) else {}
 
 
 def check_new_budget(state: CampaignState, budget_usd: float | None) -> float | None:
@@ -346,6 +373,32 @@ class _Drive:
             t: self.scorer.instance_check(task) for t, task in self.tasks.items()
         }
 
+    async def unfinished(self) -> None:
+        """Drives every unfinished trajectory (and the branches they make) to its end."""
+        async with anyio.create_task_group() as group:
+            self.group = group  # branches join the run's trajectories
+            unfinished = [t for t in self.state.trajectories.values() if not t.done]
+            for number, trajectory in enumerate(unfinished, start=1):
+                group.start_soon(self.trajectory, trajectory)
+                # Let the first trajectories start while the rest are spawned.
+                if number % 16 == 0:
+                    await anyio.lowlevel.checkpoint()
+        self.group = None
+
+    async def plan_samples(self) -> bool:
+        """Records adaptive sampling's next decision, made on scored outcomes only (every
+        trajectory is done by now); whether it planned samples to run."""
+        decision = next_decision(self.state)
+        if decision is None:
+            return False
+        await self.record(decision)
+        if isinstance(decision, SamplesPlanned):
+            return True
+        # Instances kept for more samples are not needed any more.
+        for task in {task.instance_key: task for task in self.tasks.values()}.values():
+            await self._release_if_finished(task)
+        return False
+
     async def _endpoint_limit_changed(self, change: LimitChange) -> None:
         await self.record(EndpointLimitChanged(**dataclasses.asdict(change)), durable=False)
 
@@ -417,6 +470,23 @@ class _Drive:
         return priced
 
     async def trajectory(self, trajectory: TrajectoryState) -> None:
+        # Resumed: an earlier run left it part done (its trace there never ended).
+        resumed = trajectory.attempts > 0 or trajectory.phase != "pending"
+        attributes = {
+            "mcp_evalserver.task.id": trajectory.task_id,
+            "mcp_evalserver.trajectory.sample": trajectory.sample,
+            "mcp_evalserver.trajectory.resumed": resumed,
+        }
+        if resumed:
+            attributes["mcp_evalserver.trajectory.resumed_from"] = trajectory.phase
+        if trajectory.parent is not None:
+            attributes["mcp_evalserver.trajectory.parent"] = trajectory.parent
+        with tracing.trajectory(self.state.id, trajectory.id, attributes) as span:
+            await self._drive_trajectory(trajectory)
+            if trajectory.outcome is not None:
+                span.set_attribute("mcp_evalserver.trajectory.outcome", trajectory.outcome)
+
+    async def _drive_trajectory(self, trajectory: TrajectoryState) -> None:
         task = self.tasks[trajectory.task_id]
         # Tasks without an environment share no instance, so no instance limit applies to them.
         # The instance limiter comes first: a trajectory waiting for its instance then holds no
@@ -441,8 +511,13 @@ class _Drive:
         """Closes the task's instance once every trajectory of every task sharing it is done
         (idle now, or when its last step ends): the campaign moves on without it."""
         key = task.instance_key
-        trajectories = self.state.trajectories.values()
-        if all(t.done for t in trajectories if self.tasks[t.task_id].instance_key == key):
+        sharing = [
+            t for t in self.state.trajectories.values() if self.tasks[t.task_id].instance_key == key
+        ]
+        # A task that adaptive sampling may give more samples keeps its instance.
+        sampling = self.state.sampling
+        growing = sampling is not None and any(sampling.may_grow(t.task_id) for t in sharing)
+        if not growing and all(t.done for t in sharing):
             await self.sandboxes.release(task, self.state.spec.sandbox)
 
     async def _generate_once(self, trajectory: TrajectoryState, task: Task) -> float:
@@ -477,13 +552,21 @@ class _Drive:
             meter=functools.partial(self.meter, tid),
         )
 
+        spec = self.state.spec
+        traced = {"mcp_evalserver.attempt": attempt, **_agent_attributes(spec)}
+
         async def generate() -> Submission:
             with anyio.CancelScope() as stop:
                 self.generating[tid] = stop
                 try:
-                    if restart:
-                        await self._restart_branch(trajectory, sandbox)
-                    return await self.agent.generate(context)
+                    with tracing.invoke_agent(spec.agent.type, traced) as span:
+                        if restart:
+                            await self._restart_branch(trajectory, sandbox)
+                        submission = await self.agent.generate(context)
+                        if (usage := submission.usage) is not None:
+                            span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
+                            span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+                        return submission
                 finally:
                     del self.generating[tid]
             raise _BudgetStop
@@ -528,9 +611,17 @@ class _Drive:
             meter=functools.partial(self.meter, tid),
         )
         timeout = self.state.spec.limits.scoring_timeout_s
-        done = await self._step(
-            trajectory, ScoringFailed, sandbox, timeout, lambda: self.scorer.score(context)
-        )
+
+        async def evaluate() -> ScoreResult:
+            traced = {"mcp_evalserver.attempt": trajectory.scoring_failures + 1}
+            with tracing.scoring(self.state.spec.scorer.type, traced) as span:
+                result = await self.scorer.score(context)
+                span.set_attribute("mcp_evalserver.score.status", result.status)
+                span.set_attribute("mcp_evalserver.score.resolved", result.resolved)
+                span.set_attribute("mcp_evalserver.score.value", result.score)
+                return result
+
+        done = await self._step(trajectory, ScoringFailed, sandbox, timeout, evaluate)
         if isinstance(done, _Failed):
             return done.delay
         result, duration = done

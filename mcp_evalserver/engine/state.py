@@ -38,6 +38,10 @@ Record kinds and what they do to a trajectory:
                          campaign's budget was spent before it could start or finish
     budget_set           the budget is now `budget_usd`; the named trajectories stopped at the
                          budget go back to pending
+    samples_planned      adaptive sampling: `added` more samples per task, new trajectories
+                         `<task>@<n>` onwards (pending), with the interval and reasons
+    sampling_stopped     adaptive sampling is over (`reason`: target_reached or max_reached);
+                         until then a campaign whose trajectories are all done is not finished
     branch_restarted     a branch attempt that did not get its fork from this run (a resume
                          after a crash, a retry) began (`source`) at its `checkpoint` or from
                          a `clean` copy of the task, and then `reason` says why
@@ -73,6 +77,8 @@ from mcp_evalserver.engine.records import (
     RescoreRequested,
     RetryRequested,
     RunStarted,
+    SamplesPlanned,
+    SamplingStopped,
     Scored,
     ScoringFailed,
     ScoringStarted,
@@ -82,7 +88,12 @@ from mcp_evalserver.engine.records import (
 )
 from mcp_evalserver.engine.records import Outcome as Outcome  # what a trajectory ended with
 from mcp_evalserver.errors import LedgerCorrupt
-from mcp_evalserver.spec.campaign import CampaignSpec, describe_validation_error, trajectory_id
+from mcp_evalserver.spec.campaign import (
+    AdaptiveSamples,
+    CampaignSpec,
+    describe_validation_error,
+    trajectory_id,
+)
 from mcp_evalserver.spec.scorers import ScorerConfig
 
 Phase = Literal["pending", "generating", "generated", "scoring", "done"]
@@ -228,6 +239,33 @@ class EndpointLimit:
 
 
 @dataclass
+class SamplingState:
+    """Adaptive sampling as its records left it: samples planned per task, every decision."""
+
+    config: AdaptiveSamples
+    #: Task id -> samples planned so far (its trajectories are `<task>@0` .. `@<n-1>`).
+    planned: dict[str, int]
+    #: Each `samples_planned` record's decision (round, added, half_width, reasons...).
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    #: The `sampling_stopped` record's figures once sampling is over.
+    stopped: dict[str, Any] | None = None
+
+    def may_grow(self, task_id: str) -> bool:
+        """Whether the task may still get more samples."""
+        return self.stopped is None and self.planned.get(task_id, 0) < self.config.max
+
+    @property
+    def total(self) -> int:
+        """Trajectories planned so far."""
+        return sum(self.planned.values())
+
+    @property
+    def most(self) -> int:
+        """Trajectories the campaign can reach: every task at `max`."""
+        return len(self.planned) * self.config.max
+
+
+@dataclass
 class CampaignState:
     """Everything known about a campaign, rebuilt from its ledger."""
 
@@ -257,13 +295,21 @@ class CampaignState:
     spend: Spend = field(default_factory=Spend)
     #: The budget in force (`limits.budget_usd`, or what a `budget_set` record made it).
     budget_usd: float | None = None
+    #: Adaptive sampling (`samples: {"min", "max", "target_half_width"}`), else None.
+    sampling: SamplingState | None = None
     last_seq: int = -1
     last_ts: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def status(self) -> CampaignStatus:
-        if all(t.done for t in self.trajectories.values()):
+        # An adaptive campaign between rounds has nothing running and is not finished: the
+        # next decision (more samples or the stop) is still to be recorded. Unless its budget
+        # stopped trajectories: it is finished as a fixed campaign is, the plan waiting for a
+        # resume with a larger budget (which runs them, then decides).
+        sampling = self.sampling
+        sampling_over = sampling is None or sampling.stopped is not None or self.budget_stopped
+        if sampling_over and all(t.done for t in self.trajectories.values()):
             return "finished"
         return "cancelled" if self.cancelled else "running"
 
@@ -300,6 +346,11 @@ class CampaignState:
     def budget_exhausted(self) -> list[str]:
         """Trajectories the budget stopped: a resume with a larger budget runs them."""
         return [t.id for t in self.trajectories.values() if t.outcome == "budget_exhausted"]
+
+    @property
+    def budget_stopped(self) -> bool:
+        """The budget stopped trajectories (none was let run since with a larger one)."""
+        return any(t.outcome == "budget_exhausted" for t in self.trajectories.values())
 
     @property
     def over_budget(self) -> bool:
@@ -345,7 +396,7 @@ def replay(records: Iterable[LedgerRecord]) -> CampaignState:
     spec = CampaignSpec.model_validate(first.spec)
     trajectories: dict[str, TrajectoryState] = {}
     for task in spec.task_list():
-        for sample in range(spec.samples):
+        for sample in range(spec.initial_samples):
             tid = trajectory_id(task.id, sample)
             trajectories[tid] = TrajectoryState(tid, task.id, sample)
     state = CampaignState(
@@ -357,6 +408,9 @@ def replay(records: Iterable[LedgerRecord]) -> CampaignState:
         last_ts=first.ts,
         budget_usd=spec.limits.budget_usd,
     )
+    if (adaptive := spec.adaptive) is not None:
+        planned = {task.id: adaptive.min for task in spec.task_list()}
+        state.sampling = SamplingState(adaptive, planned)
     for record in iterator:
         apply_record(state, record)
     return state
@@ -392,6 +446,10 @@ def concerning(records: list[LedgerRecord], trajectory: str) -> list[LedgerRecor
             case RescoreRequested() | RetryRequested() | CheckpointKept() | BudgetSet():
                 listed = [t for t in record.trajectories if t == trajectory]
                 kept.append(record.model_copy(update={"trajectories": listed}))
+            case SamplesPlanned():
+                # Its task's samples only (the spec kept holds no other task).
+                added = {t: n for t, n in record.added.items() if t == task}
+                kept.append(record.model_copy(update={"added": added}))
             case TrajectoryBranched():
                 if record.trajectory in lineage:
                     kept.append(record)
@@ -537,6 +595,56 @@ def _branched(state: CampaignState, record: TrajectoryBranched) -> None:
         checkpoint=record.checkpoint,
         branched_ts=record.ts,
     )
+
+
+def _samples_planned(state: CampaignState, record: SamplesPlanned) -> None:
+    sampling = _sampling(state, record)
+    for task_id, added in record.added.items():
+        planned = sampling.planned.get(task_id)
+        if planned is None or added < 1 or planned + added > sampling.config.max:
+            raise LedgerCorrupt(
+                f"record seq {record.seq} ({record.kind}) adds {added} sample(s) to task "
+                f"{task_id!r}: it must be a task of the campaign, below max "
+                f"({sampling.config.max}) after them"
+            )
+        for sample in range(planned, planned + added):
+            tid = trajectory_id(task_id, sample)
+            state.trajectories[tid] = TrajectoryState(tid, task_id, sample)
+        sampling.planned[task_id] = planned + added
+    sampling.rounds.append(
+        {
+            "round": record.round,
+            "ts": record.ts,
+            "added": dict(record.added),
+            "half_width": record.half_width,
+            "predicted_half_width": record.predicted_half_width,
+            "target_half_width": record.target_half_width,
+            "interval": record.interval,
+            "basis": dict(record.basis),
+            "reasons": dict(record.reasons),
+        }
+    )
+
+
+def _sampling_stopped(state: CampaignState, record: SamplingStopped) -> None:
+    sampling = _sampling(state, record)
+    sampling.stopped = {
+        "reason": record.reason,
+        "ts": record.ts,
+        "half_width": record.half_width,
+        "target_half_width": record.target_half_width,
+        "interval": record.interval,
+        "planned": record.planned,
+    }
+
+
+def _sampling(state: CampaignState, record: LedgerRecordBase) -> SamplingState:
+    if state.sampling is None or state.sampling.stopped is not None:
+        raise LedgerCorrupt(
+            f"record seq {record.seq} ({record.kind}) in a campaign without adaptive sampling "
+            "under way; move the ledger aside and inspect it: a ledger is never rewritten"
+        )
+    return state.sampling
 
 
 def _checkpoint_kept(state: CampaignState, record: CheckpointKept) -> None:
@@ -731,6 +839,8 @@ _APPLY: dict[type[LedgerRecordBase], Callable[[CampaignState, Any], None]] = {
     LedgerRepaired: _repaired,
     RescoreRequested: _rescore_requested,
     RetryRequested: _retry_requested,
+    SamplesPlanned: _samples_planned,
+    SamplingStopped: _sampling_stopped,
     InstanceReprovisioned: _reprovisioned,
     EndpointLimitChanged: _endpoint_limit,
     JudgeCalibrated: _calibrated,

@@ -137,8 +137,9 @@ def _patch(state: CampaignState, directory: Path, trajectory: TrajectoryState) -
 
 
 def _chosen(state: CampaignState, sample: int) -> list[TrajectoryState]:
-    if not 0 <= sample < state.spec.samples:
-        raise InvalidInput(f"sample {sample}: campaign {state.id} has {state.spec.samples}")
+    # (Adaptive sampling gives tasks different counts: every task has its first ones.)
+    if not 0 <= sample < (count := state.spec.initial_samples):
+        raise InvalidInput(f"sample {sample}: campaign {state.id} has {count} for every task")
     return [state.trajectories[trajectory_id(t.id, sample)] for t in state.spec.task_list()]
 
 

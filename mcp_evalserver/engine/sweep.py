@@ -101,7 +101,8 @@ def plan_sweep(
         "id": sweep_id,
         "levels": sorted(set(levels)),
         "tasks": [task.id for task in chosen],
-        "samples": samples or spec.samples,
+        # A fixed count: adaptive sampling would give each level a campaign of another size.
+        "samples": samples or spec.initial_samples,
         "campaigns": {str(level): f"{sweep_id}-c{level}" for level in sorted(set(levels))},
         "spec": spec.model_copy(update={"tasks": chosen}).model_dump(mode="json"),
     }

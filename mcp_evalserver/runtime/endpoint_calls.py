@@ -16,11 +16,13 @@ gives it and nothing the `openai` library would add from the server's environmen
 from __future__ import annotations
 
 import email.utils
+import json
 import os
 import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -31,6 +33,7 @@ from openai.types.chat import ChatCompletion
 from pydantic import ValidationError
 
 from mcp_evalserver.errors import InfrastructureError
+from mcp_evalserver.runtime import tracing
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.runtime.limits import RetryPolicy
 from mcp_evalserver.spec.agents import DEFAULT_BASE_URL
@@ -181,6 +184,37 @@ async def call_with_retries(
         if on_retry is not None:
             on_retry(reason, delay)
         await anyio.sleep(delay)
+
+
+def traced_chat(
+    base_url: str, model: str, messages: list[dict[str, Any]]
+) -> AbstractContextManager[tracing.SpanLike]:
+    """The `chat` span of one call (its retries included) to the endpoint at `base_url`."""
+    parts = urlsplit(base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    server = (parts.hostname, port) if parts.hostname else None
+    return tracing.chat(model, server=server, messages=messages)
+
+
+def describe_completion(span: tracing.SpanLike, completion: ChatCompletion) -> None:
+    """What the endpoint answered, on the call's `chat` span: model, usage, finish reasons,
+    and the output messages when contents are captured."""
+    if span is tracing.NO_SPAN:
+        return
+    span.set_attribute("gen_ai.response.id", completion.id)
+    span.set_attribute("gen_ai.response.model", completion.model)
+    reasons = [choice.finish_reason for choice in completion.choices]
+    span.set_attribute("gen_ai.response.finish_reasons", reasons)
+    if completion.usage is not None:
+        span.set_attribute("gen_ai.usage.input_tokens", completion.usage.prompt_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", completion.usage.completion_tokens)
+    if tracing.captures_content():
+        output = []
+        for choice in completion.choices:
+            message = choice.message.model_dump(exclude_none=True)
+            (shaped,) = tracing.input_messages([message])
+            output.append({**shaped, "finish_reason": choice.finish_reason})
+        span.set_attribute("gen_ai.output.messages", json.dumps(output))
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

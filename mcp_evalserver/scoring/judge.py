@@ -25,16 +25,23 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from mcp_evalserver.errors import InfrastructureError, InvalidInput
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.runtime.artifacts import ARTIFACTS_DIR
 from mcp_evalserver.runtime.atomic_files import write_atomically
-from mcp_evalserver.runtime.endpoint_calls import call_usage, call_with_retries, model_client
+from mcp_evalserver.runtime.endpoint_calls import (
+    call_usage,
+    call_with_retries,
+    describe_completion,
+    model_client,
+    traced_chat,
+)
 from mcp_evalserver.runtime.limits import RetryPolicy
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.spec.agents import DEFAULT_BASE_URL
@@ -203,21 +210,28 @@ class LlmJudgeScorer(Scorer):
             f"Task:\n{context.task.prompt}\n\nSubmission:\n{submission}\n\n"
             f"Requirement:\n{requirement}"
         )
-        try:
-            response = await call_with_retries(
-                endpoint,
-                lambda: client.chat.completions.create(
-                    model=self.model,
-                    messages=[
-                        {"role": "system", "content": SYSTEM_PROMPT},
-                        {"role": "user", "content": user},
-                    ],
-                    temperature=self.temperature,
-                ),
-                policy=self.policy,
-            )
-        except openai.OpenAIError as exc:
-            return RequirementVerdict(requirement, False, error=f"{type(exc).__name__}: {exc}")
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": user},
+        ]
+        with traced_chat(self.base_url, self.model, messages) as span:
+            try:
+                response = await call_with_retries(
+                    endpoint,
+                    lambda: client.chat.completions.create(
+                        model=self.model,
+                        messages=cast("list[ChatCompletionMessageParam]", messages),
+                        temperature=self.temperature,
+                    ),
+                    policy=self.policy,
+                    on_retry=lambda reason, delay: span.add_event(
+                        "retry", {"reason": reason, "delay_s": round(delay, 3)}
+                    ),
+                )
+            except openai.OpenAIError as exc:
+                span.set_attribute("error.type", type(exc).__name__)
+                return RequirementVerdict(requirement, False, error=f"{type(exc).__name__}: {exc}")
+            describe_completion(span, response)
         if context.meter is not None:
             await context.meter(call_usage(self.model, response), "judge")
         content = response.choices[0].message.content if response.choices else None

@@ -23,6 +23,8 @@ from mcp_evalserver.engine.records import (
     InstanceReprovisioned,
     LedgerRecord,
     RunStarted,
+    SamplesPlanned,
+    SamplingStopped,
 )
 from mcp_evalserver.engine.state import UNGRADED_OUTCOMES, CampaignState
 
@@ -78,6 +80,20 @@ def record_event(state: CampaignState, record: LedgerRecord) -> CampaignEvent:
         level = "warning" if isinstance(record, InstanceReprovisioned) else "notice"
         reason = record.reason
         message = f"{message}" + (f": {reason}" if reason else "")
+    elif isinstance(record, SamplesPlanned):
+        level = "info"
+        message = (
+            f"{campaign_id}: sampling round {record.round}: {sum(record.added.values())} more"
+            f" samples for {len(record.added)} task(s) (half-width {record.half_width:.3f},"
+            f" target {record.target_half_width:g})"
+        )
+    elif isinstance(record, SamplingStopped):
+        level = "notice"
+        width = "-" if record.half_width is None else f"{record.half_width:.3f}"
+        message = (
+            f"{campaign_id}: sampling stopped, {record.reason.replace('_', ' ')} (half-width"
+            f" {width}, target {record.target_half_width:g}; {record.planned} trajectories)"
+        )
     return CampaignEvent(level, campaign_id, message, data | {"message": message})
 
 

@@ -20,6 +20,21 @@ class InstanceReprovisioned(BaseModel):
     ts: float | None
 
 
+class SamplingProgress(BaseModel):
+    """Adaptive sampling so far: the total is not known up front."""
+
+    planned: int = Field(description="Trajectories planned so far (`trajectories` counts them).")
+    most: int = Field(description="Trajectories if every task reached `max` samples.")
+    rounds: int = Field(description="Rounds of extra samples planned so far.")
+    half_width: float | None = Field(
+        description="The mean pass rate's interval half-width at the last decision."
+    )
+    target_half_width: float
+    stopped: str | None = Field(
+        description="Why sampling stopped (`target_reached`, `max_reached`); null while it goes on."
+    )
+
+
 class CampaignStatus(BaseModel):
     """Where a campaign stands."""
 
@@ -94,6 +109,9 @@ class CampaignStatus(BaseModel):
     budget_usd: float | None = Field(None, description="Its budget in force (`limits.budget_usd`).")
     budget_exhausted: int = Field(
         0, description="Trajectories the budget stopped (not graded); resume with a larger budget."
+    )
+    sampling: SamplingProgress | None = Field(
+        None, description="Adaptive sampling's progress; null for a fixed number of samples."
     )
     next_step: str = Field(description="What to do next with this campaign.")
 

@@ -57,6 +57,7 @@ from mcp_evalserver.server.models import (
     CampaignStatus,
     Comparison,
     InstanceReprovisioned,
+    SamplingProgress,
     ScoringStatus,
 )
 from mcp_evalserver.server.privileges import Privileges
@@ -316,6 +317,7 @@ class EvalService:
             ),
             budget_usd=state.budget_usd,
             budget_exhausted=len(state.budget_exhausted),
+            sampling=_sampling_progress(state),
             next_step=_next_step(
                 state, active=active, awaiting=awaiting, error=error, interrupted=interrupted
             ),
@@ -684,11 +686,29 @@ def _trajectory_summary(trajectory: TrajectoryState) -> dict[str, Any]:
     }
 
 
+def _sampling_progress(state: CampaignState) -> SamplingProgress | None:
+    sampling = state.sampling
+    if sampling is None:
+        return None
+    last = sampling.stopped or (sampling.rounds[-1] if sampling.rounds else None)
+    return SamplingProgress(
+        planned=sampling.total,
+        most=sampling.most,
+        rounds=len(sampling.rounds),
+        half_width=last["half_width"] if last is not None else None,
+        target_half_width=sampling.config.target_half_width,
+        stopped=sampling.stopped["reason"] if sampling.stopped is not None else None,
+    )
+
+
 def _progress_line(status: CampaignStatus) -> str:
     rate = "-" if status.pass_rate is None else f"{100 * status.pass_rate:.1f}%"
     waiting = f", {status.awaiting_client} awaiting a client" if status.awaiting_client else ""
+    planned = ""
+    if (sampling := status.sampling) is not None and sampling.stopped is None:
+        planned = f" planned so far (at most {sampling.most})"
     return (
-        f"{status.campaign_id}: {status.done}/{status.trajectories} done, "
+        f"{status.campaign_id}: {status.done}/{status.trajectories}{planned} done, "
         f"{status.resolved} resolved (pass rate {rate}){waiting}"
     )
 

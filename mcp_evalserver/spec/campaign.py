@@ -20,7 +20,9 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -277,6 +279,58 @@ class RaySandboxConfig(_Strict):
 SandboxConfig = Annotated[HostSandboxConfig | RaySandboxConfig, Field(discriminator="type")]
 
 
+class AdaptiveSamples(_Strict):
+    """Adaptive sampling: `min` samples per task, then more where a task's outcomes disagree,
+    until the mean pass rate's interval is as narrow as asked or every task is at `max`.
+
+    The interval is the report's: the cluster-robust one when the tasks are clustered (by
+    `cluster_by`, else by `repo` when every task has one), otherwise the bootstrap over tasks.
+    """
+
+    min: int = Field(2, ge=1, le=1000, description="Samples every task gets first.")
+    max: int = Field(16, ge=1, le=1000, description="Samples no task goes beyond.")
+    target_half_width: float = Field(
+        description="Stop once the 95% interval of the mean pass rate is at most this wide on "
+        "each side (0.03: within 3 points).",
+    )
+    cluster_by: str | None = Field(
+        None,
+        min_length=1,
+        description="The task field (an attribute or a `metadata` key) whose values cluster "
+        "the tasks for the interval; default `repo` when every task has one.",
+    )
+
+    @field_validator("target_half_width")
+    @classmethod
+    def _target_reachable(cls, value: float) -> float:
+        if not 0 < value < 0.5:
+            raise ValueError(
+                f"target_half_width must be above 0 and below 0.5 (half the width of the mean "
+                f"pass rate's interval, e.g. 0.03 for 3 points either side); got {value}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _bounds_ordered(self) -> AdaptiveSamples:
+        if self.min > self.max:
+            raise ValueError(
+                f"min ({self.min}) is above max ({self.max}): give min <= max, or an integer "
+                "`samples` for a fixed count"
+            )
+        return self
+
+
+def _samples_kind(value: Any) -> str:
+    return "adaptive" if isinstance(value, dict | AdaptiveSamples) else "fixed"
+
+
+Samples = Annotated[
+    Annotated[Annotated[int, Field(ge=1, le=1000)], Tag("fixed")]
+    | Annotated[AdaptiveSamples, Tag("adaptive")],
+    Discriminator(_samples_kind),
+]
+
+
 class CampaignSpec(_Strict):
     """What to run. Tasks may be inline, a JSONL/JSON file or a SWE-bench task repository."""
 
@@ -286,7 +340,12 @@ class CampaignSpec(_Strict):
         "repository (a folder holding sweb.yaml), or of a Harbor task directory (or a folder of "
         "them)."
     )
-    samples: int = Field(1, ge=1, le=1000, description="Trajectories per task.")
+    samples: Samples = Field(
+        1,
+        description='Trajectories per task: a number, or adaptive sampling (`{"min": 2, '
+        '"max": 16, "target_half_width": 0.03}`): more samples where outcomes disagree, until '
+        "the mean pass rate's interval is that narrow or every task is at max.",
+    )
     agent: AgentConfig = Field(default_factory=NoopAgentConfig)
     scorer: ScorerConfig = Field(default_factory=ExactScorerConfig)
     limits: Limits = Field(default_factory=Limits)
@@ -316,6 +375,21 @@ class CampaignSpec(_Strict):
                     raise ValueError(f"task id {task.id!r} appears twice")
                 seen.add(task.id)
         return self
+
+    @property
+    def adaptive(self) -> AdaptiveSamples | None:
+        """The adaptive sampling settings, or None for a fixed number of samples."""
+        return self.samples if isinstance(self.samples, AdaptiveSamples) else None
+
+    @property
+    def initial_samples(self) -> int:
+        """Samples every task gets from the start (all of them, unless adaptive)."""
+        return self.samples.min if isinstance(self.samples, AdaptiveSamples) else self.samples
+
+    @property
+    def max_samples(self) -> int:
+        """The most samples a task can get."""
+        return self.samples.max if isinstance(self.samples, AdaptiveSamples) else self.samples
 
     def resolved(self, base_dir: Path | None = None) -> CampaignSpec:
         """Returns this spec with a task file replaced by its tasks (what the ledger records).

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from testsupport.threaded_http import serving_in_thread
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -236,15 +238,6 @@ class _Server(ThreadingHTTPServer):
 def serving(fake: FakeOpenAI) -> Iterator[FakeOpenAI]:
     """Serves `fake` on an ephemeral loopback port for the duration of the block."""
     handler = type("Handler", (_Handler,), {"fake": fake})
-    server = _Server(("127.0.0.1", 0), handler)
-    # Handler threads of kept-alive connections must not hold up the test at close.
-    server.block_on_close = False
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01})
-    thread.start()
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    try:
+    with serving_in_thread(_Server(("127.0.0.1", 0), handler)) as address:
+        fake.url = f"{address}/v1"
         yield fake
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()

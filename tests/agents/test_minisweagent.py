@@ -2,12 +2,13 @@
 
 Real components throughout: mini-swe-agent's `DefaultAgent` with its `DeterministicModel`, and
 its litellm model against the fake OpenAI-compatible server on loopback; local overlay
-workspaces (root).
+workspaces (root), and the environment class on the docker backend too.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +16,6 @@ from typing import Any
 
 import anyio
 import pytest
-
-pytest.importorskip("minisweagent")
-
 from minisweagent.agents.default import DefaultAgent
 from minisweagent.environments import get_environment
 from minisweagent.models.test_models import DeterministicModel, make_output
@@ -30,26 +28,23 @@ from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.spec.agents import MiniSweAgentConfig
 from mcp_evalserver.spec.prices import ModelPrice
 from mcp_evalserver.spec.scorers import CommandScorerConfig
-from tests.agents.fake_openai import FakeOpenAI, Reply, call, serving
+from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, call, serving
 from tests.agents.helpers import artifact_text, records, run, spec
+from tests.root import require_root
+from tests.sandbox.docker_support import require_docker
+from testsupport.otlp import receiving
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
 CHECK = "python3 -c 'import calc; assert calc.add(2, 2) == 4'"
 CHECK_SCORER = build_scorer(CommandScorerConfig(command=CHECK))
 FIX = "sed -i 's/a - b/a + b/' calc.py"
-# Every test runs the agent in real local-backend workspaces.
+# Local-backend workspaces need root; the docker cases run with the rest.
 pytestmark = pytest.mark.root
 
 SUBMIT_DIFF = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff"
 ENVIRONMENT_CLASS = "mcp_evalserver.integrations.minisweagent.EvalserverEnvironment"
 AGENT: dict[str, Any] = {"system_template": "You fix bugs.", "instance_template": "{{task}}"}
-
-
-@pytest.fixture
-def shared_instances() -> Iterator[None]:
-    yield
-    close_shared()
 
 
 def _repo(root: Path) -> Path:
@@ -82,14 +77,49 @@ def _deterministic(*commands: str, **agent: Any) -> dict[str, Any]:
     }
 
 
+def _litellm(url: str, **model_kwargs: Any) -> dict[str, Any]:
+    """The agent type with mini-swe-agent's litellm model pointed at the fake endpoint."""
+    return {
+        "type": "mini-swe-agent",
+        "config": {"agent": {"step_limit": 10}},
+        "model": {
+            "model_name": "openai/scripted-model",
+            "model_kwargs": {"api_base": url, "api_key": "sk-none"} | model_kwargs,
+            "cost_tracking": "ignore_errors",
+        },
+    }
+
+
+SUBMIT = call("bash", command="echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
+
+
 # --- the environment class, in mini-swe-agent's own runs ---------------------------------------
 
 
+def _setup_in_image() -> list[str]:
+    """Setup commands that make the image's /testbed what `_repo` makes on the host."""
+    git = "git -c user.email=t@t -c user.name=t"
+    return [
+        f"mkdir -p /testbed && cd /testbed && printf {shlex.quote(BUGGY)} > calc.py"
+        f" && git init -q . && {git} add -A && {git} commit -qm b"
+    ]
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def instance(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The `environment` section's instance fields for each backend, on the buggy calc repo."""
+    if request.param == "local":
+        require_root()
+        yield {"path": str(_repo(tmp_path))}
+    else:
+        yield {"image": require_docker(), "setup": _setup_in_image()}
+    close_shared()
+
+
 def test_mini_swe_agent_runs_in_a_copy_on_write_workspace_named_by_environment_class(
-    tmp_path: Path, shared_instances: None
+    instance: dict[str, Any],
 ) -> None:
-    repo = _repo(tmp_path)
-    config = {"environment_class": ENVIRONMENT_CLASS, "path": str(repo), "timeout": 20}
+    config = {"environment_class": ENVIRONMENT_CLASS, "timeout": 20, **instance}
     first, second = get_environment(config), get_environment(config)
     assert isinstance(first, EvalserverEnvironment)
     assert isinstance(second, EvalserverEnvironment)
@@ -102,19 +132,22 @@ def test_mini_swe_agent_runs_in_a_copy_on_write_workspace_named_by_environment_c
     assert result["exit_status"] == "Submitted"
     assert "-    return a - b\n+    return a + b" in result["submission"]
     assert "return a - b" in agent.messages[3]["content"]  # what `cat` showed the model
-    # The fix lives in the first environment's workspace only: the instance they share and the
-    # repository on the host are untouched.
+    assert "+    return a + b" in first.diff()
+    # The fix lives in the first environment's workspace only: the instance they share (and,
+    # on the local backend, the repository on the host) is untouched.
     assert second.execute({"command": "cat calc.py"})["output"] == BUGGY
-    assert repo.joinpath("calc.py").read_text() == BUGGY
+    assert second.diff() == ""
+    if "path" in instance:
+        assert Path(instance["path"], "calc.py").read_text() == BUGGY
     assert first.workspace is not second.workspace
     first.close()
     second.close()
 
 
 def test_a_command_past_its_timeout_is_killed_and_reported_as_mini_swe_agent_does(
-    tmp_path: Path, shared_instances: None
+    instance: dict[str, Any],
 ) -> None:
-    config = {"environment_class": ENVIRONMENT_CLASS, "path": str(_repo(tmp_path)), "timeout": 1}
+    config = {"environment_class": ENVIRONMENT_CLASS, "timeout": 1, **instance}
     env = get_environment(config)
     assert isinstance(env, EvalserverEnvironment)
     with env:
@@ -199,18 +232,9 @@ async def test_its_litellm_model_drives_the_loop_against_an_openai_compatible_en
         call("bash", command=SUBMIT_DIFF),
     ]
     with serving(FakeOpenAI(script)) as fake, anyio.fail_after(60):
-        agent = {
-            "type": "mini-swe-agent",
-            "config": {"agent": {"step_limit": 10}},
-            "model": {
-                "model_name": "openai/scripted-model",
-                "model_kwargs": {"api_base": fake.url, "api_key": "sk-none"},
-                "cost_tracking": "ignore_errors",
-            },
-        }
         # litellm has no price for it (cost_tracking: ignore_errors): the campaign's has.
         prices = {"scripted-model": ModelPrice(input=1.0, output=2.0)}
-        campaign = spec([_task(tmp_path)], agent).model_copy(update={"prices": prices})
+        campaign = spec([_task(tmp_path)], _litellm(fake.url)).model_copy(update={"prices": prices})
         state, directory = await run(tmp_path / "state", campaign, CHECK_SCORER)
 
     assert state.trajectories["calc@0"].outcome == "resolved"
@@ -226,6 +250,50 @@ async def test_its_litellm_model_drives_the_loop_against_an_openai_compatible_en
     assert generated["usage"]["output_tokens"] == 60
 
 
+@pytest.mark.anyio
+async def test_its_model_calls_stay_within_the_campaigns_per_endpoint_limit(
+    tmp_path: Path,
+) -> None:
+    fake = FakeOpenAI([], then=SUBMIT, overlap=2)
+    with serving(fake), anyio.fail_after(60):
+        campaign = spec(
+            [_task(tmp_path)],
+            _litellm(fake.url),
+            samples=4,
+            concurrency=4,
+            per_instance=4,
+            per_endpoint=2,
+        )
+        state, directory = await run(tmp_path / "state", campaign, CHECK_SCORER)
+
+    assert len(state.trajectories) == 4
+    # Every request waited for a second one to be in flight, and no third ever joined them.
+    assert fake.max_in_flight == 2
+    (counted,) = records(directory, "endpoint_calls")
+    assert counted["calls"] == {fake.url: {"ok": 4}}
+
+
+@pytest.mark.anyio
+async def test_a_model_call_refused_for_load_after_its_retries_is_retried_by_the_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # mini-swe-agent retries a failed query itself; one attempt keeps the test quick.
+    monkeypatch.setenv("MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT", "1")
+    fake = FakeOpenAI([Failure(429, message="slow down")], then=SUBMIT)
+    with serving(fake), anyio.fail_after(60):
+        # litellm's own client retries are off too (as the openai agent's are).
+        campaign = spec([_task(tmp_path)], _litellm(fake.url, max_retries=0))
+        state, directory = await run(tmp_path / "state", campaign, CHECK_SCORER)
+
+    (failure,) = records(directory, "generation_failed")
+    assert failure["error"]["type"] == "InfrastructureError"
+    assert "HTTP 429" in failure["error"]["message"]
+    assert state.trajectories["calc@0"].attempts == 2
+    assert len(fake.seen) == 2
+    (counted,) = records(directory, "endpoint_calls")
+    assert counted["calls"] == {fake.url: {"HTTP 429": 1, "ok": 1}}
+
+
 def test_over_http_the_agent_type_needs_plugins_allowed() -> None:
     config = MiniSweAgentConfig(model={"model_name": "openai/x"})
     with pytest.raises(InvalidInput, match="--allow-plugins"):
@@ -239,3 +307,31 @@ def test_an_environment_class_in_the_agent_types_config_is_refused() -> None:
     config = MiniSweAgentConfig(config={"environment": {"environment_class": "docker"}})
     with pytest.raises(InvalidInput, match="trajectory's workspace"):
         build_agent(config)
+
+
+@pytest.mark.anyio
+async def test_its_model_calls_and_commands_are_spans_in_the_trajectorys_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop runs in a worker thread; its queries and commands join the trajectory's trace."""
+    script = [call("bash", command="cat calc.py"), call("bash", command=FIX)]
+    script.append(call("bash", command=SUBMIT_DIFF))
+    with receiving() as receiver, serving(FakeOpenAI(script)) as fake:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        with anyio.fail_after(60):
+            await run(tmp_path / "state", spec([_task(tmp_path)], _litellm(fake.url)), CHECK_SCORER)
+
+    (root,) = [s for s in receiver.spans if s.name == "trajectory calc@0"]
+    trace = [s for s in receiver.spans if s.trace_id == root.trace_id]
+    (invoked,) = [s for s in trace if s.name == "invoke_agent mini-swe-agent"]
+    chats = [s for s in trace if s.name == "chat openai/scripted-model"]
+    assert [s.parent_id for s in chats] == [invoked.span_id] * 3
+    for chat in chats:
+        assert chat.attributes["gen_ai.provider.name"] == "openai"
+        assert chat.attributes["gen_ai.response.model"] == "scripted-model"
+        assert chat.attributes["gen_ai.usage.input_tokens"] == 100
+        assert chat.attributes["gen_ai.usage.output_tokens"] == 20
+    commands = [s for s in trace if s.name == "execute_tool bash"]
+    assert [s.parent_id for s in commands] == [invoked.span_id] * 3
+    assert [s.attributes["process.exit.code"] for s in commands] == [0, 0, 0]
+    assert {s.attributes["gen_ai.conversation.id"] for s in trace} == {"calc@0"}

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
-from playwright.async_api import Route, expect
+from playwright.async_api import Page, Route, expect
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.cli.main import main
@@ -15,6 +17,7 @@ from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.spec.campaign import CampaignSpec
 from mcp_evalserver.spec.submission import Submission
+from tests.agents.fake_openai import FakeOpenAI, Reply, serving
 from tests.dashboard.helpers import (
     GatedAgent,
     chromium,
@@ -32,6 +35,9 @@ TESTS = (
     "from calc import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n\n\n"
     "def test_zero():\n    assert add(0, 0) == 0\n"
 )
+#: What the scripted model has mini-swe-agent run to fix calc.py, and to submit.
+MINI_FIX = "sed -i 's/a - b/a + b/' calc.py"
+MINI_SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 #: What a hostile agent puts in its transcript: markup that must stay text.
 HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
 
@@ -117,6 +123,23 @@ class PatchingAgent(Agent):
         return Submission(patch=self.patch, transcript=transcript)
 
 
+@asynccontextmanager
+async def _calc_trajectory_page(
+    store: CampaignStore, campaign_id: str, agent: Agent | None = None
+) -> AsyncIterator[Page]:
+    """Runs the campaign (its one task, calc, must resolve; `agent` or the spec's), then opens
+    the trajectory's page from the campaign's as a logged-in person would."""
+    state = await CampaignRunner(store, campaign_id, agent=agent).run()
+    assert state.trajectories["calc@0"].outcome == "resolved"
+    async with dashboard_server(store.state_dir) as base, chromium() as browser:
+        page = await browser.new_page()
+        await log_in(page, base)
+        await page.click(f"a[href='/campaigns/{campaign_id}']")
+        await page.click("#trajectory-table a")
+        await expect(page.locator("h1")).to_have_text("Trajectory calc@0")
+        yield page
+
+
 @pytest.mark.root
 async def test_a_trajectory_page_shows_its_transcript_patch_and_marked_test_log(
     tmp_path: Path,
@@ -138,14 +161,7 @@ async def test_a_trajectory_page_shows_its_transcript_patch_and_marked_test_log(
     store = CampaignStore(tmp_path / "state")
     campaign_id = await store.create(spec, "patch-campaign")
     with anyio.fail_after(120):
-        state = await CampaignRunner(store, campaign_id, agent=PatchingAgent(gold)).run()
-        assert state.trajectories["calc@0"].outcome == "resolved"
-        async with dashboard_server(tmp_path / "state") as base, chromium() as browser:
-            page = await browser.new_page()
-            await log_in(page, base)
-            await page.click(f"a[href='/campaigns/{campaign_id}']")
-            await page.click("#trajectory-table a")
-            await expect(page.locator("h1")).to_have_text("Trajectory calc@0")
+        async with _calc_trajectory_page(store, campaign_id, PatchingAgent(gold)) as page:
             await expect(page.locator("#prompt")).to_have_text("add() subtracts; make it add.")
             transcript = page.locator("#transcript")
             await expect(transcript).to_contain_text("Fixed the sign in add().")
@@ -167,6 +183,63 @@ async def test_a_trajectory_page_shows_its_transcript_patch_and_marked_test_log(
             await page.click("#records summary")
             await expect(page.locator("#records")).to_contain_text('"kind": "scored"')
             await screenshot(page, "trajectory-page")
+
+
+@pytest.mark.root
+async def test_a_mini_swe_agent_trajectory_shows_its_messages_on_the_trajectory_page(
+    tmp_path: Path,
+) -> None:
+    require_root()
+    script = [
+        Reply(
+            content="Let me look at calc.py.", tool_calls=(("bash", {"command": "cat calc.py"}),)
+        ),
+        Reply(content="It subtracts.", tool_calls=(("bash", {"command": MINI_FIX}),)),
+        Reply(content="Fixed.", tool_calls=(("bash", {"command": MINI_SUBMIT}),)),
+    ]
+    task = {"id": "calc", "prompt": "add() subtracts; make it add.", "path": str(tmp_path / "repo")}
+    git_repo(tmp_path / "repo", {"calc.py": BUGGY, "test_calc.py": TESTS})
+    store = CampaignStore(tmp_path / "state")
+    with serving(FakeOpenAI(script)) as fake, anyio.fail_after(120):
+        agent = {
+            "type": "mini-swe-agent",
+            "model": {
+                "model_name": "openai/scripted-model",
+                "model_kwargs": {"api_base": fake.url, "api_key": "sk-none"},
+                "cost_tracking": "ignore_errors",
+            },
+        }
+        check = "python3 -c 'import calc; assert calc.add(2, 2) == 4'"
+        spec = CampaignSpec.model_validate(
+            {
+                "name": "mini",
+                "tasks": [task],
+                "agent": agent,
+                "scorer": {"type": "command", "command": check},
+            }
+        )
+        campaign_id = await store.create(spec, "mini-campaign")
+        async with _calc_trajectory_page(store, campaign_id) as page:
+            # mini-swe-agent's messages in order: its templates, then each reply with its bash
+            # call and the observation of the command, then its exit.
+            entries = page.locator("#transcript > details.entry > summary")
+            await expect(entries.nth(0)).to_have_text("1. system")
+            await expect(entries.nth(1)).to_have_text("2. user")
+            await expect(entries.nth(2)).to_have_text("3. assistant")
+            await expect(entries.nth(3)).to_have_text("4. tool")
+            await expect(entries.last).to_contain_text("event: exit")
+            transcript = page.locator("#transcript")
+            await expect(transcript).to_contain_text("add() subtracts; make it add.")
+            await expect(transcript).to_contain_text("Let me look at calc.py.")
+            await expect(transcript).to_contain_text('"command": "cat calc.py"')
+            # What `cat` printed, as the model was shown it.
+            await expect(page.locator("#transcript > details.entry").nth(3)).to_contain_text(
+                "return a - b"
+            )
+            await expect(transcript).to_contain_text("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
+            await expect(transcript).to_contain_text('"exit_status": "Submitted"')
+            await expect(page.locator("#patch .diff .add")).to_have_text("+    return a + b")
+            await screenshot(page, "trajectory-page-mini-swe-agent")
 
 
 async def test_the_static_report_opens_from_disk_with_the_network_off(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
 from tests.engine.helpers import spec_of
 from tests.root import require_root
+from testsupport.events import announced
 from testsupport.repos import git_repo
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -53,17 +54,6 @@ def _cli(state_dir: Path, *args: str) -> subprocess.Popen[bytes]:
         stdin=subprocess.DEVNULL,
         start_new_session=True,  # killed as a group: the run and its supervisor
     )
-
-
-async def _wait_for_ready(fifo: Path) -> None:
-    def read() -> None:
-        while True:
-            with open(fifo) as events:
-                if any(line.strip() == "ready" for line in events):
-                    return
-
-    with anyio.fail_after(180):
-        await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
 
 
 @pytest.mark.parametrize("checkpoint_kept", [True, False], ids=["kept", "lost"])
@@ -95,7 +85,8 @@ async def test_a_killed_run_resumes_its_unfinished_branch_from_the_parents_check
 
     run = _cli(state_dir, "run", str(tmp_path / "spec.json"), "--id", CAMPAIGN, "--no-progress")
     try:
-        await _wait_for_ready(notes / "events")  # the root and branch .1 are scored
+        # Once the root and branch .1 are scored.
+        await announced(notes / "events", "ready", timeout_s=180)
     finally:
         os.killpg(run.pid, signal.SIGKILL)  # the run, its supervisor, its workspaces
         _, err = run.communicate(timeout=60)

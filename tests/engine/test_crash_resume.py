@@ -11,12 +11,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
 from mcp_evalserver.engine.records import LedgerRepaired
 from mcp_evalserver.engine.store import CampaignStore
+from testsupport.events import announced
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -55,24 +55,10 @@ def _cli(state_dir: Path, *args: str) -> subprocess.Popen[bytes]:
     )
 
 
-async def _wait_for_event(control_dir: Path, expected: str) -> None:
-    """Reads announcements from the FIFO the fixture agent writes to (no polling)."""
-
-    def read() -> None:
-        while True:
-            with open(control_dir / "events") as fifo:
-                for line in fifo:
-                    if line.strip() == expected:
-                        return
-
-    with anyio.fail_after(60):
-        await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
-
-
 async def _run_killed_at(state_dir: Path, args: list[str], control: Path, event: str) -> None:
     process = _cli(state_dir, *args)
     try:
-        await _wait_for_event(control, event)
+        await announced(control / "events", event)
     finally:
         process.send_signal(signal.SIGKILL)
         _, err = process.communicate(timeout=30)

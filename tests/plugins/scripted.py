@@ -7,7 +7,10 @@ which it answers wrongly: a campaign's results are then known in advance. With a
   on the FIFO `events` and then hang (until the process is killed or the test cancels);
 - every completed generation appends `<trajectory>` to `generated.log`.
 
-`scorer(options)` grades like the exact scorer; `block-score-<trajectory>` makes it announce
+`scorer(options)` grades like the exact scorer, except tasks named in `pass_rates` (task id ->
+chance): those resolve by a seeded draw per trajectory id (`seed`), a flaky grader whose verdicts
+are the same however often, and in whatever order, they are asked for.
+`block-score-<trajectory>` makes it announce
 `scoring <trajectory>` and hang. With `score_delay_s` each scoring takes that long, and with a
 `control_dir` each one appends `+` when it starts and `-` when it ends to `scoring.log` (the
 most `+` outstanding is how many scorings ran at once).
@@ -15,6 +18,7 @@ most `+` outstanding is how many scorings ran at once).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +28,12 @@ import anyio
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.spec.submission import Submission
+
+
+def seeded_draw(seed: int, trajectory_id: str) -> float:
+    """A number in [0, 1) fixed by the seed and the trajectory id."""
+    digest = hashlib.sha256(f"{seed}:{trajectory_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 def expected_answer(task_id: str) -> str:
@@ -79,6 +89,8 @@ class ScriptedScorer(Scorer):
         control = options.get("control_dir")
         self.control_dir = Path(control) if control else None
         self.delay_s = float(options.get("score_delay_s", 0.0))
+        self.pass_rates = {str(k): float(v) for k, v in options.get("pass_rates", {}).items()}
+        self.seed = int(options.get("seed", 0))
 
     async def score(self, context: ScoringContext) -> ScoreResult:
         if self.control_dir:
@@ -97,7 +109,10 @@ class ScriptedScorer(Scorer):
             await _announce_and_hang(self.control_dir, f"scoring {context.trajectory_id}")
         if self.delay_s:
             await anyio.sleep(self.delay_s)
-        resolved = context.submission.answer == expected_answer(context.task.id)
+        if (chance := self.pass_rates.get(context.task.id)) is not None:
+            resolved = seeded_draw(self.seed, context.trajectory_id) < chance
+        else:
+            resolved = context.submission.answer == expected_answer(context.task.id)
         return ScoreResult(
             resolved=resolved, score=float(resolved), status="resolved" if resolved else "failed"
         )

@@ -21,7 +21,8 @@ from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
 from mcp_evalserver.spec.campaign import CampaignSpec, Limits
 from tests.engine.helpers import numbered_tasks
-from tests.engine.test_crash_resume import _cli, _finish, _wait_for_event
+from tests.engine.test_crash_resume import _cli, _finish
+from testsupport.events import announced
 
 pytestmark = pytest.mark.anyio
 
@@ -144,7 +145,7 @@ async def test_rescoring_100_trajectories_killed_midway_resumes_scoring_only_the
     (control / "block-score-t30@1").touch()
     process = _cli(state_dir, "rescore", "c", "--scorer", json.dumps(scorer), "--no-progress")
     try:
-        await _wait_for_event(control, "scoring t30@1")
+        await announced(control / "events", "scoring t30@1")
     finally:
         process.send_signal(signal.SIGKILL)
         _, err = process.communicate(timeout=30)

@@ -238,3 +238,26 @@ def test_the_docs_document_every_tool() -> None:
     rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
     documented = {name for row in rows for name in row.split("`")[1::2]}
     assert documented == TOOLS
+
+
+async def test_an_adaptive_campaign_shows_its_samples_planned_so_far_and_the_most(
+    tmp_path: Path,
+) -> None:
+    spec = answer_spec(6, samples={"min": 2, "max": 4, "target_half_width": 0.01})
+    async with Client(create_server(tmp_path)) as client:
+        started = await call(client, "start_campaign", spec=spec)
+        campaign_id = started["campaign_id"]
+        assert started["trajectories"] == 12
+        assert started["sampling"]["planned"] == 12
+        assert started["sampling"]["most"] == 24
+        with anyio.fail_after(30):
+            status = started
+            while status["status"] != "finished":
+                status = await call(client, "campaign_status", campaign_id=campaign_id, wait_s=10)
+        # The oracle resolves everything: the interval is a point after the first round.
+        assert status["sampling"]["stopped"] == "target_reached"
+        assert status["sampling"]["half_width"] == 0.0
+        assert status["trajectories"] == status["done"] == 12
+        report = await client.read_resource(f"campaign://{campaign_id}/report")
+        text = getattr(report.contents[0], "text", "")
+        assert "Adaptive sampling (min 2, max 4): stopped after 0 round(s)" in text

@@ -5,7 +5,8 @@ call never blocks the event loop; its commands come back to the loop through
 `WorkspaceEnvironment`. Its messages are the transcript, what it submits is the patch (its
 SWE-bench config prints the diff after the submit line), and its own `step_limit` and
 `cost_limit` end the run, after which the workspace's changes are handed in, as the `openai`
-agent does when it runs out of steps.
+agent does when it runs out of steps. Its model calls go through the campaign's per-endpoint
+limiter (`model.py`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from mcp_evalserver.agents.minisweagent.environment import (
     WorkspaceEnvironmentConfig,
     import_minisweagent,
 )
+from mcp_evalserver.agents.minisweagent.model import EndpointGatedModel, endpoint_key
 from mcp_evalserver.errors import EvalServerError, InvalidInput
+from mcp_evalserver.runtime import tracing
 from mcp_evalserver.spec.agents import MiniSweAgentConfig
 from mcp_evalserver.spec.submission import Submission, Usage
 
@@ -45,6 +48,8 @@ class MiniSweAgent(Agent):
         self.config = config
         self.settings = merged_settings(config)
         self._threads = anyio.CapacityLimiter(_LOOP_THREADS)
+        # At most one model call per loop, so as many threads as loops never run short.
+        self._call_threads = anyio.CapacityLimiter(_LOOP_THREADS)
 
     async def generate(self, context: TrajectoryContext) -> Submission:
         """Runs the loop until it submits, hits a limit, or fails.
@@ -67,7 +72,15 @@ class MiniSweAgent(Agent):
         settings = copy.deepcopy(self.settings)
         try:
             env_config = WorkspaceEnvironmentConfig(**settings.get("environment", {}))
-            model = get_model(config=settings.get("model", {}))
+            model_config = settings.get("model", {})
+            queried = get_model(config=model_config)
+            _trace_queries(queried, str(model_config.get("model_name", "")))
+            model = EndpointGatedModel(
+                queried,
+                context.limiters.endpoint(endpoint_key(model_config)),
+                _on_loop,
+                self._call_threads,
+            )
             env = WorkspaceEnvironment(workspace, _on_loop, env_config)
             agent = DefaultAgent(model, env, **settings.get("agent", {}))
         except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
@@ -126,6 +139,32 @@ class MiniSweAgent(Agent):
         # in the workspace's changes.
         patch = submission if submission.strip() else diff
         return Submission(patch=patch, transcript=transcript, usage=usage)
+
+
+def _trace_queries(model: Any, name: str) -> None:
+    """Makes each of `model`'s queries a `chat` span of the trajectory (no-op when untraced).
+
+    The loop calls `query` in its worker thread, which runs in the trajectory's context.
+    """
+    query = model.query
+    # litellm's names say the provider first (`openai/gpt-4o`); a bare name is litellm's guess.
+    provider = name.split("/", 1)[0] if "/" in name else "litellm"
+
+    def traced(messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+        with tracing.chat(name, provider=provider, messages=messages) as span:
+            message: dict[str, Any] = query(messages, **kwargs)
+            response = (message.get("extra") or {}).get("response")
+            if isinstance(response, dict):
+                if isinstance(answered := response.get("model"), str):
+                    span.set_attribute("gen_ai.response.model", answered)
+                counts = response.get("usage")
+                if isinstance(counts, dict):
+                    for ours, theirs in (("input", "prompt"), ("output", "completion")):
+                        if isinstance(tokens := counts.get(f"{theirs}_tokens"), int):
+                            span.set_attribute(f"gen_ai.usage.{ours}_tokens", tokens)
+            return message
+
+    model.query = traced
 
 
 def _on_loop(func: Callable[..., Awaitable[_T]], /, *args: Any) -> _T:

@@ -18,6 +18,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.runtime import tracing
 from mcp_evalserver.sandbox.base import ExecResult, Workspace
 
 _T = TypeVar("_T")
@@ -40,12 +41,16 @@ class Stopped(Exception):
 
 
 def import_minisweagent() -> None:
-    """Imports mini-swe-agent quietly (no banner on stdout, which may be an MCP stdio wire).
+    """Imports mini-swe-agent quietly (no banner on stdout, which may be an MCP stdio wire) and
+    offline.
 
     Raises:
         InvalidInput: mini-swe-agent is not installed; the message says how to install it.
     """
     os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
+    # litellm would fetch its price table from the internet on import (and wait for it where
+    # there is none): the table it ships prices the calls, the same on every run.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
         import minisweagent  # noqa: F401
     except ImportError as exc:
@@ -117,14 +122,22 @@ class WorkspaceEnvironment:
     async def _exec(self, command: str, cwd: str, timeout: int) -> ExecResult:  # noqa: ASYNC109
 
         # The sandbox enforces `timeout`; this bounds a sandbox that stops answering.
-        with anyio.fail_after(timeout + _GRACE_S):
-            return await self.workspace.exec(
+        with (
+            tracing.tool("bash", arguments={"command": command}) as span,
+            anyio.fail_after(timeout + _GRACE_S),
+        ):
+            result = await self.workspace.exec(
                 command,
                 timeout=timeout,
                 cwd=cwd or None,
                 env=self.config.env or None,
                 output_cap=self.config.output_cap,
             )
+            tracing.command_result(
+                span, result.exit_code, result.duration_s, timed_out=result.timed_out
+            )
+            tracing.tool_result(span, result.stdout + result.stderr)
+            return result
 
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         """What mini-swe-agent's templates may name: the config and the system (`uname`)."""

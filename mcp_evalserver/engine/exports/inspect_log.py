@@ -135,7 +135,7 @@ def inspect_log(state: CampaignState, items: list[ExportedTrajectory]) -> EvalLo
             solver_args=agent_config,
             model=model,
             model_base_url=getattr(spec.agent, "base_url", None),
-            config=EvalConfig(epochs=spec.samples),
+            config=EvalConfig(epochs=spec.initial_samples),  # (every task has those)
             packages={"mcp-evalserver": __version__},
             metadata={"campaign": state.id, "exported_by": f"mcp-evalserver {__version__}"},
         ),

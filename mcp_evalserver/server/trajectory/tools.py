@@ -11,11 +11,14 @@ finds it by that name.
 from __future__ import annotations
 
 import re
+from contextlib import AbstractContextManager
+from typing import Any
 
 from pydantic import ValidationError
 
 from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
+from mcp_evalserver.runtime import tracing
 from mcp_evalserver.sandbox.base import DEFAULT_WORKDIR, Workspace
 from mcp_evalserver.server.models import (
     Checkpoint,
@@ -55,7 +58,11 @@ class TrajectoryTools:
         """
         if not command.strip():
             raise InvalidInput("`command` is empty: give a shell command such as `ls -la`")
-        result = await (await self.workspace()).exec(command, timeout=timeout_s, stdin=stdin)
+        with self._traced("sandbox_exec", command=command, timeout_s=timeout_s) as span:
+            result = await (await self.workspace()).exec(command, timeout=timeout_s, stdin=stdin)
+            tracing.command_result(
+                span, result.exit_code, result.duration_s, timed_out=result.timed_out
+            )
         # The tool's output is the fields of the sandbox's result it names (not the report).
         return ExecOutput.model_validate(result, from_attributes=True)
 
@@ -68,7 +75,8 @@ class TrajectoryTools:
             LimitExceeded: the file is larger than `max_bytes`.
         """
         try:
-            data = await (await self.workspace()).read_file(path, max_bytes=max_bytes)
+            with self._traced("read_file", path=path):
+                data = await (await self.workspace()).read_file(path, max_bytes=max_bytes)
         except NotFound as exc:
             raise NotFound(
                 f"{exc} (relative paths start at {self.workdir}; list files with sandbox_exec, "
@@ -89,7 +97,8 @@ class TrajectoryTools:
         """
         data = content.encode()
         try:
-            await (await self.workspace()).write_file(path, data)
+            with self._traced("write_file", path=path, size=len(data)):
+                await (await self.workspace()).write_file(path, data)
         except InvalidInput as exc:
             raise InvalidInput(
                 f"{exc}: only the workspace is writable; write under {self.workdir} (or use a "
@@ -168,6 +177,11 @@ class TrajectoryTools:
             cost_usd=priced.cost_usd,
             priced_by=priced.priced_by,
         )
+
+    def _traced(self, name: str, **arguments: Any) -> AbstractContextManager[tracing.SpanLike]:
+        """The `execute_tool` span of one call, in the trajectory's trace (when traced)."""
+        where = (self.context.campaign_id, self.context.trajectory_id)
+        return tracing.tool(name, arguments=arguments, trajectory_of=where)
 
     def require_workspace(self) -> None:
         """Raises InvalidInput when the task has no workspace (nothing to checkpoint)."""

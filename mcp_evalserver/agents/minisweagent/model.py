@@ -1,0 +1,118 @@
+"""mini-swe-agent's model behind the campaign's per-endpoint limiter (`limits.per_endpoint`).
+
+`EndpointGatedModel` implements mini-swe-agent's `Model` protocol by delegation: each
+`query` takes a slot of the endpoint's limiter on the event loop and runs the wrapped model's
+`query` in a thread while holding it, so mini-swe-agent trajectories and `openai` agents of a
+campaign share one bound per endpoint, fixed or adaptive, and the calls are counted in the
+report's endpoint calls.
+
+One difference from the `openai` agent, whose retries are ours: mini-swe-agent's litellm models
+retry a failed request themselves (tenacity, inside `query`, with its own backoff), and nothing
+public lets us in between those attempts. So a slot is held for one `query` with its retries,
+and only a `query` that still failed for load (429, 408, 5xx, no connection) counts as
+congestion; it becomes `InfrastructureError`, which the runner retries like any endpoint
+trouble.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from mcp_evalserver.agents.minisweagent.environment import LoopCall
+from mcp_evalserver.errors import InfrastructureError
+from mcp_evalserver.runtime.adaptive import EndpointLimiter
+from mcp_evalserver.runtime.endpoint_calls import retry_after_seconds, shorten
+
+#: HTTP statuses that say "later": the provider's load or its own fault.
+_LOAD_STATUSES = {408, 429}
+
+
+def endpoint_key(model: Mapping[str, Any]) -> str:
+    """The limiter's key for mini-swe-agent's `model` section: its `model_kwargs.api_base` (or
+    `base_url`) when it names one, else the model name (litellm picks the provider by it)."""
+    kwargs = model.get("model_kwargs") or {}
+    url = kwargs.get("api_base") or kwargs.get("base_url")
+    return str(url or model.get("model_name") or "mini-swe-agent")
+
+
+def load_failure(exc: BaseException) -> str | None:
+    """Why `exc` says the endpoint is loaded (e.g. "HTTP 429"), or None when it does not.
+
+    litellm's exceptions carry the provider's `status_code`; a connection failure is one too.
+    """
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and (status in _LOAD_STATUSES or status >= 500):
+        return f"HTTP {status}"
+    if "connection" in type(exc).__name__.lower():
+        return type(exc).__name__
+    return None
+
+
+class EndpointGatedModel:
+    """A mini-swe-agent model whose queries go through `limiter`, called from the loop thread.
+
+    Raises (from `query`):
+        InfrastructureError: the model's query failed for load after its own retries.
+        Exception: any other failure of the wrapped model, unchanged.
+    """
+
+    def __init__(
+        self, model: Any, limiter: EndpointLimiter, call: LoopCall, threads: anyio.CapacityLimiter
+    ) -> None:
+        self.model = model
+        self.config = model.config
+        self._limiter = limiter
+        self._call = call
+        # Model calls wait in threads of their own: the loops' threads are all taken at peak.
+        self._threads = threads
+
+    def query(self, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(self._query, messages, kwargs)
+        return result
+
+    async def _query(self, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> Any:
+        async with self._limiter.call() as slot:
+            try:
+                result = await anyio.to_thread.run_sync(
+                    lambda: self.model.query(messages, **kwargs), limiter=self._threads
+                )
+            except Exception as exc:
+                reason = load_failure(exc)
+                if reason is None:
+                    raise
+                response = getattr(exc, "response", None)
+                headers = getattr(response, "headers", None) or {}
+                slot.congested(reason, retry_after_seconds(headers))
+                raise InfrastructureError(
+                    f"the model endpoint {self._limiter.endpoint} still failed after "
+                    f"mini-swe-agent's retries ({reason}): {shorten(str(exc), 300)}"
+                ) from exc
+            slot.succeeded()
+            return result
+
+    def format_message(self, **kwargs: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self.model.format_message(**kwargs)
+        return result
+
+    def format_observation_messages(
+        self,
+        message: dict[str, Any],
+        outputs: list[dict[str, Any]],
+        template_vars: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.model.format_observation_messages(
+            message, outputs, template_vars
+        )
+        return result
+
+    def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self.model.get_template_vars(**kwargs)
+        return result
+
+    def serialize(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.model.serialize()
+        return result
