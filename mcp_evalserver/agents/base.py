@@ -17,8 +17,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from mcp_evalserver.runtime.limits import Limiters
+from mcp_evalserver.runtime.pricing import Meter
 from mcp_evalserver.runtime.sandboxes import TrajectorySandbox
 from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
@@ -39,6 +41,10 @@ class TrajectoryContext:
     #: Forks this trajectory into n new ones (their ids) at a checkpoint of its workspace;
     #: None where the run cannot start new trajectories.
     branch: Callable[[int], Awaitable[list[str]]] | None = None
+    #: Records the usage of each model call as it is made (the campaign's running cost, which
+    #: its budget is checked against); None where nothing records it. An agent that meters
+    #: none of its calls may give the whole in its submission's `usage` instead.
+    meter: Meter | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -53,6 +59,11 @@ class TrajectoryContext:
 
 class Agent(ABC):
     """Produces one submission per call; one instance serves every trajectory of a campaign."""
+
+    #: Whether it meters each of its model calls (`TrajectoryContext.meter`) as it makes it.
+    #: A budget then stops it at its next call's meter, its call paid and recorded; an agent
+    #: that does not is cancelled where it stands once the budget is spent.
+    meters_calls: ClassVar[bool] = False
 
     @abstractmethod
     async def generate(self, context: TrajectoryContext) -> Submission:

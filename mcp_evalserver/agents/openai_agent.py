@@ -34,6 +34,7 @@ from mcp_evalserver.errors import InfrastructureError, InvalidInput
 from mcp_evalserver.runtime import tracing
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.runtime.endpoint_calls import (
+    call_usage,
     call_with_retries,
     describe_completion,
     model_client,
@@ -41,6 +42,7 @@ from mcp_evalserver.runtime.endpoint_calls import (
     traced_chat,
 )
 from mcp_evalserver.runtime.limits import RetryPolicy
+from mcp_evalserver.runtime.pricing import Meter
 from mcp_evalserver.spec.agents import DEFAULT_BASE_URL, OpenAIAgentConfig
 from mcp_evalserver.spec.submission import Submission, Usage
 
@@ -72,6 +74,8 @@ class ContextExhausted(InvalidInput):
 
 class OpenAIAgent(Agent):
     """Drives a model through tool calls until it submits or runs out of steps."""
+
+    meters_calls = True
 
     def __init__(self, config: OpenAIAgentConfig) -> None:
         self.config = config
@@ -138,7 +142,7 @@ class OpenAIAgent(Agent):
         transcript: list[dict[str, Any]] = [dict(m) for m in messages]
         usage = Usage()
         schemas = [] if reply_is_answer else tool_schemas(workspace is not None, config.checkpoints)
-        session = _Session(config, self.policy, schemas, transcript, usage)
+        session = _Session(config, self.policy, schemas, transcript, usage, context.meter)
         limiter = context.limiters.endpoint(base_url)
         # A client per trajectory, closed with it: no connection outlives the campaign run.
         async with model_client(
@@ -221,12 +225,14 @@ class _Session:
         tools: list[dict[str, Any]],
         transcript: list[dict[str, Any]],
         usage: Usage,
+        meter: Meter | None = None,
     ) -> None:
         self.config = config
         self.policy = policy
         self.tools = cast("list[ChatCompletionToolUnionParam]", tools)
         self.transcript = transcript
         self.usage = usage
+        self.meter = meter
 
     async def complete(
         self,
@@ -266,7 +272,8 @@ class _Session:
 
             completion = await self._call(limiter, request, retrying)
             describe_completion(span, completion)
-        self._count(completion, step, time.monotonic() - started)
+        # Metered once its span has ended: a budget stopping the agent here is no failed call.
+        await self._count(completion, step, time.monotonic() - started)
         return completion
 
     async def _call(
@@ -296,9 +303,10 @@ class _Session:
                 f"{shorten(exc.message, 500)}; check `model`, `base_url` and the API key"
             ) from exc
 
-    def _count(self, completion: ChatCompletion, step: int, latency_s: float) -> None:
+    async def _count(self, completion: ChatCompletion, step: int, latency_s: float) -> None:
         self.usage.requests += 1
         entry: dict[str, Any] = {"event": "completion", "step": step}
+        call = call_usage(self.config.model, completion)
         if completion.usage is not None:
             self.usage.input_tokens += completion.usage.prompt_tokens
             self.usage.output_tokens += completion.usage.completion_tokens
@@ -308,6 +316,9 @@ class _Session:
             }
         entry["latency_s"] = round(latency_s, 6)
         self.transcript.append(entry)
+        if self.meter is not None:
+            priced = await self.meter(call, "agent")
+            entry["cost_usd"] = priced.cost_usd
 
 
 def _assistant_message(

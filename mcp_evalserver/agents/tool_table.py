@@ -20,6 +20,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from mcp_evalserver.spec.submission import MAX_COST_USD, MAX_TOKENS
+
 #: The two MCP surfaces: tools that name a claim id, and tools bound to one trajectory.
 Audience = Literal["claimed", "scoped"]
 #: What a call does, for MCP's hints: reads only; adds something (a checkpoint, branches, a
@@ -134,6 +136,11 @@ class WorkspaceTool:
 
 
 _PATH = Parameter("path", str, "Absolute, or relative to the workdir.")
+
+
+def _tokens(name: str, description: str) -> Parameter:
+    return Parameter(name, int, description, default=0, ge=0, le=MAX_TOKENS)
+
 
 WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     WorkspaceTool(
@@ -304,6 +311,35 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
                 "Hand in your final answer. This ends your work on the task.",
                 (ModelArgument("answer", "The final answer."),),
                 needs=frozenset(),
+            ),
+        ),
+    ),
+    WorkspaceTool(
+        "report_usage",
+        claimed=_mcp_text("""
+            Report model calls you made for the claimed trajectory (tokens, and the cost your
+            provider gave, if any): they count toward the campaign's cost and its budget. Call
+            it after each call or batch of calls; the reply says what they cost.
+        """),
+        scoped=_mcp_text("""
+            Report model calls you made for this trajectory (tokens, and the cost your provider
+            gave, if any): they count toward the campaign's cost and its budget. Call it after
+            each call or batch of calls; the reply says what they cost.
+        """),
+        effect="adds",
+        parameters=(
+            Parameter("model", str, "The model called (priced by the campaign's table).", None),
+            _tokens("input_tokens", "Prompt tokens, cached ones included."),
+            _tokens("cached_input_tokens", "Of those, read from a cache."),
+            _tokens("output_tokens", "Completion tokens."),
+            Parameter("requests", int, "Calls this report covers.", default=1, ge=0, le=1_000_000),
+            Parameter(
+                "cost_usd",
+                float,
+                "What the provider said they cost (US dollars); wins over the table.",
+                default=None,
+                ge=0,
+                le=MAX_COST_USD,
             ),
         ),
     ),

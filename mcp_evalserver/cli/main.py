@@ -138,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     resume.add_argument("campaign_id", metavar="ID")
     resume.add_argument("--no-progress", action="store_true", help="no live progress line")
+    resume.add_argument(
+        "--budget-usd",
+        type=float,
+        metavar="USD",
+        help="a new budget, larger than what it spent: what the old one stopped runs again",
+    )
 
     report = commands.add_parser("report", help="print a campaign's report")
     report.add_argument("campaign_id", metavar="ID")
@@ -267,13 +273,25 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
             store, campaign_id, progress=not args.no_progress, ray_address=args.ray, scorer=scorer
         )
     if args.command == "resume":
-        if failed := len(store.load(args.campaign_id).infra_failed):
+        stopped = store.load(args.campaign_id)
+        if args.budget_usd is None and stopped.budget_exhausted and stopped.over_budget:
+            raise InvalidInput(
+                f"campaign {args.campaign_id} {stopped.describe_status()}: "
+                f"${stopped.spend.priced_usd:.4f} spent; give --budget-usd larger than that"
+            )
+        if failed := len(stopped.infra_failed):
             print(
                 f"running {failed} trajectory(ies) again: their last outcome was an "
                 "infrastructure failure",
                 file=sys.stderr,
             )
-        return _run(store, args.campaign_id, progress=not args.no_progress, ray_address=args.ray)
+        return _run(
+            store,
+            args.campaign_id,
+            progress=not args.no_progress,
+            ray_address=args.ray,
+            budget_usd=args.budget_usd,
+        )
     if args.command == "status":
         if args.campaign_id is None:
             _print_campaign_list(store)
@@ -329,14 +347,17 @@ def _run(
     progress: bool,
     ray_address: str | None = None,
     scorer: Scorer | None = None,
+    budget_usd: float | None = None,
 ) -> int:
-    """Runs (or resumes) a campaign in this process; `scorer`: the one its creation checked."""
+    """Runs (or resumes) a campaign in this process; `scorer`: the one its creation checked;
+    `budget_usd`: its budget from now on."""
     runner = CampaignRunner(
         store,
         campaign_id,
         scorer=scorer,
         ray_address=ray_address,
         trajectory_endpoints=serve_trajectory,
+        budget_usd=budget_usd,
     )
 
     async def supervise() -> CampaignState:

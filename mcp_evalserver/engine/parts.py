@@ -16,6 +16,7 @@ from mcp_evalserver.agents.base import Agent
 from mcp_evalserver.agents.command import EndpointFactory
 from mcp_evalserver.agents.external import ClaimBoard
 from mcp_evalserver.agents.factory import build_agent
+from mcp_evalserver.engine.costs import check_budget_prices, price_table
 from mcp_evalserver.runtime.sandboxes import require_placement
 from mcp_evalserver.scoring.base import Scorer
 from mcp_evalserver.scoring.factory import build_scorer
@@ -39,10 +40,12 @@ def check_spec(spec: CampaignSpec, *, ray_address: str | None = None) -> Scorer:
     can be placed where it says (else on `ray_address`), and its scorer. Returns the scorer.
 
     Raises:
-        InvalidInput: it places instances on Ray and Ray is not installed, or its scorer
-            cannot be built or refuses its tasks.
+        InvalidInput: it places instances on Ray and Ray is not installed, its scorer
+            cannot be built or refuses its tasks, or it has a budget and a model it names
+            has no price.
     """
     require_placement(spec.sandbox, ray_address)
+    check_budget_prices(spec, price_table(spec))
     return checked_scorer(spec.scorer, spec.task_list())
 
 
@@ -80,4 +83,5 @@ class CampaignParts:
             scorer = check_spec(spec, ray_address=ray_address)
         else:
             require_placement(spec.sandbox, ray_address)
+            check_budget_prices(spec, price_table(spec))
         return cls(agent, scorer)

@@ -41,7 +41,7 @@ LEDGER_VERSION = 1
 #: The envelope fields a record read from a ledger must hold (the others have defaults).
 _READ_ENVELOPE = frozenset({"seq", "ts", "kind"})
 
-Outcome = Literal["resolved", "failed", "error", "timeout", "infra_error"]
+Outcome = Literal["resolved", "failed", "error", "timeout", "infra_error", "budget_exhausted"]
 
 
 def _none(value: Any) -> bool:
@@ -231,6 +231,42 @@ class BranchRestarted(LedgerRecordBase):
     reason: str | None = absent_when_none()
 
 
+class ModelUsageRecorded(LedgerRecordBase):
+    """Model calls made for a trajectory, and what they cost (None: unknown, never a guess).
+
+    `source`: the agent's own calls, the judge's (scoring), or usage the agent's program
+    `reported` through its endpoint. The ledger's total cost is the sum of these records.
+    """
+
+    kind: Literal["model_usage"] = "model_usage"
+    source: Literal["agent", "judge", "reported"] = "agent"
+    model: str | None = None
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+    cost_usd: float | None = None
+    #: Whose figure `cost_usd` is: the provider's own, or the price table's.
+    priced_by: Literal["provider", "table"] | None = None
+
+
+class BudgetExhausted(LedgerRecordBase):
+    """pending or generating -> done with outcome budget_exhausted: the budget was spent."""
+
+    kind: Literal["budget_exhausted"] = "budget_exhausted"
+    spent_usd: float | None = None
+    budget_usd: float | None = None
+
+
+class BudgetSet(LedgerRecordBase):
+    """The budget is now `budget_usd` (None: none); the named trajectories, stopped at the
+    budget before, go back to pending."""
+
+    kind: Literal["budget_set"] = "budget_set"
+    budget_usd: float | None = None
+    trajectories: list[str] = []
+
+
 class SamplesPlanned(LedgerRecordBase):
     """Adaptive sampling: `added` more samples per task (`<task>@<n>` onwards, pending), and why.
 
@@ -289,6 +325,9 @@ KnownRecord = (
     | TrajectoryBranched
     | CheckpointKept
     | BranchRestarted
+    | ModelUsageRecorded
+    | BudgetExhausted
+    | BudgetSet
     | SamplesPlanned
     | SamplingStopped
 )
@@ -325,6 +364,9 @@ LedgerRecord = Annotated[
     | Annotated[TrajectoryBranched, Tag("trajectory_branched")]
     | Annotated[CheckpointKept, Tag("checkpoint_kept")]
     | Annotated[BranchRestarted, Tag("branch_restarted")]
+    | Annotated[ModelUsageRecorded, Tag("model_usage")]
+    | Annotated[BudgetExhausted, Tag("budget_exhausted")]
+    | Annotated[BudgetSet, Tag("budget_set")]
     | Annotated[SamplesPlanned, Tag("samples_planned")]
     | Annotated[SamplingStopped, Tag("sampling_stopped")]
     | Annotated[OtherRecord, Tag(_OTHER)],

@@ -3,9 +3,10 @@
 The one place reports are built (CLI, MCP resource, server). The statistics come from
 `scoring.stats` and `scoring.comparison`; here they are gathered from a campaign's state.
 
-Infrastructure failures (outcome `infra_error`) are kept apart in every figure: they are not
-attempts, so pass rates, pass@k, pass^k and intervals are over the trajectories the
-infrastructure let run, and the infrastructure's error rate is shown beside the task's.
+Infrastructure failures (outcome `infra_error`) and trajectories the budget stopped
+(`budget_exhausted`) are kept apart in every figure: they are not attempts, so pass rates,
+pass@k, pass^k and intervals are over the trajectories the infrastructure let run, and the
+infrastructure's error rate is shown beside the task's.
 Trajectories not finished yet are left out (the report of a running campaign is partial).
 Intervals are 95%: a bootstrap over tasks with seed 0 (so the same ledger gives the same
 report), and Wilson's when every task has exactly one attempt.
@@ -28,7 +29,14 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState, TrajectoryState
+from mcp_evalserver.engine.costs import cost_lines, cost_report
+from mcp_evalserver.engine.state import (
+    INFRA_OUTCOMES,
+    UNGRADED_OUTCOMES,
+    CampaignState,
+    Spend,
+    TrajectoryState,
+)
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.stats.clustered import cluster_robust_mean, task_clusters
 from mcp_evalserver.scoring.stats.comparison import compare_campaigns
@@ -81,19 +89,24 @@ def best_of(root: TrajectoryState, branches: list[TrajectoryState]) -> Trajector
     if not all(m.done for m in members):
         return dataclasses.replace(root, phase="generating", outcome=None)
     resolved = [m for m in members if m.outcome == "resolved"]
-    real = [m for m in members if m.outcome not in INFRA_OUTCOMES]
+    real = [m for m in members if m.outcome not in UNGRADED_OUTCOMES]
     best = resolved[0] if resolved else (real[0] if real else root)
     usage: dict[str, Any] = {}
     for m in members:
         for key, value in (m.usage or {}).items():
             if isinstance(value, int | float):
                 usage[key] = usage.get(key, 0) + value
+    spend = None
+    for m in members:
+        if m.spend is not None:
+            spend = m.spend.merged(spend)
     generation = [m.generation_s for m in members if m.generation_s is not None]
     scoring = [m.scoring_s for m in members if m.scoring_s is not None]
     return dataclasses.replace(
         best,
         id=root.id,
         usage=usage or None,
+        spend=spend,
         generation_s=sum(generation) if generation else None,
         scoring_s=sum(scoring) if scoring else None,
         finished_ts=max(m.finished_ts or 0.0 for m in members) or None,
@@ -110,8 +123,8 @@ def verdicts(state: CampaignState, *, branches_as_samples: bool = False) -> list
     numbers: Counter[str] = Counter()  # counted as samples, branches are numbered after
     for root, branches in samples(state, branches_as_samples=branches_as_samples):
         trajectory = best_of(root, branches)
-        if not trajectory.done or trajectory.outcome is None:
-            continue
+        if not trajectory.done or trajectory.outcome in (None, "budget_exhausted"):
+            continue  # unfinished, or never let finish: no attempt at the task
         numbers[trajectory.task_id] += 1
         usage = trajectory.usage or {}
         active = _active_s(trajectory)
@@ -127,10 +140,18 @@ def verdicts(state: CampaignState, *, branches_as_samples: bool = False) -> list
                 finished_at=finished if active else None,
                 input_tokens=usage.get("input_tokens") if usage else None,
                 output_tokens=usage.get("output_tokens") if usage else None,
-                cost_usd=usage.get("cost_usd"),
+                cost_usd=_cost(trajectory.spend, usage),
             )
         )
     return found
+
+
+def _cost(spend: Spend | None, usage: dict[str, Any]) -> float | None:
+    """Its recorded cost; for a ledger from before `model_usage` records, its agent's figure."""
+    if spend is not None:
+        return spend.cost_usd
+    cost = usage.get("cost_usd")
+    return float(cost) if isinstance(cost, int | float) and cost >= 0 else None
 
 
 def _active_s(trajectory: TrajectoryState) -> float | None:
@@ -214,10 +235,12 @@ def build_report(
         row = per_task.setdefault(
             trajectory.task_id, {"samples": 0, "resolved": 0, "graded": 0, "infra_errors": 0}
         )
+        if trajectory.outcome == "budget_exhausted":
+            row["budget_exhausted"] = row.get("budget_exhausted", 0) + 1
         row["samples"] += 1
         row["resolved"] += trajectory.outcome == "resolved"
         row["infra_errors"] += trajectory.outcome in INFRA_OUTCOMES
-        row["graded"] += trajectory.done and trajectory.outcome not in INFRA_OUTCOMES
+        row["graded"] += trajectory.done and trajectory.outcome not in UNGRADED_OUTCOMES
     for task_id, row in per_task.items():
         row["pass_rate"] = row["resolved"] / row["graded"] if row["graded"] else None
         stats = stats_by_task.get(task_id)
@@ -289,6 +312,7 @@ def build_report(
         "tasks": per_task,
         "branches": branch_trees(state),
         "branches_as_samples": branches_as_samples,
+        "cost": cost_report(state, {task: row["resolved"] for task, row in per_task.items()}),
         "sampling": adaptive_sampling(state),
     }
 
@@ -368,7 +392,7 @@ def graded_trees(
     found = []
     for root, branches in samples(state, branches_as_samples=branches_as_samples):
         trajectory = best_of(root, branches)
-        if trajectory.done and trajectory.outcome not in (None, *INFRA_OUTCOMES):
+        if trajectory.done and trajectory.outcome not in (None, *UNGRADED_OUTCOMES):
             retried = any(m.infra_history for m in (root, *branches))
             found.append((trajectory, retried))
     return found
@@ -534,7 +558,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         f" {_seconds(report['phases']['scoring']['p50_s'])}); throughput"
         f" {_rate(latency['throughput_per_s'])}"
     )
-    if summary["input_tokens"] is not None or summary["cost_usd"] is not None:
+    if "cost" in report:
+        lines += cost_lines(report["cost"])
+    elif summary["input_tokens"] is not None or summary["cost_usd"] is not None:
         cost = summary["cost_usd"]
         lines.append(
             f"- tokens: {summary['input_tokens'] or 0} in, {summary['output_tokens'] or 0} out"

@@ -12,6 +12,7 @@ struck (a harness's fault is never a result). Nothing completed runs twice.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -28,11 +29,14 @@ import anyio.lowlevel
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.agents.command import EndpointFactory
+from mcp_evalserver.engine.costs import check_budget_prices, price_table
 from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter
 from mcp_evalserver.engine.parts import CampaignParts
 from mcp_evalserver.engine.records import (
     AttemptStarted,
     BranchRestarted,
+    BudgetExhausted,
+    BudgetSet,
     CampaignCancelled,
     CheckpointKept,
     EndpointCalls,
@@ -41,6 +45,7 @@ from mcp_evalserver.engine.records import (
     GenerationFailed,
     InstanceReprovisioned,
     LedgerRecord,
+    ModelUsageRecorded,
     RetryRequested,
     RunStarted,
     SamplesPlanned,
@@ -66,6 +71,7 @@ from mcp_evalserver.runtime import tracing
 from mcp_evalserver.runtime.adaptive import LimitChange
 from mcp_evalserver.runtime.artifacts import read_artifact
 from mcp_evalserver.runtime.limits import Limiters, RetryPolicy
+from mcp_evalserver.runtime.pricing import Priced, PriceTable
 from mcp_evalserver.runtime.sandboxes import (
     InstanceCheck,
     Reprovisioned,
@@ -76,7 +82,14 @@ from mcp_evalserver.runtime.sandboxes import (
 from mcp_evalserver.sandbox.base import Workspace
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.spec.campaign import CampaignSpec, Task
-from mcp_evalserver.spec.submission import Submission
+from mcp_evalserver.spec.submission import (
+    MAX_COST_USD,
+    MAX_TOKENS,
+    ModelUsage,
+    Submission,
+    Usage,
+    UsageSource,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -120,12 +133,16 @@ class CampaignRunner:
         sandboxes: SandboxPool | None = None,
         ray_address: str | None = None,
         trajectory_endpoints: EndpointFactory | None = None,
+        budget_usd: float | None = None,
     ) -> None:
         """The agent and the scorer are built from the spec the ledger holds
         (`CampaignParts.build`) unless given (built when the campaign was created, or a
         test's). `trajectory_endpoints` serves a `command` agent's MCP endpoints (given by the
-        CLI and the server, the layers that know MCP)."""
+        CLI and the server, the layers that know MCP). `budget_usd` replaces the campaign's
+        budget from this run on (a resume that raises it continues what the old one stopped).
+        """
         self.store = store
+        self._budget_usd = budget_usd
         self._trajectory_endpoints = trajectory_endpoints
         self._ray_address = ray_address  # for a pool of its own, when not given one
         self._sandboxes = sandboxes
@@ -202,6 +219,9 @@ class CampaignRunner:
             ledger.recovered = []
             self.state = state
             spec = state.spec
+            prices = price_table(spec)
+            budget = check_new_budget(state, self._budget_usd)
+            check_budget_prices(spec, prices, budget)
             # Resumed where Ray is missing: say so before this run records anything.
             parts = CampaignParts.build(
                 spec,
@@ -221,18 +241,26 @@ class CampaignRunner:
                 directory=self.directory,
                 on_record=self._on_record,
                 sandboxes=sandboxes,
+                prices=prices,
             )
             # Entered before the run records anything: a missing `otel` extra is said first.
             async with tracing.campaign_run(self.campaign_id, _run_attributes(state)) as span:
-                await self._drive(drive, state)
+                await self._drive(drive, state, budget)
                 span.set_attribute("mcp_evalserver.campaign.status", state.status)
                 span.set_attribute("mcp_evalserver.campaign.done", state.done_count)
                 return state
 
-    async def _drive(self, drive: _Drive, state: CampaignState) -> None:
-        """Runs the unfinished trajectories of `state`, each step recorded by `drive`."""
+    async def _drive(self, drive: _Drive, state: CampaignState, budget: float | None) -> None:
+        """Runs the unfinished trajectories of `state`, each step recorded by `drive`, under
+        `budget` from now on."""
         self.progress = RunProgress(time.monotonic(), state.done_count)
         await drive.record(RunStarted(pid=os.getpid(), resumed=state.runs > 0))
+        stopped = state.budget_exhausted
+        if budget != state.budget_usd or (stopped and not state.over_budget):
+            # What the budget stopped runs again when the budget now allows it (adaptive
+            # sampling decides its next round once they are done, as if never stopped).
+            again = stopped if budget is None or state.spend.priced_usd < budget else []
+            await drive.record(BudgetSet(budget_usd=budget, trajectories=again))
         if infra_failed := state.infra_failed:
             await drive.record(RetryRequested(trajectories=infra_failed))
             self.retrying = len(infra_failed)
@@ -275,10 +303,31 @@ def _agent_attributes(spec: CampaignSpec) -> dict[str, Any]:
     return {"gen_ai.request.model": model} if isinstance(model, str) else {}
 
 
+def check_new_budget(state: CampaignState, budget_usd: float | None) -> float | None:
+    """The budget a run continues with: `budget_usd` when given, else the ledger's.
+
+    Raises:
+        InvalidInput: `budget_usd` is not more than what the campaign has spent.
+    """
+    if budget_usd is None:
+        return state.budget_usd
+    spent = state.spend.priced_usd
+    if budget_usd <= spent:
+        raise InvalidInput(
+            f"budget_usd ${budget_usd:g} is not more than the ${spent:.4f} campaign "
+            f"{state.id} has spent; give a larger budget"
+        )
+    return budget_usd
+
+
 def _replace_file(path: Path, text: str) -> None:
     scratch = path.with_suffix(".tmp")
     scratch.write_text(text)
     os.replace(scratch, path)
+
+
+class _BudgetStop(Exception):
+    """A generation stopped because the campaign's budget was spent."""
 
 
 @dataclass(frozen=True)
@@ -302,6 +351,7 @@ class _Drive:
     directory: Path
     on_record: RecordObserver | None
     sandboxes: SandboxPool
+    prices: PriceTable
     fresh_submissions: dict[str, Submission] = field(default_factory=dict)
     #: Per task, what the scorer checks on each new instance (before generation uses it).
     instance_checks: dict[str, InstanceCheck | None] = field(default_factory=dict)
@@ -310,6 +360,12 @@ class _Drive:
     forks: dict[str, Workspace] = field(default_factory=dict)
     #: Set once the checkpoint a branch of this run starts from is kept (or known not to be).
     keeping: dict[str, anyio.Event] = field(default_factory=dict)
+    #: Per generating trajectory, the scope the budget cancels it by.
+    generating: dict[str, anyio.CancelScope] = field(default_factory=dict)
+    #: Trajectories whose current attempt metered its agent's calls.
+    metered: set[str] = field(default_factory=set)
+    #: Cost of `model_usage` records written but not yet applied (waiting to be durable).
+    unapplied_usd: float = 0.0
 
     def __post_init__(self) -> None:
         self.limiters.on_endpoint_limit = self._endpoint_limit_changed
@@ -352,6 +408,66 @@ class _Drive:
         apply_record(self.state, written)
         if self.on_record is not None:
             self.on_record(self.state, written)
+
+    @property
+    def over_budget(self) -> bool:
+        """The ledger's running total (with what it is writing) has reached the budget."""
+        budget = self.state.budget_usd
+        return budget is not None and self.state.spend.priced_usd + self.unapplied_usd >= budget
+
+    async def meter(self, trajectory_id: str, usage: ModelUsage, source: UsageSource) -> Priced:
+        """Records model usage of a trajectory and what it cost; once the total reaches the
+        budget, stops every generation: an agent that meters its calls at its next call (here:
+        what it paid for is recorded), any other where it stands.
+
+        Raises:
+            InvalidInput: the campaign has a budget and the cost is unknown (recorded as
+                unknown, unless the agent's program reported it: then refused unrecorded).
+            _BudgetStop: the budget is spent and `source` is an agent that meters its calls.
+        """
+        priced = self.prices.price(usage)
+        unknown = priced.cost_usd is None and self.state.budget_usd is not None
+        if unknown and source == "reported":
+            raise InvalidInput(
+                f"report_usage: this campaign has a budget, and the usage of model "
+                f"{usage.model!r} has no cost: give `cost_usd` (what your provider charged), "
+                "or a model the campaign's prices name"
+            )
+        record = ModelUsageRecorded(
+            trajectory=trajectory_id,
+            source=source,
+            model=usage.model,
+            input_tokens=usage.input_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            output_tokens=usage.output_tokens,
+            requests=usage.requests,
+            cost_usd=priced.cost_usd,
+            priced_by=priced.priced_by,
+        )
+        cost = priced.cost_usd or 0.0
+        # Counted before it is durable: a trajectory that starts meanwhile must see it. And
+        # shielded: the budget may cancel the very generation that reports it.
+        self.unapplied_usd += cost
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.record(record)
+        finally:
+            self.unapplied_usd -= cost
+        if source == "agent":
+            self.metered.add(trajectory_id)
+        if self.over_budget:
+            if not self.agent.meters_calls:
+                for scope in self.generating.values():
+                    scope.cancel()
+            elif source == "agent":
+                raise _BudgetStop
+        if unknown:
+            raise InvalidInput(
+                f"the usage of model {usage.model!r} has no cost: the provider gave none and "
+                "the price table has no price for it, and this campaign has a budget; give "
+                "`cost_usd`, or a model the spec's `prices` name"
+            )
+        return priced
 
     async def trajectory(self, trajectory: TrajectoryState) -> None:
         # Resumed: an earlier run left it part done (its trace there never ended).
@@ -408,7 +524,11 @@ class _Drive:
         """One generation attempt; returns the backoff delay before the next, if any."""
         attempt = trajectory.attempts + 1
         tid = trajectory.id
+        if self.over_budget:
+            await self._budget_exhausted(trajectory)
+            return 0.0
         await self.record(AttemptStarted(trajectory=tid, attempt=attempt), durable=False)
+        self.metered.discard(tid)
         sandbox = self._sandbox(task, tid, f"a{attempt}")
         restart = False
         if (fork := self.forks.pop(tid, None)) is not None:
@@ -429,26 +549,36 @@ class _Drive:
             limiters=self.limiters,
             sandbox=sandbox,
             branch=branch,
+            meter=functools.partial(self.meter, tid),
         )
 
         spec = self.state.spec
         traced = {"mcp_evalserver.attempt": attempt, **_agent_attributes(spec)}
 
         async def generate() -> Submission:
-            with tracing.invoke_agent(spec.agent.type, traced) as span:
-                if restart:
-                    await self._restart_branch(trajectory, sandbox)
-                submission = await self.agent.generate(context)
-                if (usage := submission.usage) is not None:
-                    span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
-                    span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
-                return submission
+            with anyio.CancelScope() as stop:
+                self.generating[tid] = stop
+                try:
+                    with tracing.invoke_agent(spec.agent.type, traced) as span:
+                        if restart:
+                            await self._restart_branch(trajectory, sandbox)
+                        submission = await self.agent.generate(context)
+                        if (usage := submission.usage) is not None:
+                            span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
+                            span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+                        return submission
+                finally:
+                    del self.generating[tid]
+            raise _BudgetStop
 
         timeout = self.state.spec.limits.trajectory_timeout_s
         done = await self._step(trajectory, GenerationFailed, sandbox, timeout, generate)
         if isinstance(done, _Failed):
             return done.delay
         submission, duration = done
+        if submission.usage is not None and tid not in self.metered:
+            # An agent that metered none of its calls gives their sum when it hands in.
+            await self._record_handed_in(tid, submission.usage)
         generated = Generated(
             trajectory=tid,
             attempt=attempt,
@@ -478,6 +608,7 @@ class _Drive:
             campaign_dir=self.directory,
             limiters=self.limiters,
             sandbox=sandbox,
+            meter=functools.partial(self.meter, tid),
         )
         timeout = self.state.spec.limits.scoring_timeout_s
 
@@ -523,6 +654,9 @@ class _Drive:
                     result = await work()
                 finally:
                     await sandbox.aclose()
+        except _BudgetStop:
+            await self._budget_exhausted(trajectory)
+            return _Failed(0.0)
         except InfrastructureError as exc:
             failures = trajectory.failure_causes.get(type(exc).__name__, 0) + 1
             final = self.policy.gives_up_after(failures)
@@ -545,6 +679,30 @@ class _Drive:
             )
             return _Failed(0.0)
         return result, duration
+
+    async def _budget_exhausted(self, trajectory: TrajectoryState) -> None:
+        spent = round(self.state.spend.priced_usd, 10)
+        budget = self.state.budget_usd
+        await self.record(
+            BudgetExhausted(trajectory=trajectory.id, spent_usd=spent, budget_usd=budget)
+        )
+
+    async def _record_handed_in(self, trajectory_id: str, usage: Usage) -> None:
+        """The usage an agent gave with its submission, as one record (bounded like a report)."""
+        reported = ModelUsage(
+            model=usage.model,
+            input_tokens=min(usage.input_tokens, MAX_TOKENS),
+            output_tokens=min(usage.output_tokens, MAX_TOKENS),
+            requests=min(usage.requests, 1_000_000),
+            cost_usd=None if usage.cost_usd is None else min(usage.cost_usd, MAX_COST_USD),
+        )
+        if reported.requests or reported.input_tokens or reported.output_tokens or usage.cost_usd:
+            try:
+                await self.meter(trajectory_id, reported, "agent")
+            except (InvalidInput, _BudgetStop) as exc:
+                # Recorded all the same (an unknown cost as unknown); the work is done: it is
+                # handed in.
+                logger.warning("trajectory %s: %s", trajectory_id, exc)
 
     async def branch(
         self, parent: TrajectoryState, sandbox: TrajectorySandbox, n: int

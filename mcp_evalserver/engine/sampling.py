@@ -7,6 +7,8 @@ as asked, or every task is at `max`). The decision reads the trajectories' outco
 nothing else a trajectory produced (no answer, patch, transcript or score detail), so an agent
 moves the plan only through what it resolves. Same outcomes, same records: a resumed campaign
 decides as the uninterrupted one would have, and replay rebuilds the plan from the records.
+A trajectory the campaign's budget stopped (`budget_exhausted`) is no outcome: while one is,
+nothing is decided, and a resume with a larger budget runs it before the next decision.
 
 The interval is the one the report gives the mean pass rate: the cluster-robust one when the
 tasks are clustered (by `cluster_by`, else `repo` when every task has one) and it has a
@@ -70,11 +72,13 @@ def campaign_interval(
 def next_decision(state: CampaignState) -> SamplesPlanned | SamplingStopped | None:
     """The record that continues adaptive sampling, once every planned trajectory is done.
 
-    None: no adaptive sampling, it is over, trajectories are still running, or no task has a
-    graded outcome yet (infrastructure failures only: a resume retries them, then decides).
+    None: no adaptive sampling, it is over, trajectories are still running, the budget
+    stopped trajectories (they are no outcome; a resume with a larger budget runs them, then
+    decides as an unstopped run would have), or no task has a graded outcome yet
+    (infrastructure failures only: a resume retries them, then decides).
     """
     sampling = state.sampling
-    if sampling is None or sampling.stopped is not None:
+    if sampling is None or sampling.stopped is not None or state.budget_stopped:
         return None
     if not all(t.done for t in state.trajectories.values()):
         return None

@@ -31,6 +31,13 @@ Record kinds and what they do to a trajectory:
     checkpoint_kept      the files of the `checkpoint` the named branches (`trajectories`)
                          forked at, kept as the artifact `start` that a restarted branch
                          begins from; or `start_missing`: why they could not be kept
+    model_usage          model calls made for a trajectory (`source`: its agent, its judge, or
+                         usage its program reported) with their cost; summed per trajectory
+                         and per campaign (the running total a budget is checked against)
+    budget_exhausted     pending or generating -> done with outcome budget_exhausted: the
+                         campaign's budget was spent before it could start or finish
+    budget_set           the budget is now `budget_usd`; the named trajectories stopped at the
+                         budget go back to pending
     samples_planned      adaptive sampling: `added` more samples per task, new trajectories
                          `<task>@<n>` onwards (pending), with the interval and reasons
     sampling_stopped     adaptive sampling is over (`reason`: target_reached or max_reached);
@@ -52,6 +59,8 @@ from mcp_evalserver.engine.records import (
     FIRST_RECORD_FIELDS,
     AttemptStarted,
     BranchRestarted,
+    BudgetExhausted,
+    BudgetSet,
     CampaignCancelled,
     CampaignCreated,
     CheckpointKept,
@@ -64,6 +73,7 @@ from mcp_evalserver.engine.records import (
     LedgerRecord,
     LedgerRecordBase,
     LedgerRepaired,
+    ModelUsageRecorded,
     RescoreRequested,
     RetryRequested,
     RunStarted,
@@ -91,9 +101,84 @@ CampaignStatus = Literal["running", "finished", "cancelled"]
 
 #: Outcomes caused by the infrastructure, kept apart from task failures in every figure.
 INFRA_OUTCOMES: frozenset[str] = frozenset({"infra_error"})
+#: Outcomes that are no attempt at the task (excluded from every pass rate): the
+#: infrastructure's failures, and trajectories the budget stopped.
+UNGRADED_OUTCOMES: frozenset[str] = INFRA_OUTCOMES | {"budget_exhausted"}
 #: How much of an error message the history of a trajectory's failures keeps.
 HISTORY_MESSAGE_CHARS = 300
 SCORER_ADAPTER = TypeAdapter[ScorerConfig](ScorerConfig)
+
+
+@dataclass
+class Spend:
+    """Model usage and its cost, summed over `model_usage` records."""
+
+    #: The cost of the calls whose cost is known (US dollars).
+    priced_usd: float = 0.0
+    #: Records whose cost is unknown (no provider figure, no price for the model).
+    unpriced: int = 0
+    #: Records summed (none: nothing was recorded, which is no cost of $0).
+    records: int = 0
+    requests: int = 0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    #: Known cost by source: agent, judge, reported.
+    by_source: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def cost_usd(self) -> float | None:
+        """The whole cost, None when any part of it is unknown."""
+        return None if self.unpriced else self.priced_usd
+
+    def add(self, record: ModelUsageRecorded) -> None:
+        self.records += 1
+        self.requests += record.requests
+        self.input_tokens += record.input_tokens
+        self.cached_input_tokens += record.cached_input_tokens
+        self.output_tokens += record.output_tokens
+        if record.cost_usd is None:
+            self.unpriced += 1
+            return
+        self.priced_usd += record.cost_usd
+        self.by_source[record.source] = self.by_source.get(record.source, 0.0) + record.cost_usd
+
+    def merged(self, other: Spend | None) -> Spend:
+        """This and `other`, summed (a new Spend)."""
+        total = Spend(by_source=dict(self.by_source))
+        for part in (self, other):
+            if part is None:
+                continue
+            for name in _SPEND_COUNTS:
+                setattr(total, name, getattr(total, name) + getattr(part, name))
+        if other is not None:
+            for source, cost in other.by_source.items():
+                total.by_source[source] = total.by_source.get(source, 0.0) + cost
+        return total
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "cost_usd": self.cost_usd,
+            "priced_usd": self.priced_usd,
+            "unpriced_records": self.unpriced,
+            "records": self.records,
+            "requests": self.requests,
+            "input_tokens": self.input_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "output_tokens": self.output_tokens,
+            "by_source": dict(sorted(self.by_source.items())),
+        }
+
+
+_SPEND_COUNTS = (
+    "priced_usd",
+    "unpriced",
+    "records",
+    "requests",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+)
 
 
 @dataclass
@@ -135,6 +220,8 @@ class TrajectoryState:
     start_missing: str | None = None
     #: For a branch restarted from a clean copy of the task, not its checkpoint: why.
     started_clean: str | None = None
+    #: Its model usage and cost (`model_usage` records), None while it has none.
+    spend: Spend | None = None
 
     @property
     def done(self) -> bool:
@@ -204,6 +291,10 @@ class CampaignState:
     calibrations: list[dict[str, Any]] = field(default_factory=list)
     #: Seconds the runs were running (each run: its first record to its last).
     run_s: float = 0.0
+    #: The model usage and cost of every trajectory together: the ledger's running total.
+    spend: Spend = field(default_factory=Spend)
+    #: The budget in force (`limits.budget_usd`, or what a `budget_set` record made it).
+    budget_usd: float | None = None
     #: Adaptive sampling (`samples: {"min", "max", "target_half_width"}`), else None.
     sampling: SamplingState | None = None
     last_seq: int = -1
@@ -213,8 +304,11 @@ class CampaignState:
     @property
     def status(self) -> CampaignStatus:
         # An adaptive campaign between rounds has nothing running and is not finished: the
-        # next decision (more samples or the stop) is still to be recorded.
-        sampling_over = self.sampling is None or self.sampling.stopped is not None
+        # next decision (more samples or the stop) is still to be recorded. Unless its budget
+        # stopped trajectories: it is finished as a fixed campaign is, the plan waiting for a
+        # resume with a larger budget (which runs them, then decides).
+        sampling = self.sampling
+        sampling_over = sampling is None or sampling.stopped is not None or self.budget_stopped
         if sampling_over and all(t.done for t in self.trajectories.values()):
             return "finished"
         return "cancelled" if self.cancelled else "running"
@@ -249,6 +343,21 @@ class CampaignState:
         return [t.id for t in self.trajectories.values() if t.outcome in INFRA_OUTCOMES]
 
     @property
+    def budget_exhausted(self) -> list[str]:
+        """Trajectories the budget stopped: a resume with a larger budget runs them."""
+        return [t.id for t in self.trajectories.values() if t.outcome == "budget_exhausted"]
+
+    @property
+    def budget_stopped(self) -> bool:
+        """The budget stopped trajectories (none was let run since with a larger one)."""
+        return any(t.outcome == "budget_exhausted" for t in self.trajectories.values())
+
+    @property
+    def over_budget(self) -> bool:
+        """The ledger's total has reached the budget: no trajectory may start."""
+        return self.budget_usd is not None and self.spend.priced_usd >= self.budget_usd
+
+    @property
     def interrupted(self) -> bool:
         """Unfinished, and stopped by its process dying or its server stopping, not by a person.
 
@@ -259,6 +368,12 @@ class CampaignState:
     def describe_status(self) -> str:
         """The status as a person reads it: a finish with infrastructure failures says so."""
         failed = len(self.infra_failed)
+        if self.status == "finished" and (stopped := len(self.budget_exhausted)):
+            return (
+                f"stopped at its budget (${self.spend.priced_usd:.2f} of "
+                f"${self.budget_usd or 0:.2f}): {stopped} trajector{'y' if stopped == 1 else 'ies'}"
+                " not run — resume with a larger budget_usd"
+            )
         if self.status == "finished" and failed:
             plural = "s" if failed != 1 else ""
             return f"finished with {failed} infrastructure failure{plural} — resume to retry them"
@@ -291,6 +406,7 @@ def replay(records: Iterable[LedgerRecord]) -> CampaignState:
         trajectories=trajectories,
         last_seq=first.seq,
         last_ts=first.ts,
+        budget_usd=spec.limits.budget_usd,
     )
     if (adaptive := spec.adaptive) is not None:
         planned = {task.id: adaptive.min for task in spec.task_list()}
@@ -327,7 +443,7 @@ def concerning(records: list[LedgerRecord], trajectory: str) -> list[LedgerRecor
         kept = [first.model_copy(update={"spec": {**spec, "tasks": tasks}})]
     for record in rest:
         match record:
-            case RescoreRequested() | RetryRequested() | CheckpointKept():
+            case RescoreRequested() | RetryRequested() | CheckpointKept() | BudgetSet():
                 listed = [t for t in record.trajectories if t == trajectory]
                 kept.append(record.model_copy(update={"trajectories": listed}))
             case SamplesPlanned():
@@ -444,6 +560,19 @@ def _scoring_failed(state: CampaignState, record: ScoringFailed) -> None:
 def _branch_restarted(state: CampaignState, record: BranchRestarted) -> None:
     trajectory = _trajectory(state, record)
     trajectory.started_clean = str(record.reason) if record.source == "clean" else None
+
+
+def _budget_exhausted(state: CampaignState, record: BudgetExhausted) -> None:
+    trajectory = _trajectory(state, record)
+    _expect(trajectory, record, "pending", "generating")
+    trajectory.phase = "done"
+    trajectory.outcome = "budget_exhausted"
+    trajectory.finished_ts = record.ts
+    trajectory.error = {
+        "type": "BudgetExhausted",
+        "message": f"the campaign's budget (${record.budget_usd}) was spent "
+        f"(${record.spent_usd}) before this trajectory finished generating",
+    }
 
 
 def _ran_on(trajectory: TrajectoryState, record: Generated | StepFailed | Scored) -> None:
@@ -578,6 +707,32 @@ def _rescore_requested(state: CampaignState, record: RescoreRequested) -> None:
             trajectory.failure_causes = {}
 
 
+def _model_usage(state: CampaignState, record: ModelUsageRecorded) -> None:
+    tid = record.trajectory
+    trajectory = state.trajectories.get(tid) if tid is not None else None
+    if tid is not None and trajectory is None:
+        raise LedgerCorrupt(f"record seq {record.seq} names unknown trajectory {tid!r}")
+    if trajectory is not None:
+        if trajectory.spend is None:
+            trajectory.spend = Spend()
+        trajectory.spend.add(record)
+    state.spend.add(record)
+
+
+def _budget_set(state: CampaignState, record: BudgetSet) -> None:
+    state.budget_usd = record.budget_usd
+    for tid in record.trajectories:
+        trajectory = state.trajectories.get(tid)
+        if trajectory is None:
+            raise LedgerCorrupt(f"record seq {record.seq} names unknown trajectory {tid!r}")
+        if trajectory.outcome != "budget_exhausted":
+            continue
+        trajectory.phase = "generated" if trajectory.generated_seq is not None else "pending"
+        trajectory.outcome = None
+        trajectory.error = None
+        trajectory.finished_ts = None
+
+
 def _retry_requested(state: CampaignState, record: RetryRequested) -> None:
     for tid in record.trajectories:
         trajectory = state.trajectories.get(tid)
@@ -692,4 +847,7 @@ _APPLY: dict[type[LedgerRecordBase], Callable[[CampaignState, Any], None]] = {
     TrajectoryBranched: _branched,
     CheckpointKept: _checkpoint_kept,
     EndpointCalls: _endpoint_calls,
+    ModelUsageRecorded: _model_usage,
+    BudgetExhausted: _budget_exhausted,
+    BudgetSet: _budget_set,
 }

@@ -30,12 +30,14 @@ import anyio
 import httpx2
 import openai
 from openai.types.chat import ChatCompletion
+from pydantic import ValidationError
 
 from mcp_evalserver.errors import InfrastructureError
 from mcp_evalserver.runtime import tracing
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.runtime.limits import RetryPolicy
 from mcp_evalserver.spec.agents import DEFAULT_BASE_URL
+from mcp_evalserver.spec.submission import ModelUsage
 
 _T = TypeVar("_T")
 
@@ -243,3 +245,25 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
 def shorten(text: str, limit: int) -> str:
     """`text` cut to `limit` characters, the cut marked (an endpoint's message can be a page)."""
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def call_usage(model: str, completion: ChatCompletion) -> ModelUsage:
+    """What one completion used: tokens (cached ones apart) and the provider's own cost where
+    it reports one (OpenRouter's `usage.cost`); priced by the table under `model` otherwise."""
+    counts = completion.usage
+    if counts is None:
+        return ModelUsage(model=model)
+    details = counts.prompt_tokens_details
+    cached = (details.cached_tokens or 0) if details is not None else 0
+    cost = (counts.model_extra or {}).get("cost")
+    fields: dict[str, Any] = {
+        "model": model,
+        "input_tokens": counts.prompt_tokens,
+        "cached_input_tokens": min(cached, counts.prompt_tokens),
+        "output_tokens": counts.completion_tokens,
+    }
+    try:
+        return ModelUsage(**fields, cost_usd=cost if isinstance(cost, int | float) else None)
+    except ValidationError:
+        # A figure no price could be (negative, absurd): the tokens are priced instead.
+        return ModelUsage(**fields)

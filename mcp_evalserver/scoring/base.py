@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mcp_evalserver.runtime.artifacts import store_artifact
 from mcp_evalserver.runtime.limits import Limiters
+from mcp_evalserver.runtime.pricing import Meter
 from mcp_evalserver.runtime.sandboxes import InstanceCheck, TrajectorySandbox
 from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
@@ -80,6 +81,8 @@ class ScoringContext:
     campaign_dir: Path
     limiters: Limiters
     sandbox: TrajectorySandbox
+    #: Records the usage of each model call the scorer makes (a judge's); None: not recorded.
+    meter: Meter | None = None
 
     async def store_artifact(self, data: bytes, suffix: str = "") -> dict[str, Any]:
         """Keeps bytes (a test log, say) as an artifact of the campaign; returns the reference

@@ -36,6 +36,7 @@ from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.runtime.artifacts import ARTIFACTS_DIR
 from mcp_evalserver.runtime.atomic_files import write_atomically
 from mcp_evalserver.runtime.endpoint_calls import (
+    call_usage,
     call_with_retries,
     describe_completion,
     model_client,
@@ -231,6 +232,8 @@ class LlmJudgeScorer(Scorer):
                 span.set_attribute("error.type", type(exc).__name__)
                 return RequirementVerdict(requirement, False, error=f"{type(exc).__name__}: {exc}")
             describe_completion(span, response)
+        if context.meter is not None:
+            await context.meter(call_usage(self.model, response), "judge")
         content = response.choices[0].message.content if response.choices else None
         return _read_verdict(requirement, content or "")
 

@@ -26,7 +26,7 @@ from mcp_evalserver.engine.records import (
     SamplesPlanned,
     SamplingStopped,
 )
-from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState
+from mcp_evalserver.engine.state import UNGRADED_OUTCOMES, CampaignState
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def record_event(state: CampaignState, record: LedgerRecord) -> CampaignEvent:
         }
         message = f"{campaign_id}: {trajectory.id} {kind.replace('_', ' ')}"
         if trajectory.done:
-            level = "warning" if trajectory.outcome in INFRA_OUTCOMES else "info"
+            level = "warning" if trajectory.outcome in UNGRADED_OUTCOMES else "info"
             message = f"{campaign_id}: {trajectory.id} {trajectory.outcome}"
     elif isinstance(record, RunStarted):
         level = "info"

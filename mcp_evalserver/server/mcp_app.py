@@ -362,13 +362,25 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
 
     @app.tool(annotations=_SETS)
     @tool_errors
-    async def resume(campaign_id: CampaignId, ctx: Context[EvalService, Any]) -> CampaignStatus:
+    async def resume(
+        campaign_id: CampaignId,
+        ctx: Context[EvalService, Any],
+        budget_usd: Annotated[
+            float | None,
+            Field(
+                gt=0,
+                allow_inf_nan=False,
+                description="A new budget (US dollars), larger than what it spent: the "
+                "trajectories the old one stopped (budget_exhausted) run again.",
+            ),
+        ] = None,
+    ) -> CampaignStatus:
         """Continue a cancelled or interrupted campaign where its ledger left off: finished
         trajectories are kept, generated ones are only scored, the rest run again. Trajectories
         whose last outcome is an infrastructure failure run again from the phase that failed;
         `retrying` says how many. A campaign already running is left running and its status
         returned (a restarted server resumes interrupted campaigns by itself)."""
-        return await _service(ctx).resume(campaign_id)
+        return await _service(ctx).resume(campaign_id, budget_usd)
 
     @app.tool(annotations=_MUTATES)
     @tool_errors

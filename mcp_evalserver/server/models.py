@@ -94,6 +94,22 @@ class CampaignStatus(BaseModel):
         default_factory=dict,
         description='Adaptive per-endpoint limits now (`limits.per_endpoint: "auto"`).',
     )
+    cost_usd: float | None = Field(
+        None,
+        description="What its model calls cost so far (US dollars); null when none was "
+        "recorded or some cost is unknown (`unpriced_records`).",
+    )
+    spent_usd: float = Field(0.0, description="The cost of the calls whose cost is known.")
+    unpriced_records: int = Field(
+        0, description="Usage records of unknown cost (no provider figure, no price)."
+    )
+    cost_per_resolved_usd: float | None = Field(
+        None, description="cost_usd / resolved trajectories."
+    )
+    budget_usd: float | None = Field(None, description="Its budget in force (`limits.budget_usd`).")
+    budget_exhausted: int = Field(
+        0, description="Trajectories the budget stopped (not graded); resume with a larger budget."
+    )
     sampling: SamplingProgress | None = Field(
         None, description="Adaptive sampling's progress; null for a fixed number of samples."
     )
@@ -207,6 +223,16 @@ class Submitted(BaseModel):
     answer: str | None
     patch_bytes: int
     files: list[str]
+
+
+class UsageReported(BaseModel):
+    """What reported model calls cost, as the campaign counts them."""
+
+    trajectory_id: str
+    cost_usd: float | None = Field(description="US dollars; null: unknown (no price for it).")
+    priced_by: Literal["provider", "table"] | None = Field(
+        description="Whose figure: the provider's cost you gave, or the campaign's price table."
+    )
 
 
 class ScoringStatus(BaseModel):

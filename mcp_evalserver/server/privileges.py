@@ -138,6 +138,10 @@ class Privileges:
             spec = spec.model_copy(
                 update={"tasks": self.host_path(spec.tasks, "task file", base_dir)}
             )
+        if isinstance(spec.prices, str):
+            spec = spec.model_copy(
+                update={"prices": self.host_path(spec.prices, "price file", base_dir)}
+            )
         resolved = spec.resolved(base_dir)
         assert not isinstance(resolved.tasks, str)
         tasks = [self._admit_task(task, base_dir) for task in resolved.tasks]

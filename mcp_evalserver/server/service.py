@@ -38,8 +38,8 @@ from mcp_evalserver.engine.report import (
     verdicts,
 )
 from mcp_evalserver.engine.rescoring import request_rescore
-from mcp_evalserver.engine.runner import CampaignRunner
-from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState, TrajectoryState
+from mcp_evalserver.engine.runner import CampaignRunner, check_new_budget
+from mcp_evalserver.engine.state import UNGRADED_OUTCOMES, CampaignState, TrajectoryState
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import Conflict, EvalServerError, ExcInfo, NotFound
 from mcp_evalserver.runtime.sandboxes import SandboxPool
@@ -199,28 +199,49 @@ class EvalService:
         """
         return self.privileges.admit(spec, self.base_dir, ray_address=self._ray_address)
 
-    async def resume(self, campaign_id: str) -> CampaignStatus:
+    async def resume(self, campaign_id: str, budget_usd: float | None = None) -> CampaignStatus:
         """Continues a campaign that is not finished and not running here; trajectories whose
         last outcome is an infrastructure failure run again (`retrying` says how many).
+        `budget_usd` replaces its budget: larger than what it spent, it runs again what the old
+        budget stopped.
 
         Idempotent: a campaign already running here (as one is after a restarted server
         resumed it by itself) is left running, and its status returned.
 
         Raises:
             NotFound: no such campaign.
-            Conflict: another process runs it, or it is finished with nothing left to retry.
+            Conflict: another process runs it, it is finished with nothing left to retry, it
+                stopped at its budget and no larger one is given, or it is running here and a
+                new budget is given.
+            InvalidInput: `budget_usd` is not more than it has spent.
         """
         if self._active(campaign_id):
+            if budget_usd is not None:
+                raise Conflict(
+                    f"campaign {campaign_id} is running: a new budget applies from a resume; "
+                    "cancel it, then resume it with budget_usd"
+                )
             return self.status(campaign_id)
         state = self._load(campaign_id)
-        if state.status == "finished" and not state.infra_failed:
+        check_new_budget(state, budget_usd)
+        stopped = state.budget_exhausted
+        if stopped and budget_usd is None and state.over_budget and not state.infra_failed:
+            raise Conflict(
+                f"campaign {campaign_id} {state.describe_status()}: ${state.spend.priced_usd:.4f}"
+                " spent; call resume with a budget_usd larger than that"
+            )
+        if state.status == "finished" and not state.infra_failed and not stopped:
             raise Conflict(
                 f"campaign {campaign_id} is finished: nothing to resume. Read its report "
                 f"(resource campaign://{campaign_id}/report) or start a new campaign"
             )
-        await self._launch(campaign_id)
-        # From the ledger as it was: the run may not have recorded its retries yet.
-        return self.status(campaign_id).model_copy(update={"retrying": len(state.infra_failed)})
+        await self._launch(campaign_id, budget_usd=budget_usd)
+        # From the ledger as it was: the run may not have recorded its retries (or its new
+        # budget) yet.
+        update: dict[str, Any] = {"retrying": len(state.infra_failed)}
+        if budget_usd is not None:
+            update["budget_usd"] = budget_usd
+        return self.status(campaign_id).model_copy(update=update)
 
     async def cancel(self, campaign_id: str) -> CampaignStatus:
         """Stops a campaign running here; what it recorded stays, `resume` continues it.
@@ -260,7 +281,7 @@ class EvalService:
         # while a client follows a campaign, and the report's bootstrap is not cheap.
         phases = Counter(t.phase for t in state.trajectories.values())
         outcomes = Counter(t.outcome for t in state.trajectories.values() if t.outcome)
-        graded = sum(n for outcome, n in outcomes.items() if outcome not in INFRA_OUTCOMES)
+        graded = sum(n for outcome, n in outcomes.items() if outcome not in UNGRADED_OUTCOMES)
         resolved = outcomes["resolved"]
         error = run.error if run is not None else None
         interrupted = self._interrupted(state)
@@ -286,6 +307,16 @@ class EvalService:
             retrying=run.runner.retrying if run is not None else 0,
             reprovisioned=[InstanceReprovisioned(**event) for event in state.reprovisioned[-20:]],
             endpoint_limits={key: e.limit for key, e in state.endpoint_limits.items()},
+            cost_usd=state.spend.cost_usd if state.spend.records else None,
+            spent_usd=state.spend.priced_usd,
+            unpriced_records=state.spend.unpriced,
+            cost_per_resolved_usd=(
+                cost / resolved
+                if (cost := state.spend.cost_usd) is not None and resolved and state.spend.records
+                else None
+            ),
+            budget_usd=state.budget_usd,
+            budget_exhausted=len(state.budget_exhausted),
             sampling=_sampling_progress(state),
             next_step=_next_step(
                 state, active=active, awaiting=awaiting, error=error, interrupted=interrupted
@@ -557,11 +588,17 @@ class EvalService:
             return run.runner.state
         return self._load(campaign_id)
 
-    async def _launch(self, campaign_id: str, parts: CampaignParts | None = None) -> None:
+    async def _launch(
+        self,
+        campaign_id: str,
+        parts: CampaignParts | None = None,
+        *,
+        budget_usd: float | None = None,
+    ) -> None:
         """Starts a run in the server's task group and waits until it has opened its ledger.
 
         `parts`: what a new campaign's spec built (else the agent is built here and the runner
-        builds the scorer from the spec its ledger holds).
+        builds the scorer from the spec its ledger holds). `budget_usd`: its budget from now on.
 
         Raises:
             Conflict: the server is shutting down, or another process runs the campaign.
@@ -594,6 +631,7 @@ class EvalService:
             scorer=scorer,
             sandboxes=self._pool,
             on_record=on_record,
+            budget_usd=budget_usd,
         )
         self._runs[campaign_id] = run
         self._group.start_soon(self._drive, run)
@@ -640,6 +678,8 @@ def _trajectory_summary(trajectory: TrajectoryState) -> dict[str, Any]:
         "attempts": trajectory.attempts,
         "error": (trajectory.error or {}).get("message"),
         "usage": trajectory.usage,
+        "cost_usd": trajectory.spend.cost_usd if trajectory.spend is not None else None,
+        "spend": trajectory.spend.as_json() if trajectory.spend is not None else None,
         "generation_s": trajectory.generation_s,
         "scoring_s": trajectory.scoring_s,
         "parent": trajectory.parent,
@@ -677,6 +717,11 @@ def _next_step(
     state: CampaignState, *, active: bool, awaiting: int, error: str | None, interrupted: bool
 ) -> str:
     cid = state.id
+    if state.status == "finished" and state.budget_exhausted and not active:
+        return (
+            f"{state.describe_status()}: call resume with {cid!r} and a budget_usd larger than "
+            f"${state.spend.priced_usd:.4f}, or read the report (resource campaign://{cid}/report)"
+        )
     if state.status == "finished" and state.infra_failed and not active:
         return (
             f"{state.describe_status()}: call resume with {cid!r} to run them again, or read "

@@ -84,6 +84,7 @@ class ExternalTrajectories:
     get_diff = _on_claim(TrajectoryTools.get_diff)
     checkpoint = _on_claim(TrajectoryTools.checkpoint)
     restore = _on_claim(TrajectoryTools.restore)
+    report_usage = _on_claim(TrajectoryTools.report_usage)
 
     async def fork_trajectory(self, claim_id: str, n: int, wait_s: float = 60.0) -> Branches:
         """Forks the claimed trajectory into `n` new ones, each claimed for this client.

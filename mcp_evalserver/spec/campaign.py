@@ -32,6 +32,7 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.spec.agents import AgentConfig, NoopAgentConfig
 from mcp_evalserver.spec.harbor import harbor_task_rows, is_harbor_source
 from mcp_evalserver.spec.host_paths import HostPath
+from mcp_evalserver.spec.prices import ModelPrice, read_price_file
 from mcp_evalserver.spec.scorers import ExactScorerConfig, ScorerConfig
 from mcp_evalserver.spec.swebench_repos import TASK_FILE, TASKS_DIR, read_task_repo
 
@@ -242,6 +243,15 @@ class Limits(_Strict):
     retry_max_delay_s: float = Field(
         60.0, ge=0, description="Longest backoff delay (before jitter)."
     )
+    budget_usd: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="US dollars the campaign's model calls may cost. Once the ledger's total "
+        "reaches it no trajectory starts, those generating end as `budget_exhausted` (not "
+        "graded), and `resume` with a larger budget continues them. Every call must then have "
+        "a price (a provider's cost, or its model in the price table).",
+    )
 
 
 class HostSandboxConfig(_Strict):
@@ -342,6 +352,12 @@ class CampaignSpec(_Strict):
     sandbox: SandboxConfig | None = Field(
         None, description="Where instances run; default: the server's choice (`--ray`) or here."
     )
+    prices: dict[str, ModelPrice] | str | None = Field(
+        None,
+        description="US dollars per million tokens by model (`input`, `cached_input`, "
+        "`output`), over the shipped table and $MCP_EVALSERVER_PRICES: inline, or the path of "
+        'a price file ({"models": {...}}); recorded inline with the campaign.',
+    )
 
     @field_validator("name")
     @classmethod
@@ -379,14 +395,21 @@ class CampaignSpec(_Strict):
         """Returns this spec with a task file replaced by its tasks (what the ledger records).
 
         Raises:
-            InvalidInput: the task file is missing, unreadable or holds an invalid task.
+            InvalidInput: the task file is missing, unreadable or holds an invalid task, or
+                the price file is not one.
         """
+        resolved = self
+        if isinstance(self.prices, str):
+            prices = Path(self.prices)
+            if not prices.is_absolute() and base_dir is not None:
+                prices = base_dir / prices
+            resolved = resolved.model_copy(update={"prices": read_price_file(prices)})
         if isinstance(self.tasks, list):
-            return self
+            return resolved
         path = Path(self.tasks)
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
-        return self.model_copy(update={"tasks": load_tasks(path)})
+        return resolved.model_copy(update={"tasks": load_tasks(path)})
 
     def task_list(self) -> list[Task]:
         """The tasks of a resolved spec."""

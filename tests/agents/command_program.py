@@ -5,6 +5,8 @@
     python command_program.py edit-and-exit     writes the fix, exits 0 without submitting
     python command_program.py answer [notes]    submits an answer (a task with no workspace);
                                                 with a notes dir, then lingers
+    python command_program.py usage <notes-dir>  sends each report_usage of $USAGE_REPORTS (a
+                                                JSON list of arguments), then answers 4
     python command_program.py fail              writes to stderr and exits 3 without submitting
     python command_program.py hang <notes-dir>  starts a child in its group, then hangs
     python command_program.py branch <notes-dir> the root writes a note and forks into two;
@@ -121,6 +123,18 @@ async def work(mode: str, notes: Path | None) -> int:
             await call(client, "submit")
             assert notes is not None
             (notes / f"{me}.json").write_text(json.dumps(seen))
+            return 0
+        if mode == "usage":
+            assert notes is not None
+            replies = []
+            for arguments in json.loads(os.environ["USAGE_REPORTS"]):
+                result = await client.call_tool("report_usage", arguments)
+                text = " ".join(getattr(block, "text", "") for block in result.content)
+                replies.append(
+                    {"error": result.is_error, "reply": result.structured_content, "text": text}
+                )
+            (notes / f"{me}.json").write_text(json.dumps(replies))
+            await call(client, "submit", answer="4")
             return 0
         if mode == "answer":
             refused = await client.call_tool("sandbox_exec", {"command": "ls"})

@@ -27,12 +27,16 @@ from testsupport.threaded_http import serving_in_thread
 
 @dataclass(frozen=True)
 class Reply:
-    """An assistant message: text and/or tool calls (name, arguments), with its token usage."""
+    """An assistant message: text and/or tool calls (name, arguments), with its token usage;
+    `cost` is reported as OpenRouter does (`usage.cost`, US dollars), `cached_tokens` as
+    OpenAI does (`usage.prompt_tokens_details.cached_tokens`)."""
 
     content: str | None = None
     tool_calls: tuple[tuple[str, dict[str, Any] | str], ...] = ()  # str: raw arguments
     prompt_tokens: int = 100
     completion_tokens: int = 20
+    cost: float | None = None
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,9 @@ class FakeOpenAI:
         self.url = ""
         self._lock = threading.Lock()
         self._calls = 0
+        #: The sum of the costs its responses reported, and of their tokens.
+        self.reported_cost = 0.0
+        self.reported_tokens = {"prompt": 0, "cached": 0, "completion": 0}
 
     def arrived(self) -> bool:
         """Counts a request in; False when it is over capacity (it must be refused)."""
@@ -125,6 +132,19 @@ class FakeOpenAI:
     def completion(self, reply: Reply, model: str) -> dict[str, Any]:
         with self._lock:
             number = self._calls
+            self.reported_cost += reply.cost or 0.0
+            self.reported_tokens["prompt"] += reply.prompt_tokens
+            self.reported_tokens["cached"] += reply.cached_tokens
+            self.reported_tokens["completion"] += reply.completion_tokens
+        usage: dict[str, Any] = {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        }
+        if reply.cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+        if reply.cost is not None:
+            usage["cost"] = reply.cost
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.tool_calls:
             message["tool_calls"] = [
@@ -152,11 +172,7 @@ class FakeOpenAI:
                     "finish_reason": "tool_calls" if reply.tool_calls else "stop",
                 }
             ],
-            "usage": {
-                "prompt_tokens": reply.prompt_tokens,
-                "completion_tokens": reply.completion_tokens,
-                "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-            },
+            "usage": usage,
         }
 
     @property

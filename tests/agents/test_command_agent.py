@@ -14,6 +14,8 @@ import pytest
 from mcp_evalserver.agents import command
 from mcp_evalserver.agents.command import CommandAgent
 from mcp_evalserver.agents.factory import build_agent
+from mcp_evalserver.engine.runner import CampaignRunner
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.server.mcp_app import serve_trajectory
@@ -75,6 +77,14 @@ async def test_a_program_fixes_the_bug_through_its_endpoint_and_its_submission_r
         "restore": ["checkpoint_id"],
         "fork_trajectory": ["n"],
         "submit": ["answer"],
+        "report_usage": [
+            "cached_input_tokens",
+            "cost_usd",
+            "input_tokens",
+            "model",
+            "output_tokens",
+            "requests",
+        ],
     }
     assert seen["before"] == BUGGY
     assert seen["check"] == 0
@@ -237,3 +247,75 @@ async def test_a_program_forks_its_trajectory_and_each_branch_runs_the_program_i
             "note.txt",
         ]
         assert state.trajectories[branch].parent == "calc@0"
+
+
+#: What a cheating program reports, and whether each report must be refused.
+CHEATS: list[tuple[dict[str, Any], bool]] = [
+    ({"model": "gpt-4o", "input_tokens": -1_000_000}, True),  # to lower the total
+    ({"cost_usd": -5.0}, True),
+    ({"cost_usd": 1e9}, True),  # absurd
+    ({"model": "gpt-4o", "input_tokens": 10**12}, True),
+    ({"model": "gpt-4o", "input_tokens": 5, "cached_input_tokens": 10}, True),
+    ({"model": "its-own-model", "cost_usd": 0.5}, False),  # honest: the provider's cost
+]
+#: Under a budget, a report whose cost nobody could know would slip past it.
+UNPRICED = ({"model": "a-free-model", "input_tokens": 10_000}, True)
+
+
+def usage_program(reports: list[tuple[dict[str, Any], bool]]) -> dict[str, Any]:
+    arguments = json.dumps([report for report, _ in reports])
+    return program("usage", "NOTES", env={"USAGE_REPORTS": arguments})
+
+
+async def test_a_program_reporting_negative_or_absurd_usage_cannot_lower_the_cost(
+    tmp_path: Path, notes: Path
+) -> None:
+    agent = usage_program(CHEATS)
+    agent["command"][-1] = str(notes)
+    with anyio.fail_after(60):
+        state, directory = await run(tmp_path / "state", spec([ANSWER_TASK], agent))
+
+    assert state.trajectories["q@0"].outcome == "resolved"
+    replies = json.loads((notes / "q@0.json").read_text())
+    assert [r["error"] for r in replies] == [refused for _, refused in CHEATS]
+    assert "greater than or equal to 0" in replies[0]["text"]
+    assert replies[-1]["reply"]["cost_usd"] == 0.5
+    assert replies[-1]["reply"]["priced_by"] == "provider"
+    (usage,) = records(directory, "model_usage")
+    assert usage["source"] == "reported"
+    assert state.spend.priced_usd == 0.5
+
+
+async def test_a_program_cannot_evade_the_budget_and_a_larger_one_finishes(
+    tmp_path: Path, notes: Path
+) -> None:
+    # Each trajectory's program reports $0.50 honestly, among its cheats; the budget of $0.75
+    # is spent by the second, which is stopped where it stands; the third never starts.
+    agent = usage_program([*CHEATS, UNPRICED])
+    agent["command"][-1] = str(notes)
+    store = CampaignStore(tmp_path / "state")
+    campaign = spec([ANSWER_TASK], agent, samples=3, concurrency=1, budget_usd=0.75)
+    with anyio.fail_after(120):
+        campaign_id = await store.create(campaign)
+        first = await CampaignRunner(
+            store, campaign_id, trajectory_endpoints=serve_trajectory
+        ).run()
+        directory = store.directory(campaign_id)
+        assert first.spend.priced_usd == 1.0, "cheats and unpriced reports left no trace"
+        assert [t.outcome for t in first.trajectories.values()] == [
+            "resolved",
+            "budget_exhausted",
+            "budget_exhausted",
+        ]
+        assert first.trajectories["q@2"].attempts == 0, "never started"
+        replies = json.loads((notes / "q@0.json").read_text())
+        assert replies[-1]["error"]
+        assert "has a budget" in replies[-1]["text"]
+        finished = await CampaignRunner(
+            store, campaign_id, trajectory_endpoints=serve_trajectory, budget_usd=5.0
+        ).run()
+
+    assert [t.outcome for t in finished.trajectories.values()] == ["resolved"] * 3
+    assert finished.spend.priced_usd == 2.0
+    generated = [g["trajectory"] for g in records(directory, "generated")]
+    assert sorted(generated) == ["q@0", "q@1", "q@2"], "nothing ran twice"

@@ -20,11 +20,13 @@ from minisweagent.agents.default import DefaultAgent
 from minisweagent.environments import get_environment
 from minisweagent.models.test_models import DeterministicModel, make_output
 
+from mcp_evalserver.engine.report import build_report
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.integrations.minisweagent import EvalserverEnvironment, close_shared
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.spec.agents import MiniSweAgentConfig
+from mcp_evalserver.spec.prices import ModelPrice
 from mcp_evalserver.spec.scorers import CommandScorerConfig
 from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, call, serving
 from tests.agents.helpers import artifact_text, records, run, spec
@@ -172,6 +174,11 @@ async def test_a_deterministic_model_fixes_the_bug_through_the_real_loop_and_its
     (generated,) = records(directory, "generated")
     assert generated["usage"]["requests"] == 3
     assert generated["usage"]["cost_usd"] == 3.0  # DeterministicModel's 1.0 per call
+    # Its own cost is the campaign's: one record, in the report beside what it resolved.
+    (usage,) = records(directory, "model_usage")
+    assert (usage["source"], usage["cost_usd"], usage["priced_by"]) == ("agent", 3.0, "provider")
+    cost = build_report(state)["cost"]
+    assert (cost["cost_usd"], cost["cost_per_resolved_usd"]) == (3.0, 3.0)
     transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
     assert [m.get("role") for m in transcript[:3]] == ["system", "user", "assistant"]
     assert transcript[1]["content"] == "calc.add subtracts; make it add."
@@ -225,11 +232,13 @@ async def test_its_litellm_model_drives_the_loop_against_an_openai_compatible_en
         call("bash", command=SUBMIT_DIFF),
     ]
     with serving(FakeOpenAI(script)) as fake, anyio.fail_after(60):
-        state, directory = await run(
-            tmp_path / "state", spec([_task(tmp_path)], _litellm(fake.url)), CHECK_SCORER
-        )
+        # litellm has no price for it (cost_tracking: ignore_errors): the campaign's has.
+        prices = {"scripted-model": ModelPrice(input=1.0, output=2.0)}
+        campaign = spec([_task(tmp_path)], _litellm(fake.url)).model_copy(update={"prices": prices})
+        state, directory = await run(tmp_path / "state", campaign, CHECK_SCORER)
 
     assert state.trajectories["calc@0"].outcome == "resolved"
+    assert state.spend.cost_usd == pytest.approx((300 * 1.0 + 60 * 2.0) / 1_000_000)
     assert len(fake.seen) == 3
     assert fake.seen[0].body["model"] == "scripted-model"
     assert [t["function"]["name"] for t in fake.seen[0].body["tools"]] == ["bash"]

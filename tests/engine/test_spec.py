@@ -115,7 +115,7 @@ def test_a_missing_task_file_says_which_file(tmp_path: Path) -> None:
 
 def test_the_exported_schema_describes_agents_scorers_limits_and_the_sandbox() -> None:
     schema = spec_json_schema()
-    fields = {"name", "tasks", "samples", "agent", "scorer", "limits", "sandbox"}
+    fields = {"name", "tasks", "samples", "agent", "scorer", "limits", "sandbox", "prices"}
     assert set(schema["properties"]) == fields
     assert "discriminator" in json.dumps(schema["properties"]["agent"])
     # The schema is what the model accepts: a spec validated from it round-trips.

@@ -82,7 +82,11 @@ async def test_the_report_holds_pass_at_k_intervals_latency_and_usage(tmp_path: 
     assert "mean pass rate over tasks: **66.7%**" in text
     assert "95% CI" in text
     assert "pass@k: k=1 66.7%, k=2" in text
-    assert "cost $0.1200" in text
+    assert "cost: **$0.1200** (agent $0.1200)" in text
+    # The usage each agent handed in is one `model_usage` record: the campaign's cost.
+    assert report["cost"]["cost_usd"] == pytest.approx(0.12)
+    assert report["cost"]["cost_per_resolved_usd"] == pytest.approx(0.12 / 8)
+    assert report["cost"]["tasks"]["t1"]["cost_usd"] == pytest.approx(0.03)
 
 
 async def test_infrastructure_failures_are_kept_out_of_every_rate(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ TOOLS = {
     "claim_trajectory", "sandbox_exec", "read_file", "write_file", "get_diff", "submit",
     "score", "compare_campaigns", "sweep_concurrency", "sweep_status",
     "calibrate_judge", "checkpoint", "restore", "fork_trajectory", "export_results",
-    "plan_sample_size",
+    "plan_sample_size", "report_usage",
 }  # fmt: skip
 
 

@@ -134,6 +134,8 @@ async def test_a_token_holder_cannot_name_host_paths_without_allow_paths(
     task_file.write_text(json.dumps({"id": "t1", "prompt": "1 squared?", "answer": "1"}) + "\n")
     predictions = tmp_path / "predictions.jsonl"
     predictions.write_text("")
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"models": {}}))
     specs = [
         {
             "tasks": [{"id": "calc", "path": str(repo)}],
@@ -141,6 +143,7 @@ async def test_a_token_holder_cannot_name_host_paths_without_allow_paths(
         },
         {"tasks": str(task_file)},
         answers(1, agent={"type": "predictions", "path": str(predictions)}),
+        answers(1) | {"prices": str(prices)},
     ]
     state_dir = tmp_path / "state"
     with anyio.fail_after(60):
@@ -152,6 +155,7 @@ async def test_a_token_holder_cannot_name_host_paths_without_allow_paths(
     assert "task calc: path" in errors[0]
     assert "task file" in errors[1]
     assert "predictions file" in errors[2]
+    assert "price file" in errors[3]
     for error in errors:
         assert "does not let its HTTP clients name host paths" in error, error
         assert "--allow-paths" in error, error

@@ -211,8 +211,14 @@ def merged_settings(config: MiniSweAgentConfig) -> dict[str, Any]:
 
 
 def usage_of(agent: Any) -> Usage:
-    """Calls, tokens (where responses report them) and cost, as mini-swe-agent counted them."""
-    usage = Usage(requests=agent.n_calls, cost_usd=agent.cost or None)
+    """Calls, tokens (where responses report them) and cost, as mini-swe-agent counted them
+    (litellm's prices); without a cost, the runner prices the tokens by the model's name."""
+    model = getattr(getattr(agent.model, "config", None), "model_name", None)
+    usage = Usage(
+        requests=agent.n_calls,
+        cost_usd=agent.cost or None,
+        model=model if isinstance(model, str) else None,
+    )
     for message in agent.messages:
         response = (message.get("extra") or {}).get("response")
         counts = response.get("usage") if isinstance(response, dict) else None

@@ -31,7 +31,7 @@ INSTALL_HINT = "install the extra with `pip install 'mcp-evalserver[inspect]'`"
 #: File names Inspect reads as logs, by the format each is written in.
 SUFFIXES = {".eval": "eval", ".json": "json"}
 #: The outcomes of trajectories that ended without a verdict: an error of the sample.
-_ERRORS = frozenset({"error", "timeout", "infra_error"})
+_ERRORS = frozenset({"error", "timeout", "infra_error", "budget_exhausted"})
 
 
 def require_inspect() -> None:

@@ -24,6 +24,10 @@ def _percent(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}%"
 
 
+def _usd(value: float | None) -> str:
+    return "–" if value is None else f"${value:.4f}"
+
+
 def _seconds(value: float | None) -> str:
     if value is None:
         return "–"
@@ -69,6 +73,7 @@ def environment() -> Environment:
     )
     env.filters.update(
         percent=_percent,
+        usd=_usd,
         seconds=_seconds,
         interval=_interval,
         signed_interval=_signed_interval,

@@ -21,7 +21,12 @@ from markupsafe import Markup
 
 from mcp_evalserver.engine.records import record_json
 from mcp_evalserver.engine.report import build_comparison, build_report, verdicts
-from mcp_evalserver.engine.state import INFRA_OUTCOMES, CampaignState, TrajectoryState
+from mcp_evalserver.engine.state import (
+    INFRA_OUTCOMES,
+    UNGRADED_OUTCOMES,
+    CampaignState,
+    TrajectoryState,
+)
 from mcp_evalserver.errors import EvalServerError, NotFound
 from mcp_evalserver.runtime.artifacts import read_artifact
 from mcp_evalserver.scoring.stats.summary import Verdict, wilson_interval
@@ -43,7 +48,7 @@ LOG_CHARS = 400_000
 #: A report that took t seconds is reused up to this many t after its campaign moved on.
 REPORT_STALENESS = 10.0
 
-TASK_SORTS = ("task", "samples", "resolved", "pass_rate", "pass_at_1", "infra_errors")
+TASK_SORTS = ("task", "samples", "resolved", "pass_rate", "pass_at_1", "infra_errors", "cost_usd")
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,7 @@ def campaign_row(state: CampaignState) -> dict[str, Any]:
     """One line of the campaigns list: cheap (no bootstrap), polled every second."""
     outcomes: Counter[str] = Counter(t.outcome for t in state.trajectories.values() if t.outcome)
     done = sum(outcomes.values())
-    graded = done - sum(outcomes[o] for o in INFRA_OUTCOMES)
+    graded = done - sum(outcomes[o] for o in UNGRADED_OUTCOMES)
     resolved = outcomes["resolved"]
     total = len(state.trajectories)
     interval = wilson_interval(resolved, graded) if graded else None
@@ -164,6 +169,8 @@ def campaign_row(state: CampaignState) -> dict[str, Any]:
         "started": state.created_ts,
         "duration_s": state.last_ts - state.created_ts,
         "infra_errors": sum(outcomes[o] for o in INFRA_OUTCOMES),
+        "budget_exhausted": outcomes["budget_exhausted"],
+        "cost_usd": state.spend.cost_usd if state.spend.records else None,
     }
 
 
@@ -237,6 +244,7 @@ def campaign_page(
 
 def _task_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     flaky_graders = {f["task_id"]: f for f in report.get("flaky_graders") or []}
+    costs = (report.get("cost") or {}).get("tasks", {})
     rows = []
     for task_id, row in report["tasks"].items():
         # Mixed results over samples: the task (or its grader) does not decide the same way.
@@ -250,6 +258,9 @@ def _task_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                 "pass_rate": row["pass_rate"],
                 "pass_at_1": row["pass_at_k"].get("1"),
                 "infra_errors": row["infra_errors"],
+                "cost_usd": costs.get(task_id, {}).get("cost_usd"),
+                # Recorded, but some of it at no known price: not the same as no cost at all.
+                "cost_unknown": task_id in costs and costs[task_id]["cost_usd"] is None,
                 "flaky": mixed or task_id in flaky_graders,
                 "grader": flaky_graders.get(task_id),
             }
@@ -322,7 +333,7 @@ def _as_row(columns: Sequence[str], values: list[Any]) -> dict[str, Any]:
 def _plots(state: CampaignState, finished: list[Verdict]) -> dict[str, Markup | None]:
     report_tasks: dict[str, list[bool]] = {}
     for t in state.trajectories.values():
-        if t.done and t.outcome not in INFRA_OUTCOMES:
+        if t.done and t.outcome not in UNGRADED_OUTCOMES:
             report_tasks.setdefault(t.task_id, []).append(t.outcome == "resolved")
     rates = sorted(((task, sum(r) / len(r)) for task, r in report_tasks.items()), key=_rate)
     if len(rates) <= MAX_TASK_BARS:

@@ -14,6 +14,8 @@ import re
 from contextlib import AbstractContextManager
 from typing import Any
 
+from pydantic import ValidationError
+
 from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
 from mcp_evalserver.runtime import tracing
@@ -26,8 +28,9 @@ from mcp_evalserver.server.models import (
     FileWritten,
     Restored,
     Submitted,
+    UsageReported,
 )
-from mcp_evalserver.spec.submission import Submission
+from mcp_evalserver.spec.submission import ModelUsage, Submission
 
 _DIFF_FILE = re.compile(r"^diff --git a/(.*) b/", re.MULTILINE)
 
@@ -133,6 +136,47 @@ class TrajectoryTools:
         """
         await (await self.workspace()).restore(checkpoint_id)
         return Restored(checkpoint_id=checkpoint_id)
+
+    async def report_usage(
+        self,
+        model: str | None,
+        input_tokens: int,
+        cached_input_tokens: int,
+        output_tokens: int,
+        requests: int,
+        cost_usd: float | None,
+    ) -> UsageReported:
+        """Records model calls the agent made (a `model_usage` record of source `reported`).
+
+        Raises:
+            InvalidInput: a figure is negative or absurd, or the campaign has a budget and the
+                cost is unknown (no `cost_usd`, no price for `model`).
+            Conflict: nothing records usage for this trajectory.
+        """
+        try:
+            usage = ModelUsage(
+                model=model,
+                input_tokens=input_tokens,
+                cached_input_tokens=cached_input_tokens,
+                output_tokens=output_tokens,
+                requests=requests,
+                cost_usd=cost_usd,
+            )
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            where = ".".join(str(part) for part in error["loc"]) or "usage"
+            raise InvalidInput(f"report_usage: {where}: {error['msg']}") from exc
+        meter = self.context.meter
+        if meter is None:
+            raise Conflict(
+                f"trajectory {self.context.trajectory_id} records no usage here; nothing to do"
+            )
+        priced = await meter(usage, "reported")
+        return UsageReported(
+            trajectory_id=self.context.trajectory_id,
+            cost_usd=priced.cost_usd,
+            priced_by=priced.priced_by,
+        )
 
     def _traced(self, name: str, **arguments: Any) -> AbstractContextManager[tracing.SpanLike]:
         """The `execute_tool` span of one call, in the trajectory's trace (when traced)."""
