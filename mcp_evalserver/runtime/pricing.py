@@ -97,7 +97,12 @@ def _candidates(name: str) -> list[str]:
     parts = name.split("/")
     for start in range(1, len(parts)):
         found.append("/".join(parts[start:]))
-    return found + [short for n in found if (short := _SUFFIX.sub("", n)) != n]
+    return found + [short for n in found if (short := undated(n)) != n]
+
+
+def undated(name: str) -> str:
+    """`name` without a date or `-latest` suffix (`gpt-5-2025-08-07` -> `gpt-5`)."""
+    return _SUFFIX.sub("", name)
 
 
 @functools.cache

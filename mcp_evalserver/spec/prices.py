@@ -1,7 +1,7 @@
 """Prices of model calls: US dollars per million tokens, by model, as a spec or a file gives them.
 
 A price file is JSON: `{"models": {"<model>": {"input": 2.5, "cached_input": 1.25,
-"output": 10.0}}}` (other top-level keys, such as `as_of`, are notes). The package ships one
+"output": 10.0}}}` (other top-level keys, such as `source`, are notes). The package ships one
 for common models (`runtime/prices.json`); a file named by `$MCP_EVALSERVER_PRICES` and a
 spec's `prices` (inline, or the path of such a file) override it model by model.
 """
