@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 
@@ -28,6 +29,13 @@ from mcp_evalserver.spec.submission import Submission
 
 #: How many closed claims are remembered, so late calls get a precise reason, not "unknown".
 _CLOSED_MEMORY = 10_000
+
+
+class Call(Protocol):
+    """A tool call running under a claim: cancelled when the claim is taken over or withdrawn
+    (an `anyio.CancelScope` here, or a call another process runs: server/front)."""
+
+    def cancel(self) -> None: ...
 
 
 @dataclass(eq=False)
@@ -41,7 +49,7 @@ class ExternalTrajectory:
     claims: int = 0
     submission: Submission | None = None
     submitted: anyio.Event = field(default_factory=anyio.Event)
-    calls: set[anyio.CancelScope] = field(default_factory=set)
+    calls: set[Call] = field(default_factory=set)
 
     @property
     def campaign_id(self) -> str:
@@ -164,19 +172,44 @@ class ClaimBoard:
             Conflict: the claim is no longer live, or was taken over during the call.
             NotFound: no such claim.
         """
-        trajectory = self.get(claim_id)
-        trajectory.expires_at = time.monotonic() + trajectory.lease_s
         with anyio.CancelScope() as scope:
-            trajectory.calls.add(scope)
+            trajectory = self.begin(claim_id, scope)
             try:
                 yield trajectory
             finally:
                 trajectory.calls.discard(scope)
-        if scope.cancelled_caught:
-            self.get(claim_id)  # raises the reason the claim ended
-            raise Conflict(f"claim {claim_id!r} was interrupted")
+        self.end(claim_id, trajectory, scope, interrupted=scope.cancelled_caught)
+
+    def begin(self, claim_id: str, call: Call) -> ExternalTrajectory:
+        """Starts a tool call under a claim (`use`, or a call another process runs): renews
+        the lease; `call` is cancelled if the claim is taken over or withdrawn meanwhile.
+
+        Raises:
+            Conflict: the claim is no longer live.
+            NotFound: no such claim.
+        """
+        trajectory = self.get(claim_id)
+        trajectory.expires_at = time.monotonic() + trajectory.lease_s
+        trajectory.calls.add(call)
+        return trajectory
+
+    def end(
+        self, claim_id: str, trajectory: ExternalTrajectory, call: Call, *, interrupted: bool
+    ) -> None:
+        """Ends a call `begin` started: renews the lease again.
+
+        Raises:
+            Conflict: the call was `interrupted` (its claim ended meanwhile: the message says why).
+        """
+        trajectory.calls.discard(call)
+        if interrupted:
+            raise Conflict(self.ended(claim_id) or f"claim {claim_id!r} was interrupted")
         if trajectory.claim_id == claim_id:
             trajectory.expires_at = time.monotonic() + trajectory.lease_s
+
+    def ended(self, claim_id: str) -> str | None:
+        """Why a claim ended (submitted, taken over, withdrawn), or None while it is live."""
+        return self._closed.get(claim_id)
 
     def submit(self, claim_id: str, submission: Submission) -> ExternalTrajectory:
         """Hands a submission to the waiting agent; the claim then refuses every call.

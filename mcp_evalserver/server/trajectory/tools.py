@@ -11,8 +11,8 @@ finds it by that name.
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
-from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
 from mcp_evalserver.sandbox.base import DEFAULT_WORKDIR, Workspace
 from mcp_evalserver.server.models import (
@@ -24,15 +24,42 @@ from mcp_evalserver.server.models import (
     Restored,
     Submitted,
 )
+from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
 
 _DIFF_FILE = re.compile(r"^diff --git a/(.*) b/", re.MULTILINE)
 
 
+class WorkspaceSource(Protocol):
+    """Where a trajectory's workspace comes from (`TrajectorySandbox`, or a workspace another
+    process made: server/front)."""
+
+    @property
+    def available(self) -> bool: ...
+
+    async def workspace(self) -> Workspace: ...
+
+
+class ToolContext(Protocol):
+    """What the tools read of a trajectory (a `TrajectoryContext` is one)."""
+
+    @property
+    def campaign_id(self) -> str: ...
+
+    @property
+    def trajectory_id(self) -> str: ...
+
+    @property
+    def task(self) -> Task: ...
+
+    @property
+    def sandbox(self) -> WorkspaceSource: ...
+
+
 class TrajectoryTools:
     """The workspace tools that act alike on every surface, on one trajectory's workspace."""
 
-    def __init__(self, context: TrajectoryContext) -> None:
+    def __init__(self, context: ToolContext) -> None:
         self.context = context
 
     @property
