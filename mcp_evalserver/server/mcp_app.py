@@ -56,6 +56,7 @@ from mcp_evalserver.engine.state import Outcome
 from mcp_evalserver.engine.sweep import DEFAULT_LEVELS
 from mcp_evalserver.errors import EvalServerError, NotFound
 from mcp_evalserver.server.events import CampaignEvent
+from mcp_evalserver.server.front.service import FrontService, WorkerConfig
 from mcp_evalserver.server.models import (
     CampaignList,
     CampaignStatus,
@@ -187,8 +188,10 @@ def create_server(
     ray_address: str | None = None,
     resume_running: bool = False,
     privileges: Privileges | None = None,
+    worker: WorkerConfig | None = None,
 ) -> MCPServer[EvalService]:
-    """The MCP server; its lifespan owns an `EvalService` over `state_dir`.
+    """The MCP server; its lifespan owns an `EvalService` over `state_dir` (as `worker` of
+    `--workers N`, a `FrontService`).
 
     `base_dir` resolves relative task file paths in specs (default: the working directory);
     with `ray_address`, instances run on that Ray cluster unless a campaign says otherwise;
@@ -199,13 +202,17 @@ def create_server(
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[EvalService]) -> AsyncIterator[EvalService]:
-        service = EvalService(
-            state_dir,
-            base_dir=base_dir,
-            ray_address=ray_address,
-            resume_running=resume_running,
-            privileges=privileges,
-            trajectory_endpoints=serve_trajectory,
+        options: dict[str, Any] = {
+            "base_dir": base_dir,
+            "ray_address": ray_address,
+            "resume_running": resume_running,
+            "privileges": privileges,
+            "trajectory_endpoints": serve_trajectory,
+        }
+        service = (
+            EvalService(state_dir, **options)
+            if worker is None
+            else FrontService(state_dir, worker=worker, **options)
         )
         async with service:
             yield service
@@ -659,8 +666,10 @@ def http_app(
     *,
     resume_running: bool = False,
     privileges: Privileges | None = None,
+    worker: WorkerConfig | None = None,
 ) -> Starlette:
-    """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on.
+    """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on;
+    as `worker` of `--workers N`, one worker's.
 
     Requests must name a loopback host, the bound host, or one of `allowed_hosts` (`name` or
     `name:port`) in their Host header, and a matching Origin if they send one: a web page the
@@ -678,8 +687,11 @@ def http_app(
         ray_address=ray_address,
         resume_running=resume_running,
         privileges=privileges or Privileges.for_http(),
+        worker=worker,
     )
-    return server.streamable_http_app(host=host, transport_security=security)
+    # As many idle sessions (agents whose model thinks) as the machine holds, not the SDK's
+    # 10,000: each costs a few kilobytes (bench/front.py); 30 minutes idle still ends one.
+    return server.streamable_http_app(host=host, transport_security=security, max_sessions=None)
 
 
 TRAJECTORY_INSTRUCTIONS = """\

@@ -115,8 +115,8 @@ class DriverLink:
         self._send_lock = anyio.Lock()
         self._pending: dict[int, _Pending] = {}
         self._ids = 0
-        #: Driver notes not about a request (`cancel` of a claim call): name -> handler.
-        self.on_cancel: Callable[[int], None] = lambda call_id: None
+        #: Hears the driver cancel a claim call (its id, and why).
+        self.on_cancel: Callable[[int, list[Any]], None] = lambda call_id, why: None
 
     async def call(
         self,
@@ -213,7 +213,7 @@ class DriverLink:
                 pending = self._pending.get(request_id)
                 if "note" in message:
                     if message["note"] == "cancel":
-                        self.on_cancel(request_id)
+                        self.on_cancel(request_id, list(message.get("args", [])))
                     elif pending is not None and pending.notes is not None:
                         await pending.notes(str(message["note"]), list(message.get("args", [])))
                     continue
