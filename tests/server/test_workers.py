@@ -59,8 +59,8 @@ async def _until_done(client: Client, campaign_id: str, done: int) -> None:
     `done` trajectories are done: their submissions are in the ledger."""
     reached = anyio.Event()
 
-    async def progress(value: float, total: float | None, message: str | None) -> None:
-        if value >= done:
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        if progress >= done:
             reached.set()
 
     async with anyio.create_task_group() as group:
@@ -86,7 +86,7 @@ async def test_sigkills_of_workers_mid_campaign_lose_no_submission_and_run_nothi
             async with http_client(url, mode=MODERN) as client:
                 await call(client, "start_campaign", spec=spec, campaign_id="chaos")
             # Twice: the driving worker is killed while a client holds a claim.
-            for kill in range(2):
+            for _ in range(2):
                 async with http_client(url, mode=MODERN) as client:
                     claim = await call(client, "claim_trajectory", campaign_id="chaos", wait_s=30)
                     answered.append(await _answer(client, claim))
@@ -103,7 +103,8 @@ async def test_sigkills_of_workers_mid_campaign_lose_no_submission_and_run_nothi
                     status = await call(client, "campaign_status", campaign_id="chaos")
                     assert status["active"] is True, status
                 taken_over = read_holder(state_dir)
-                assert taken_over is not None and taken_over.pid != driver
+                assert taken_over is not None
+                assert taken_over.pid != driver
             # A worker that does not drive dies while its client holds a claim: the client
             # submits it through another worker, and nothing is lost.
             async with http_client(url, mode=MODERN) as client:
