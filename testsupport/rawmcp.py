@@ -11,6 +11,7 @@ tenth of the SDK's CPU per call (bench/front.py measures it beside the server's)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import socket
@@ -53,7 +54,9 @@ class RawSession:
             "clientInfo": {"name": "rawmcp", "version": "0"},
         }
         await self._request("initialize", params)
-        self._head += f"mcp-session-id: {self.session_id}\r\nmcp-protocol-version: {LEGACY_VERSION}\r\n"
+        self._head += (
+            f"mcp-session-id: {self.session_id}\r\nmcp-protocol-version: {LEGACY_VERSION}\r\n"
+        )
         await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -72,10 +75,8 @@ class RawSession:
     async def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
-            try:
+            with contextlib.suppress(OSError):
                 await self._writer.wait_closed()
-            except OSError:
-                pass
 
     async def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         request_id = next(self._ids)
@@ -92,7 +93,8 @@ class RawSession:
         return result
 
     async def _post(self, message: dict[str, Any]) -> bytes:
-        assert self._reader is not None and self._writer is not None
+        assert self._reader is not None
+        assert self._writer is not None
         body = json.dumps(message, separators=(",", ":")).encode()
         self._writer.write(f"{self._head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
         head = await self._reader.readuntil(b"\r\n\r\n")
