@@ -83,13 +83,15 @@ def repo_spec(repo: Path, samples: int, name: str = "front") -> dict[str, Any]:
     }
 
 
-def answer_spec(samples: int, name: str) -> dict[str, Any]:
+def answer_spec(trajectories: int, name: str) -> dict[str, Any]:
+    """External trajectories of answer-only tasks: at most 1,000 samples of each task."""
+    tasks = -(-trajectories // 1000)
     return {
         "name": name,
-        "tasks": [{"id": name, "prompt": "2 + 2?", "answer": "4"}],
-        "samples": samples,
+        "tasks": [{"id": f"{name}{n}", "prompt": "2 + 2?", "answer": "4"} for n in range(tasks)],
+        "samples": -(-trajectories // tasks),
         "agent": {"type": "external", "lease_s": 3600},
-        "limits": {"concurrency": samples},
+        "limits": {"concurrency": min(trajectories, 10_000)},
     }
 
 

@@ -15,13 +15,16 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import anyio
 import httpx2
 import pytest
 from mcp import Client
 
+from mcp_evalserver.agents.base import TrajectoryContext
+from mcp_evalserver.agents.external import ClaimBoard, ExternalTrajectory
 from mcp_evalserver.server.front.lease import DriverLease, Holder, read_holder
 from tests.server.helpers import answer_spec
 from testsupport.servers import REPO, TOKEN, call, call_error, http_client, http_server
@@ -179,6 +182,29 @@ async def test_the_dashboard_and_healthz_answer_from_every_worker(tmp_path: Path
             page = await http.get(f"{base}/", headers={"Accept": "text/html"})
             assert page.status_code == 200
             assert "shown" in page.text
+
+
+def _waiting(trajectory_id: str, lease_s: float = 300.0) -> ExternalTrajectory:
+    context = SimpleNamespace(campaign_id="c", trajectory_id=trajectory_id)
+    return ExternalTrajectory(cast(TrajectoryContext, context), lease_s)
+
+
+async def test_a_claim_among_ten_thousand_waiting_takes_a_lapsed_one_first_then_the_oldest() -> (
+    None
+):
+    board = ClaimBoard()
+    waiting = [_waiting(f"t{n}") for n in range(10_000)]
+    for trajectory in waiting:
+        board.publish(trajectory)
+    lapsing = _waiting("lapsing", lease_s=0.0)  # its lease ends as it is taken
+    board.publish(lapsing)
+    assert (await board.claim("c"))[0] is waiting[0]
+    assert (await board.claim("c", trajectory_id="lapsing"))[0] is lapsing
+    lapsing.lease_s = 300.0  # its next client keeps it
+    assert (await board.claim("c"))[0] is lapsing  # its client went away: it goes first
+    assert (await board.claim("c"))[0] is waiting[1]
+    assert board.waiting("c") == (9_998, 3)
+    assert board.waiting("another") == (0, 0)
 
 
 def test_the_driver_lease_is_never_held_by_two_and_passes_on_when_its_holder_dies(

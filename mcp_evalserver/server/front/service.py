@@ -51,6 +51,10 @@ _TOOLS = frozenset({"sandbox_exec", "read_file", "write_file", "get_diff", "chec
                     "restore", "fork_trajectory", "submit"})  # fmt: skip
 
 
+#: Claims a worker remembers (which trajectory each holds); older ones are asked again.
+_CLAIMS_KEPT = 100_000
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """Which worker this process is, of which server: `run_dir` holds the workers' sockets."""
@@ -329,8 +333,13 @@ class FrontService(EvalService):
             task = Task.model_validate(begun["task"])
             key = f"{begun['campaign_id']}/{task.id}"
             self._tasks.setdefault(key, task)
+            if len(self._claims) >= _CLAIMS_KEPT:  # claims submitted elsewhere, or lapsed
+                del self._claims[next(iter(self._claims))]
             self._claims[claim_id] = (begun["campaign_id"], begun["trajectory_id"], key)
-        campaign_id, trajectory_id, key = self._claims[claim_id]
+        known = self._claims.get(claim_id)
+        if known is None:
+            return None  # forgotten meanwhile (`_CLAIMS_KEPT`): the driver runs this call
+        campaign_id, trajectory_id, key = known
         attached: AttachedWorkspace | None = None
         where = begun.get("workspace")
         if begun["available"]:
@@ -361,6 +370,8 @@ class FrontService(EvalService):
             client = SupervisorClient(stream)
             assert self._front_group is not None
             await client.start(self._front_group)
+            for gone in [k for k, c in self._supervisors.items() if not c.alive]:
+                await self._supervisors.pop(gone).aclose()  # instances the driver closed
             self._supervisors[key] = client
             return client
 
