@@ -16,7 +16,9 @@ Writes bench/results/front.json:
   10,000 workspaces would be 18 GB of overlays here, and they are not the sessions' cost), and
   each calling `campaign_status` of a small campaign once a minute at a random moment.
 - server_kb_per_session: the server's memory (PSS of its parent and workers; its sandbox is
-  not in it) with every session held, less the same with 10 held, per added session.
+  not in it) with every session held, less the same with 10 held, per added session (its
+  connection, its MCP session, its claim); server_kb_per_trajectory_waiting beside it: what
+  each of the campaign's trajectories cost while it waited for a client, before any session.
 - p99_ratio_sessions: p99 of a probe's `sandbox_exec` (one session, 20 calls/s) with every
   session held and calling, over its p99 with 10 held; p99_probe_ms_10 and _held beside it,
   p99_idle_call_ms the held sessions' own calls.
@@ -237,25 +239,34 @@ async def probe(
 
 async def idle_sessions(url: str, repo: Path, held: int, probe_s: float) -> dict[str, Any]:
     async with http_client(url) as admin:
-        idle = await call(admin, "start_campaign", spec=answer_spec(held, "idle"))
         small = await call(admin, "start_campaign", spec=answer_spec(1, "small"))
         probed = await call(admin, "start_campaign", spec=repo_spec(repo, 1, "probe"))
-    errors: list[str] = []
-    prober = RawSession("127.0.0.1", port_of(url), TOKEN)
-    await prober.open()
-    claim = await prober.call_tool(
-        "claim_trajectory", {"campaign_id": probed["campaign_id"], "wait_s": 60}
-    )
+        errors: list[str] = []
+        prober = RawSession("127.0.0.1", port_of(url), TOKEN)
+        await prober.open()
+        claim = await prober.call_tool(
+            "claim_trajectory", {"campaign_id": probed["campaign_id"], "wait_s": 60}
+        )
+        pids = server_pids()
+        memory_before = pss_kb(pids)
+        idle = await call(admin, "start_campaign", spec=answer_spec(held, "idle"))
+        # Every trajectory waiting for a client before the sessions come: what they cost is
+        # the campaign's, measured apart (server_kb_per_trajectory_waiting).
+        for _ in range(600):  # a status a second, ten minutes at most
+            status = await call(admin, "campaign_status", campaign_id=idle["campaign_id"])
+            if status["awaiting_client"] >= held:
+                break
+            await asyncio.sleep(1)
+    memory_waiting = pss_kb(pids)
     sessions = Idle(url, small["campaign_id"])
     await sessions.open(10, idle["campaign_id"])
     few = await probe(prober, claim["claim_id"], probe_s, errors)
-    pids = server_pids()
     memory_few = pss_kb(pids)
     began = time.perf_counter()
     await sessions.open(held - 10, idle["campaign_id"])
     opened_s = time.perf_counter() - began
     await asyncio.sleep(5)  # the sessions' first idle calls settle
-    memory_held = pss_kb(server_pids())
+    memory_held = pss_kb(pids)
     server = child_running("--http")
     server_cpu, client_cpu = process_tree_cpu_seconds(server), time.process_time()
     sessions.latencies.clear()
@@ -266,6 +277,7 @@ async def idle_sessions(url: str, repo: Path, held: int, probe_s: float) -> dict
         "sessions_held": len(sessions.sessions),
         "sessions_opened_per_s": (len(sessions.sessions) - 10) / opened_s,
         "server_kb_per_session": (memory_held - memory_few) / max(1, len(sessions.sessions) - 10),
+        "server_kb_per_trajectory_waiting": (memory_waiting - memory_before) / held,
         "server_pss_mb_10": memory_few / 1024,
         "server_pss_mb_held": memory_held / 1024,
         "server_processes": len(pids),

@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 #: The longest line either end sends (a submission's patch travels in one).
 MAX_LINE_BYTES = 512 << 20
+#: Notes a request keeps for its caller to hand on before it loses some.
+_NOTES = 1024
 #: How long a worker waits for a driver to answer its connection (a takeover takes < 1 s).
 DRIVER_WAIT_S = 30.0
 
@@ -97,7 +99,9 @@ class _Lines:
 
 @dataclass(eq=False)
 class _Pending:
-    notes: NoteFn | None
+    #: Where its notes wait for the request's own task to hand them on (never the reader's
+    #: job: a slow client must not hold up the replies of every other call).
+    notes: MemoryObjectSendStream[tuple[str, list[Any]]] | None
     done: anyio.Event = field(default_factory=anyio.Event)
     reply: dict[str, Any] = field(default_factory=dict)
     fd: int | None = None
@@ -136,10 +140,21 @@ class DriverLink:
         stream = await self._connect()
         self._ids += 1
         request_id = self._ids
-        pending = self._pending[request_id] = _Pending(notes)
+        send, receive = anyio.create_memory_object_stream[tuple[str, list[Any]]](_NOTES)
+        pending = self._pending[request_id] = _Pending(send if notes is not None else None)
+
+        async def hand_on() -> None:
+            async with receive:
+                async for name, values in receive:
+                    assert notes is not None
+                    await notes(name, values)
+
         try:
-            await self._send(stream, {"id": request_id, "call": name, "args": dict(args)})
-            await pending.done.wait()
+            async with anyio.create_task_group() as group, send:
+                if notes is not None:
+                    group.start_soon(hand_on)
+                await self._send(stream, {"id": request_id, "call": name, "args": dict(args)})
+                await pending.done.wait()
         except BaseException:
             if not pending.done.is_set():
                 with anyio.CancelScope(shield=True), suppress(EvalServerError):
@@ -147,6 +162,7 @@ class DriverLink:
             raise
         finally:
             self._pending.pop(request_id, None)
+            receive.close()
         reply = pending.reply
         if not reply.get("ok"):
             if pending.fd is not None:
@@ -215,7 +231,11 @@ class DriverLink:
                     if message["note"] == "cancel":
                         self.on_cancel(request_id, list(message.get("args", [])))
                     elif pending is not None and pending.notes is not None:
-                        await pending.notes(str(message["note"]), list(message.get("args", [])))
+                        # A listener this far behind loses notes, as campaign events do.
+                        with suppress(anyio.WouldBlock, anyio.BrokenResourceError,
+                                      anyio.ClosedResourceError):  # fmt: skip
+                            note = (str(message["note"]), list(message.get("args", [])))
+                            pending.notes.send_nowait(note)
                     continue
                 fd = lines.fds.pop(0) if message.get("socket") and lines.fds else None
                 if pending is None:
