@@ -14,7 +14,7 @@ Writes bench/results/front.json:
 - sessions_held: handshake-era sessions held open at once against one server (default
   workers), each having claimed its own trajectory of an external campaign (answer-only tasks:
   10,000 workspaces would be 18 GB of overlays here, and they are not the sessions' cost), and
-  each calling `campaign_status` of a small campaign once a minute at a random moment.
+  each calling `campaign_status` of a small campaign every two minutes, at a random moment.
 - server_kb_per_session: the server's memory (PSS of its parent and workers; its sandbox is
   not in it) with every session held, less the same with 10 held, per added session (its
   connection, its MCP session, its claim); server_kb_per_trajectory_waiting beside it: what
@@ -57,7 +57,7 @@ from testsupport.servers import TOKEN, call, http_client, http_server
 
 CLIENTS, CALLS_PER_CLIENT, WARMUP = 32, 100, 5
 PROBE_HZ, PROBE_S = 20, 30.0
-IDLE_PERIOD_S = 60.0
+IDLE_PERIOD_S = 120.0
 OPENING = 64  # sessions being opened at once
 
 

@@ -249,9 +249,19 @@ class ClaimBoard:
             Conflict: the claim is no longer live.
             NotFound: no such claim.
         """
+        trajectory = self.renew(claim_id)
+        trajectory.calls.add(call)
+        return trajectory
+
+    def renew(self, claim_id: str) -> ExternalTrajectory:
+        """Renews a live claim's lease (a call under it, here or in another process).
+
+        Raises:
+            Conflict: the claim is no longer live.
+            NotFound: no such claim.
+        """
         trajectory = self.get(claim_id)
         trajectory.expires_at = time.monotonic() + trajectory.lease_s
-        trajectory.calls.add(call)
         return trajectory
 
     def end(

@@ -7,7 +7,8 @@ Messages, one JSON object per line:
   "message"}}`, `type` naming a class in `mcp_evalserver.errors`; a reply may carry a socket
   (SCM_RIGHTS), a connection of the worker's own to a supervisor;
 - note `{"id": n, "note": NAME, "args": [...]}`: something the request `n` reports on its way
-  (progress, a campaign event) or, from the driver, `cancel` (its claim was taken over);
+  (progress, a campaign event); with id 0, a note of the driver's own (`revoke`: a claim
+  granted to the worker was taken over or ended);
 - cancel `{"id": n, "cancel": true}`: the worker gave up on request `n`.
 
 Both ends are this module: `DriverLink` is the worker's, `serve_driver` the driver's.
@@ -119,8 +120,9 @@ class DriverLink:
         self._send_lock = anyio.Lock()
         self._pending: dict[int, _Pending] = {}
         self._ids = 0
-        #: Hears the driver cancel a claim call (its id, and why).
-        self.on_cancel: Callable[[int, list[Any]], None] = lambda call_id, why: None
+        #: Hears the driver's notes that answer no request (name, values), and `lost` when
+        #: the connection to a driver ends.
+        self.on_note: Callable[[str, list[Any]], None] = lambda name, values: None
 
     async def call(
         self,
@@ -228,8 +230,8 @@ class DriverLink:
                 request_id = int(message.get("id", 0))
                 pending = self._pending.get(request_id)
                 if "note" in message:
-                    if message["note"] == "cancel":
-                        self.on_cancel(request_id, list(message.get("args", [])))
+                    if request_id == 0:
+                        self.on_note(str(message["note"]), list(message.get("args", [])))
                     elif pending is not None and pending.notes is not None:
                         # A listener this far behind loses notes, as campaign events do.
                         with suppress(anyio.WouldBlock, anyio.BrokenResourceError,
@@ -251,6 +253,7 @@ class DriverLink:
         finally:
             if self._stream is stream:
                 self._stream = None
+            self.on_note("lost", [])
             with suppress(OSError, anyio.BrokenResourceError):
                 await stream.aclose()
             for fd in lines.fds:
@@ -274,7 +277,7 @@ class Peer:
 
     def __init__(self, outbox: MemoryObjectSendStream[tuple[bytes, int | None]]) -> None:
         self._outbox = outbox
-        self.calls: dict[int, Any] = {}  # the claim calls it has in flight (front/driver.py)
+        self.grants: dict[str, Any] = {}  # claims granted to it (front/service.py)
         self.requests: dict[int, anyio.CancelScope] = {}
 
     def post(self, message: Mapping[str, Any], fd: int | None = None) -> None:

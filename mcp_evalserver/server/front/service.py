@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import collections.abc
 import functools
-import itertools
 import logging
 import os
 import socket
+import time
 import types
 import typing
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack, suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
@@ -84,15 +84,29 @@ def _callback_parameters(hint: Any) -> list[Any]:
     raise InvalidInput(f"{hint} is not a callback")
 
 
-class _RemoteCall:
-    """A tool call a worker runs under a claim: cancelling it tells the worker why."""
+class _Grantee:
+    """A worker granted a claim (it works on the workspace directly): when the claim is taken
+    over or its trajectory ends, the worker hears why and stops its calls on it."""
 
-    def __init__(self, peer: Peer, call_id: int, service: FrontService, claim_id: str) -> None:
-        self.peer, self.call_id, self.service, self.claim_id = peer, call_id, service, claim_id
+    def __init__(self, peer: Peer, claim_id: str, service: FrontService) -> None:
+        self.peer, self.claim_id, self.service = peer, claim_id, service
 
     def cancel(self) -> None:
+        self.peer.grants.pop(self.claim_id, None)
         reason = self.service.claims.ended(self.claim_id) or "the claim ended"
-        self.peer.note(self.call_id, "cancel", reason)
+        self.peer.post({"id": 0, "note": "revoke", "args": [self.claim_id, reason]})
+
+
+@dataclass(eq=False)
+class _Grant:
+    """A claim this worker works on directly until the driver revokes it; `context` None: its
+    workspace cannot be reached from here (its tools run in the driver)."""
+
+    context: _RemoteContext | None
+    lease_s: float
+    renewed_at: float
+    calls: set[anyio.CancelScope] = field(default_factory=set)
+    revoked: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,10 +143,8 @@ class FrontService(EvalService):
         # Worker side: our connections to supervisors, by the driver's key; claims we know.
         self._supervisors: dict[str, SupervisorClient] = {}
         self._connecting: dict[str, anyio.Lock] = {}
-        self._claims: dict[str, tuple[str, str, str]] = {}  # claim -> campaign, traj, task key
-        self._tasks: dict[str, Task] = {}
-        self._calls: dict[int, tuple[anyio.CancelScope, list[str]]] = {}
-        self._call_ids = itertools.count(1)
+        self._grants: dict[str, _Grant] = {}
+        self._tasks: dict[str, Task] = {}  # by campaign and task id: thousands share one
         # Driver side: the supervisors it hands connections to, by key.
         self._known: weakref.WeakValueDictionary[str, SupervisorClient] = (
             weakref.WeakValueDictionary()
@@ -151,7 +163,7 @@ class FrontService(EvalService):
                 stack.push_async_callback(self._close_front)
                 self._front_group = group
                 self._link = DriverLink(self._driver_socket, group)
-                self._link.on_cancel = self._cancelled_by_driver
+                self._link.on_note = self._heard
                 await group.start(self._contend)
                 self._front = stack.pop_all()
         except BaseException:
@@ -189,8 +201,8 @@ class FrontService(EvalService):
             "call": self._serve_call,
             "events": self._serve_events,
             "claim": self._serve_claim,
-            "begin": self._serve_begin,
-            "end": self._serve_end,
+            "grant": self._serve_grant,
+            "renew": self._serve_renew,
             "submit": self._serve_submit,
             "tool": self._serve_tool,
             "connect": self._serve_connect,
@@ -281,76 +293,84 @@ class FrontService(EvalService):
             raise Conflict("the server is not running (it is starting or stopping)")
         return self._link
 
-    def _cancelled_by_driver(self, call_id: int, values: list[Any]) -> None:
-        found = self._calls.get(call_id)
-        if found is not None:
-            found[1].append(str(values[0]) if values else "the claim ended")
-            found[0].cancel()
+    def _heard(self, name: str, values: list[Any]) -> None:
+        """A note of the driver's own: a claim revoked (taken over, ended), or the driver gone
+        (every claim went with it)."""
+        if name == "revoke":
+            self._revoke(str(values[0]), str(values[1]))
+        elif name == "lost":
+            for claim_id in list(self._grants):
+                self._revoke(
+                    claim_id,
+                    "the process driving campaigns stopped and its claims with it; claim "
+                    "again with claim_trajectory",
+                )
+
+    def _revoke(self, claim_id: str, reason: str) -> None:
+        grant = self._grants.pop(claim_id, None)
+        if grant is not None:
+            grant.revoked = reason
+            for scope in grant.calls:
+                scope.cancel()
 
     async def run_claimed(
-        self, claim_id: str, tool: str, run: Callable[[TrajectoryTools, int], Awaitable[Any]]
+        self, claim_id: str, tool: str, run: Callable[[TrajectoryTools], Awaitable[Any]]
     ) -> Any:
-        """Runs `run` (given the trajectory's tools and the call's id) here, the workspace
-        reached directly.
+        """Runs `run` on the claimed trajectory's tools here, its workspace reached directly.
+        The claim is granted to this worker once (the driver revokes it when it is taken over
+        or ends) and its lease renewed in the background, a few times per lease.
 
         Raises:
             _InDriver: the workspace cannot be reached from here: run `tool` in the driver.
             Conflict: the claim is no longer live, or was taken over during the call.
             NotFound: no such claim.
         """
-        link = self._driver()
-        call_id = next(self._call_ids)
-        reasons: list[str] = []
+        grant = await self._grant(claim_id)
+        if grant.context is None:
+            raise _InDriver(tool)
+        self._renew(claim_id, grant)
         with anyio.CancelScope() as scope:
-            self._calls[call_id] = (scope, reasons)
+            grant.calls.add(scope)
             try:
-                begun = await link.call(
-                    "begin",
-                    {"claim": claim_id, "call": call_id, "task": claim_id not in self._claims},
-                )
-                context = await self._context(claim_id, begun)
-                if context is None:
-                    await link.tell("end", {"claim": claim_id, "call": call_id})
-                    raise _InDriver(tool)
-                try:
-                    result = await run(TrajectoryTools(context), call_id)
-                except BaseException:
-                    with anyio.CancelScope(shield=True):
-                        await link.tell("end", {"claim": claim_id, "call": call_id})
-                    raise
+                result = await run(TrajectoryTools(grant.context))
             finally:
-                self._calls.pop(call_id, None)
+                grant.calls.discard(scope)
         if scope.cancelled_caught:
-            raise Conflict(reasons[0] if reasons else f"claim {claim_id!r} was interrupted")
+            raise Conflict(grant.revoked or f"claim {claim_id!r} was interrupted")
         if tool == "submit":
-            self._claims.pop(claim_id, None)
+            self._grants.pop(claim_id, None)
         else:
-            await link.tell("end", {"claim": claim_id, "call": call_id})
+            self._renew(claim_id, grant)
         return result
 
-    async def _context(self, claim_id: str, begun: Mapping[str, Any]) -> _RemoteContext | None:
-        if "task" in begun:
-            task = Task.model_validate(begun["task"])
-            key = f"{begun['campaign_id']}/{task.id}"
-            self._tasks.setdefault(key, task)
-            if len(self._claims) >= _CLAIMS_KEPT:  # claims submitted elsewhere, or lapsed
-                del self._claims[next(iter(self._claims))]
-            self._claims[claim_id] = (begun["campaign_id"], begun["trajectory_id"], key)
-        known = self._claims.get(claim_id)
-        if known is None:
-            return None  # forgotten meanwhile (`_CLAIMS_KEPT`): the driver runs this call
-        campaign_id, trajectory_id, key = known
+    def _renew(self, claim_id: str, grant: _Grant) -> None:
+        """Renews the claim's lease in the driver, once a quarter of a lease at most."""
+        now = time.monotonic()
+        if now - grant.renewed_at >= grant.lease_s / 4 and self._front_group is not None:
+            grant.renewed_at = now
+            self._front_group.start_soon(self._driver().tell, "renew", {"claim": claim_id})
+
+    async def _grant(self, claim_id: str) -> _Grant:
+        grant = self._grants.get(claim_id)
+        if grant is not None:
+            return grant
+        begun = await self._driver().call("grant", {"claim": claim_id})
+        task = Task.model_validate(begun["task"])
+        task = self._tasks.setdefault(f"{begun['campaign_id']}/{task.id}", task)
+        context: _RemoteContext | None = None
         attached: AttachedWorkspace | None = None
         where = begun.get("workspace")
-        if begun["available"]:
-            if where is None:
-                return None
-            client = await self._supervisor(str(where["supervisor"]))
-            if client is None:
-                return None
+        client = await self._supervisor(str(where["supervisor"])) if where else None
+        if client is not None:
             attached = AttachedWorkspace(client, str(where["name"]))
-        source = _AttachedSource(bool(begun["available"]), attached)
-        return _RemoteContext(campaign_id, trajectory_id, self._tasks[key], source)
+        if attached is not None or not begun["available"]:
+            source = _AttachedSource(bool(begun["available"]), attached)
+            context = _RemoteContext(begun["campaign_id"], begun["trajectory_id"], task, source)
+        grant = _Grant(context, float(begun["lease_s"]), time.monotonic())
+        if len(self._grants) >= _CLAIMS_KEPT:  # claims submitted elsewhere, or lapsed
+            del self._grants[next(iter(self._grants))]
+        self._grants[claim_id] = grant
+        return grant
 
     async def _supervisor(self, key: str) -> SupervisorClient | None:
         """Our own connection to the supervisor the driver calls `key` (None: it cannot be)."""
@@ -413,47 +433,41 @@ class FrontService(EvalService):
         )
         return claimed.model_dump(mode="json")
 
-    async def _serve_begin(self, peer: Peer, request_id: int, args: dict[str, Any]) -> Any:
-        claim_id, call_id = str(args["claim"]), int(args["call"])
-        call = _RemoteCall(peer, call_id, self, claim_id)
-        trajectory = self.claims.begin(claim_id, call)
-        peer.calls[call_id] = (call, claim_id, trajectory)
-        try:
-            context = trajectory.context
-            begun: dict[str, Any] = {"available": context.sandbox.available}
-            if args.get("task"):
-                begun |= {
-                    "campaign_id": context.campaign_id,
-                    "trajectory_id": context.trajectory_id,
-                    "task": context.task.model_dump(mode="json"),
-                }
-            if context.sandbox.available:
-                workspace = await context.sandbox.workspace()
-                if isinstance(workspace, SupervisedWorkspace):
-                    key = f"{os.getpid()}-{id(workspace.client)}"
-                    self._known[key] = workspace.client
-                    begun["workspace"] = {"name": workspace.name, "supervisor": key}
-            return begun
-        except BaseException:
-            self._end_call(peer, call_id)
-            raise
+    async def _serve_grant(self, peer: Peer, request_id: int, args: dict[str, Any]) -> Any:
+        """Grants a claim to a worker: what it needs to work on the workspace itself."""
+        claim_id = str(args["claim"])
+        trajectory = self.claims.get(claim_id)
+        context = trajectory.context
+        begun: dict[str, Any] = {
+            "available": context.sandbox.available,
+            "lease_s": trajectory.lease_s,
+            "campaign_id": context.campaign_id,
+            "trajectory_id": context.trajectory_id,
+            "task": context.task.model_dump(mode="json"),
+        }
+        if context.sandbox.available:
+            workspace = await context.sandbox.workspace()
+            if isinstance(workspace, SupervisedWorkspace):
+                key = f"{os.getpid()}-{id(workspace.client)}"
+                self._known[key] = workspace.client
+                begun["workspace"] = {"name": workspace.name, "supervisor": key}
+        previous = peer.grants.pop(claim_id, None)
+        if previous is not None:
+            previous[1].calls.discard(previous[0])
+        grantee = _Grantee(peer, claim_id, self)
+        peer.grants[claim_id] = (grantee, self.claims.begin(claim_id, grantee))
+        return begun
 
-    async def _serve_end(self, peer: Peer, request_id: int, args: dict[str, Any]) -> None:
-        self._end_call(peer, int(args["call"]), renew=True)
-
-    def _end_call(self, peer: Peer, call_id: int, *, renew: bool = False) -> None:
-        found = peer.calls.pop(call_id, None)
-        if found is None:
-            return
-        call, claim_id, trajectory = found
-        trajectory.calls.discard(call)
-        if renew:
-            with suppress(EvalServerError):
-                self.claims.end(claim_id, trajectory, call, interrupted=False)
+    async def _serve_renew(self, peer: Peer, request_id: int, args: dict[str, Any]) -> None:
+        with suppress(EvalServerError):
+            self.claims.renew(str(args["claim"]))
 
     async def _serve_submit(self, peer: Peer, request_id: int, args: dict[str, Any]) -> None:
-        self._end_call(peer, int(args["call"]))
-        self.claims.submit(str(args["claim"]), Submission.model_validate(args["submission"]))
+        claim_id = str(args["claim"])
+        granted = peer.grants.pop(claim_id, None)
+        if granted is not None:
+            granted[1].calls.discard(granted[0])
+        self.claims.submit(claim_id, Submission.model_validate(args["submission"]))
 
     async def _serve_tool(self, peer: Peer, request_id: int, args: dict[str, Any]) -> Any:
         name = str(args.get("tool"))
@@ -471,10 +485,10 @@ class FrontService(EvalService):
         return with_socket(None, sock.detach())
 
     def _peer_gone(self, peer: Peer) -> None:
-        """A worker died or left: its calls no longer hold their claims."""
-        for call, _, trajectory in peer.calls.values():
-            trajectory.calls.discard(call)
-        peer.calls.clear()
+        """A worker died or left: the claims granted to it are not worked on there any more."""
+        for grantee, trajectory in peer.grants.values():
+            trajectory.calls.discard(grantee)
+        peer.grants.clear()
 
 
 class _InDriver(Exception):
@@ -495,7 +509,7 @@ def _on_claim_here(tool: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitab
     async def on_claim(self: RemoteTrajectories, claim_id: str, /, **arguments: Any) -> Any:
         try:
             return await self.front.run_claimed(
-                claim_id, name, lambda tools, _: tool(tools, **arguments)
+                claim_id, name, lambda tools: tool(tools, **arguments)
             )
         except _InDriver:
             return await self.in_driver(claim_id, name, arguments, returns)
@@ -537,14 +551,9 @@ class RemoteTrajectories(ExternalTrajectories):
         return await self.in_driver(claim_id, "fork_trajectory", arguments, returns)
 
     async def submit(self, claim_id: str, answer: str | None) -> Submitted:
-        async def hand_in(tools: TrajectoryTools, call_id: int) -> Submitted:
+        async def hand_in(tools: TrajectoryTools) -> Submitted:
             submission, submitted = await tools.prepare_submission(answer)
-            # The claim's call ends with the submission: the driver closes both at once.
-            request = {
-                "claim": claim_id,
-                "call": call_id,
-                "submission": submission.model_dump(mode="json"),
-            }
+            request = {"claim": claim_id, "submission": submission.model_dump(mode="json")}
             await self.front._driver().call("submit", request)
             return submitted
 
