@@ -123,13 +123,14 @@ async def interleaved_latencies(
     return samples, cpu, client_cpu
 
 
-async def http_throughput(url: str, repo: Path) -> dict[str, float]:
+async def http_throughput(url: str, repo: Path, server_arg: str = "--http") -> dict[str, float]:
     """`sandbox_exec` calls per second from CLIENTS concurrent clients, and the CPU time per
-    call of the server (with its sandbox) and of the clients (this process)."""
+    call of the server (with its sandbox; the child with `server_arg` on its command line) and
+    of the clients (this process)."""
     async with http_client(url) as admin:
         started = await call(admin, "start_campaign", spec=spec(repo, CLIENTS))
     campaign_id = started["campaign_id"]
-    server = child_running("--http")
+    server = child_running(server_arg)
     ready = anyio.Event()
     arrived = 0
     clock: dict[str, float] = {}

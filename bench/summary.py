@@ -63,6 +63,18 @@ TARGETS = [
     Target("mcp", "HTTP tool layer over direct exec",
            difference("http_exec_p50_ms", "direct_exec_p50_ms"), LE, 1.5, "ms"),
     Target("mcp", "HTTP calls, 32 clients", key("http_calls_per_s_32"), GE, 1000, "/s"),
+    Target("front", "2 workers over 1 (raw client, 32 sessions)", key("speedup_2_workers"), GE,
+           1.6, "x"),
+    Target("front", "scaling efficiency at the most workers", key("scaling_efficiency_max"), GE,
+           0.6, ""),
+    Target("front", "server CPU per call, most workers over 1", lambda f: f[
+        "server_cpu_ms_by_workers"][str(max(map(int, f["server_cpu_ms_by_workers"])))]
+        / f["server_cpu_ms_by_workers"]["1"], LE, 1.1, "x"),
+    Target("front", "sessions held at once", key("sessions_held"), GE, 10_000, ""),
+    Target("front", "server memory per held session", key("server_kb_per_session"), LE, 50,
+           "KB"),
+    Target("front", "p99 with all held / with 10", key("p99_ratio_sessions"), LE, 2, "x"),
+    Target("front", "errors while holding them", key("errors"), LE, 0, ""),
     Target("density", "idle live workspaces", key("idle_workspaces"), GE, 10_000, ""),
     Target("density", "memory per idle workspace", key("idle_workspace_mb"), LE, 1, "MiB"),
     Target("campaign", "campaign vs container per trajectory",

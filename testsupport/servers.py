@@ -55,9 +55,13 @@ async def http_client(
 
 
 @asynccontextmanager
-async def http_server(state_dir: Path, *options: str, token: str = TOKEN) -> AsyncIterator[str]:
-    """Runs `mcp-evalserver --http --port 0 [options]` as a subprocess; yields its MCP URL."""
-    command = server_command(state_dir, "--http", "--port", "0", "--token", token, *options)
+async def http_server(
+    state_dir: Path, *options: str, token: str = TOKEN, workers: int = 1
+) -> AsyncIterator[str]:
+    """Runs `mcp-evalserver --http --port 0 --workers N [options]` as a subprocess; yields its
+    MCP URL."""
+    transport = ("--http", "--port", "0", "--workers", str(workers), "--token", token)
+    command = server_command(state_dir, *transport, *options)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = await anyio.open_process(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
     found = anyio.Event()

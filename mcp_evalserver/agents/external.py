@@ -13,11 +13,14 @@ one workspace at once.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 
@@ -28,6 +31,13 @@ from mcp_evalserver.spec.submission import Submission
 
 #: How many closed claims are remembered, so late calls get a precise reason, not "unknown".
 _CLOSED_MEMORY = 10_000
+
+
+class Call(Protocol):
+    """A tool call running under a claim: cancelled when the claim is taken over or withdrawn
+    (an `anyio.CancelScope` here, or a call another process runs: server/front)."""
+
+    def cancel(self) -> None: ...
 
 
 @dataclass(eq=False)
@@ -41,7 +51,7 @@ class ExternalTrajectory:
     claims: int = 0
     submission: Submission | None = None
     submitted: anyio.Event = field(default_factory=anyio.Event)
-    calls: set[anyio.CancelScope] = field(default_factory=set)
+    calls: set[Call] = field(default_factory=set)
 
     @property
     def campaign_id(self) -> str:
@@ -60,14 +70,24 @@ class ClaimBoard:
     """The external trajectories of one server process, and who holds which."""
 
     def __init__(self) -> None:
-        self._open: dict[tuple[str, str], ExternalTrajectory] = {}
+        # Campaign -> trajectory id -> trajectory: a status reads its own campaign's only.
+        self._open: dict[str, dict[str, ExternalTrajectory]] = {}
+        # The open trajectories never claimed, in the order published: a claim takes the
+        # first at once, however many thousands are waiting.
+        self._unclaimed: dict[str, dict[str, ExternalTrajectory]] = {}
+        # (lease end when last looked at, tie-break, trajectory) of claimed ones: the lapsed
+        # are found at its top (a renewed lease is pushed back with its new end).
+        self._leases: list[tuple[float, int, ExternalTrajectory]] = []
+        self._pushes = itertools.count()
         self._by_claim: dict[str, ExternalTrajectory] = {}
         self._closed: dict[str, str] = {}
         self._changed = anyio.Event()
 
     def publish(self, trajectory: ExternalTrajectory) -> None:
         """Makes a trajectory claimable."""
-        self._open[(trajectory.campaign_id, trajectory.trajectory_id)] = trajectory
+        key = trajectory.trajectory_id
+        self._open.setdefault(trajectory.campaign_id, {})[key] = trajectory
+        self._unclaimed.setdefault(trajectory.campaign_id, {})[key] = trajectory
         self._wake()
 
     def withdraw(self, trajectory: ExternalTrajectory, reason: str) -> None:
@@ -75,7 +95,11 @@ class ClaimBoard:
 
         After a submission the claim is already closed, and the submitting call is left to finish.
         """
-        self._open.pop((trajectory.campaign_id, trajectory.trajectory_id), None)
+        for index in (self._open, self._unclaimed):
+            mine = index.get(trajectory.campaign_id, {})
+            mine.pop(trajectory.trajectory_id, None)
+            if not mine:
+                index.pop(trajectory.campaign_id, None)
         if trajectory.claim_id is not None and trajectory.claim_id in self._by_claim:
             self._close(trajectory.claim_id, reason)
             for scope in trajectory.calls:
@@ -84,15 +108,16 @@ class ClaimBoard:
     def waiting(self, campaign_id: str) -> tuple[int, int]:
         """(claimable, claimed) trajectories of a campaign right now."""
         now = time.monotonic()
-        mine = [t for (c, _), t in self._open.items() if c == campaign_id]
-        claimable = sum(t.claimable(now) for t in mine)
+        mine = self._open.get(campaign_id, {})
+        claimable = sum(t.claimable(now) for t in mine.values())
         return claimable, len(mine) - claimable
 
     async def claim(
         self, campaign_id: str | None = None, wait_s: float = 0.0, trajectory_id: str | None = None
     ) -> tuple[ExternalTrajectory, str]:
         """Claims a trajectory (of one campaign, or any; or that one trajectory), waiting up to
-        `wait_s` for one.
+        `wait_s` for one. One whose claim lapsed is taken before one never claimed (its
+        client went away mid-work; its trajectory's time runs).
 
         Returns the trajectory and the new claim id, which every later call names.
 
@@ -102,13 +127,11 @@ class ClaimBoard:
         deadline = time.monotonic() + wait_s
         while True:
             now = time.monotonic()
-            for trajectory in self._open.values():
-                if (
-                    campaign_id in (None, trajectory.campaign_id)
-                    and trajectory_id in (None, trajectory.trajectory_id)
-                    and trajectory.claimable(now)
-                ):
-                    return trajectory, self._take(trajectory, now)
+            found = self._lapsed(now, campaign_id, trajectory_id) or self._first_unclaimed(
+                campaign_id, trajectory_id
+            )
+            if found is not None:
+                return found, self._take(found, now)
             if now >= deadline:
                 where = f"campaign {campaign_id!r}" if campaign_id else "any campaign"
                 raise NotFound(
@@ -116,11 +139,52 @@ class ClaimBoard:
                     "submitted, or not started yet. Start a campaign whose agent is "
                     '{"type": "external"}, or call claim_trajectory again with wait_s > 0.'
                 )
-            # Wake on a new publication, or when the next lease lapses.
-            leases = [t.expires_at for t in self._open.values() if t.claim_id is not None]
-            wake_at = min([deadline, *[e for e in leases if e > now]])
+            # Wake on a new publication, or when the next lease may lapse.
+            wake_at = min(deadline, self._leases[0][0]) if self._leases else deadline
             with anyio.move_on_after(max(0.0, wake_at - now)):
                 await self._changed.wait()
+
+    def _first_unclaimed(
+        self, campaign_id: str | None, trajectory_id: str | None
+    ) -> ExternalTrajectory | None:
+        campaigns = [campaign_id] if campaign_id is not None else list(self._unclaimed)
+        for campaign in campaigns:
+            unclaimed = self._unclaimed.get(campaign, {})
+            if trajectory_id is not None:
+                if (found := unclaimed.get(trajectory_id)) is not None:
+                    return found
+            elif unclaimed:
+                return next(iter(unclaimed.values()))
+        return None
+
+    def _lapsed(
+        self, now: float, campaign_id: str | None, trajectory_id: str | None
+    ) -> ExternalTrajectory | None:
+        """The first claimed trajectory whose lease has passed and that matches, if any."""
+        passed_over: list[tuple[float, int, ExternalTrajectory]] = []
+        found = None
+        while self._leases and self._leases[0][0] <= now:
+            entry = heapq.heappop(self._leases)
+            trajectory = entry[2]
+            open_now = self._open.get(trajectory.campaign_id, {})
+            if open_now.get(trajectory.trajectory_id) is not trajectory:
+                continue  # withdrawn
+            if not trajectory.claimable(now):
+                if trajectory.submission is None:  # renewed: look again when it may lapse
+                    heapq.heappush(
+                        self._leases, (trajectory.expires_at, next(self._pushes), trajectory)
+                    )
+                continue
+            if campaign_id in (None, trajectory.campaign_id) and trajectory_id in (
+                None,
+                trajectory.trajectory_id,
+            ):
+                found = trajectory
+                break
+            passed_over.append(entry)
+        for entry in passed_over:
+            heapq.heappush(self._leases, entry)
+        return found
 
     def _take(self, trajectory: ExternalTrajectory, now: float) -> str:
         previous = trajectory.claim_id
@@ -135,6 +199,11 @@ class ClaimBoard:
         claim_id = secrets.token_urlsafe(18)
         trajectory.claim_id = claim_id
         trajectory.expires_at = now + trajectory.lease_s
+        unclaimed = self._unclaimed.get(trajectory.campaign_id, {})
+        unclaimed.pop(trajectory.trajectory_id, None)
+        if not unclaimed:
+            self._unclaimed.pop(trajectory.campaign_id, None)
+        heapq.heappush(self._leases, (trajectory.expires_at, next(self._pushes), trajectory))
         trajectory.claims += 1
         self._by_claim[claim_id] = trajectory
         return claim_id
@@ -164,19 +233,54 @@ class ClaimBoard:
             Conflict: the claim is no longer live, or was taken over during the call.
             NotFound: no such claim.
         """
-        trajectory = self.get(claim_id)
-        trajectory.expires_at = time.monotonic() + trajectory.lease_s
         with anyio.CancelScope() as scope:
-            trajectory.calls.add(scope)
+            trajectory = self.begin(claim_id, scope)
             try:
                 yield trajectory
             finally:
                 trajectory.calls.discard(scope)
-        if scope.cancelled_caught:
-            self.get(claim_id)  # raises the reason the claim ended
-            raise Conflict(f"claim {claim_id!r} was interrupted")
+        self.end(claim_id, trajectory, scope, interrupted=scope.cancelled_caught)
+
+    def begin(self, claim_id: str, call: Call) -> ExternalTrajectory:
+        """Starts a tool call under a claim (`use`, or a call another process runs): renews
+        the lease; `call` is cancelled if the claim is taken over or withdrawn meanwhile.
+
+        Raises:
+            Conflict: the claim is no longer live.
+            NotFound: no such claim.
+        """
+        trajectory = self.renew(claim_id)
+        trajectory.calls.add(call)
+        return trajectory
+
+    def renew(self, claim_id: str) -> ExternalTrajectory:
+        """Renews a live claim's lease (a call under it, here or in another process).
+
+        Raises:
+            Conflict: the claim is no longer live.
+            NotFound: no such claim.
+        """
+        trajectory = self.get(claim_id)
+        trajectory.expires_at = time.monotonic() + trajectory.lease_s
+        return trajectory
+
+    def end(
+        self, claim_id: str, trajectory: ExternalTrajectory, call: Call, *, interrupted: bool
+    ) -> None:
+        """Ends a call `begin` started: renews the lease again.
+
+        Raises:
+            Conflict: the call was `interrupted` (its claim ended meanwhile: the message says why).
+        """
+        trajectory.calls.discard(call)
+        if interrupted:
+            raise Conflict(self.ended(claim_id) or f"claim {claim_id!r} was interrupted")
         if trajectory.claim_id == claim_id:
             trajectory.expires_at = time.monotonic() + trajectory.lease_s
+
+    def ended(self, claim_id: str) -> str | None:
+        """Why a claim ended (submitted, taken over, withdrawn), or None while it is live."""
+        return self._closed.get(claim_id)
 
     def submit(self, claim_id: str, submission: Submission) -> ExternalTrajectory:
         """Hands a submission to the waiting agent; the claim then refuses every call.

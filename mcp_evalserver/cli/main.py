@@ -10,6 +10,7 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default="127.0.0.1", help="--http: address (default loopback)")
     parser.add_argument("--port", type=int, default=8765, help="--http: port (0: any free one)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="--http: processes serving the port (default: one per CPU, at most 8; 1: a single "
+        "process); any of them answers any client, one drives the campaigns",
+    )
     parser.add_argument(
         "--token",
         help=f"--http: bearer token clients must send (default ${TOKEN_ENV}, else generated "
@@ -216,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     # Imported here: the campaign commands need neither the MCP SDK nor uvicorn.
-    from mcp_evalserver.server.http_app import serve_http
+    from mcp_evalserver.server.front.service import WorkerConfig
+    from mcp_evalserver.server.front.workers import default_workers, serve_workers
+    from mcp_evalserver.server.http_app import serve_http, serve_worker
     from mcp_evalserver.server.mcp_app import serve_stdio
     from mcp_evalserver.server.privileges import Privileges
     from mcp_evalserver.server.transport.http import resolve_token
@@ -234,20 +244,25 @@ def _serve(args: argparse.Namespace) -> int:
         allow_env=args.allow_env,
         allow_endpoints=args.allow_endpoints,
     )
+    options: dict[str, Any] = {
+        "host": args.host,
+        "token": token,
+        "allowed_hosts": args.allow_host,
+        "ray_address": args.ray,
+        "resume_running": args.resume_running,
+        "privileges": privileges,
+    }
+    workers = default_workers() if args.workers is None else args.workers
+    if workers < 1:
+        raise InvalidInput("--workers must be at least 1")
+    if workers > 1:
+
+        def run_worker(config: WorkerConfig, port: int, ready: Callable[[], None]) -> None:
+            serve_worker(config, state_dir, port=port, ready=ready, **options)
+
+        return serve_workers(args.host, args.port, workers, run_worker)
     with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(
-            functools.partial(
-                serve_http,
-                state_dir,
-                host=args.host,
-                port=args.port,
-                token=token,
-                allowed_hosts=args.allow_host,
-                ray_address=args.ray,
-                resume_running=args.resume_running,
-                privileges=privileges,
-            )
-        )
+        anyio.run(functools.partial(serve_http, state_dir, port=args.port, **options))
     return EXIT_OK
 
 

@@ -171,6 +171,16 @@ class SupervisorClient:
             InvalidInput: no socket can be passed to this supervisor.
             SandboxUnavailable: the supervisor is gone.
         """
+        return BlockingConnection(await self.pass_connection())
+
+    async def pass_connection(self) -> socket.socket:
+        """Another connection to this supervisor, as a socket (for `open_connection`, or for
+        another process to speak this protocol on: a worker of `--workers N`).
+
+        Raises:
+            InvalidInput: no socket can be passed to this supervisor.
+            SandboxUnavailable: the supervisor is gone.
+        """
         if self._dead is not None:
             raise errors.SandboxUnavailable(self._dead)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -196,7 +206,7 @@ class SupervisorClient:
         except BaseException:
             ours.close()
             raise
-        return BlockingConnection(ours)
+        return ours
 
     async def aclose(self) -> None:
         """Closes the stream; pending requests fail with SandboxUnavailable."""

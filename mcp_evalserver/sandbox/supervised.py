@@ -188,12 +188,12 @@ class SupervisedWorkspace(Workspace):
         self, instance: SupervisedInstance, name: str, info: Mapping[str, Any] | None = None
     ) -> None:
         self.instance = instance
+        self.client = instance.client
         self.name = name
         self.info = dict(info or {})  # holder_pid and root: where an operator's shell enters
 
     async def _call(self, op: Op, reply_timeout: float, **args: Any) -> dict[str, Any]:
-        client = self.instance.client
-        return await client.request(op, reply_timeout=reply_timeout, ws=self.name, **args)
+        return await self.client.request(op, reply_timeout=reply_timeout, ws=self.name, **args)
 
     async def exec(
         self,
@@ -262,7 +262,24 @@ class SupervisedWorkspace(Workspace):
 
     async def destroy(self) -> None:
         """Removes the workspace; a no-op if it or its instance is already gone."""
-        if not self.instance.client.alive:
+        if not self.client.alive:
             return
         with contextlib.suppress(errors.NotFound, errors.SandboxUnavailable):
             await self._call("ws_destroy", 60)
+
+
+class AttachedWorkspace(SupervisedWorkspace):
+    """A workspace another process made and owns, reached over a connection of this
+    process's own (`SupervisorClient.pass_connection`): exec, files, diffs and checkpoints,
+    never its lifecycle (fork, destroy) nor its instance."""
+
+    def __init__(self, client: SupervisorClient, name: str) -> None:
+        self.client = client
+        self.name = name
+        self.info = {}
+
+    async def fork(self, name: str, *, checkpoint: str | None = None) -> SupervisedWorkspace:
+        raise errors.Conflict("a workspace of another process cannot be forked here")
+
+    async def destroy(self) -> None:
+        raise errors.Conflict("a workspace of another process cannot be destroyed here")

@@ -20,7 +20,7 @@ import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar, get_args
+from typing import Annotated, Any, ParamSpec, TypeVar, get_args, overload
 
 import anyio
 from mcp.server.connection import Connection, allowed_log_levels
@@ -54,8 +54,9 @@ from mcp_evalserver.engine.exports import ExportFormat, export_text
 from mcp_evalserver.engine.planning import build_plan, render_plan_markdown
 from mcp_evalserver.engine.state import Outcome
 from mcp_evalserver.engine.sweep import DEFAULT_LEVELS
-from mcp_evalserver.errors import Conflict, EvalServerError, NotFound
+from mcp_evalserver.errors import EvalServerError, NotFound
 from mcp_evalserver.server.events import CampaignEvent
+from mcp_evalserver.server.front.service import FrontService, WorkerConfig
 from mcp_evalserver.server.models import (
     CampaignList,
     CampaignStatus,
@@ -66,7 +67,6 @@ from mcp_evalserver.server.models import (
 )
 from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.server.service import EvalService
-from mcp_evalserver.server.sweeps import Sweeps
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.server.trajectory.endpoint import ServedTrajectory, serve_trajectory_endpoint
 from mcp_evalserver.server.trajectory.scoped import ScopedTrajectory
@@ -165,15 +165,20 @@ def _service(ctx: Context[EvalService, Any]) -> EvalService:
     return ctx.request_context.lifespan_context
 
 
-def _sweeps(ctx: Context[EvalService, Any]) -> Sweeps:
-    sweeps = _service(ctx).sweeps
-    if sweeps is None:
-        raise Conflict("the server is not running (it is starting or stopping)")
-    return sweeps
-
-
-def _trajectories(ctx: Context[EvalService, Any]) -> ExternalTrajectories:
-    return ExternalTrajectories(_service(ctx).claims)
+@overload
+async def _call(
+    ctx: Context[EvalService, Any], operation: Callable[..., Awaitable[_R]], **arguments: Any
+) -> _R: ...
+@overload
+async def _call(
+    ctx: Context[EvalService, Any], operation: Callable[..., _R], **arguments: Any
+) -> _R: ...
+async def _call(
+    ctx: Context[EvalService, Any], operation: Callable[..., Any], **arguments: Any
+) -> Any:
+    """`operation` (an `EvalService` method) run where campaigns are driven: here, or by the
+    worker that drives them (`EvalService.call`)."""
+    return await _service(ctx).call(operation, **arguments)
 
 
 def create_server(
@@ -183,8 +188,10 @@ def create_server(
     ray_address: str | None = None,
     resume_running: bool = False,
     privileges: Privileges | None = None,
+    worker: WorkerConfig | None = None,
 ) -> MCPServer[EvalService]:
-    """The MCP server; its lifespan owns an `EvalService` over `state_dir`.
+    """The MCP server; its lifespan owns an `EvalService` over `state_dir` (as `worker` of
+    `--workers N`, a `FrontService`).
 
     `base_dir` resolves relative task file paths in specs (default: the working directory);
     with `ray_address`, instances run on that Ray cluster unless a campaign says otherwise;
@@ -195,13 +202,17 @@ def create_server(
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[EvalService]) -> AsyncIterator[EvalService]:
-        service = EvalService(
-            state_dir,
-            base_dir=base_dir,
-            ray_address=ray_address,
-            resume_running=resume_running,
-            privileges=privileges,
-            trajectory_endpoints=serve_trajectory,
+        options: dict[str, Any] = {
+            "base_dir": base_dir,
+            "ray_address": ray_address,
+            "resume_running": resume_running,
+            "privileges": privileges,
+            "trajectory_endpoints": serve_trajectory,
+        }
+        service = (
+            EvalService(state_dir, **options)
+            if worker is None
+            else FrontService(state_dir, worker=worker, **options)
         )
         async with service:
             yield service
@@ -217,7 +228,7 @@ def create_server(
     async def campaign_report(campaign_id: str, ctx: Context[EvalService, Any]) -> str:
         """A campaign's report in Markdown: status, pass rate, one row per task."""
         with _resource_errors():
-            return _service(ctx).report(campaign_id)
+            return await _call(ctx, EvalService.report, campaign_id=campaign_id)
 
     @app.resource(
         "campaign://{campaign_id}/trajectories/{trajectory_id}", mime_type="application/json"
@@ -227,13 +238,17 @@ def create_server(
     ) -> str:
         """Where one trajectory stands: phase, outcome, score, attempts, usage."""
         with _resource_errors():
-            return json.dumps(_service(ctx).trajectory(campaign_id, trajectory_id), indent=2)
+            found = await _call(
+                ctx, EvalService.trajectory, campaign_id=campaign_id, trajectory_id=trajectory_id
+            )
+            return json.dumps(found, indent=2)
 
     @app.resource("campaign://{campaign_id}/tasks/{task_id}", mime_type="application/json")
     async def campaign_task(campaign_id: str, task_id: str, ctx: Context[EvalService, Any]) -> str:
         """One task's trajectories in a campaign, with their outcomes."""
         with _resource_errors():
-            return json.dumps(_service(ctx).task(campaign_id, task_id), indent=2)
+            found = await _call(ctx, EvalService.task, campaign_id=campaign_id, task_id=task_id)
+            return json.dumps(found, indent=2)
 
     _logging_and_completions(app)
 
@@ -260,7 +275,7 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         and graded by the scorer the spec names. Returns at once with the campaign id while it
         runs in the background; follow it with campaign_status (wait_s > 0 streams progress).
         With agent {"type": "external"}, trajectories wait for clients to claim_trajectory."""
-        return await _service(ctx).start(spec, campaign_id)
+        return await _call(ctx, EvalService.start, spec=spec, campaign_id=campaign_id)
 
     @app.tool(annotations=_READ_ONLY)
     @tool_errors
@@ -273,14 +288,20 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         With wait_s > 0 the call waits until the campaign stops or wait_s passes, sending a
         progress notification each time a trajectory finishes; call it again to keep following.
         """
-        service = _service(ctx)
         if wait_s <= 0:
-            return service.status(campaign_id)
+            return await _call(ctx, EvalService.status, campaign_id=campaign_id)
 
         async def progress(done: float, total: float, message: str) -> None:
             await ctx.report_progress(done, total, message)
 
-        return await service.wait(campaign_id, wait_s, progress, _request_log(ctx))
+        return await _call(
+            ctx,
+            EvalService.wait,
+            campaign_id=campaign_id,
+            wait_s=wait_s,
+            progress=progress,
+            log=_request_log(ctx),
+        )
 
     @app.tool(annotations=_MUTATES)
     @tool_errors
@@ -301,8 +322,10 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         infrastructure error rates, 429/5xx counts, latency, tokens/s per level) and sweep.png,
         and recommend the level where errors start to climb. Returns at once; follow it with
         sweep_status (wait_s > 0), or a level's campaign with campaign_status."""
-        return _sweeps(ctx).start(
-            _service(ctx).admit(spec),
+        return await _call(
+            ctx,
+            EvalService.start_sweep,
+            spec=spec,
             levels=levels or list(DEFAULT_LEVELS),
             tasks=tasks,
             samples=samples,
@@ -319,7 +342,7 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         """Where a concurrency sweep stands: the level running now, or (finished) the figures
         per level, the recommended level and why, and the paths of sweep.json and sweep.png.
         With wait_s > 0 the call waits until the sweep finishes or wait_s passes."""
-        return await _sweeps(ctx).wait(sweep_id, wait_s)
+        return await _call(ctx, EvalService.wait_sweep, sweep_id=sweep_id, wait_s=wait_s)
 
     @app.tool(annotations=_MUTATES)
     @tool_errors
@@ -350,7 +373,7 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
     ) -> CampaignList:
         """List the campaigns this server knows (oldest first, the newest `limit`), each with its
         status. Use it to find a campaign id."""
-        return _service(ctx).list(limit)
+        return await _call(ctx, EvalService.list, limit=limit)
 
     @app.tool(annotations=_SETS)
     @tool_errors
@@ -358,7 +381,7 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         campaign_id: CampaignId, ctx: Context[EvalService, Any]
     ) -> CampaignStatus:
         """Stop a running campaign. Everything it recorded stays; resume continues it later."""
-        return await _service(ctx).cancel(campaign_id)
+        return await _call(ctx, EvalService.cancel, campaign_id=campaign_id)
 
     @app.tool(annotations=_SETS)
     @tool_errors
@@ -380,7 +403,7 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         whose last outcome is an infrastructure failure run again from the phase that failed;
         `retrying` says how many. A campaign already running is left running and its status
         returned (a restarted server resumes interrupted campaigns by itself)."""
-        return await _service(ctx).resume(campaign_id, budget_usd)
+        return await _call(ctx, EvalService.resume, campaign_id=campaign_id, budget_usd=budget_usd)
 
     @app.tool(annotations=_MUTATES)
     @tool_errors
@@ -403,8 +426,13 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         pass@k, error rates, tokens. Scoring runs by itself as trajectories finish; with
         rescore=true the finished submissions are graded again in the background (e.g. after
         fixing a grader, or with another `scorer`), without generating them again."""
-        return await _service(ctx).score(
-            campaign_id, rescore=rescore, scorer=scorer, outcomes=outcomes
+        return await _call(
+            ctx,
+            EvalService.score,
+            campaign_id=campaign_id,
+            rescore=rescore,
+            scorer=scorer,
+            outcomes=outcomes,
         )
 
     @app.tool(annotations=_READ_ONLY)
@@ -414,7 +442,7 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
     ) -> Comparison:
         """Compare campaign B against campaign A on the tasks both scored (paired by task):
         mean difference with a bootstrap interval, wins/losses, permutation and sign tests."""
-        return _service(ctx).compare(campaign_a, campaign_b)
+        return await _call(ctx, EvalService.compare, campaign_a=campaign_a, campaign_b=campaign_b)
 
     @app.tool(annotations=_READ_ONLY)
     @tool_errors
@@ -538,18 +566,18 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         running longer does not renew it), another client may take the trajectory over, with
         its workspace as it was. Waits up to wait_s for one to become available. The
         campaign's trajectory_timeout_s bounds the whole trajectory, waiting included."""
-        return await _trajectories(ctx).claim(campaign_id, wait_s)
+        return await _service(ctx).trajectories().claim(campaign_id, wait_s)
 
     for tool in WORKSPACE_TOOLS:
         method = getattr(ExternalTrajectories, tool.name)
-        _add_workspace_tool(app, tool, "claimed", _on_claim(method), _returns(method))
+        _add_workspace_tool(app, tool, "claimed", _on_claim(tool.name), _returns(method))
 
 
-def _on_claim(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """An `ExternalTrajectories` method, called on the claims of the server that serves `ctx`."""
+def _on_claim(name: str) -> Callable[..., Awaitable[Any]]:
+    """The `ExternalTrajectories` method `name`, on the claims of the server that serves `ctx`."""
 
     async def on_claim(ctx: Context[EvalService, Any], claim_id: str, **arguments: Any) -> Any:
-        return await method(_trajectories(ctx), claim_id, **arguments)
+        return await getattr(_service(ctx).trajectories(), name)(claim_id, **arguments)
 
     return on_claim
 
@@ -650,8 +678,10 @@ def http_app(
     *,
     resume_running: bool = False,
     privileges: Privileges | None = None,
+    worker: WorkerConfig | None = None,
 ) -> Starlette:
-    """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on.
+    """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on;
+    as `worker` of `--workers N`, one worker's.
 
     Requests must name a loopback host, the bound host, or one of `allowed_hosts` (`name` or
     `name:port`) in their Host header, and a matching Origin if they send one: a web page the
@@ -669,8 +699,11 @@ def http_app(
         ray_address=ray_address,
         resume_running=resume_running,
         privileges=privileges or Privileges.for_http(),
+        worker=worker,
     )
-    return server.streamable_http_app(host=host, transport_security=security)
+    # As many idle sessions (agents whose model thinks) as the machine holds, not the SDK's
+    # 10,000: each costs a few kilobytes (bench/front.py); 30 minutes idle still ends one.
+    return server.streamable_http_app(host=host, transport_security=security, max_sessions=None)
 
 
 TRAJECTORY_INSTRUCTIONS = """\

@@ -8,6 +8,7 @@ knows about MCP.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import secrets
 import time
@@ -59,9 +60,11 @@ from mcp_evalserver.server.models import (
     InstanceReprovisioned,
     SamplingProgress,
     ScoringStatus,
+    SweepStatus,
 )
 from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.server.sweeps import Sweeps
+from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.spec.campaign import CampaignSpec
 from mcp_evalserver.spec.scorers import ScorerConfig
 
@@ -167,6 +170,63 @@ class EvalService:
             and not self._active(state.id)
             and not self.store.running_elsewhere(state.id)
         )
+
+    # What the MCP tools call.
+
+    #: The operations `call` runs: those a worker of `--workers N` that does not drive
+    #: campaigns asks the driving process for (server/front).
+    CALLS = frozenset(
+        {
+            "start", "resume", "cancel", "status", "list", "wait", "report", "score", "compare",
+            "trajectory", "task", "complete", "start_sweep", "wait_sweep",
+        }
+    )  # fmt: skip
+
+    async def call(self, operation: Callable[..., Any], /, **arguments: Any) -> Any:
+        """Runs one of `CALLS` (given as `EvalService.status`, say) with `arguments`, in the
+        process that drives campaigns (this one; a worker's `FrontService` forwards it).
+
+        Raises:
+            EvalServerError: what the operation raises.
+        """
+        result = operation(self, **arguments)
+        return await result if inspect.isawaitable(result) else result
+
+    def trajectories(self) -> ExternalTrajectories:
+        """The tools of external trajectories, over this server's claims."""
+        return ExternalTrajectories(self.claims)
+
+    def start_sweep(
+        self,
+        spec: CampaignSpec,
+        *,
+        levels: list[int],
+        tasks: int,
+        samples: int | None,
+        sweep_id: str | None,
+    ) -> SweepStatus:
+        """Starts (or resumes) a concurrency sweep of `spec` (see `Sweeps.start`).
+
+        Raises:
+            InvalidInput: bad levels, task count or id, or a privilege the clients lack.
+            Conflict: the sweep is running already, or the server is starting or stopping.
+        """
+        return self._running_sweeps().start(
+            self.admit(spec), levels=levels, tasks=tasks, samples=samples, sweep_id=sweep_id
+        )
+
+    async def wait_sweep(self, sweep_id: str, wait_s: float) -> SweepStatus:
+        """Waits up to `wait_s` for a sweep to finish, then says where it stands.
+
+        Raises:
+            NotFound: no such sweep.
+        """
+        return await self._running_sweeps().wait(sweep_id, wait_s)
+
+    def _running_sweeps(self) -> Sweeps:
+        if self.sweeps is None:
+            raise Conflict("the server is not running (it is starting or stopping)")
+        return self.sweeps
 
     # Campaigns.
 

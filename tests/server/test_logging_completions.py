@@ -64,8 +64,9 @@ async def connected(
         async with stdio_client(state_dir, mode, **options) as client:
             yield client
         return
+    workers = 4 if transport == "http-workers4" else 1
     async with (
-        http_server(state_dir) as url,
+        http_server(state_dir, workers=workers) as url,
         http_client(url, mode=mode, **options) as client,
     ):
         yield client
@@ -106,7 +107,9 @@ async def follow_while_answering(client: Client, campaign_id: str, count: int) -
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("transport", ["stdio", "http"])
+# http-workers4: four processes on the port; a handshake-era session's GET stream (its log
+# notifications) may land on a worker other than the session's, which passes it on.
+@pytest.mark.parametrize("transport", ["stdio", "http", "http-workers4"])
 async def test_log_levels_and_completions_are_answered_over_stdio_and_http(
     tmp_path: Path, transport: str, mode: str
 ) -> None:

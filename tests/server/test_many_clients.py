@@ -34,11 +34,11 @@ def _spec(repo: Path, samples: int, lease_s: float) -> dict[str, object]:
 
 
 async def test_fifty_clients_drive_fifty_trajectories_and_every_diff_is_its_own(
-    tmp_path: Path,
+    tmp_path: Path, workers: int
 ) -> None:
     repo = git_repo(tmp_path / "repo")
     state_dir = tmp_path / "state"
-    async with http_server(state_dir, *_PRIVILEGES, str(tmp_path)) as url:
+    async with http_server(state_dir, *_PRIVILEGES, str(tmp_path), workers=workers) as url:
         async with http_client(url) as admin:
             started = await call(admin, "start_campaign", spec=_spec(repo, CLIENTS, 300.0))
         campaign_id = started["campaign_id"]

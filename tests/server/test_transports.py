@@ -33,10 +33,11 @@ async def test_a_campaign_runs_to_the_end_over_a_real_stdio_subprocess(
 
 async def test_http_needs_the_bearer_token_and_keeps_dns_rebinding_protection(
     tmp_path: Path,
+    workers: int,
 ) -> None:
     probe = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
     async with (
-        http_server(tmp_path, "--allow-host", "evals.internal") as url,
+        http_server(tmp_path, "--allow-host", "evals.internal", workers=workers) as url,
         httpx2.AsyncClient() as raw,
     ):
         health = await raw.get(url.replace("/mcp", "/healthz"))
@@ -76,8 +77,10 @@ def _leaves(error: BaseException) -> list[BaseException]:
     return [error]
 
 
-async def test_an_mcp_client_without_the_right_token_cannot_connect(tmp_path: Path) -> None:
-    async with http_server(tmp_path) as url:
+async def test_an_mcp_client_without_the_right_token_cannot_connect(
+    tmp_path: Path, workers: int
+) -> None:
+    async with http_server(tmp_path, workers=workers) as url:
         for token in (None, "wrong-token-0123456789"):
             for mode in MODES:
                 with anyio.fail_after(30), pytest.raises(BaseException) as refused:  # noqa: PT011

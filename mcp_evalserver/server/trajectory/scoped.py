@@ -31,6 +31,7 @@ class ScopedTrajectory(TrajectoryTools):
 
     def __init__(self, context: TrajectoryContext) -> None:
         super().__init__(context)
+        self.context: TrajectoryContext = context
         self.submission: Submission | None = None
         #: Set once the program has submitted.
         self.submitted = anyio.Event()

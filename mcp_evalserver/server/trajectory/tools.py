@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import re
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
 from mcp_evalserver.runtime import tracing
+from mcp_evalserver.runtime.pricing import Meter
 from mcp_evalserver.sandbox.base import DEFAULT_WORKDIR, Workspace
 from mcp_evalserver.server.models import (
     Checkpoint,
@@ -30,15 +30,45 @@ from mcp_evalserver.server.models import (
     Submitted,
     UsageReported,
 )
+from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import ModelUsage, Submission
 
 _DIFF_FILE = re.compile(r"^diff --git a/(.*) b/", re.MULTILINE)
 
 
+class WorkspaceSource(Protocol):
+    """Where a trajectory's workspace comes from (`TrajectorySandbox`, or a workspace another
+    process made: server/front)."""
+
+    @property
+    def available(self) -> bool: ...
+
+    async def workspace(self) -> Workspace: ...
+
+
+class ToolContext(Protocol):
+    """What the tools read of a trajectory (a `TrajectoryContext` is one)."""
+
+    @property
+    def campaign_id(self) -> str: ...
+
+    @property
+    def trajectory_id(self) -> str: ...
+
+    @property
+    def task(self) -> Task: ...
+
+    @property
+    def sandbox(self) -> WorkspaceSource: ...
+
+    @property
+    def meter(self) -> Meter | None: ...
+
+
 class TrajectoryTools:
     """The workspace tools that act alike on every surface, on one trajectory's workspace."""
 
-    def __init__(self, context: TrajectoryContext) -> None:
+    def __init__(self, context: ToolContext) -> None:
         self.context = context
 
     @property

@@ -19,10 +19,12 @@ import hmac
 import ipaddress
 import json
 import os
+import resource
 import secrets
 import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -184,8 +186,14 @@ def resolve_token(given: str | None, host: str, stderr: TextIO = sys.stderr) -> 
     return token
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A bound, listening TCP socket whose connections have Nagle's algorithm off.
+#: Connections a listening socket queues before accepting: thousands of agents connect at
+#: once when a campaign of thousands starts (the kernel caps it at net.core.somaxconn).
+BACKLOG = 4096
+
+
+def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A bound, listening TCP socket whose connections have Nagle's algorithm off;
+    `reuse_port`: one of several listeners of that port (`--workers N`).
 
     Raises:
         InvalidInput: the address cannot be bound.
@@ -196,11 +204,32 @@ def listening_socket(host: str, port: int) -> socket.socket:
     # the client's delayed ACK.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
         raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
-    sock.listen(512)
+    sock.listen(BACKLOG)
     return sock
+
+
+def unix_listening_socket(path: Path) -> socket.socket:
+    """A listening unix socket at `path` (mode 0600: only this user's processes connect)."""
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    path.chmod(0o600)
+    sock.listen(BACKLOG)
+    return sock
+
+
+def raise_fd_limit() -> int:
+    """Raises this process's open-file limit to its hard limit (each held connection is a
+    descriptor: 10,000 idle agents are 10,000); returns the limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard

@@ -1,0 +1,397 @@
+"""Benchmark of the front door: `mcp-evalserver --http --workers N`, and 10,000 idle sessions.
+
+Run `python bench/front.py` as root (workspaces need namespaces and overlayfs); `--sessions N`
+holds N idle sessions instead of 10,000, `--quick` runs a smaller version (CI, a smoke test).
+Writes bench/results/front.json:
+
+- calls_per_s_by_workers: `sandbox_exec` of `true` per second from 32 sessions of the cheap
+  client (testsupport/rawmcp.py), each on its own claim, against `--workers` 1, 2, 4 ... up to
+  the CPUs; beside each, server_cpu_ms_by_workers (the server's processes with their sandbox,
+  per call) and client_cpu_ms_by_workers (this process: the 32 sessions).
+- scaling_efficiency_max: calls/s at the most workers over (workers x calls/s at 1);
+  cpus_used_by_workers: the CPUs each run had (calls/s x CPU per call of server and clients):
+  on a shared machine, what the other processes left it.
+- sdk_calls_per_s_by_workers, sdk_client_cpu_ms_by_workers, sdk_server_cpu_ms_by_workers:
+  the same with 32 official SDK clients (bench/mcp.py's run), at 1 worker and at the most.
+- sessions_held: handshake-era sessions held open at once against one server (default
+  workers), each having claimed its own trajectory of an external campaign (answer-only tasks:
+  10,000 workspaces would be 18 GB of overlays here, and they are not the sessions' cost), and
+  each calling `campaign_status` of a small campaign every two minutes, at a random moment.
+- server_kb_per_session: the server's memory (PSS of its parent and workers; its sandbox is
+  not in it) with every session held, less the same with 10 held, per added session (its
+  connection, its MCP session, its claim); server_kb_per_trajectory_waiting beside it: what
+  each of the campaign's trajectories cost while it waited for a client, before any session.
+- p99_ratio_sessions: p99 of a probe's `sandbox_exec` (one session, 20 calls/s) with every
+  session held and calling, over its p99 with 10 held; p99_probe_ms_10 and _held beside it,
+  p99_idle_call_ms the held sessions' own calls.
+- errors: every failed request of the run (HTTP, JSON-RPC or tool errors, broken connections).
+"""
+
+from __future__ import annotations
+
+if not __package__:  # run as a file: becomes `python -m bench.front` (see _as_module.py)
+    import _as_module  # type: ignore[import-not-found]  # noqa: F401
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    LoadRecord,
+    child_pids,
+    child_running,
+    describe_load,
+    process_tree_cpu_seconds,
+    write_results,
+)
+from bench.mcp import http_throughput
+from testsupport.rawmcp import CallFailed, RawSession
+from testsupport.repos import git_repo
+from testsupport.servers import TOKEN, call, http_client, http_server
+
+CLIENTS, CALLS_PER_CLIENT, WARMUP = 32, 100, 5
+PROBE_HZ, PROBE_S = 20, 30.0
+IDLE_PERIOD_S = 120.0
+OPENING = 64  # sessions being opened at once
+ROUNDS = 2
+
+
+def cpus() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def worker_counts() -> list[int]:
+    counts, n = [], 1
+    while n <= min(cpus(), 8):
+        counts.append(n)
+        n *= 2
+    if counts[-1] != min(cpus(), 8):
+        counts.append(min(cpus(), 8))
+    return counts
+
+
+def repo_spec(repo: Path, samples: int, name: str = "front") -> dict[str, Any]:
+    return {
+        "name": name,
+        "tasks": [{"id": name, "prompt": "none", "path": str(repo)}],
+        "samples": samples,
+        "agent": {"type": "external"},
+        "limits": {"concurrency": samples, "per_instance": samples},
+    }
+
+
+def answer_spec(trajectories: int, name: str) -> dict[str, Any]:
+    """External trajectories of answer-only tasks: at most 1,000 samples of each task."""
+    tasks = -(-trajectories // 1000)
+    return {
+        "name": name,
+        "tasks": [{"id": f"{name}{n}", "prompt": "2 + 2?", "answer": "4"} for n in range(tasks)],
+        "samples": -(-trajectories // tasks),
+        "agent": {"type": "external", "lease_s": 3600},
+        "limits": {"concurrency": min(trajectories, 10_000)},
+    }
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+def server_pids() -> list[int]:
+    """The server's parent and its workers (its sandbox's processes are not among them)."""
+    parent = child_running("--http")
+    workers = []
+    for pid in child_pids(parent):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"--http" in f.read():
+                    workers.append(pid)
+        except OSError:
+            continue
+    return [parent, *workers]
+
+
+def pss_kb(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def p99(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[max(0, round(0.99 * len(ordered)) - 1)]
+
+
+async def raw_throughput(url: str, repo: Path, state_dir: Path) -> dict[str, float]:
+    """Calls per second from CLIENTS cheap sessions, and CPU per call of server and clients."""
+    async with http_client(url) as admin:
+        started = await call(admin, "start_campaign", spec=repo_spec(repo, CLIENTS))
+    campaign_id = started["campaign_id"]
+    sessions = [RawSession("127.0.0.1", port_of(url), TOKEN) for _ in range(CLIENTS)]
+    claims = []
+    for session in sessions:
+        await session.open()
+        claim = await session.call_tool(
+            "claim_trajectory", {"campaign_id": campaign_id, "wait_s": 60}
+        )
+        claims.append(claim["claim_id"])
+
+    async def run(session: RawSession, claim_id: str, count: int) -> None:
+        for _ in range(count):
+            await session.call_tool("sandbox_exec", {"claim_id": claim_id, "command": "true"})
+
+    await asyncio.gather(*(run(s, c, WARMUP) for s, c in zip(sessions, claims, strict=True)))
+    server = child_running(str(state_dir))
+    began, server_cpu, client_cpu = (
+        time.perf_counter(),
+        process_tree_cpu_seconds(server),
+        time.process_time(),
+    )
+    await asyncio.gather(
+        *(run(s, c, CALLS_PER_CLIENT) for s, c in zip(sessions, claims, strict=True))
+    )
+    elapsed = time.perf_counter() - began
+    calls = CLIENTS * CALLS_PER_CLIENT
+    figures = {
+        "calls_per_s": calls / elapsed,
+        "server_cpu_ms": (process_tree_cpu_seconds(server) - server_cpu) * 1000 / calls,
+        "client_cpu_ms": (time.process_time() - client_cpu) * 1000 / calls,
+    }
+    for session in sessions:
+        await session.close()
+    async with http_client(url) as admin:
+        await call(admin, "cancel_campaign", campaign_id=campaign_id)
+    return figures
+
+
+class Idle:
+    """Sessions held open, each calling `campaign_status` of a small campaign now and then."""
+
+    def __init__(self, url: str, status_of: str) -> None:
+        self.url, self.status_of = url, status_of
+        self.sessions: list[RawSession] = []
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def open(self, count: int, campaign_id: str) -> None:
+        gate = asyncio.Semaphore(OPENING)
+
+        async def one() -> None:
+            async with gate:
+                session = RawSession("127.0.0.1", port_of(self.url), TOKEN)
+                try:
+                    await session.open()
+                    await session.call_tool(
+                        "claim_trajectory", {"campaign_id": campaign_id, "wait_s": 60}
+                    )
+                except (CallFailed, OSError, asyncio.IncompleteReadError) as exc:
+                    self.errors.append(f"open: {exc!r}")
+                    return
+                self.sessions.append(session)
+
+        await asyncio.gather(*(one() for _ in range(count)))
+
+    def start_calling(self) -> None:
+        """Each session not calling yet calls now and then from now on."""
+        for session in self.sessions[len(self.tasks) :]:
+            self.tasks.append(asyncio.create_task(self._now_and_then(session)))
+
+    async def _now_and_then(self, session: RawSession) -> None:
+        await asyncio.sleep(random.uniform(0, IDLE_PERIOD_S))
+        while True:
+            began = time.perf_counter()
+            try:
+                await session.call_tool("campaign_status", {"campaign_id": self.status_of})
+            except (CallFailed, OSError, asyncio.IncompleteReadError) as exc:
+                self.errors.append(f"idle call: {exc!r}")
+                return
+            self.latencies.append((time.perf_counter() - began) * 1000)
+            await asyncio.sleep(IDLE_PERIOD_S)
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*(s.close() for s in self.sessions))
+
+
+async def probe(
+    session: RawSession, claim_id: str, seconds: float, errors: list[str]
+) -> list[float]:
+    """Latencies (ms) of `sandbox_exec true`, PROBE_HZ a second for `seconds`."""
+    latencies: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        began = time.perf_counter()
+        try:
+            await session.call_tool("sandbox_exec", {"claim_id": claim_id, "command": "true"})
+        except (CallFailed, OSError, asyncio.IncompleteReadError) as exc:
+            errors.append(f"probe: {exc!r}")
+        latencies.append((time.perf_counter() - began) * 1000)
+        await asyncio.sleep(max(0.0, 1 / PROBE_HZ - (time.perf_counter() - began)))
+    return latencies
+
+
+async def idle_sessions(url: str, repo: Path, held: int, probe_s: float) -> dict[str, Any]:
+    async with http_client(url) as admin:
+        small = await call(admin, "start_campaign", spec=answer_spec(1, "small"))
+        probed = await call(admin, "start_campaign", spec=repo_spec(repo, 1, "probe"))
+        errors: list[str] = []
+        prober = RawSession("127.0.0.1", port_of(url), TOKEN)
+        await prober.open()
+        claim = await prober.call_tool(
+            "claim_trajectory", {"campaign_id": probed["campaign_id"], "wait_s": 60}
+        )
+        pids = server_pids()
+        memory_before = pss_kb(pids)
+        idle = await call(admin, "start_campaign", spec=answer_spec(held, "idle"))
+        # Every trajectory waiting for a client before the sessions come: what they cost is
+        # the campaign's, measured apart (server_kb_per_trajectory_waiting).
+        for _ in range(600):  # a status a second, ten minutes at most
+            status = await call(admin, "campaign_status", campaign_id=idle["campaign_id"])
+            if status["awaiting_client"] >= held:
+                break
+            await asyncio.sleep(1)
+    memory_waiting = pss_kb(pids)
+    sessions = Idle(url, small["campaign_id"])
+    await sessions.open(10, idle["campaign_id"])
+    sessions.start_calling()
+    few = await probe(prober, claim["claim_id"], probe_s, errors)
+    memory_few = pss_kb(pids)
+    began = time.perf_counter()
+    # Opened first, all of them, and weighed at rest; then they call, now and then.
+    await sessions.open(held - 10, idle["campaign_id"])
+    opened_s = time.perf_counter() - began
+    await asyncio.sleep(5)
+    memory_held = pss_kb(pids)
+    sessions.start_calling()
+    server = child_running("--http")
+    server_cpu, client_cpu = process_tree_cpu_seconds(server), time.process_time()
+    sessions.latencies.clear()
+    many = await probe(prober, claim["claim_id"], max(probe_s, IDLE_PERIOD_S), errors)
+    idle_calls = len(sessions.latencies)
+    calls = idle_calls + len(many)
+    figures = {
+        "sessions_held": len(sessions.sessions),
+        "sessions_opened_per_s": (len(sessions.sessions) - 10) / opened_s,
+        "server_kb_per_session": (memory_held - memory_few) / max(1, len(sessions.sessions) - 10),
+        "server_kb_per_trajectory_waiting": (memory_waiting - memory_before) / held,
+        "server_pss_mb_10": memory_few / 1024,
+        "server_pss_mb_held": memory_held / 1024,
+        "server_processes": len(pids),
+        "p99_probe_ms_10": p99(few),
+        "p99_probe_ms_held": p99(many),
+        "p99_ratio_sessions": p99(many) / p99(few),
+        "p99_idle_call_ms": p99(sessions.latencies) if sessions.latencies else None,
+        "idle_calls_per_s": idle_calls / max(probe_s, IDLE_PERIOD_S),
+        "server_cpu_ms_held": (process_tree_cpu_seconds(server) - server_cpu) * 1000 / calls,
+        "client_cpu_ms_held": (time.process_time() - client_cpu) * 1000 / calls,
+    }
+    await sessions.close()
+    await prober.close()
+    return figures | {
+        "errors": len(errors) + len(sessions.errors),
+        "error_samples": (errors + sessions.errors)[:5],
+    }
+
+
+async def main(held: int, quick: bool) -> dict[str, Any]:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    figures: dict[str, Any] = {
+        "calls_per_s_by_workers": {},
+        "server_cpu_ms_by_workers": {},
+        "client_cpu_ms_by_workers": {},
+        "sdk_calls_per_s_by_workers": {},
+        "sdk_server_cpu_ms_by_workers": {},
+        "sdk_client_cpu_ms_by_workers": {},
+    }
+    counts = worker_counts()
+    with tempfile.TemporaryDirectory(prefix="evs-bench-front-") as tmp:
+        root = Path(tmp)
+        repo = git_repo(root / "repo")
+        # Every server up at once and the rounds interleaved (1, 2, ... workers, then again):
+        # they share whatever load the machine is under; each count's best round counts.
+        async with contextlib.AsyncExitStack() as stack:
+            urls = {
+                workers: await stack.enter_async_context(
+                    http_server(
+                        root / f"state-{workers}", "--allow-paths", str(root), workers=workers
+                    )
+                )
+                for workers in counts
+            }
+            rounds: dict[int, list[dict[str, float]]] = {workers: [] for workers in counts}
+            for _ in range(ROUNDS):
+                for workers, url in urls.items():
+                    raw = await raw_throughput(url, repo, root / f"state-{workers}")
+                    rounds[workers].append(raw)
+                    print(
+                        f"workers {workers}: {raw['calls_per_s']:.0f} calls/s; CPU per call "
+                        f"server {raw['server_cpu_ms']:.2f} ms, "
+                        f"client {raw['client_cpu_ms']:.2f} ms",
+                        file=sys.stderr,
+                    )
+            for workers, url in urls.items():
+                key = str(workers)
+                best = max(rounds[workers], key=lambda r: r["calls_per_s"])
+                figures["calls_per_s_by_workers"][key] = best["calls_per_s"]
+                figures["server_cpu_ms_by_workers"][key] = best["server_cpu_ms"]
+                figures["client_cpu_ms_by_workers"][key] = best["client_cpu_ms"]
+                figures.setdefault("rounds_calls_per_s_by_workers", {})[key] = [
+                    r["calls_per_s"] for r in rounds[workers]
+                ]
+                if workers in (1, counts[-1]):
+                    sdk = await http_throughput(url, repo, str(root / f"state-{workers}"))
+                    figures["sdk_calls_per_s_by_workers"][key] = sdk["http_calls_per_s_32"]
+                    figures["sdk_server_cpu_ms_by_workers"][key] = sdk["http_server_cpu_ms_32"]
+                    figures["sdk_client_cpu_ms_by_workers"][key] = sdk["http_clients_cpu_ms_32"]
+        # The CPUs the run had (server and clients together): on a shared machine, what the
+        # other processes left; calls/s cannot grow past it whatever the workers.
+        figures["cpus_used_by_workers"] = {
+            key: rate
+            * (figures["server_cpu_ms_by_workers"][key] + figures["client_cpu_ms_by_workers"][key])
+            / 1000
+            for key, rate in figures["calls_per_s_by_workers"].items()
+        }
+        by = figures["calls_per_s_by_workers"]
+        most = counts[-1]
+        figures["scaling_efficiency_max"] = by[str(most)] / (most * by["1"])
+        figures["speedup_2_workers"] = by["2"] / by["1"] if "2" in by else None
+        state = root / "state-idle"
+        async with http_server(state, "--allow-paths", str(root), workers=most) as url:
+            figures["idle_workers"] = most
+            figures |= await idle_sessions(url, repo, held, 5.0 if quick else PROBE_S)
+    figures["cpus"] = cpus()
+    figures["calls_per_client"] = CALLS_PER_CLIENT
+    return figures
+
+
+if __name__ == "__main__":
+    if os.geteuid() != 0:
+        sys.exit("bench/front.py needs root (workspaces use namespaces and overlayfs)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=10_000, help="idle sessions to hold")
+    parser.add_argument("--quick", action="store_true", help="a smaller run (smoke test)")
+    arguments = parser.parse_args()
+    if arguments.quick:
+        CALLS_PER_CLIENT, IDLE_PERIOD_S = 20, 10.0
+    load = LoadRecord()
+    result = asyncio.run(main(arguments.sessions, arguments.quick))
+    figures = load.finish(result)
+    write_results("front", figures)
+    print(json.dumps(figures, indent=2))
+    print(describe_load(figures))

@@ -1,0 +1,184 @@
+"""`--http --workers N`: N processes serving one port, and the parent that keeps them.
+
+How they share the port: SO_REUSEPORT. Each worker binds and listens on the port itself and
+the kernel spreads new connections over the listeners by their address hash: no process in
+the data path, no thundering herd, and an even spread of the long-lived connections MCP
+clients hold (a parent handing out accepted connections would add a process to every
+connection and be the one thing that cannot die). The parent binds the port first without
+listening (so `--port 0` picks one port for all, and the port stays reserved while workers
+restart), forks the workers, prints the URL once all of them listen, and starts a new worker
+in place of one that dies. A worker that dies takes the connections it held (their clients
+reconnect and land on the others); the connections waiting in its queue are reset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.server.front.service import WorkerConfig
+
+#: The most workers `--workers` takes by default.
+DEFAULT_MAX_WORKERS = 8
+#: How long the workers may take to listen.
+START_TIMEOUT_S = 120.0
+
+
+def default_workers() -> int:
+    """One per CPU this process may run on, at most `DEFAULT_MAX_WORKERS`."""
+    return max(1, min(len(os.sched_getaffinity(0)), DEFAULT_MAX_WORKERS))
+
+
+def reserve_port(host: str, port: int) -> socket.socket:
+    """A socket bound to `host:port` with SO_REUSEPORT that does not listen: it holds the
+    port (the one chosen, with port 0) for the workers, and takes no connection itself.
+
+    Raises:
+        InvalidInput: the address cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    return sock
+
+
+def serve_workers(
+    host: str,
+    port: int,
+    workers: int,
+    run_worker: Callable[[WorkerConfig, int, Callable[[], None]], None],
+    stderr: TextIO = sys.stderr,
+) -> int:
+    """Runs `workers` forked workers on one port until SIGTERM or SIGINT; returns an exit
+    status. `run_worker(config, port, ready)` serves in a worker and calls `ready` once it
+    listens and its app has started.
+
+    Raises:
+        InvalidInput: the address cannot be bound, or the workers could not start.
+    """
+    reserved = reserve_port(host, port)
+    bound = reserved.getsockname()[1]
+    run_dir = Path(tempfile.mkdtemp(prefix="mcp-evalserver-"))
+    server = secrets.token_hex(6)
+    ready_r, ready_w = os.pipe()
+    children: dict[int, tuple[int, float]] = {}  # pid -> (index, started)
+    stopping = False
+
+    def spawn(index: int) -> None:
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 1
+            try:
+                os.close(ready_r)
+                reserved.close()
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                config = WorkerConfig(index, workers, run_dir, server)
+                run_worker(config, bound, functools.partial(_say_ready, ready_w))
+                code = 0
+            except BaseException as exc:
+                print(f"mcp-evalserver: worker {index} failed: {exc!r}", file=sys.stderr)
+            finally:
+                sys.stderr.flush()
+                os._exit(code)
+        children[pid] = (index, time.monotonic())
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in list(children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for index in range(workers):
+            spawn(index)
+        _wait_ready(ready_r, workers, children)
+        display = f"[{host}]" if ":" in host else host
+        # Scripts read the URL as the last word of the first line: keep it so.
+        print(f"mcp-evalserver: serving MCP at http://{display}:{bound}/mcp", file=stderr)
+        print(f"mcp-evalserver: dashboard at http://{display}:{bound}/", file=stderr)
+        print(f"mcp-evalserver: {workers} workers on that port (SO_REUSEPORT)", file=stderr)
+        stderr.flush()
+        while children:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+            index, started = children.pop(pid, (-1, 0.0))
+            if stopping or index < 0:
+                continue
+            print(
+                f"mcp-evalserver: worker {index} (pid {pid}) died ({_describe(status)}); "
+                "starting another",
+                file=stderr,
+                flush=True,
+            )
+            if time.monotonic() - started < 1.0:
+                time.sleep(1.0)  # one that dies at once must not spin the machine
+            spawn(index)
+    finally:
+        stop(signal.SIGTERM, None)
+        for pid in list(children):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        os.close(ready_r)
+        os.close(ready_w)
+        reserved.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return 0
+
+
+def _say_ready(ready_w: int) -> None:
+    os.write(ready_w, b"r")
+
+
+def _wait_ready(ready_r: int, workers: int, children: dict[int, tuple[int, float]]) -> None:
+    """Waits until `workers` workers said they listen.
+
+    Raises:
+        InvalidInput: a worker died first, or they took longer than `START_TIMEOUT_S`.
+    """
+    deadline = time.monotonic() + START_TIMEOUT_S
+    count = 0
+    os.set_blocking(ready_r, False)
+    while count < workers:
+        with contextlib.suppress(BlockingIOError):
+            count += len(os.read(ready_r, workers))
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                raise InvalidInput(
+                    f"worker {children[pid][0]} exited before it listened ({_describe(status)})"
+                )
+        if time.monotonic() > deadline:
+            raise InvalidInput(f"the workers did not listen within {START_TIMEOUT_S:g}s")
+        time.sleep(0.02)
+
+
+def _describe(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"

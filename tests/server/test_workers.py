@@ -1,0 +1,277 @@
+"""`--http --workers N`: one port served by several processes, one of which drives campaigns.
+
+The server is real (`mcp-evalserver --http --workers N` as a subprocess) and so are its
+deaths: SIGKILLs of the driving worker mid-campaign, and of a worker that does not drive while
+its client holds a claim. The ledger shows what happened: each trajectory generated and scored
+exactly once, every submission that was answered kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+
+from mcp_evalserver.agents.base import TrajectoryContext
+from mcp_evalserver.agents.external import ClaimBoard, ExternalTrajectory
+from mcp_evalserver.server.front.lease import DriverLease, Holder, read_holder
+from tests.server.helpers import answer_spec
+from testsupport.servers import REPO, TOKEN, call, call_error, http_client, http_server
+
+pytestmark = pytest.mark.anyio
+
+MODERN = "2026-07-28"
+LEGACY_VERSION = "2025-11-25"
+HEADERS = {
+    "Authorization": f"Bearer {TOKEN}",
+    "Accept": "application/json, text/event-stream",
+    "Content-Type": "application/json",
+}
+
+
+def _workers_of(state_dir: Path) -> tuple[int, list[int]]:
+    """The driving worker's pid and every worker's (the children of its parent)."""
+    holder = read_holder(state_dir)
+    assert holder is not None
+    stat = Path(f"/proc/{holder.pid}/stat").read_text()
+    parent = int(stat.rsplit(")", 1)[1].split()[1])
+    children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    return holder.pid, [int(pid) for pid in children]
+
+
+async def _answer(client: Client, claim: dict[str, Any]) -> str:
+    """Submits the right answer of a claimed answer-only task (N squared)."""
+    number = int(claim["task_id"][1:])
+    await call(client, "submit", claim_id=claim["claim_id"], answer=str(number * number))
+    return str(claim["trajectory_id"])
+
+
+async def _until_done(client: Client, campaign_id: str, done: int) -> None:
+    """Follows the campaign (progress notifications of a waiting campaign_status) until
+    `done` trajectories are done: their submissions are in the ledger."""
+    reached = anyio.Event()
+
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        if progress >= done:
+            reached.set()
+
+    async with anyio.create_task_group() as group:
+
+        async def follow() -> None:
+            arguments = {"campaign_id": campaign_id, "wait_s": 60}
+            await client.call_tool("campaign_status", arguments, progress_callback=progress)
+
+        group.start_soon(follow)
+        await reached.wait()
+        group.cancel_scope.cancel()
+
+
+@pytest.mark.slow
+async def test_sigkills_of_workers_mid_campaign_lose_no_submission_and_run_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    state_dir = tmp_path / "state"
+    spec = answer_spec(6, agent="external")
+    answered: list[str] = []
+    with anyio.fail_after(240):
+        async with http_server(state_dir, workers=3) as url:
+            async with http_client(url, mode=MODERN) as client:
+                await call(client, "start_campaign", spec=spec, campaign_id="chaos")
+            # Twice: the driving worker is killed while a client holds a claim.
+            for _ in range(2):
+                async with http_client(url, mode=MODERN) as client:
+                    claim = await call(client, "claim_trajectory", campaign_id="chaos", wait_s=30)
+                    answered.append(await _answer(client, claim))
+                    await _until_done(client, "chaos", len(answered))
+                    held = await call(client, "claim_trajectory", campaign_id="chaos", wait_s=30)
+                driver, _ = _workers_of(state_dir)
+                os.kill(driver, signal.SIGKILL)
+                async with http_client(url, mode=MODERN) as client:
+                    # The claim died with the driver; a new driver says what to do instead.
+                    refused = await call_error(
+                        client, "submit", claim_id=held["claim_id"], answer="0"
+                    )
+                    assert "claim_trajectory" in refused
+                    status = await call(client, "campaign_status", campaign_id="chaos")
+                    assert status["active"] is True, status
+                taken_over = read_holder(state_dir)
+                assert taken_over is not None
+                assert taken_over.pid != driver
+            # A worker that does not drive dies while its client holds a claim: the client
+            # submits it through another worker, and nothing is lost.
+            async with http_client(url, mode=MODERN) as client:
+                claim = await call(client, "claim_trajectory", campaign_id="chaos", wait_s=30)
+            driver, workers = _workers_of(state_dir)
+            os.kill(next(pid for pid in workers if pid != driver), signal.SIGKILL)
+            async with http_client(url, mode=MODERN) as client:
+                answered.append(await _answer(client, claim))
+                while len(answered) < 6:
+                    claim = await call(client, "claim_trajectory", campaign_id="chaos", wait_s=30)
+                    answered.append(await _answer(client, claim))
+                status = await call(client, "campaign_status", campaign_id="chaos", wait_s=60)
+    assert status["status"] == "finished"
+    assert status["resolved"] == 6
+    assert sorted(answered) == [f"t{n}@0" for n in range(1, 7)]
+    ledger = state_dir / "campaigns" / "chaos" / "ledger.jsonl"
+    records = [json.loads(line) for line in ledger.read_text().splitlines()]
+    generated = Counter(r["trajectory"] for r in records if r["kind"] == "generated")
+    scored = Counter(r["trajectory"] for r in records if r["kind"] == "scored")
+    assert generated == scored == Counter(answered)
+    assert sum(r["kind"] == "run_started" for r in records) == 3  # the start, two takeovers
+
+
+@pytest.mark.slow
+async def test_a_handshake_session_is_answered_whichever_worker_its_requests_reach(
+    tmp_path: Path,
+) -> None:
+    async with (
+        http_server(tmp_path, workers=4) as url,
+        # No keep-alive: every request opens a connection, which the kernel gives any worker.
+        httpx2.AsyncClient(
+            headers=HEADERS, limits=httpx2.Limits(max_keepalive_connections=0)
+        ) as http,
+    ):
+        opened = await http.post(url, json=_initialize())
+        assert opened.status_code == 200
+        session = opened.headers["mcp-session-id"]
+        assert session.startswith("w")  # the worker that holds it
+        headers = {"mcp-session-id": session, "mcp-protocol-version": LEGACY_VERSION}
+        notified = await http.post(
+            url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers
+        )
+        assert notified.status_code == 202
+        for number in range(24):
+            listed = await http.post(url, json=_list_campaigns(number), headers=headers)
+            assert listed.status_code == 200, listed.text
+            assert _result(listed.text)["structuredContent"]["total"] == 0
+        # A session no worker holds is unknown, as after a restart: the client opens another.
+        for gone in ("w9-0123", session.split("-", 1)[0] + "-0123"):
+            lost = await http.post(url, json=_list_campaigns(99), headers=headers | {
+                "mcp-session-id": gone})  # fmt: skip
+            assert lost.status_code == 404
+
+
+@pytest.mark.slow
+async def test_the_dashboard_and_healthz_answer_from_every_worker(tmp_path: Path) -> None:
+    async with (
+        http_server(tmp_path, workers=4) as url,
+        http_client(url, mode=MODERN) as client,
+        httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            limits=httpx2.Limits(max_keepalive_connections=0),
+        ) as http,
+    ):
+        await call(client, "start_campaign", spec=answer_spec(2), campaign_id="shown")
+        await call(client, "campaign_status", campaign_id="shown", wait_s=30)
+        base = url.removesuffix("/mcp")
+        for _ in range(16):
+            health = await http.get(f"{base}/healthz")
+            assert health.status_code == 200
+            assert health.json()["status"] == "ok"
+            page = await http.get(f"{base}/", headers={"Accept": "text/html"})
+            assert page.status_code == 200
+            assert "shown" in page.text
+
+
+def _waiting(trajectory_id: str, lease_s: float = 300.0) -> ExternalTrajectory:
+    context = SimpleNamespace(campaign_id="c", trajectory_id=trajectory_id)
+    return ExternalTrajectory(cast(TrajectoryContext, context), lease_s)
+
+
+async def test_a_claim_among_ten_thousand_waiting_takes_a_lapsed_one_first_then_the_oldest() -> (
+    None
+):
+    board = ClaimBoard()
+    waiting = [_waiting(f"t{n}") for n in range(10_000)]
+    for trajectory in waiting:
+        board.publish(trajectory)
+    lapsing = _waiting("lapsing", lease_s=0.0)  # its lease ends as it is taken
+    board.publish(lapsing)
+    assert (await board.claim("c"))[0] is waiting[0]
+    assert (await board.claim("c", trajectory_id="lapsing"))[0] is lapsing
+    lapsing.lease_s = 300.0  # its next client keeps it
+    assert (await board.claim("c"))[0] is lapsing  # its client went away: it goes first
+    assert (await board.claim("c"))[0] is waiting[1]
+    assert board.waiting("c") == (9_998, 3)
+    assert board.waiting("another") == (0, 0)
+
+
+def test_the_driver_lease_is_never_held_by_two_and_passes_on_when_its_holder_dies(
+    tmp_path: Path,
+) -> None:
+    with subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(tmp_path)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+    ) as holder:
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline() == b"held\n"
+            lease = DriverLease(tmp_path)
+            me = Holder(pid=os.getpid(), socket="/nowhere", server="test")
+            with pytest.raises(BlockingIOError):
+                lease.try_take(me)
+            assert not lease.held
+            holder.send_signal(signal.SIGKILL)
+            holder.wait(timeout=30)
+            previous = lease.try_take(me)
+            assert previous == Holder(pid=holder.pid, socket="/held", server="other")
+            assert read_holder(tmp_path) == me
+            lease.release()
+        finally:
+            holder.kill()
+
+
+_HOLD = """
+import os, signal, sys
+from pathlib import Path
+from mcp_evalserver.server.front.lease import DriverLease, Holder
+DriverLease(Path(sys.argv[1])).try_take(Holder(pid=os.getpid(), socket="/held", server="other"))
+print("held", flush=True)
+signal.pause()
+"""
+
+
+def _initialize() -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": LEGACY_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+
+
+def _list_campaigns(number: int) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": number + 1,
+        "method": "tools/call",
+        "params": {"name": "list_campaigns", "arguments": {}},
+    }
+
+
+def _result(body: str) -> dict[str, Any]:
+    """The JSON-RPC result of a response (SSE: its `data:` line; else the body)."""
+    for line in body.splitlines():
+        if line.startswith("data:"):
+            body = line.removeprefix("data:")
+    message: dict[str, Any] = json.loads(body)
+    assert "result" in message, message
+    result: dict[str, Any] = message["result"]
+    return result
