@@ -8,6 +8,7 @@ exactly once, every submission that was answered kept.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,6 +28,7 @@ from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.agents.external import ClaimBoard, ExternalTrajectory
 from mcp_evalserver.server.front.lease import DriverLease, Holder, read_holder
 from tests.server.helpers import answer_spec
+from testsupport.rawmcp import CallFailed, RawSession
 from testsupport.servers import REPO, TOKEN, call, call_error, http_client, http_server
 
 pytestmark = pytest.mark.anyio
@@ -275,3 +277,60 @@ def _result(body: str) -> dict[str, Any]:
     assert "result" in message, message
     result: dict[str, Any] = message["result"]
     return result
+
+
+@pytest.mark.slow
+async def test_usage_reported_through_any_worker_counts_once_against_the_budget(
+    tmp_path: Path,
+) -> None:
+    """A cheating client cannot spend past the budget by reporting through a worker that does
+    not drive: every worker's `report_usage` reaches the one ledger the budget is checked on."""
+    state_dir = tmp_path / "state"
+    spec = answer_spec(4, agent="external")
+    spec["limits"] |= {"concurrency": 1, "budget_usd": 0.75}
+    sessions: dict[str, RawSession] = {}  # by the worker index its session id carries
+    with anyio.fail_after(120):
+        async with http_server(state_dir, workers=2) as url:
+            async with http_client(url, mode=MODERN) as client:
+                await call(client, "start_campaign", spec=spec, campaign_id="spent")
+            address = httpx2.URL(url)
+            try:
+                # Connections spread over the workers by the kernel: open sessions until both
+                # workers hold one, so one of them is surely not the driver.
+                for _ in range(64):
+                    session = RawSession(str(address.host), int(address.port or 0), TOKEN)
+                    await session.open()
+                    worker = str(session.session_id).split("-", 1)[0]
+                    if worker in sessions:
+                        await session.close()
+                    else:
+                        sessions[worker] = session
+                    if len(sessions) == 2:
+                        break
+                assert len(sessions) == 2, f"64 connections all reached {list(sessions)}"
+                for session in sessions.values():
+                    claim = await session.call_tool(
+                        "claim_trajectory", {"campaign_id": "spent", "wait_s": 30}
+                    )
+                    reported = await session.call_tool(
+                        "report_usage",
+                        {"claim_id": claim["claim_id"], "model": "m", "input_tokens": 10,
+                         "output_tokens": 5, "cost_usd": 0.5},
+                    )  # fmt: skip
+                    assert reported["cost_usd"] == 0.5
+                    number = int(claim["task_id"][1:])
+                    with contextlib.suppress(CallFailed):  # the second ends at the budget
+                        await session.call_tool(
+                            "submit", {"claim_id": claim["claim_id"], "answer": str(number**2)}
+                        )
+            finally:
+                for session in sessions.values():
+                    await session.close()
+            async with http_client(url, mode=MODERN) as client:
+                status = await call(client, "campaign_status", campaign_id="spent", wait_s=30)
+    assert status["spent_usd"] == 1.0
+    assert status["status"] == "finished"
+    assert status["outcomes"] == {"resolved": 1, "budget_exhausted": 3}
+    ledger = state_dir / "campaigns" / "spent" / "ledger.jsonl"
+    records = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert sum(r["kind"] == "model_usage" for r in records) == 2
