@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from mcp_evalserver.agents.base import Agent
-from mcp_evalserver.engine.ledger import LedgerWriter
+from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter
 from mcp_evalserver.engine.records import (
     CheckpointKept,
     RescoreRequested,
@@ -18,6 +20,7 @@ from mcp_evalserver.engine.records import (
 from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.engine.store import CampaignStore
+from mcp_evalserver.runtime.sandboxes import SandboxPool
 from mcp_evalserver.scoring.base import Scorer
 from mcp_evalserver.spec.agents import OracleAgentConfig
 from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task
@@ -38,12 +41,29 @@ def spec_of(tasks: list[Task], samples: int = 1, **limits: Any) -> CampaignSpec:
 
 
 async def run_campaign(
-    state_dir: Path, spec: CampaignSpec, agent: Agent | None = None, scorer: Scorer | None = None
+    state_dir: Path,
+    spec: CampaignSpec,
+    agent: Agent | None = None,
+    scorer: Scorer | None = None,
+    sandboxes: SandboxPool | None = None,
 ) -> tuple[CampaignRunner, CampaignState]:
     store = CampaignStore(state_dir)
     campaign_id = await store.create(spec)
-    runner = CampaignRunner(store, campaign_id, agent=agent, scorer=scorer)
+    runner = CampaignRunner(store, campaign_id, agent=agent, scorer=scorer, sandboxes=sandboxes)
     return runner, await runner.run()
+
+
+def ledger_ran_each_once(runner: CampaignRunner, state: CampaignState) -> list[dict[str, Any]]:
+    """The campaign's ledger records, once checked that every trajectory was generated and
+    scored exactly once."""
+    records = [
+        json.loads(line) for line in (runner.directory / LEDGER_FILE).read_text().splitlines()
+    ]
+    for kind in ("generated", "scored"):
+        runs = Counter(r["trajectory"] for r in records if r["kind"] == kind)
+        assert sorted(runs) == sorted(state.trajectories), kind
+        assert set(runs.values()) == {1}, kind
+    return records
 
 
 def outcomes(state: CampaignState) -> dict[str, str | None]:

@@ -3,17 +3,14 @@ finished tasks' instances, and a disk preflight, on real local instances."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 
-from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import LimitExceeded
 from mcp_evalserver.runtime.sandboxes import BackendName, SandboxPool, TrajectorySandbox
@@ -21,7 +18,7 @@ from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec
 from mcp_evalserver.sandbox.client import SUPERVISOR_SOURCE
 from mcp_evalserver.sandbox.local import LocalBackend
 from mcp_evalserver.spec.campaign import Task
-from tests.engine.helpers import spec_of
+from tests.engine.helpers import ledger_ran_each_once, run_campaign, spec_of
 from tests.engine.test_sandboxed_campaign import ApplyAndTest, FixingAgent, _tasks
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
@@ -85,25 +82,16 @@ async def test_a_budget_of_two_instances_holds_over_five_tasks_and_releases_fini
 ) -> None:
     tasks = _tasks(tmp_path, 5)
     spec = spec_of(tasks, samples=2, instances=2, concurrency=4, per_instance=2)
-    store = CampaignStore(tmp_path / "state")
-    campaign_id = await store.create(spec)
     with anyio.fail_after(180):
         async with _pool(counting) as pool:
-            runner = CampaignRunner(
-                store, campaign_id, agent=FixingAgent(), scorer=ApplyAndTest(), sandboxes=pool
+            runner, state = await run_campaign(
+                tmp_path / "state", spec, FixingAgent(), ApplyAndTest(), sandboxes=pool
             )
-            state = await runner.run()
             alive_after = supervisors()
             closed = list(pool.closed)
     assert counting.peak == 2, "never more than the budget, and the budget was used"
     assert {t.outcome for t in state.trajectories.values()} == {"resolved"}
-    records = [
-        json.loads(line) for line in (runner.directory / "ledger.jsonl").read_text().splitlines()
-    ]
-    for kind in ("generated", "scored"):
-        runs = Counter(r["trajectory"] for r in records if r["kind"] == kind)
-        assert sorted(runs) == sorted(state.trajectories)
-        assert set(runs.values()) == {1}
+    records = ledger_ran_each_once(runner, state)
     # Nothing outlived its tasks: each instance was evicted (idle, to make room) or released
     # as its task's last trajectory finished, the first while others were still being scored.
     assert alive_after == 0
