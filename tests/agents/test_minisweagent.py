@@ -30,6 +30,7 @@ from mcp_evalserver.spec.prices import ModelPrice
 from mcp_evalserver.spec.scorers import CommandScorerConfig
 from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, call, serving
 from tests.agents.helpers import artifact_text, records, run, spec
+from tests.litellm_sockets import LITELLM_SOCKETS
 from tests.root import require_root
 from tests.sandbox.docker_support import require_docker
 from testsupport.otlp import receiving
@@ -40,7 +41,7 @@ CHECK = "python3 -c 'import calc; assert calc.add(2, 2) == 4'"
 CHECK_SCORER = build_scorer(CommandScorerConfig(command=CHECK))
 FIX = "sed -i 's/a - b/a + b/' calc.py"
 # Local-backend workspaces need root; the docker cases run with the rest.
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, LITELLM_SOCKETS]
 
 SUBMIT_DIFF = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff"
 ENVIRONMENT_CLASS = "mcp_evalserver.integrations.minisweagent.EvalserverEnvironment"

@@ -27,6 +27,7 @@ from tests.agents.fake_openai import FakeOpenAI, Reply, serving
 from tests.agents.fake_openai import call as call_tool
 from tests.agents.helpers import records
 from tests.engine.helpers import run_campaign
+from tests.litellm_sockets import LITELLM_SOCKETS
 from testsupport.servers import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
@@ -164,6 +165,7 @@ class Engineer:
         return steps[replies]
 
 
+@LITELLM_SOCKETS
 async def test_mini_swe_agent_investigates_and_fixes_each_demo_task_through_its_own_loop(
     subset_file: Path, tmp_path: Path
 ) -> None:
@@ -225,4 +227,5 @@ async def test_mini_swe_agent_investigates_and_fixes_each_demo_task_through_its_
     total = len(tasks) * 4 * COST_PER_CALL
     report = build_report(state)
     assert report["summary"]["cost_usd"] == pytest.approx(total)
-    assert f"cost ${total:.4f}" in render_markdown(report)
+    assert report["cost"]["cost_usd"] == pytest.approx(total)  # its `model_usage` records
+    assert f"cost: **${total:.4f}**" in render_markdown(report)
