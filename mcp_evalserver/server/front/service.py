@@ -37,7 +37,7 @@ from mcp_evalserver.sandbox.supervised import AttachedWorkspace, SupervisedWorks
 from mcp_evalserver.server.events import CampaignEvent
 from mcp_evalserver.server.front.lease import DriverLease, Holder, read_holder
 from mcp_evalserver.server.front.rpc import DriverLink, Peer, serve_driver, with_socket
-from mcp_evalserver.server.models import ClaimedTrajectory, Submitted, UsageReported
+from mcp_evalserver.server.models import ClaimedTrajectory, Submitted
 from mcp_evalserver.server.service import EvalService, EventFn
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.server.trajectory.tools import TrajectoryTools
@@ -518,6 +518,19 @@ def _on_claim_here(tool: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitab
     return on_claim
 
 
+def _whole_in_driver(name: str) -> Callable[..., Awaitable[Any]]:
+    """The `ExternalTrajectories` tool `name` as a `RemoteTrajectories` one run whole in the
+    driver (what it needs is there, not here)."""
+    tool = getattr(ExternalTrajectories, name)
+    returns = _hints(tool)["return"]
+
+    @functools.wraps(tool)
+    async def in_driver(self: RemoteTrajectories, claim_id: str, /, **arguments: Any) -> Any:
+        return await self.in_driver(claim_id, name, arguments, returns)
+
+    return in_driver
+
+
 class RemoteTrajectories(ExternalTrajectories):
     """`ExternalTrajectories` in a worker that does not drive: claims and submissions go to
     the driver, workspace calls straight to the supervisor (`FrontService.run_claimed`)."""
@@ -551,29 +564,8 @@ class RemoteTrajectories(ExternalTrajectories):
         returns = _hints(ExternalTrajectories.fork_trajectory)["return"]
         return await self.in_driver(claim_id, "fork_trajectory", arguments, returns)
 
-    async def report_usage(
-        self,
-        claim_id: str,
-        model: str | None,
-        input_tokens: int,
-        cached_input_tokens: int,
-        output_tokens: int,
-        requests: int,
-        cost_usd: float | None,
-    ) -> UsageReported:
-        """Recorded by the driver: the ledger and the campaign's budget are there."""
-        arguments = {
-            "model": model,
-            "input_tokens": input_tokens,
-            "cached_input_tokens": cached_input_tokens,
-            "output_tokens": output_tokens,
-            "requests": requests,
-            "cost_usd": cost_usd,
-        }
-        reported: UsageReported = await self.in_driver(
-            claim_id, "report_usage", arguments, UsageReported
-        )
-        return reported
+    # Recorded by the driver: the ledger and the campaign's budget are there.
+    report_usage = _whole_in_driver("report_usage")
 
     async def submit(self, claim_id: str, answer: str | None) -> Submitted:
         async def hand_in(tools: TrajectoryTools) -> Submitted:
