@@ -356,6 +356,9 @@ class _Drive:
     #: Per task, what the scorer checks on each new instance (before generation uses it).
     instance_checks: dict[str, InstanceCheck | None] = field(default_factory=dict)
     group: anyio.abc.TaskGroup | None = None
+    #: The trajectories sharing each instance (by key), as of `sharing_indexed` trajectories.
+    sharing_index: dict[str, list[TrajectoryState]] = field(default_factory=dict)
+    sharing_indexed: int = -1
     #: Forked workspaces waiting for the first attempt of their branch.
     forks: dict[str, Workspace] = field(default_factory=dict)
     #: Set once the checkpoint a branch of this run starts from is kept (or known not to be).
@@ -507,13 +510,26 @@ class _Drive:
                 await anyio.sleep(delay)
         await self._release_if_finished(task)
 
+    def _sharing(self, key: str) -> list[TrajectoryState]:
+        """The trajectories whose tasks share the instance `key` names.
+
+        Asked each time a trajectory finishes: a scan of every trajectory (and a key made for
+        each) per finish made a campaign's bookkeeping grow with the square of its size. The
+        index is made again only when trajectories were added (branches, adaptive samples).
+        """
+        trajectories = self.state.trajectories
+        if self.sharing_indexed != len(trajectories):
+            keys = {task_id: task.instance_key for task_id, task in self.tasks.items()}
+            index: dict[str, list[TrajectoryState]] = {}
+            for trajectory in trajectories.values():
+                index.setdefault(keys[trajectory.task_id], []).append(trajectory)
+            self.sharing_index, self.sharing_indexed = index, len(trajectories)
+        return self.sharing_index.get(key, [])
+
     async def _release_if_finished(self, task: Task) -> None:
         """Closes the task's instance once every trajectory of every task sharing it is done
         (idle now, or when its last step ends): the campaign moves on without it."""
-        key = task.instance_key
-        sharing = [
-            t for t in self.state.trajectories.values() if self.tasks[t.task_id].instance_key == key
-        ]
+        sharing = self._sharing(task.instance_key)
         # A task that adaptive sampling may give more samples keeps its instance.
         sampling = self.state.sampling
         growing = sampling is not None and any(sampling.may_grow(t.task_id) for t in sharing)
