@@ -82,6 +82,17 @@ def _driver_pid(state_dir: Path, campaign_id: str) -> int:
     return int(runs[-1]["pid"])
 
 
+async def _sigkill(pid: int) -> None:
+    """SIGKILLs a process and waits until it has exited: until then the kernel may still queue
+    new connections on its listening socket, to be reset."""
+    fd = os.pidfd_open(pid)
+    try:
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        await anyio.wait_readable(fd)
+    finally:
+        os.close(fd)
+
+
 async def _sessions(url: str, workers: int) -> list[RawSession]:
     """Handshake sessions, one on each of `workers` distinct server processes: the session ids
     name the worker, and the kernel spreads connections over those listening (a worker started
@@ -127,7 +138,7 @@ async def _submit_then_kill(url: str, state_dir: Path, workers: int) -> list[str
                 "submit", {"claim_id": claim["claim_id"], "answer": str(number**2)}
             )
             answered.append(str(claim["trajectory_id"]))
-        os.kill(_driver_pid(state_dir, "kill"), signal.SIGKILL)
+        await _sigkill(_driver_pid(state_dir, "kill"))
     finally:
         for session in sessions:
             with contextlib.suppress(Exception):  # a session on the killed process is gone
