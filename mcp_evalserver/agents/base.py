@@ -19,11 +19,65 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+import anyio
+
+from mcp_evalserver.errors import Conflict, Timeout
 from mcp_evalserver.runtime.limits import Limiters
 from mcp_evalserver.runtime.pricing import Meter
 from mcp_evalserver.runtime.sandboxes import TrajectorySandbox
 from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
+
+#: How long an acknowledgement of a hand-in waits for its record (workspace closed, artifacts
+#: written, fsync): far longer than these take, short of a client's patience.
+RECORD_WAIT_S = 120.0
+
+
+class Recorded:
+    """Whether an attempt's submission is in the ledger, for whoever acknowledges a hand-in.
+
+    The runner settles it once the attempt's `generated` record is durable (`succeed`), or
+    once the attempt ended without one (`fail`, with why). A submission acknowledged only
+    after `wait` returns survives a crash of the process that drives the campaign.
+    """
+
+    def __init__(self, trajectory_id: str) -> None:
+        self.trajectory_id = trajectory_id
+        self._settled = anyio.Event()
+        self._failure: str | None = None
+
+    def succeed(self) -> None:
+        """The `generated` record is durable."""
+        self._settled.set()
+
+    def fail(self, reason: str) -> None:
+        """The attempt ended without a `generated` record (`reason`: what happened); a no-op
+        once settled."""
+        if not self._settled.is_set():
+            self._failure = reason
+            self._settled.set()
+
+    async def wait(self, timeout_s: float = RECORD_WAIT_S) -> None:
+        """Returns once the submission is durable in the ledger.
+
+        Raises:
+            Conflict: the attempt ended without recording it (the message says why).
+            Timeout: it was not recorded within `timeout_s` (it may be later).
+        """
+        with anyio.move_on_after(timeout_s):
+            await self._settled.wait()
+        if not self._settled.is_set():
+            raise Timeout(
+                f"the submission of trajectory {self.trajectory_id} was handed in but is not in "
+                f"the ledger after {timeout_s:g}s; it may still be recorded: read campaign_status "
+                "(phase `generated` or later: it counts; otherwise the trajectory runs again)"
+            )
+        if self._failure is not None:
+            raise Conflict(
+                f"the submission of trajectory {self.trajectory_id} was not recorded: "
+                f"{self._failure}. It does not count; read campaign_status to see where the "
+                "trajectory stands"
+            )
 
 
 @dataclass(frozen=True)
@@ -45,6 +99,9 @@ class TrajectoryContext:
     #: its budget is checked against); None where nothing records it. An agent that meters
     #: none of its calls may give the whole in its submission's `usage` instead.
     meter: Meter | None = None
+    #: Settled by the runner once this attempt's submission is durable in the ledger, or
+    #: cannot be; None where nothing records it (a test's context).
+    recorded: Recorded | None = None
 
     @property
     def idempotency_key(self) -> str:

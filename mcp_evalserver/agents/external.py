@@ -2,7 +2,8 @@
 
 The agent's `generate` publishes its trajectory on a `ClaimBoard` and waits. A client claims it
 (`claim_trajectory`), works in the trajectory's workspace through the sandbox tools, and submits;
-the submission is what `generate` returns, so the runner records and scores it like any other.
+the submission is what `generate` returns, so the runner records and scores it like any other;
+the submit is answered once that record is durable (`ExternalTrajectory.recorded`).
 
 A claim is a lease: every tool call on it renews it. A client that goes away stops renewing, and
 once the lease has passed another client may claim the trajectory, with its workspace as it was
@@ -60,6 +61,18 @@ class ExternalTrajectory:
     @property
     def trajectory_id(self) -> str:
         return self.context.trajectory_id
+
+    async def recorded(self) -> None:
+        """Returns once its submission is durable in the ledger: only then is a submit answered
+        (a crash of the driving process after that loses nothing).
+
+        Raises:
+            Conflict: the attempt ended without recording it (the run stopped, a timeout, a
+                disk error): the message says which.
+            Timeout: it was not recorded in time.
+        """
+        if self.context.recorded is not None:
+            await self.context.recorded.wait()
 
     def claimable(self, now: float) -> bool:
         """Unclaimed, or claimed by a client whose lease has passed."""
@@ -284,6 +297,9 @@ class ClaimBoard:
 
     def submit(self, claim_id: str, submission: Submission) -> ExternalTrajectory:
         """Hands a submission to the waiting agent; the claim then refuses every call.
+
+        Acknowledge it only after `ExternalTrajectory.recorded` (holding no claim meanwhile:
+        the runner closes the workspace before it records).
 
         Raises:
             Conflict: the claim is no longer live.

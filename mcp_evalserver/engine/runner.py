@@ -27,7 +27,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.agents.base import Agent, Recorded, TrajectoryContext
 from mcp_evalserver.agents.command import EndpointFactory
 from mcp_evalserver.engine.costs import check_budget_prices, price_table
 from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter
@@ -320,6 +320,15 @@ def check_new_budget(state: CampaignState, budget_usd: float | None) -> float | 
     return budget_usd
 
 
+def _why_not_generated(trajectory: TrajectoryState) -> str:
+    """Why an attempt ended without a `generated` record, from what its failure recorded."""
+    if trajectory.outcome == "budget_exhausted":
+        return "the campaign's budget was spent first"
+    error = trajectory.error or {}
+    what = f"{error.get('type', 'error')}: {error.get('message', 'no message')}"
+    return f"its attempt ended first ({what})"
+
+
 def _replace_file(path: Path, text: str) -> None:
     scratch = path.with_suffix(".tmp")
     scratch.write_text(text)
@@ -555,6 +564,7 @@ class _Drive:
         async def branch(n: int) -> list[str]:
             return await self.branch(trajectory, sandbox, n)
 
+        recorded = Recorded(tid)
         context = TrajectoryContext(
             campaign_id=self.state.id,
             trajectory_id=tid,
@@ -566,6 +576,7 @@ class _Drive:
             sandbox=sandbox,
             branch=branch,
             meter=functools.partial(self.meter, tid),
+            recorded=recorded,
         )
 
         spec = self.state.spec
@@ -588,10 +599,30 @@ class _Drive:
             raise _BudgetStop
 
         timeout = self.state.spec.limits.trajectory_timeout_s
-        done = await self._step(trajectory, GenerationFailed, sandbox, timeout, generate)
-        if isinstance(done, _Failed):
-            return done.delay
-        submission, duration = done
+        try:
+            done = await self._step(trajectory, GenerationFailed, sandbox, timeout, generate)
+            if isinstance(done, _Failed):
+                recorded.fail(_why_not_generated(trajectory))
+                return done.delay
+            submission, duration = done
+            # Shielded: what was handed in is recorded even when the run stops meanwhile
+            # (a few writes and an fsync), so its acknowledgement can say it counts.
+            with anyio.CancelScope(shield=True):
+                await self._record_generated(tid, attempt, submission, duration, sandbox.node)
+        except anyio.get_cancelled_exc_class():
+            recorded.fail("the campaign stopped (cancelled, or its server shut down) first")
+            raise
+        except BaseException as exc:
+            recorded.fail(f"writing it failed ({type(exc).__name__}: {exc})")
+            raise
+        recorded.succeed()
+        self.fresh_submissions[tid] = submission
+        return 0.0
+
+    async def _record_generated(
+        self, tid: str, attempt: int, submission: Submission, duration: float, node: str | None
+    ) -> None:
+        """Records what an attempt handed in: its usage (unless metered), artifacts, record."""
         if submission.usage is not None and tid not in self.metered:
             # An agent that metered none of its calls gives their sum when it hands in.
             await self._record_handed_in(tid, submission.usage)
@@ -601,11 +632,9 @@ class _Drive:
             submission=await self._store_submission(submission),
             usage=submission.usage.model_dump() if submission.usage else None,
             duration_s=duration,
-            node=sandbox.node or None,
+            node=node or None,
         )
         await self.record(generated)
-        self.fresh_submissions[tid] = submission
-        return 0.0
 
     async def _score_once(self, trajectory: TrajectoryState, task: Task) -> float:
         """One scoring attempt; returns the backoff delay before the next, if any."""

@@ -122,15 +122,20 @@ class ExternalTrajectories:
         return Branches(branches=claimed, waiting=waiting)
 
     async def submit(self, claim_id: str, answer: str | None) -> Submitted:
-        """Hands in the workspace's diff (when it has one) and the answer, if any.
+        """Hands in the workspace's diff (when it has one) and the answer, if any; returns
+        once the submission is durable in the ledger.
 
         Raises:
             NotFound: no such claim.
-            Conflict: the claim is no longer live (already submitted, lapsed).
+            Conflict: the claim is no longer live (already submitted, lapsed), or the
+                submission could not be recorded (the message says why).
             InvalidInput: nothing to submit (no workspace and no answer).
+            Timeout: the submission was not recorded in time.
         """
         async with self.board.use(claim_id) as trajectory:
             tools = TrajectoryTools(trajectory.context)
             submission, submitted = await tools.prepare_submission(answer)
             self.board.submit(claim_id, submission)
+        # Outside the claim: the runner closes the workspace before it records.
+        await trajectory.recorded()
         return submitted

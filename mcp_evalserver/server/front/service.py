@@ -468,7 +468,8 @@ class FrontService(EvalService):
         granted = peer.grants.pop(claim_id, None)
         if granted is not None:
             granted[1].calls.discard(granted[0])
-        self.claims.submit(claim_id, Submission.model_validate(args["submission"]))
+        trajectory = self.claims.submit(claim_id, Submission.model_validate(args["submission"]))
+        await trajectory.recorded()  # answered once durable, as in one process
 
     async def _serve_tool(self, peer: Peer, request_id: int, args: dict[str, Any]) -> Any:
         name = str(args.get("tool"))

@@ -69,7 +69,12 @@ class ScopedTrajectory(TrajectoryTools):
         return BranchIds(trajectory_ids=await self.context.branch(n))
 
     async def submit(self, answer: str | None) -> Submitted:
-        """Hands in the workspace's diff (when there is one) and the answer, if any."""
+        """Hands in the workspace's diff (when there is one) and the answer, if any.
+
+        Answered once the agent has it, not once it is recorded: the program is the agent,
+        its exit and output go in the same record, which is written after it exits. A crash
+        before then runs the attempt again (generation is at-least-once), as for any agent.
+        """
         self.submission, submitted = await self.prepare_submission(answer)
         self.submitted.set()
         return submitted
