@@ -1,16 +1,28 @@
 """Benchmark of the front door: `mcp-evalserver --http --workers N`, and 10,000 idle sessions.
 
 Run `python bench/front.py` as root (workspaces need namespaces and overlayfs); `--sessions N`
-holds N idle sessions instead of 10,000, `--quick` runs a smaller version (CI, a smoke test).
+holds N idle sessions instead of 10,000, `--quick` runs a smaller version (CI, a smoke test),
+`--skip-sessions` measures calls/s and CPU per call only (no idle sessions: minutes shorter,
+and the session figures are absent from the results, which say `sessions_skipped`).
 Writes bench/results/front.json:
 
 - calls_per_s_by_workers: `sandbox_exec` of `true` per second from 32 sessions of the cheap
   client (testsupport/rawmcp.py), each on its own claim, against `--workers` 1, 2, 4 ... up to
   the CPUs; beside each, server_cpu_ms_by_workers (the server's processes with their sandbox,
-  per call) and client_cpu_ms_by_workers (this process: the 32 sessions).
+  per call), split into workers_cpu_ms_by_workers (the parent and its workers) and
+  sandbox_cpu_ms_by_workers (the rest of the server's tree: the instance's supervisor, its
+  holders and the commands they ran), and client_cpu_ms_by_workers (this process: the 32
+  sessions).
+- read_file_*: the same figures for `read_file` of the task's small file (the supervisor forks
+  itself per file operation to read as the trajectory: dearer for the sandbox than `true`).
 - scaling_efficiency_max: calls/s at the most workers over (workers x calls/s at 1);
   cpus_used_by_workers: the CPUs each run had (calls/s x CPU per call of server and clients):
   on a shared machine, what the other processes left it.
+- capacity_cpu_bound_calls_per_s_by_workers: the calls/s the CPUs allow at the CPU per call
+  measured with capacity_tool (`sandbox_exec`, the tool cheapest for the sandbox): the least of
+  workers x 1000 / workers' ms per call (a worker runs on one CPU at most) and CPUs x 1000 /
+  (server + client ms per call); capacity_speedup_bound_2_workers, its ratio at 2 workers over
+  1, and capacity_workers_cpu_ratio_2_workers, the workers' CPU per call at 2 over 1.
 - sdk_calls_per_s_by_workers, sdk_client_cpu_ms_by_workers, sdk_server_cpu_ms_by_workers:
   the same with 32 official SDK clients (bench/mcp.py's run), at 1 worker and at the most.
 - sessions_held: handshake-era sessions held open at once against one server (default
@@ -50,6 +62,7 @@ from bench.common import (
     child_pids,
     child_running,
     describe_load,
+    process_cpu_seconds,
     process_tree_cpu_seconds,
     write_results,
 )
@@ -63,6 +76,16 @@ PROBE_HZ, PROBE_S = 20, 30.0
 IDLE_PERIOD_S = 120.0
 OPENING = 64  # sessions being opened at once
 ROUNDS = 2
+#: The workspace tools the cheap client calls, with their arguments and the prefix of their
+#: keys: `sandbox_exec` of `true` (the supervisor's holder starts a process with `vfork`: the
+#: tool cheapest for the sandbox) and `read_file` of the task's small file (the supervisor
+#: forks itself to read it as the trajectory, in the workspace's view: dearer).
+TOOLS: dict[str, tuple[dict[str, Any], str]] = {
+    "sandbox_exec": ({"command": "true"}, ""),
+    "read_file": ({"path": "calc.py"}, "read_file_"),
+}
+#: The tool of the capacity figures: the one whose sandbox costs least per call.
+CAPACITY_TOOL = "sandbox_exec"
 
 
 def cpus() -> int:
@@ -107,7 +130,11 @@ def port_of(url: str) -> int:
 
 def server_pids() -> list[int]:
     """The server's parent and its workers (its sandbox's processes are not among them)."""
-    parent = child_running("--http")
+    return front_pids(child_running("--http"))
+
+
+def front_pids(parent: int) -> list[int]:
+    """The server `parent` and its workers: the front door's processes, without its sandbox."""
     workers = []
     for pid in child_pids(parent):
         try:
@@ -134,8 +161,19 @@ def p99(samples: list[float]) -> float:
     return ordered[max(0, round(0.99 * len(ordered)) - 1)]
 
 
-async def raw_throughput(url: str, repo: Path, state_dir: Path) -> dict[str, float]:
-    """Calls per second from CLIENTS cheap sessions, and CPU per call of server and clients."""
+def server_cpu_seconds(server: int) -> tuple[float, float]:
+    """CPU seconds of the server's tree, and of its parent and workers alone (the rest of the
+    tree is its sandbox: the instance's supervisor and the commands it ran and reaped)."""
+    front = sum(process_cpu_seconds(pid) for pid in front_pids(server))
+    return process_tree_cpu_seconds(server), front
+
+
+async def raw_throughput(
+    url: str, repo: Path, state_dir: Path, tool: str = "sandbox_exec"
+) -> dict[str, float]:
+    """Calls per second of `tool` from CLIENTS cheap sessions, and CPU per call of the server
+    (all of it, its workers alone, its sandbox alone) and of the clients."""
+    arguments = TOOLS[tool][0]
     async with http_client(url) as admin:
         started = await call(admin, "start_campaign", spec=repo_spec(repo, CLIENTS))
     campaign_id = started["campaign_id"]
@@ -150,24 +188,27 @@ async def raw_throughput(url: str, repo: Path, state_dir: Path) -> dict[str, flo
 
     async def run(session: RawSession, claim_id: str, count: int) -> None:
         for _ in range(count):
-            await session.call_tool("sandbox_exec", {"claim_id": claim_id, "command": "true"})
+            await session.call_tool(tool, {"claim_id": claim_id, **arguments})
 
     await asyncio.gather(*(run(s, c, WARMUP) for s, c in zip(sessions, claims, strict=True)))
     server = child_running(str(state_dir))
-    began, server_cpu, client_cpu = (
+    began, (server_cpu, front_cpu), client_cpu = (
         time.perf_counter(),
-        process_tree_cpu_seconds(server),
+        server_cpu_seconds(server),
         time.process_time(),
     )
     await asyncio.gather(
         *(run(s, c, CALLS_PER_CLIENT) for s, c in zip(sessions, claims, strict=True))
     )
     elapsed = time.perf_counter() - began
+    client_end, (server_end, front_end) = time.process_time(), server_cpu_seconds(server)
     calls = CLIENTS * CALLS_PER_CLIENT
     figures = {
         "calls_per_s": calls / elapsed,
-        "server_cpu_ms": (process_tree_cpu_seconds(server) - server_cpu) * 1000 / calls,
-        "client_cpu_ms": (time.process_time() - client_cpu) * 1000 / calls,
+        "server_cpu_ms": (server_end - server_cpu) * 1000 / calls,
+        "workers_cpu_ms": (front_end - front_cpu) * 1000 / calls,
+        "sandbox_cpu_ms": (server_end - server_cpu - (front_end - front_cpu)) * 1000 / calls,
+        "client_cpu_ms": (client_end - client_cpu) * 1000 / calls,
     }
     for session in sessions:
         await session.close()
@@ -308,7 +349,29 @@ async def idle_sessions(url: str, repo: Path, held: int, probe_s: float) -> dict
     }
 
 
-async def main(held: int, quick: bool) -> dict[str, Any]:
+def capacity(figures: dict[str, Any], tool: str) -> dict[str, Any]:
+    """What the machine's CPUs allow at the CPU per call measured with `tool`: each worker
+    runs on one CPU at most (`workers x 1000 / its ms per call`), and the workers, the sandbox
+    and the clients all together on `cpus()` CPUs (`cpus x 1000 / their ms per call`)."""
+    prefix = TOOLS[tool][1]
+    server = figures[f"{prefix}server_cpu_ms_by_workers"]
+    client = figures[f"{prefix}client_cpu_ms_by_workers"]
+    workers = figures[f"{prefix}workers_cpu_ms_by_workers"]
+    bound = {
+        key: min(int(key) * 1000 / workers[key], cpus() * 1000 / (server[key] + client[key]))
+        for key in server
+    }
+    return {
+        "capacity_tool": tool,
+        "capacity_cpu_bound_calls_per_s_by_workers": bound,
+        "capacity_speedup_bound_2_workers": bound["2"] / bound["1"] if "2" in bound else None,
+        "capacity_workers_cpu_ratio_2_workers": workers["2"] / workers["1"]
+        if "2" in workers
+        else None,
+    }
+
+
+async def main(held: int, quick: bool, skip_sessions: bool = False) -> dict[str, Any]:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     figures: dict[str, Any] = {
@@ -334,47 +397,57 @@ async def main(held: int, quick: bool) -> dict[str, Any]:
                 )
                 for workers in counts
             }
-            rounds: dict[int, list[dict[str, float]]] = {workers: [] for workers in counts}
+            rounds: dict[str, dict[int, list[dict[str, float]]]] = {
+                tool: {workers: [] for workers in counts} for tool in TOOLS
+            }
             for _ in range(ROUNDS):
                 for workers, url in urls.items():
-                    raw = await raw_throughput(url, repo, root / f"state-{workers}")
-                    rounds[workers].append(raw)
-                    print(
-                        f"workers {workers}: {raw['calls_per_s']:.0f} calls/s; CPU per call "
-                        f"server {raw['server_cpu_ms']:.2f} ms, "
-                        f"client {raw['client_cpu_ms']:.2f} ms",
-                        file=sys.stderr,
-                    )
+                    for tool in TOOLS:
+                        raw = await raw_throughput(url, repo, root / f"state-{workers}", tool)
+                        rounds[tool][workers].append(raw)
+                        print(
+                            f"{tool}, workers {workers}: {raw['calls_per_s']:.0f} calls/s; CPU "
+                            f"per call: server {raw['server_cpu_ms']:.2f} ms (workers "
+                            f"{raw['workers_cpu_ms']:.2f}, sandbox {raw['sandbox_cpu_ms']:.2f})"
+                            f", client {raw['client_cpu_ms']:.2f} ms; "
+                            f"load {os.getloadavg()[0]:.2f}",
+                            file=sys.stderr,
+                        )
             for workers, url in urls.items():
                 key = str(workers)
-                best = max(rounds[workers], key=lambda r: r["calls_per_s"])
-                figures["calls_per_s_by_workers"][key] = best["calls_per_s"]
-                figures["server_cpu_ms_by_workers"][key] = best["server_cpu_ms"]
-                figures["client_cpu_ms_by_workers"][key] = best["client_cpu_ms"]
-                figures.setdefault("rounds_calls_per_s_by_workers", {})[key] = [
-                    r["calls_per_s"] for r in rounds[workers]
-                ]
+                for tool, (_, prefix) in TOOLS.items():
+                    best = max(rounds[tool][workers], key=lambda r: r["calls_per_s"])
+                    for name in ("calls_per_s", "server_cpu_ms", "client_cpu_ms",
+                                 "workers_cpu_ms", "sandbox_cpu_ms"):  # fmt: skip
+                        figures.setdefault(f"{prefix}{name}_by_workers", {})[key] = best[name]
+                    figures.setdefault(f"{prefix}rounds_calls_per_s_by_workers", {})[key] = [
+                        r["calls_per_s"] for r in rounds[tool][workers]
+                    ]
                 if workers in (1, counts[-1]):
                     sdk = await http_throughput(url, repo, str(root / f"state-{workers}"))
                     figures["sdk_calls_per_s_by_workers"][key] = sdk["http_calls_per_s_32"]
                     figures["sdk_server_cpu_ms_by_workers"][key] = sdk["http_server_cpu_ms_32"]
                     figures["sdk_client_cpu_ms_by_workers"][key] = sdk["http_clients_cpu_ms_32"]
-        # The CPUs the run had (server and clients together): on a shared machine, what the
-        # other processes left; calls/s cannot grow past it whatever the workers.
-        figures["cpus_used_by_workers"] = {
-            key: rate
-            * (figures["server_cpu_ms_by_workers"][key] + figures["client_cpu_ms_by_workers"][key])
-            / 1000
-            for key, rate in figures["calls_per_s_by_workers"].items()
-        }
-        by = figures["calls_per_s_by_workers"]
         most = counts[-1]
-        figures["scaling_efficiency_max"] = by[str(most)] / (most * by["1"])
-        figures["speedup_2_workers"] = by["2"] / by["1"] if "2" in by else None
-        state = root / "state-idle"
-        async with http_server(state, "--allow-paths", str(root), workers=most) as url:
-            figures["idle_workers"] = most
-            figures |= await idle_sessions(url, repo, held, 5.0 if quick else PROBE_S)
+        for _, prefix in TOOLS.values():
+            # The CPUs the run had (server and clients together): on a shared machine, what
+            # the other processes left; calls/s cannot grow past it whatever the workers.
+            server = figures[f"{prefix}server_cpu_ms_by_workers"]
+            client = figures[f"{prefix}client_cpu_ms_by_workers"]
+            by = figures[f"{prefix}calls_per_s_by_workers"]
+            figures[f"{prefix}cpus_used_by_workers"] = {
+                key: rate * (server[key] + client[key]) / 1000 for key, rate in by.items()
+            }
+            figures[f"{prefix}scaling_efficiency_max"] = by[str(most)] / (most * by["1"])
+            figures[f"{prefix}speedup_2_workers"] = by["2"] / by["1"] if "2" in by else None
+        figures |= capacity(figures, CAPACITY_TOOL)
+        if skip_sessions:
+            figures["sessions_skipped"] = True
+        else:
+            state = root / "state-idle"
+            async with http_server(state, "--allow-paths", str(root), workers=most) as url:
+                figures["idle_workers"] = most
+                figures |= await idle_sessions(url, repo, held, 5.0 if quick else PROBE_S)
     figures["cpus"] = cpus()
     figures["calls_per_client"] = CALLS_PER_CLIENT
     return figures
@@ -386,11 +459,17 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=10_000, help="idle sessions to hold")
     parser.add_argument("--quick", action="store_true", help="a smaller run (smoke test)")
+    parser.add_argument(
+        "--skip-sessions",
+        action="store_true",
+        help="measure calls/s and CPU per call only, not the idle sessions (minutes shorter; "
+        "the session figures are left out of the results)",
+    )
     arguments = parser.parse_args()
     if arguments.quick:
         CALLS_PER_CLIENT, IDLE_PERIOD_S = 20, 10.0
     load = LoadRecord()
-    result = asyncio.run(main(arguments.sessions, arguments.quick))
+    result = asyncio.run(main(arguments.sessions, arguments.quick, arguments.skip_sessions))
     figures = load.finish(result)
     write_results("front", figures)
     print(json.dumps(figures, indent=2))

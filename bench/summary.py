@@ -70,6 +70,10 @@ TARGETS = [
     Target("front", "server CPU per call, most workers over 1", lambda f: f[
         "server_cpu_ms_by_workers"][str(max(map(int, f["server_cpu_ms_by_workers"])))]
         / f["server_cpu_ms_by_workers"]["1"], LE, 1.1, "x"),
+    Target("front", "workers' CPU per call (sandbox apart), 2 workers over 1",
+           key("capacity_workers_cpu_ratio_2_workers"), LE, 1.1, "x"),
+    Target("front", "2 workers over 1 that the CPUs allow (capacity bound)",
+           key("capacity_speedup_bound_2_workers"), GE, 1.6, "x"),
     Target("front", "sessions held at once", key("sessions_held"), GE, 10_000, ""),
     Target("front", "server memory per held session", key("server_kb_per_session"), LE, 50,
            "KB"),

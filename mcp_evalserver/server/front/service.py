@@ -2,9 +2,10 @@
 worker that does otherwise.
 
 What goes to the driver (over `rpc.DriverLink`): every `EvalService.call` operation (start,
-status, wait with its progress and events, ...), claims, each workspace call's start and end
-(they renew the claim's lease; a takeover cancels the call here), and submissions. What does
-not: the workspace work itself. The driver names the workspace and its supervisor; the
+status, wait with its progress and events, ...), claims, the grant of a claim to this worker
+(once), its lease's renewal (a few times per lease, never per call: a takeover comes back as a
+`revoke` note that cancels the claim's calls here), and submissions. What does not: the
+workspace work itself. The driver names the workspace and its supervisor; the
 worker asks once per supervisor for a connection of its own (a socket the driver passes on)
 and sends exec, read, write, diff and checkpoints straight to the supervisor. Where no socket
 can be passed (instances on Ray nodes), the whole tool call runs in the driver instead.
