@@ -438,6 +438,13 @@ class _LineShape:
         # before it changes it (`model_copy`), and nothing else changes one.
         self.all_fields = set(fields)
         self.size = len(fields)
+        # The fields a writer leaves out when None come last in every kind: a line without
+        # any of them (a step run on one machine has no `node`) gets them appended, in order.
+        absent = [name for name, info in fields.items() if info.exclude_if is _none]
+        self.absent = {name: fields[name].default for name in absent}
+        self.fields_without_absent = self.all_fields - set(absent)
+        if list(fields)[len(fields) - len(absent) :] != absent:
+            raise TypeError(f"{model.__name__}: declare its absent_when_none fields last")
         self.fields_sets: dict[tuple[str, ...], set[str]] = {}
 
     def record(self, line: dict[str, Any]) -> LedgerRecordBase:
@@ -524,12 +531,19 @@ def parse_json_lines(array: bytes) -> list[LedgerRecord] | None:
     shapes = _SHAPES
     for line in lines:
         shape = shapes[line["kind"]]
-        if len(line) != shape.size:
+        if len(line) == shape.size:
+            fields_set = shape.all_fields
+        elif len(line) + len(shape.absent) == shape.size and not any(
+            name in line for name in shape.absent
+        ):
+            line.update(shape.absent)
+            fields_set = shape.fields_without_absent
+        else:
             append(shape.record(line))  # type: ignore[arg-type]
             continue
         record: Any = new(shape.model)
         set_(record, "__dict__", line)
-        set_(record, "__pydantic_fields_set__", shape.all_fields)
+        set_(record, "__pydantic_fields_set__", fields_set)
         set_(record, "__pydantic_extra__", None)
         set_(record, "__pydantic_private__", None)
         append(record)
