@@ -29,7 +29,15 @@ from mcp_evalserver.agents.external import ClaimBoard, ExternalTrajectory
 from mcp_evalserver.server.front.lease import DriverLease, Holder, read_holder
 from tests.server.helpers import answer_spec
 from testsupport.rawmcp import CallFailed, RawSession
-from testsupport.servers import REPO, TOKEN, call, call_error, http_client, http_server
+from testsupport.servers import (
+    REPO,
+    TOKEN,
+    call,
+    call_error,
+    http_client,
+    http_server,
+    sigkill,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -98,7 +106,7 @@ async def test_sigkills_of_workers_mid_campaign_lose_no_submission_and_run_nothi
                     await _until_done(client, "chaos", len(answered))
                     held = await call(client, "claim_trajectory", campaign_id="chaos", wait_s=30)
                 driver, _ = _workers_of(state_dir)
-                os.kill(driver, signal.SIGKILL)
+                await sigkill(driver)  # gone, as a restart would find it
                 async with http_client(url, mode=MODERN) as client:
                     # The claim died with the driver; a new driver says what to do instead.
                     refused = await call_error(
@@ -115,7 +123,7 @@ async def test_sigkills_of_workers_mid_campaign_lose_no_submission_and_run_nothi
             async with http_client(url, mode=MODERN) as client:
                 claim = await call(client, "claim_trajectory", campaign_id="chaos", wait_s=30)
             driver, workers = _workers_of(state_dir)
-            os.kill(next(pid for pid in workers if pid != driver), signal.SIGKILL)
+            await sigkill(next(pid for pid in workers if pid != driver))
             async with http_client(url, mode=MODERN) as client:
                 answered.append(await _answer(client, claim))
                 while len(answered) < 6:
