@@ -212,6 +212,8 @@ class DriverLink:
         try:
             await self._send(stream, message)
         except DriverLost:
+            # Undone, if its end got there first: this request was never delivered.
+            pending.stream, pending.lost, pending.done = None, False, anyio.Event()
             if self._stream is stream:
                 self._stream = None
             pending.stream = stream = await self._connect()
