@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -94,6 +95,18 @@ async def http_server(
                     process.kill()
                     await process.wait()
             group.cancel_scope.cancel()
+
+
+async def sigkill(pid: int) -> None:
+    """SIGKILLs a process and waits until it has exited, as a restart by a supervisor would:
+    until then the kernel still queues new connections on its listening sockets (SO_REUSEPORT
+    spreads them over every listener), and resets them when it closes them."""
+    fd = os.pidfd_open(pid)
+    try:
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        await anyio.wait_readable(fd)
+    finally:
+        os.close(fd)
 
 
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from mcp_evalserver.errors import Conflict, Timeout
 from mcp_evalserver.server.mcp_app import create_server
 from tests.server.helpers import answer_spec
 from testsupport.rawmcp import CallFailed, RawSession
-from testsupport.servers import TOKEN, call, http_client, http_server
+from testsupport.servers import TOKEN, call, http_client, http_server, sigkill
 
 pytestmark = pytest.mark.anyio
 
@@ -82,17 +80,6 @@ def _driver_pid(state_dir: Path, campaign_id: str) -> int:
     return int(runs[-1]["pid"])
 
 
-async def _sigkill(pid: int) -> None:
-    """SIGKILLs a process and waits until it has exited: until then the kernel may still queue
-    new connections on its listening socket, to be reset."""
-    fd = os.pidfd_open(pid)
-    try:
-        signal.pidfd_send_signal(fd, signal.SIGKILL)
-        await anyio.wait_readable(fd)
-    finally:
-        os.close(fd)
-
-
 async def _sessions(url: str, workers: int) -> list[RawSession]:
     """Handshake sessions, one on each of `workers` distinct server processes: the session ids
     name the worker, and the kernel spreads connections over those listening (a worker started
@@ -138,7 +125,7 @@ async def _submit_then_kill(url: str, state_dir: Path, workers: int) -> list[str
                 "submit", {"claim_id": claim["claim_id"], "answer": str(number**2)}
             )
             answered.append(str(claim["trajectory_id"]))
-        await _sigkill(_driver_pid(state_dir, "kill"))
+        await sigkill(_driver_pid(state_dir, "kill"))
     finally:
         for session in sessions:
             with contextlib.suppress(Exception):  # a session on the killed process is gone

@@ -20,16 +20,28 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import anyio
+import anyio.abc
 import httpx2
 import pytest
 from mcp import Client
 
 from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.agents.external import ClaimBoard, ExternalTrajectory
+from mcp_evalserver.errors import Conflict
 from mcp_evalserver.server.front.lease import DriverLease, Holder, read_holder
+from mcp_evalserver.server.front.rpc import Peer, serve_driver
+from mcp_evalserver.server.front.service import FrontService, RemoteTrajectories, WorkerConfig
 from tests.server.helpers import answer_spec
 from testsupport.rawmcp import CallFailed, RawSession
-from testsupport.servers import REPO, TOKEN, call, call_error, http_client, http_server
+from testsupport.servers import (
+    REPO,
+    TOKEN,
+    call,
+    call_error,
+    http_client,
+    http_server,
+    sigkill,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -98,7 +110,7 @@ async def test_sigkills_of_workers_mid_campaign_lose_no_submission_and_run_nothi
                     await _until_done(client, "chaos", len(answered))
                     held = await call(client, "claim_trajectory", campaign_id="chaos", wait_s=30)
                 driver, _ = _workers_of(state_dir)
-                os.kill(driver, signal.SIGKILL)
+                await sigkill(driver)  # gone, as a restart would find it
                 async with http_client(url, mode=MODERN) as client:
                     # The claim died with the driver; a new driver says what to do instead.
                     refused = await call_error(
@@ -115,7 +127,7 @@ async def test_sigkills_of_workers_mid_campaign_lose_no_submission_and_run_nothi
             async with http_client(url, mode=MODERN) as client:
                 claim = await call(client, "claim_trajectory", campaign_id="chaos", wait_s=30)
             driver, workers = _workers_of(state_dir)
-            os.kill(next(pid for pid in workers if pid != driver), signal.SIGKILL)
+            await sigkill(next(pid for pid in workers if pid != driver))
             async with http_client(url, mode=MODERN) as client:
                 answered.append(await _answer(client, claim))
                 while len(answered) < 6:
@@ -334,3 +346,66 @@ async def test_usage_reported_through_any_worker_counts_once_against_the_budget(
     ledger = state_dir / "campaigns" / "spent" / "ledger.jsonl"
     records = [json.loads(line) for line in ledger.read_text().splitlines()]
     assert sum(r["kind"] == "model_usage" for r in records) == 2
+
+
+@pytest.mark.parametrize(
+    ("unanswered", "expected"),
+    [
+        ("grant", "claim again with claim_trajectory"),
+        ("submit", "may or may not have counted: read campaign_status or the resource "
+         "campaign://c/trajectories/t3@0"),
+    ],
+)  # fmt: skip
+async def test_a_relayed_submit_whose_driver_dies_before_answering_says_what_to_do_next(
+    tmp_path: Path, unanswered: str, expected: str
+) -> None:
+    """A worker that does not drive relays a submit; the driver dies before answering (the
+    worker is real; the driver is a stand-in that never answers `unanswered` and stops once it
+    got it). Died at the grant, nothing was handed in: claim again. Died at the submit, the
+    submission may have been recorded: read where the trajectory stands."""
+    state_dir, stand_in = tmp_path / "state", tmp_path / "driver.sock"
+    task = {"id": "t3", "prompt": "3 squared?", "answer": "9"}
+    received, stop = anyio.Event(), anyio.Event()
+
+    async def grant(peer: Peer, request_id: int, args: dict[str, Any]) -> dict[str, Any]:
+        if unanswered == "grant":
+            received.set()
+            await anyio.sleep_forever()
+        return {"available": False, "lease_s": 300.0, "campaign_id": "c",
+                "trajectory_id": "t3@0", "task": task}  # fmt: skip
+
+    async def submit(peer: Peer, request_id: int, args: dict[str, Any]) -> None:
+        assert args["submission"]["answer"] == "9"
+        received.set()
+        await anyio.sleep_forever()
+
+    async def drive(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        async with anyio.create_task_group() as group:
+            handlers = {"grant": grant, "submit": submit}
+            await group.start(serve_driver, stand_in, handlers, lambda peer: None)
+            task_status.started()
+            await stop.wait()
+            group.cancel_scope.cancel()  # its connections close, as a SIGKILL closes them
+
+    async def stop_once_received() -> None:
+        await received.wait()
+        stop.set()
+
+    lease = DriverLease(state_dir)  # held here: the worker never drives
+    lease.try_take(Holder(pid=os.getpid(), socket=str(stand_in), server="s"))
+    try:
+        with anyio.fail_after(60):
+            worker = WorkerConfig(index=1, workers=2, run_dir=tmp_path, server="s")
+            async with (
+                FrontService(state_dir, worker=worker) as front,
+                anyio.create_task_group() as group,
+            ):
+                await group.start(drive)
+                group.start_soon(stop_once_received)
+                with pytest.raises(Conflict) as refused:
+                    await RemoteTrajectories(front).submit("claim-1", "9")
+    finally:
+        lease.release()
+    assert "the process driving campaigns stopped" in str(refused.value)
+    assert expected in str(refused.value)
+    assert ("campaign_status" in str(refused.value)) == (unanswered == "submit")

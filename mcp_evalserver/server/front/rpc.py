@@ -60,6 +60,19 @@ _ERRORS: dict[str, type[EvalServerError]] = {
 }
 
 
+class DriverLost(errors.InfrastructureError):
+    """The process driving campaigns stopped while a call was in flight: what the call did
+    there is unknown, and the claims that process held died with it."""
+
+
+#: What a call that was in flight when its driver stopped answers (callers that know more,
+#: such as a claim's, say more).
+LOST_IN_FLIGHT = (
+    "the process driving campaigns stopped while this call was in flight; another takes over: "
+    "call again"
+)
+
+
 def encode(message: Mapping[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 
@@ -106,6 +119,9 @@ class _Pending:
     done: anyio.Event = field(default_factory=anyio.Event)
     reply: dict[str, Any] = field(default_factory=dict)
     fd: int | None = None
+    #: The connection the request went out on: only its end fails the request.
+    stream: anyio.abc.UNIXSocketStream | None = None
+    lost: bool = False
 
 
 class DriverLink:
@@ -136,10 +152,10 @@ class DriverLink:
 
         Raises:
             EvalServerError: the driver's error, as its own class.
-            InfrastructureError: no driver answered within `DRIVER_WAIT_S`, or it died while
-                the request was in flight (a new driver takes over: try again).
+            DriverLost: the driver died while the request was in flight (a new driver takes
+                over: what the request did there is unknown).
+            InfrastructureError: no driver answered within `DRIVER_WAIT_S`.
         """
-        stream = await self._connect()
         self._ids += 1
         request_id = self._ids
         send, receive = anyio.create_memory_object_stream[tuple[str, list[Any]]](_NOTES)
@@ -155,16 +171,18 @@ class DriverLink:
             async with anyio.create_task_group() as group, send:
                 if notes is not None:
                     group.start_soon(hand_on)
-                await self._send(stream, {"id": request_id, "call": name, "args": dict(args)})
+                await self._deliver(pending, {"id": request_id, "call": name, "args": dict(args)})
                 await pending.done.wait()
         except BaseException:
-            if not pending.done.is_set():
+            if not pending.done.is_set() and pending.stream is not None:
                 with anyio.CancelScope(shield=True), suppress(EvalServerError):
-                    await self._send(stream, {"id": request_id, "cancel": True})
+                    await self._send(pending.stream, {"id": request_id, "cancel": True})
             raise
         finally:
             self._pending.pop(request_id, None)
             receive.close()
+        if pending.lost:
+            raise DriverLost(LOST_IN_FLIGHT)
         reply = pending.reply
         if not reply.get("ok"):
             if pending.fd is not None:
@@ -181,6 +199,26 @@ class DriverLink:
         with suppress(EvalServerError):
             await self._send(await self._connect(), {"id": 0, "call": name, "args": dict(args)})
 
+    async def _deliver(self, pending: _Pending, message: dict[str, Any]) -> None:
+        """Sends a request, again on a new connection where the one it found had broken (the
+        driver died and `_read` has not heard yet): a line reaches the driver whole or not at
+        all, so the first try did nothing there.
+
+        Raises:
+            DriverLost: the new connection broke too.
+            InfrastructureError: no driver answered within `DRIVER_WAIT_S`.
+        """
+        pending.stream = stream = await self._connect()
+        try:
+            await self._send(stream, message)
+        except DriverLost:
+            # Undone, if its end got there first: this request was never delivered.
+            pending.stream, pending.lost, pending.done = None, False, anyio.Event()
+            if self._stream is stream:
+                self._stream = None
+            pending.stream = stream = await self._connect()
+            await self._send(stream, message)
+
     def connected(self) -> anyio.abc.UNIXSocketStream | None:
         return self._stream
 
@@ -194,7 +232,7 @@ class DriverLink:
             async with self._send_lock:
                 await stream.send(encode(message))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-            raise errors.InfrastructureError(f"the driver's connection broke: {exc!r}") from exc
+            raise DriverLost(f"{LOST_IN_FLIGHT} ({exc!r})") from exc
 
     async def _connect(self) -> anyio.abc.UNIXSocketStream:
         if self._stream is not None:
@@ -258,17 +296,9 @@ class DriverLink:
                 await stream.aclose()
             for fd in lines.fds:
                 socket.close(fd)
-            gone = {
-                "ok": False,
-                "error": {
-                    "type": "InfrastructureError",
-                    "message": "the process driving campaigns stopped while this call was in "
-                    "flight; another takes over: call again",
-                },
-            }
             for pending in self._pending.values():
-                if not pending.done.is_set():
-                    pending.reply = gone
+                if pending.stream is stream and not pending.done.is_set():
+                    pending.lost = True
                     pending.done.set()
 
 

@@ -37,7 +37,13 @@ from mcp_evalserver.sandbox.client import SupervisorClient
 from mcp_evalserver.sandbox.supervised import AttachedWorkspace, SupervisedWorkspace
 from mcp_evalserver.server.events import CampaignEvent
 from mcp_evalserver.server.front.lease import DriverLease, Holder, read_holder
-from mcp_evalserver.server.front.rpc import DriverLink, Peer, serve_driver, with_socket
+from mcp_evalserver.server.front.rpc import (
+    DriverLink,
+    DriverLost,
+    Peer,
+    serve_driver,
+    with_socket,
+)
 from mcp_evalserver.server.models import ClaimedTrajectory, Submitted
 from mcp_evalserver.server.service import EvalService, EventFn
 from mcp_evalserver.server.trajectories import ExternalTrajectories
@@ -50,6 +56,27 @@ logger = logging.getLogger(__name__)
 #: Tools a worker runs in the driver whole: forking makes trajectories, which only it can.
 _TOOLS = frozenset({"sandbox_exec", "read_file", "write_file", "get_diff", "checkpoint",
                     "restore", "fork_trajectory", "submit", "report_usage"})  # fmt: skip
+
+
+#: Why a claim ended when the process driving campaigns stopped (claims live in it).
+_DRIVER_STOPPED = "the process driving campaigns stopped, and the claims it held with it"
+
+
+def _driver_stopped(tool: str, context: _RemoteContext | None = None) -> str:
+    """What a call on a claim answers when the driver stopped during it: `submitted`, the
+    submission was handed in, and whether the dead driver recorded it is unknown."""
+    if tool != "submit":
+        return f"{_DRIVER_STOPPED}; claim again with claim_trajectory"
+    if context is None:
+        where = "read campaign_status"
+    else:
+        trajectory = f"campaign://{context.campaign_id}/trajectories/{context.trajectory_id}"
+        where = f"read campaign_status or the resource {trajectory}"
+    return (
+        f"{_DRIVER_STOPPED} while it was recording this submission, which may or may not have "
+        f"counted: {where} (phase `generated` or later: it counted; otherwise the trajectory "
+        "runs again: claim it with claim_trajectory)"
+    )
 
 
 #: Claims a worker remembers (which trajectory each holds); older ones are asked again.
@@ -302,11 +329,7 @@ class FrontService(EvalService):
             self._revoke(str(values[0]), str(values[1]))
         elif name == "lost":
             for claim_id in list(self._grants):
-                self._revoke(
-                    claim_id,
-                    "the process driving campaigns stopped and its claims with it; claim "
-                    "again with claim_trajectory",
-                )
+                self._revoke(claim_id, _DRIVER_STOPPED)
 
     def _revoke(self, claim_id: str, reason: str) -> None:
         grant = self._grants.pop(claim_id, None)
@@ -324,10 +347,14 @@ class FrontService(EvalService):
 
         Raises:
             _InDriver: the workspace cannot be reached from here: run `tool` in the driver.
-            Conflict: the claim is no longer live, or was taken over during the call.
+            Conflict: the claim is no longer live, was taken over during the call, or the
+                driver stopped during it (the message says what to do next).
             NotFound: no such claim.
         """
-        grant = await self._grant(claim_id)
+        try:
+            grant = await self._grant(claim_id)
+        except DriverLost as exc:
+            raise Conflict(_driver_stopped("grant")) from exc
         if grant.context is None:
             raise _InDriver(tool)
         self._renew(claim_id, grant)
@@ -335,9 +362,13 @@ class FrontService(EvalService):
             grant.calls.add(scope)
             try:
                 result = await run(TrajectoryTools(grant.context))
+            except DriverLost as exc:
+                raise Conflict(_driver_stopped(tool, grant.context)) from exc
             finally:
                 grant.calls.discard(scope)
         if scope.cancelled_caught:
+            if grant.revoked == _DRIVER_STOPPED:
+                raise Conflict(_driver_stopped(tool, grant.context))
             raise Conflict(grant.revoked or f"claim {claim_id!r} was interrupted")
         if tool == "submit":
             self._grants.pop(claim_id, None)
@@ -550,9 +581,17 @@ class RemoteTrajectories(ExternalTrajectories):
     async def in_driver(
         self, claim_id: str, name: str, arguments: dict[str, Any], returns: Any
     ) -> Any:
-        """The tool `name` run whole in the driver."""
+        """The tool `name` run whole in the driver.
+
+        Raises:
+            Conflict: the driver stopped during the call (the message says what to do next).
+        """
         request = {"claim": claim_id, "tool": name, "arguments": arguments}
-        return _adapter(returns).validate_python(await self.front._driver().call("tool", request))
+        try:
+            result = await self.front._driver().call("tool", request)
+        except DriverLost as exc:
+            raise Conflict(_driver_stopped(name)) from exc
+        return _adapter(returns).validate_python(result)
 
     sandbox_exec = _on_claim_here(TrajectoryTools.sandbox_exec)
     read_file = _on_claim_here(TrajectoryTools.read_file)
