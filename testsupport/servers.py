@@ -19,6 +19,8 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from testsupport.rawmcp import RawSession
+
 #: The repository root: servers run from it, with it on PYTHONPATH.
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "test-token-0123456789abcdef"
@@ -125,3 +127,23 @@ async def call_error(client: Client, tool: str, **arguments: Any) -> str:
     text = " ".join(getattr(block, "text", "") for block in result.content)
     assert result.is_error, f"{tool} succeeded: {result.structured_content}"
     return text
+
+
+async def sessions_on_each_worker(url: str, workers: int, token: str = TOKEN) -> list[RawSession]:
+    """Raw sessions opened until each of a `--workers N` server's workers holds one (the kernel
+    spreads connections over them; a session id names its worker). The caller closes them."""
+    address = httpx2.URL(url)
+    sessions: dict[str, RawSession] = {}
+    for _ in range(64):
+        session = RawSession(str(address.host), int(address.port or 0), token)
+        await session.open()
+        worker = str(session.session_id).split("-", 1)[0]
+        if worker in sessions:
+            await session.close()
+        else:
+            sessions[worker] = session
+        if len(sessions) == workers:
+            return list(sessions.values())
+    for session in sessions.values():
+        await session.close()
+    raise AssertionError(f"64 connections all reached {list(sessions)}")

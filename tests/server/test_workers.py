@@ -32,7 +32,7 @@ from mcp_evalserver.server.front.lease import DriverLease, Holder, read_holder
 from mcp_evalserver.server.front.rpc import Peer, serve_driver
 from mcp_evalserver.server.front.service import FrontService, RemoteTrajectories, WorkerConfig
 from tests.server.helpers import answer_spec
-from testsupport.rawmcp import CallFailed, RawSession
+from testsupport.rawmcp import CallFailed
 from testsupport.servers import (
     REPO,
     TOKEN,
@@ -40,6 +40,7 @@ from testsupport.servers import (
     call_error,
     http_client,
     http_server,
+    sessions_on_each_worker,
     sigkill,
 )
 
@@ -300,27 +301,14 @@ async def test_usage_reported_through_any_worker_counts_once_against_the_budget(
     state_dir = tmp_path / "state"
     spec = answer_spec(4, agent="external")
     spec["limits"] |= {"concurrency": 1, "budget_usd": 0.75}
-    sessions: dict[str, RawSession] = {}  # by the worker index its session id carries
     with anyio.fail_after(120):
         async with http_server(state_dir, workers=2) as url:
             async with http_client(url, mode=MODERN) as client:
                 await call(client, "start_campaign", spec=spec, campaign_id="spent")
-            address = httpx2.URL(url)
+            # One session on each worker, so one of them is surely not the driver.
+            sessions = await sessions_on_each_worker(url, 2)
             try:
-                # Connections spread over the workers by the kernel: open sessions until both
-                # workers hold one, so one of them is surely not the driver.
-                for _ in range(64):
-                    session = RawSession(str(address.host), int(address.port or 0), TOKEN)
-                    await session.open()
-                    worker = str(session.session_id).split("-", 1)[0]
-                    if worker in sessions:
-                        await session.close()
-                    else:
-                        sessions[worker] = session
-                    if len(sessions) == 2:
-                        break
-                assert len(sessions) == 2, f"64 connections all reached {list(sessions)}"
-                for session in sessions.values():
+                for session in sessions:
                     claim = await session.call_tool(
                         "claim_trajectory", {"campaign_id": "spent", "wait_s": 30}
                     )
@@ -336,7 +324,7 @@ async def test_usage_reported_through_any_worker_counts_once_against_the_budget(
                             "submit", {"claim_id": claim["claim_id"], "answer": str(number**2)}
                         )
             finally:
-                for session in sessions.values():
+                for session in sessions:
                     await session.close()
             async with http_client(url, mode=MODERN) as client:
                 status = await call(client, "campaign_status", campaign_id="spent", wait_s=30)
