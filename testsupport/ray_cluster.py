@@ -22,6 +22,15 @@ from mcp_evalserver.sandbox.shipping import SHIPPED_DIR_ENV
 from testsupport.loopback import in_loopback_namespace, interfaces
 
 SLOTS = "sandbox_slots"
+# A killed node is known dead after 3 health checks missed in a row, half a second apart and
+# the first at once (Ray's defaults: 5, 3 s apart, the first 5 s after the node joined: 15 to
+# 20 s, which every node added after a kill waited out). Each check still has Ray's 10 s to
+# answer, so a slow node on a loaded machine is not taken for a dead one.
+HEALTH_CHECKS = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 500,
+    "health_check_failure_threshold": 3,
+}
 
 
 class LoopbackCluster:
@@ -30,6 +39,7 @@ class LoopbackCluster:
     def __init__(self, cluster: Any) -> None:
         self.cluster = cluster
         self.workers: list[Any] = []
+        self._offers: dict[str, str] = {}  # node id -> the resource it was added to offer
 
     @property
     def address(self) -> str:
@@ -40,12 +50,23 @@ class LoopbackCluster:
         node = self.cluster.add_node(num_cpus=0, resources={resource: slots})
         self.cluster.wait_for_nodes()
         self.workers.append(node)
+        self._offers[node.node_id] = resource
         return node
 
     def kill_worker(self, node: Any) -> None:
         """Kills the node's processes (raylet, object store, its workers), as a crash would."""
         self.cluster.remove_node(node, allow_graceful=False)
         self.workers.remove(node)
+
+    def stop_workers_offering(self, resource: str) -> None:
+        """Stops the nodes added to offer `resource` (a test's own, once it is done with them).
+
+        Gracefully: the raylet tells the head it leaves, so the next node added need not wait
+        for the head to find this one dead.
+        """
+        for node in [n for n in self.workers if self._offers.get(n.node_id) == resource]:
+            self.cluster.remove_node(node, allow_graceful=True)
+            self.workers.remove(node)
 
     @staticmethod
     def node_id(node: Any) -> str:
@@ -67,7 +88,13 @@ def worker_without(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "node",
          str(hidden), ray_cli, "start", "--block", "--address", cluster.address,
          "--num-cpus", "0", "--resources", json.dumps({resource: slots})],
-        env={**os.environ, "MCP_EVALSERVER_SHIPPED_DIR": str(hidden / ".shipped")},
+        env={
+            **os.environ,
+            "MCP_EVALSERVER_SHIPPED_DIR": str(hidden / ".shipped"),
+            # On SIGTERM Ray drains the node until it is idle, which ours (its actor stays)
+            # never is: without this its stop took the whole 30 s drain timeout.
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+        },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -99,7 +126,12 @@ def loopback_cluster(workers: int, slots: int) -> Iterator[LoopbackCluster]:
     os.environ[SHIPPED_DIR_ENV] = records.name
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 0, "resources": {SLOTS: 0}, "include_dashboard": False},
+        head_node_args={
+            "num_cpus": 0,
+            "resources": {SLOTS: 0},
+            "include_dashboard": False,
+            "_system_config": HEALTH_CHECKS,
+        },
     )
     under_test = LoopbackCluster(cluster)
     try:

@@ -75,6 +75,7 @@ async def test_the_oracle_resolves_every_task_of_the_demo(
     results = _by_task(state)
     assert len(results) == 3
     assert all(r == [("resolved", "resolved")] * 2 for r in results.values()), results
+    assert build_report(state)["nodes"] is None  # one machine: no nodes to name
 
 
 async def test_noop_resolves_no_task_of_the_demo(subset_file: Path, tmp_path: Path) -> None:

@@ -1,14 +1,15 @@
 """The ray backend on a real multi-node cluster on loopback: placement, faults, shipping.
 
 Each test places its instances by a slots resource of its own, offered only by the nodes it
-adds, so it knows exactly which nodes can hold them (the session's nodes cannot).
+adds, so it knows exactly which nodes can hold them (the session's nodes cannot); those nodes
+are stopped when it ends.
 """
 
 from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -33,11 +34,22 @@ def _repo(root: Path) -> InstanceSpec:
 
 
 @pytest.fixture
-async def own_slots(ray_cluster: LoopbackCluster) -> AsyncIterator[tuple[str, RayBackend]]:
-    """A resource name no node offers yet, and a backend that places instances by it."""
+def own_resource(ray_cluster: LoopbackCluster) -> Iterator[str]:
+    """A resource name no node offers yet; the nodes the test adds to offer it stop after it
+    (from the main thread: Ray's rule for starting and stopping nodes)."""
     resource = f"slots_{uuid.uuid4().hex[:8]}"
-    async with RayBackend(ray_cluster.address, slots_resource=resource) as backend:
-        yield resource, backend
+    yield resource
+    ray_cluster.stop_workers_offering(resource)
+
+
+@pytest.fixture
+async def own_slots(
+    ray_cluster: LoopbackCluster, own_resource: str
+) -> AsyncIterator[tuple[str, RayBackend]]:
+    """A backend that places instances by the test's own resource; it closes while the nodes
+    are still up, so its actors answer their shutdown."""
+    async with RayBackend(ray_cluster.address, slots_resource=own_resource) as backend:
+        yield own_resource, backend
 
 
 async def test_instances_spread_and_a_node_that_joins_takes_the_instance_that_waited(
@@ -68,8 +80,6 @@ async def test_instances_spread_and_a_node_that_joins_takes_the_instance_that_wa
     assert rows[first.node_id]["instances"]
     assert rows[second.node_id]["instances"]
     assert rows[first.node_id]["workspaces"] == rows[second.node_id]["workspaces"] == 1
-    for node in (first, second):
-        await anyio.to_thread.run_sync(ray_cluster.kill_worker, node)
 
 
 async def test_a_dead_node_fails_its_calls_as_unavailable_and_the_instance_moves(
@@ -111,7 +121,6 @@ async def test_a_dead_node_fails_its_calls_as_unavailable_and_the_instance_moves
     assert fresh is not instance
     assert again.node == survivor.node_id
     assert moved.stdout == "hello\n"
-    await anyio.to_thread.run_sync(ray_cluster.kill_worker, survivor)
 
 
 def _offered(resource: str) -> bool:
@@ -150,11 +159,11 @@ async def test_a_cluster_without_slots_is_a_clear_error(
 
 
 async def test_a_cancelled_command_dies_even_while_every_thread_of_its_actor_is_busy(
-    ray_cluster: LoopbackCluster, tmp_path: Path
+    ray_cluster: LoopbackCluster, own_resource: str, tmp_path: Path
 ) -> None:
     """Ray does not interrupt a threaded actor's running call: the driver's cancel is a call
     of its own, and it must not wait behind the commands it is there to stop."""
-    resource = f"slots_{uuid.uuid4().hex[:8]}"
+    resource = own_resource
     ray_cluster.add_worker(1, resource)
     busy, cancelled = marker(), marker()
     async with RayBackend(ray_cluster.address, slots_resource=resource, calls_at_once=2) as backend:
@@ -258,7 +267,6 @@ async def test_a_node_hosts_its_instances_in_one_actor_and_evicts_its_least_rece
         assert backend.placed_on() == {
             node.node_id: sorted(i.spec.key for i in (first, second, fourth))
         }
-    await anyio.to_thread.run_sync(ray_cluster.kill_worker, node)
 
 
 async def test_an_instance_goes_to_the_node_with_most_room_and_none_without_memory(
@@ -266,7 +274,7 @@ async def test_an_instance_goes_to_the_node_with_most_room_and_none_without_memo
 ) -> None:
     resource, backend = own_slots
     big = ray_cluster.add_worker(3, resource)  # Ray starts nodes from the main thread only
-    small = ray_cluster.add_worker(1, resource)
+    ray_cluster.add_worker(1, resource)  # less room: not chosen while `big` has more
     with anyio.fail_after(180):
         first, second = [await backend.instance(_repo(tmp_path)) for _ in range(2)]
         assert first.placed is not None
@@ -281,5 +289,3 @@ async def test_an_instance_goes_to_the_node_with_most_room_and_none_without_memo
         ) as starved:
             with pytest.raises(errors.SandboxUnavailable, match="memory available"):
                 await starved.instance(_repo(tmp_path))
-    for node in (big, small):
-        await anyio.to_thread.run_sync(ray_cluster.kill_worker, node)

@@ -1,7 +1,8 @@
 """Demo-suite campaigns with the `tests` scorer on a real multi-node Ray cluster on loopback.
 
-The same campaign runs on this machine and on the cluster and must give the same per-task
-results; then a node is killed while a trajectory's command runs on it, and the campaign still
+The campaign the demo test runs on this machine (tests/demo/test_demo_campaign.py: every task
+resolved on every sample) runs on the cluster and must give the same per-task results; then a
+node is killed while a trajectory's command runs on it, and the campaign still
 finishes with every trajectory recorded exactly once and the loss counted as infrastructure.
 """
 
@@ -34,10 +35,10 @@ pytestmark = [pytest.mark.anyio, pytest.mark.ray, pytest.mark.root, pytest.mark.
 subset_file = demo_subset_file
 
 
-def _spec(tasks_file: Path, address: str | None, samples: int = 2) -> CampaignSpec:
-    """The demo's oracle campaign (the `tests` scorer) on the subset, here or on the cluster."""
+def _spec(tasks_file: Path, address: str, samples: int = 2) -> CampaignSpec:
+    """The demo's oracle campaign (the `tests` scorer) on the subset, on the cluster."""
     spec = CampaignSpec.model_validate_json((DEMO_DIR / "campaign-oracle.json").read_text())
-    sandbox = RaySandboxConfig(address=address) if address else None
+    sandbox = RaySandboxConfig(address=address)
     limits = spec.limits.model_copy(update={"retry_base_delay_s": 0.2})
     return spec.model_copy(
         update={
@@ -66,10 +67,10 @@ async def test_a_demo_campaign_on_the_cluster_matches_one_machine_and_uses_two_n
     ray_cluster: LoopbackCluster, subset_file: Path, tmp_path: Path
 ) -> None:
     with anyio.fail_after(400):
-        _, here = await run_campaign(tmp_path / "here", _spec(subset_file, None))
-        _, there = await run_campaign(tmp_path / "there", _spec(subset_file, ray_cluster.address))
-    assert _by_task(there) == _by_task(here)
-    assert all(r == [("resolved", "resolved")] * 2 for r in _by_task(there).values())
+        _, there = await run_campaign(tmp_path, _spec(subset_file, ray_cluster.address))
+    # What one machine gives for it: the demo test's oracle campaign (the same spec) proves it.
+    one_machine = {task.id: [("resolved", "resolved")] * 2 for task in load_tasks(subset_file)}
+    assert _by_task(there) == one_machine
     nodes = build_report(there)["nodes"]
     assert nodes is not None
     workers = {ray_cluster.node_id(node) for node in ray_cluster.workers}
@@ -78,7 +79,6 @@ async def test_a_demo_campaign_on_the_cluster_matches_one_machine_and_uses_two_n
     placed = [task for row in nodes.values() for task in row["instances"]]
     assert sorted(placed) == sorted(_by_task(there)), "each instance on one node"
     assert "instance(s)" in render_markdown(build_report(there))
-    assert build_report(here)["nodes"] is None
 
 
 class HoldingOracle(Agent):
