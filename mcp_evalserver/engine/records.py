@@ -533,9 +533,7 @@ def parse_json_lines(array: bytes) -> list[LedgerRecord] | None:
         shape = shapes[line["kind"]]
         if len(line) == shape.size:
             fields_set = shape.all_fields
-        elif len(line) + len(shape.absent) == shape.size and not any(
-            name in line for name in shape.absent
-        ):
+        elif len(line) + len(shape.absent) == shape.size and shape.absent.keys().isdisjoint(line):
             line.update(shape.absent)
             fields_set = shape.fields_without_absent
         else:

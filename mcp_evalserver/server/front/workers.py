@@ -29,6 +29,7 @@ from typing import TextIO
 
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.server.front.service import WorkerConfig
+from mcp_evalserver.server.transport.http import bound_socket
 
 #: The most workers `--workers` takes by default.
 DEFAULT_MAX_WORKERS = 8
@@ -48,15 +49,7 @@ def reserve_port(host: str, port: int) -> socket.socket:
     Raises:
         InvalidInput: the address cannot be bound.
     """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
-    return sock
+    return bound_socket(host, port, reuse_port=True)
 
 
 def serve_workers(

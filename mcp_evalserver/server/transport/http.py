@@ -198,6 +198,18 @@ def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socke
     Raises:
         InvalidInput: the address cannot be bound.
     """
+    sock = bound_socket(host, port, reuse_port=reuse_port)
+    sock.listen(BACKLOG)
+    return sock
+
+
+def bound_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A TCP socket bound to `host:port`, not yet listening, whose connections will have
+    Nagle's algorithm off; `reuse_port`: the port is shared (SO_REUSEPORT).
+
+    Raises:
+        InvalidInput: the address cannot be bound.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP explicitly: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say
     # they are TCP, and with Nagle on, a response's body waits ~40 ms behind its headers for
@@ -212,7 +224,6 @@ def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socke
     except OSError as exc:
         sock.close()
         raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
-    sock.listen(BACKLOG)
     return sock
 
 
