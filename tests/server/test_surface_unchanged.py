@@ -85,3 +85,41 @@ def test_the_spec_schema_and_every_commands_help_are_as_before(before: dict[str,
         command or "(top)": cli(*([command] if command else []), "--help") for command in COMMANDS
     }
     assert now == before["cli_help"]
+
+
+async def current_surface(state_dir: Path) -> dict[str, Any]:
+    """What the fixture holds, as this checkout makes it."""
+    scoped = ScopedTrajectory(cast(TrajectoryContext, None))
+    return {
+        "cli_help": {
+            command or "(top)": cli(*([command] if command else []), "--help")
+            for command in COMMANDS
+        },
+        "openai_tools": json.loads(
+            json.dumps(
+                {
+                    f"{workspace}/{checkpoints}": tool_schemas(workspace, checkpoints)
+                    for workspace in (False, True)
+                    for checkpoints in (False, True)
+                }
+            )
+        ),
+        "spec_schema": json.loads(cli("schema")),
+        "tools": await listed_tools(create_server(state_dir)),
+        "trajectory_tools": await listed_tools(create_trajectory_server(scoped)),
+    }
+
+
+if __name__ == "__main__":
+    # A deliberate change to the surface rewrites the fixture (in a commit of its own):
+    # `python -m tests.server.test_surface_unchanged`, then review `git diff` of the fixture.
+    import tempfile
+
+    import anyio
+
+    async def _write() -> None:
+        with tempfile.TemporaryDirectory() as state_dir:
+            surface = await current_surface(Path(state_dir))
+        FIXTURE.write_text(json.dumps(surface, indent=1, sort_keys=True) + "\n")
+
+    anyio.run(_write)
