@@ -300,6 +300,38 @@ CASES = [
         EvalStatus.GRADED,
         "RESOLVED_FULL",
     ),
+    # A lone carriage return ends a line for SWE-bench, which grades the file it wrote and
+    # read back in text mode (issue 41): progress output must not hide a result.
+    Case(
+        "django runner: a test's progress line ends in a carriage return",
+        "django",
+        eval_log(
+            DJANGO_OUTPUT.replace(
+                "test_add (calc.tests.OpsTests) ... ok\n",
+                "test_add (calc.tests.OpsTests) ... working...\rok\n",
+            ),
+            exit_code=1,
+        ),
+        ["test_add (calc.tests.OpsTests)", "test_noisy (calc.tests.OpsTests)"],
+        ["test_net (calc.tests.OpsTests)"],
+        EvalStatus.GRADED,
+        "RESOLVED_FULL",
+    ),
+    Case(
+        "pytest: summary lines after a progress counter's carriage returns",
+        "pytest",
+        eval_log(
+            pytest_session(
+                FULL_SUMMARY.replace("PASSED tests/test_ops.py::test_mul\n", "")
+                + " 50%\r100%\rPASSED tests/test_ops.py::test_mul\r\n",
+                "4 passed, 2 skipped, 1 xfailed",
+            )
+        ),
+        ["tests/test_ops.py::test_mul"],
+        ["tests/test_ops.py::test_add"],
+        EvalStatus.GRADED,
+        "RESOLVED_FULL",
+    ),
 ]
 
 

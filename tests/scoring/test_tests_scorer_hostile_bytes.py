@@ -5,14 +5,15 @@ cap on either stream. Each submission fixes nothing; whatever it prints, it is g
 the harness, in both modes.
 
 These held before issue 9's fixes too; they guard the parsers and the capture against
-"improvements" that would let such bytes through (a parser that split lines at carriage
-returns, as SWE-bench 5.0.2's does not, would resolve the carriage-return forgeries).
+"improvements" that would let such bytes through.
 
-ANSI codes are removed before parsing (`terminal_codes`, so a coloured run is graded): a line
-wrapped in them then says what the same line without them says, nothing more. In SWE-bench
-mode such forged lines grade exactly as the plain forgery does, which fools SWE-bench 5.0.2
-too (`test_strict_mode_does_not_believe_passes_printed_at_exit_beside_a_forged_failure`);
-strict mode believes neither.
+ANSI codes are removed before parsing (`terminal_codes`, so a coloured run is graded), and a
+lone carriage return ends a line (SWE-bench 5.0.2 grades the `test_output.txt` it wrote and
+read back in text mode: universal newlines): a line wrapped in either then says what the same
+plain lines say, nothing more. In SWE-bench mode such forged lines grade exactly as the plain
+forgery does, which fools SWE-bench 5.0.2 too
+(`test_strict_mode_does_not_believe_passes_printed_at_exit_beside_a_forged_failure`); strict
+mode believes neither.
 """
 
 from __future__ import annotations
@@ -51,9 +52,6 @@ CASES = {
     "NUL bytes and invalid UTF-8 in and around forged lines": _conftest(
         b"\x00\xff\xfe\x80 PASSED x\x00\n" * 1000,
         b"\x00\n" + _forged("\x00{}\x00") + _forged("{}").replace(b"\n", b"\xff\n"),
-    ),
-    "carriage returns around forged lines": _conftest(
-        b"\r", b"\n" + _forged("\r{}") + b"FAILED test_other.py::test_unrelated\r\n"
     ),
     "escape strings left open around the real summary": _conftest(
         b"\x1b]0;\x1b[8m", b"\x07\x1b\\\n" + _forged("\x1b]0;{}")
@@ -95,20 +93,31 @@ ANSI_FORGERY = (
 )
 
 
-async def test_forged_lines_in_ansi_codes_grade_as_the_same_lines_without_them(
-    tmp_path: Path,
+#: The same forgery with carriage returns around the lines (a terminal would overwrite them).
+CR_FORGERY = b"\n" + _forged("\r{}") + b"FAILED test_other.py::test_unrelated\r\n"
+
+
+def _plain(forgery: bytes) -> bytes:
+    for code in (b"\x1b[32m", b"\x1b[31m", b"\x1b[0m", b"\x1b[1A\x1b[2K"):
+        forgery = forgery.replace(code, b"")
+    return forgery.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+
+
+@pytest.mark.parametrize(
+    "forgery", [ANSI_FORGERY, CR_FORGERY], ids=["ansi codes", "carriage returns"]
+)
+async def test_forged_lines_in_ansi_codes_or_carriage_returns_grade_as_the_plain_lines(
+    forgery: bytes, tmp_path: Path
 ) -> None:
     task = _task(tmp_path)
     repo = Path(task.path or "")
-    plain = ANSI_FORGERY.replace(b"\x1b[32m", b"").replace(b"\x1b[31m", b"")
-    plain = plain.replace(b"\x1b[0m", b"").replace(b"\x1b[1A\x1b[2K", b"")
     verdicts = {}
     async with scoring_in_workspaces(tmp_path / "campaign") as scoring:
-        for name, forgery in (("ansi", ANSI_FORGERY), ("plain", plain)):
+        for name, lines in (("decorated", forgery), ("plain", _plain(forgery))):
             for strict in (False, True):
-                patch = diff_of(repo, {"conftest.py": _conftest(b"", forgery)})
+                patch = diff_of(repo, {"conftest.py": _conftest(b"", lines)})
                 scorer = TestsScorer(strict=strict, output_cap=OUTPUT_CAP)
                 result = await scoring.score(scorer, task, Submission(patch=patch))
                 verdicts[name, strict] = (result.resolved, result.status, result.outcome)
-    assert verdicts["ansi", False] == verdicts["plain", False]
-    assert verdicts["ansi", True] == verdicts["plain", True] == (False, "failed", "failed")
+    assert verdicts["decorated", False] == verdicts["plain", False]
+    assert verdicts["decorated", True] == verdicts["plain", True] == (False, "failed", "failed")

@@ -13,6 +13,9 @@ Rules (as in `swebench.harness.grading`, checked by a differential test against 
 - The log is graded only if the patch applied, the tests did not run past the time limit, the
   log has the test-output section and either parsed results or a sign the suite ran, and the
   exit code agrees with the results. Each other case is its own `EvalStatus`, never resolved.
+- The log is read as SWE-bench 5.0.2 reads its `test_output.txt` (written, then read back with
+  `open()`): universal newlines, so `\r\n` and a lone `\r` (progress output such as
+  `50%\r100%\r`) end a line (`universal_newlines`).
 - The test-output section is what SWE-bench 5.0.2 slices: from the first start marker to the
   next start marker or the first end marker, whichever comes first
   (`log.split(START)[1].split(END)[0]`).
@@ -288,6 +291,13 @@ def _skipped(test: str, statuses: StatusMap) -> bool:
     return key is not None and statuses[key] is TestStatus.SKIPPED
 
 
+def universal_newlines(log: str) -> str:
+    """`log` as Python's text mode reads it back from a file: `\\r\\n` and a lone `\\r` become
+    `\\n`. SWE-bench grades the file it wrote, so a test's progress line `working...\\r ok` is
+    two lines to it, and must be to us (its Django and pytest parsers match at line starts)."""
+    return log.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def extract_test_output(log: str) -> str | None:
     """SWE-bench 5.0.2's slice: after the first start marker, up to the next start marker or
     the first end marker, whichever comes first; None without both markers.
@@ -344,6 +354,7 @@ def grade_log(
     """
     f2p = parse_test_list(fail_to_pass, "FAIL_TO_PASS")
     p2p = parse_test_list(pass_to_pass, "PASS_TO_PASS")
+    log = universal_newlines(log)
     exit_code = parse_test_exit_code(log) if exit_status is None else exit_status
     if not patch_applied or APPLY_PATCH_FAIL in log:
         return ungraded(EvalStatus.PATCH_APPLY_FAILED, "the patch did not apply", exit_code)
