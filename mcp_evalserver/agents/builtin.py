@@ -1,4 +1,5 @@
-"""Agents that need no model: the floor (noop) and the ceiling (oracle)."""
+"""Agents that need no model: the floor (noop), the ceiling (oracle), and both by turns
+(validation)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,19 @@ class OracleAgent(Agent):
         if task.answer is None and task.patch is None:
             raise InvalidInput(f"task {task.id} has no gold `answer` or `patch` for the oracle")
         return Submission(answer=task.answer, patch=task.patch)
+
+
+class ValidationAgent(Agent):
+    """The gold submission for the first `runs` samples of a task, nothing for the next
+    `runs`: what `mcp-evalserver validate` runs to find broken, trivial and flaky tasks."""
+
+    def __init__(self, runs: int) -> None:
+        self.runs = runs
+
+    async def generate(self, context: TrajectoryContext) -> Submission:
+        if context.sample < self.runs:
+            return await OracleAgent().generate(context)
+        return Submission()
 
 
 async def _solve(context: TrajectoryContext, harbor: HarborTask) -> Submission:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mcp_evalserver.agents.base import Agent
-from mcp_evalserver.agents.builtin import NoopAgent, OracleAgent
+from mcp_evalserver.agents.builtin import NoopAgent, OracleAgent, ValidationAgent
 from mcp_evalserver.agents.command import EndpointFactory
 from mcp_evalserver.agents.external import ClaimBoard, ExternalAgent
 from mcp_evalserver.agents.predictions import PredictionsAgent
@@ -18,6 +18,7 @@ from mcp_evalserver.spec.agents import (
     OpenAIAgentConfig,
     OracleAgentConfig,
     PredictionsAgentConfig,
+    ValidationAgentConfig,
 )
 
 
@@ -47,6 +48,8 @@ def build_agent(
         return NoopAgent()
     if isinstance(config, OracleAgentConfig):
         return OracleAgent()
+    if isinstance(config, ValidationAgentConfig):
+        return ValidationAgent(config.runs)
     if isinstance(config, OpenAIAgentConfig):
         # Imported here: importing the openai client takes seconds, which every CLI call
         # and every campaign without this agent would pay.

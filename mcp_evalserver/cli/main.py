@@ -24,6 +24,7 @@ from mcp_evalserver.cli.plan import add_cluster_option, add_plan_command, dispat
 from mcp_evalserver.cli.progress import progress_line, show_progress
 from mcp_evalserver.cli.scoring import add_scoring_commands, dispatch_scoring
 from mcp_evalserver.cli.sweep import add_sweep_command, dispatch_sweep
+from mcp_evalserver.cli.validate import add_validate_command, dispatch_validate
 from mcp_evalserver.engine.parts import check_spec
 from mcp_evalserver.engine.report import build_report, render_markdown
 from mcp_evalserver.engine.runner import CampaignRunner
@@ -174,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate_command(commands)
     add_export_command(commands)
     add_plan_command(commands)
+    add_validate_command(commands)
 
     commands.add_parser("schema", help="print the JSON schema of a campaign spec")
     return parser
@@ -268,6 +270,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
     handled = dispatch_scoring(args, store, _run)
+    if handled is None:
+        handled = dispatch_validate(args, store, _run)
     # Each subcommand module answers its own commands and None to the others.
     for dispatch in (dispatch_sweep, dispatch_calibrate, dispatch_export, dispatch_plan):
         if handled is None:

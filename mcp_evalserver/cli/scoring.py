@@ -127,7 +127,7 @@ def dispatch_scoring(
             print(render_comparison_markdown(comparison), end="")
         return 0
     if args.command == "rescore":
-        scorer = _scorer_argument(args.scorer) if args.scorer else None
+        scorer = scorer_argument(args.scorer) if args.scorer else None
         chosen = anyio.run(
             lambda: request_rescore(
                 store,
@@ -143,7 +143,7 @@ def dispatch_scoring(
         spec = predictions_spec(
             args.predictions,
             args.instances,
-            scorer=_scorer_argument(args.scorer) if args.scorer else None,
+            scorer=scorer_argument(args.scorer) if args.scorer else None,
             name=args.name,
             image=args.image,
             path=args.path,
@@ -181,7 +181,7 @@ def dispatch_scoring(
     return None
 
 
-def _scorer_argument(value: str) -> Any:
+def scorer_argument(value: str) -> Any:
     """A scorer config from JSON text or from a file holding it.
 
     Raises:

@@ -37,6 +37,7 @@ from mcp_evalserver.engine.state import (
     Spend,
     TrajectoryState,
 )
+from mcp_evalserver.engine.validation import render_validation_markdown, validation_report
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.scoring.stats.clustered import cluster_robust_mean, task_clusters
 from mcp_evalserver.scoring.stats.comparison import compare_campaigns
@@ -54,6 +55,7 @@ from mcp_evalserver.scoring.stats.summary import (
     summarise_campaign,
     task_stats,
 )
+from mcp_evalserver.spec.agents import ValidationAgentConfig
 
 CONFIDENCE = 0.95
 SEED = 0
@@ -314,6 +316,13 @@ def build_report(
         "branches_as_samples": branches_as_samples,
         "cost": cost_report(state, {task: row["resolved"] for task, row in per_task.items()}),
         "sampling": adaptive_sampling(state),
+        "validation": (
+            validation_report(state)
+            if isinstance(state.spec.agent, ValidationAgentConfig)
+            else None
+        ),
+        # A `tests` scorer's excluded tests (a validation's flaky ones), named wherever used.
+        "ignored_tests": getattr(state.spec.scorer, "ignore_tests", None) or None,
     }
 
 
@@ -596,6 +605,13 @@ def render_markdown(report: dict[str, Any]) -> str:
         )
     if (sampling := report.get("sampling")) is not None:
         lines += ["", *sampling_lines(sampling)]
+    if ignored := report.get("ignored_tests"):
+        lines += ["", "Tests graded neither way (`scorer.ignore_tests`):", ""]
+        lines += [
+            f"- {task}: " + ", ".join(f"`{t}`" for t in tests) for task, tests in ignored.items()
+        ]
+    if (validation := report.get("validation")) is not None:
+        lines += ["", render_validation_markdown(validation).rstrip("\n")]
     if (trees := report.get("branches")) is not None:
         best = trees["best_of_branches"]
         lines += [

@@ -28,6 +28,20 @@ from mcp_evalserver.spec.scorers import (
 )
 
 
+def ignored_tests(config: TestsScorerConfig) -> dict[str, list[str]] | None:
+    """The `ignore_tests` of a resolved spec's scorer.
+
+    Raises:
+        InvalidInput: it is still a file name (only the spec's top-level scorer reads one).
+    """
+    if isinstance(config.ignore_tests, str):
+        raise InvalidInput(
+            f"scorer.ignore_tests {config.ignore_tests!r} was not read: a file is read for the "
+            "spec's top-level `tests` scorer only; give the mapping inline here"
+        )
+    return config.ignore_tests
+
+
 def build_scorer(config: ScorerConfig) -> Scorer:
     """Makes the scorer a config describes.
 
@@ -62,6 +76,8 @@ def build_scorer(config: ScorerConfig) -> Scorer:
                 timeout_s=config.timeout_s,
                 output_cap=config.output_cap,
                 strict=config.strict,
+                grade_empty=config.grade_empty,
+                ignore_tests=ignored_tests(config),
             )
         case HarborScorerConfig():
             return HarborScorer(threshold=config.threshold)

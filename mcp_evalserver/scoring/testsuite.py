@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -129,8 +129,15 @@ class TestsScorer(Scorer):
         timeout_s: float = 1800.0,
         output_cap: int = 8 << 20,
         strict: bool = False,
+        grade_empty: bool = False,
+        ignore_tests: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         """Checks the parser name now, so a typo fails the campaign before it starts.
+
+        `grade_empty`: an empty submission runs the tests on the base too (a validation's
+        no-op runs), instead of being `empty` with nothing run. `ignore_tests`: by task id,
+        the tests graded neither way (a validation's flaky ones); each exclusion is named in
+        the verdict's `details.ignored_tests`.
 
         Raises:
             InvalidInput: no log parser has that name.
@@ -142,6 +149,8 @@ class TestsScorer(Scorer):
         self.timeout_s = timeout_s
         self.output_cap = output_cap
         self.strict = strict
+        self.grade_empty = grade_empty
+        self.ignore_tests = {task: frozenset(tests) for task, tests in (ignore_tests or {}).items()}
 
     def plan(self, task: Task) -> TestPlan:
         """What runs the task's tests and which parser reads them (`test_plans`): the task's
@@ -225,8 +234,10 @@ class TestsScorer(Scorer):
         """
         task = context.task
         patch = context.submission.patch
-        if not patch or not patch.strip():
+        empty = not patch or not patch.strip()
+        if empty and not self.grade_empty:
             return ScoreResult.unresolved("empty", "the submission has no patch; nothing was run")
+        graded, ignored = self._graded_lists(task)
         # Before anything runs: a task may ask for grading this scorer does not do.
         plan = self.plan(task)
         parser = get_parser(plan.parser)
@@ -249,27 +260,31 @@ class TestsScorer(Scorer):
         # which command and parser were chosen, and why.
         log: list[str] = [f"mcp-evalserver: tests: {plan.reason}\n"]
         git_snapshot = None
-        if self.strict and git_dir_paths_in(patch):
+        if self.strict and git_dir_paths_in(patch or ""):
             git_snapshot = f"{EVAL_DIR}/{secrets.token_hex(16)}"
-            snapshot = git_dir_snapshot_script(git_dir_paths_in(patch), git_snapshot)
+            snapshot = git_dir_snapshot_script(git_dir_paths_in(patch or ""), git_snapshot)
             await workspace.exec(snapshot, timeout=_RESTORE_TIMEOUT_S)
         doctests: dict[str, str] = {}
         if self.strict:  # read before the patch goes in: the workspace is the base commit's
             doctests = await self._doctest_references(workspace, task, log)
-        applied = await apply_patch(workspace, patch)
-        log.append(applied.log)
         details: dict[str, Any] = {
-            "patch_applied": applied.applied,
+            "patch_applied": True,
             "apply_command": None,
             "test_plan": plan.reason,
         }
-        if not applied.applied:
-            grade = _grade("", task, parser, patch_applied=False)
-            return await self._result(context, grade, log, details)
-        details["apply_command"] = applied.command
+        if ignored:
+            details["ignored_tests"] = ignored
+        if not empty:
+            applied = await apply_patch(workspace, patch or "")
+            log.append(applied.log)
+            details["patch_applied"] = applied.applied
+            if not applied.applied:
+                grade = _grade("", graded, parser, patch_applied=False)
+                return await self._result(context, grade, log, details)
+            details["apply_command"] = applied.command
         if self.strict:
             details["restored"] = await self._restore_infrastructure(
-                workspace, task, patch, git_snapshot, log
+                workspace, task, patch or "", git_snapshot, log
             )
             await workspace.write_file(f"{_PLUGIN_DIR}/mcp_evalserver_report.py", plugin_source())
             await workspace.write_file(f"{_PLUGIN_DIR}/{DOCTESTS_FILE}", doctests_file(doctests))
@@ -298,15 +313,15 @@ class TestsScorer(Scorer):
             grade = grade_report(
                 run.report,
                 writers=run.report_writers,
-                fail_to_pass=task.FAIL_TO_PASS,
-                pass_to_pass=task.PASS_TO_PASS,
+                fail_to_pass=graded.FAIL_TO_PASS,
+                pass_to_pass=graded.PASS_TO_PASS,
                 exit_status=run.exit_status,
                 doctests=doctests.keys(),
             )
         else:
             grade = _grade(
                 run.output,
-                task,
+                graded,
                 parser,
                 patch_applied=True,
                 timed_out=run.timed_out,
@@ -316,6 +331,17 @@ class TestsScorer(Scorer):
             test_output.encode(errors="replace"), ".log"
         )
         return await self._result(context, grade, log, details)
+
+    def _graded_lists(self, task: Task) -> tuple[Task, list[str]]:
+        """The task with its ignored tests taken out of FAIL_TO_PASS and PASS_TO_PASS, and
+        the tests taken out (in list order)."""
+        ignore = self.ignore_tests.get(task.id)
+        if not ignore:
+            return task, []
+        lists = {name: getattr(task, name) for name in ("FAIL_TO_PASS", "PASS_TO_PASS")}
+        ignored = [t for tests in lists.values() for t in tests if t in ignore]
+        kept = {name: [t for t in tests if t not in ignore] for name, tests in lists.items()}
+        return task.model_copy(update=kept), ignored
 
     async def _restore_infrastructure(
         self, workspace: Workspace, task: Task, patch: str, git_snapshot: str | None, log: list[str]

@@ -45,7 +45,11 @@ from mcp_evalserver.spec.agents import (
 from mcp_evalserver.spec.campaign import CampaignSpec, RaySandboxConfig, Task
 from mcp_evalserver.spec.harbor import harbor_of
 from mcp_evalserver.spec.predictions import GOLD
-from mcp_evalserver.spec.scorers import LlmJudgeScorerConfig, PythonScorerConfig
+from mcp_evalserver.spec.scorers import (
+    LlmJudgeScorerConfig,
+    PythonScorerConfig,
+    TestsScorerConfig,
+)
 
 # The configs that make the server import a module or run a program of the client's choosing
 # (a `command` scorer runs in the sandbox: it is not one of them).
@@ -141,6 +145,12 @@ class Privileges:
         if isinstance(spec.prices, str):
             spec = spec.model_copy(
                 update={"prices": self.host_path(spec.prices, "price file", base_dir)}
+            )
+        scorer = spec.scorer
+        if isinstance(scorer, TestsScorerConfig) and isinstance(scorer.ignore_tests, str):
+            ignore = self.host_path(scorer.ignore_tests, "ignore_tests file", base_dir)
+            spec = spec.model_copy(
+                update={"scorer": scorer.model_copy(update={"ignore_tests": ignore})}
             )
         resolved = spec.resolved(base_dir)
         assert not isinstance(resolved.tasks, str)

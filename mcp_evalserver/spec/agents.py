@@ -27,6 +27,15 @@ class OracleAgentConfig(_Strict):
     type: Literal["oracle"] = "oracle"
 
 
+class ValidationAgentConfig(_Strict):
+    """Validates a task set (`mcp-evalserver validate`): samples 0..runs-1 submit the gold
+    patch (as `oracle`), samples runs..2*runs-1 submit nothing (as `noop`); the campaign's
+    `samples` is 2 * runs. Its report tells broken, trivial and flaky tasks and tests."""
+
+    type: Literal["validation"] = "validation"
+    runs: int = Field(5, ge=1, le=100, description="Gold runs, and as many empty runs, per task.")
+
+
 class PythonAgentConfig(_Strict):
     """An agent written in Python, loaded from `module:factory`; `factory(options)` returns it."""
 
@@ -164,6 +173,7 @@ AgentConfig = Annotated[
     | OpenAIAgentConfig
     | PredictionsAgentConfig
     | CommandAgentConfig
-    | MiniSweAgentConfig,
+    | MiniSweAgentConfig
+    | ValidationAgentConfig,
     Field(discriminator="type"),
 ]

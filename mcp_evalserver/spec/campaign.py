@@ -33,7 +33,7 @@ from mcp_evalserver.spec.agents import AgentConfig, NoopAgentConfig
 from mcp_evalserver.spec.harbor import harbor_task_rows, is_harbor_source
 from mcp_evalserver.spec.host_paths import HostPath
 from mcp_evalserver.spec.prices import ModelPrice, read_price_file
-from mcp_evalserver.spec.scorers import ExactScorerConfig, ScorerConfig
+from mcp_evalserver.spec.scorers import ExactScorerConfig, ScorerConfig, TestsScorerConfig
 from mcp_evalserver.spec.swebench_repos import TASK_FILE, TASKS_DIR, read_task_repo
 
 _ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/]*")
@@ -404,6 +404,11 @@ class CampaignSpec(_Strict):
             if not prices.is_absolute() and base_dir is not None:
                 prices = base_dir / prices
             resolved = resolved.model_copy(update={"prices": read_price_file(prices)})
+        scorer = self.scorer
+        if isinstance(scorer, TestsScorerConfig) and isinstance(scorer.ignore_tests, str):
+            ignore = read_ignore_file(_relative_to(Path(scorer.ignore_tests), base_dir))
+            scorer = scorer.model_copy(update={"ignore_tests": ignore})
+            resolved = resolved.model_copy(update={"scorer": scorer})
         if isinstance(self.tasks, list):
             return resolved
         path = Path(self.tasks)
@@ -434,6 +439,33 @@ def note_extra_task_fields(rows: Iterable[Mapping[str, Any]], source: object) ->
             ", ".join(extra),
             "is" if len(extra) == 1 else "are",
         )
+
+
+def _relative_to(path: Path, base_dir: Path | None) -> Path:
+    return base_dir / path if not path.is_absolute() and base_dir is not None else path
+
+
+def read_ignore_file(path: Path) -> dict[str, list[str]]:
+    """A file of tests to grade neither way: `{"task id": ["test id", ...], ...}`.
+
+    Raises:
+        InvalidInput: unreadable, not JSON, or not that shape.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidInput(f"cannot read scorer.ignore_tests file {path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise InvalidInput(f"scorer.ignore_tests file {path} is not JSON: {exc}") from exc
+    if not isinstance(data, dict) or not all(
+        isinstance(tests, list) and all(isinstance(t, str) for t in tests)
+        for tests in data.values()
+    ):
+        raise InvalidInput(
+            f"scorer.ignore_tests file {path}: expected "
+            '{"task id": ["test id", ...]} (what `mcp-evalserver validate --write-ignore` writes)'
+        )
+    return {str(task): list(tests) for task, tests in data.items()}
 
 
 def trajectory_id(task_id: str, sample: int) -> str:

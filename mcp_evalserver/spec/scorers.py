@@ -90,6 +90,17 @@ class TestsScorerConfig(_Strict):
         "(scoring/strict.py); the test command must append to PYTHONPATH, not replace it. "
         "false: exactly SWE-bench 5.0.2.",
     )
+    grade_empty: bool = Field(
+        False,
+        description="Run the tests on an empty submission too (validation's no-op runs); "
+        "default: an empty patch is graded `empty`, nothing run.",
+    )
+    ignore_tests: dict[str, list[str]] | str | None = Field(
+        None,
+        description="Tests graded neither way, by task id (`validate --write-ignore` writes "
+        "them): inline, or the path of such a JSON file; recorded inline with the campaign and "
+        "named in every verdict and report that used them.",
+    )
 
 
 class HarborScorerConfig(_Strict):

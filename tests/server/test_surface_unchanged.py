@@ -29,7 +29,7 @@ pytestmark = pytest.mark.anyio
 FIXTURE = Path(__file__).parent / "fixtures" / "surface-09c052b.json"
 COMMANDS = [
     "", "run", "status", "resume", "report", "compare", "rescore", "import-predictions",
-    "export-predictions", "sweep", "calibrate", "plan", "schema",
+    "export-predictions", "sweep", "calibrate", "plan", "schema", "validate",
 ]  # fmt: skip
 
 
