@@ -75,7 +75,12 @@ from mcp_evalserver.scoring.swebench.strict import (
     plugin_env,
     plugin_source,
 )
-from mcp_evalserver.scoring.swebench.test_plans import TestPlan, plan_tests
+from mcp_evalserver.scoring.swebench.test_plans import (
+    TestPlan,
+    parser_instance,
+    plan_tests,
+    task_eval_type,
+)
 from mcp_evalserver.spec.campaign import Task
 
 #: The shell variable the eval script keeps the test command's exit status in.
@@ -203,7 +208,7 @@ class TestsScorer(Scorer):
         Raises:
             InvalidInput: the parser the task names is not one this project has.
         """
-        return get_parser(self.plan(task).parser)
+        return get_parser(self.plan(task).parser, parser_instance(task))
 
     def eval_script(self, task: Task) -> str | None:
         """The shell script that runs the tests between the markers and exits with the test
@@ -240,12 +245,8 @@ class TestsScorer(Scorer):
         graded, ignored = self._graded_lists(task)
         # Before anything runs: a task may ask for grading this scorer does not do.
         plan = self.plan(task)
-        parser = get_parser(plan.parser)
-        eval_type = task.metadata.get("eval_type") or "pass_and_fail"
-        if eval_type != "pass_and_fail":
-            raise InvalidInput(
-                f"task {task.id}: eval_type {eval_type!r} is not supported (only pass_and_fail)"
-            )
+        parser = get_parser(plan.parser, parser_instance(task))
+        eval_type = task_eval_type(task)
         script = self.eval_script(task)
         if script is None:
             return ScoreResult.unresolved(
@@ -279,7 +280,7 @@ class TestsScorer(Scorer):
             log.append(applied.log)
             details["patch_applied"] = applied.applied
             if not applied.applied:
-                grade = _grade("", graded, parser, patch_applied=False)
+                grade = _grade("", graded, parser, eval_type, patch_applied=False)
                 return await self._result(context, grade, log, details)
             details["apply_command"] = applied.command
         if self.strict:
@@ -323,6 +324,7 @@ class TestsScorer(Scorer):
                 run.output,
                 graded,
                 parser,
+                eval_type,
                 patch_applied=True,
                 timed_out=run.timed_out,
                 exit_status=run.exit_status,
@@ -469,6 +471,7 @@ def _grade(
     output: str,
     task: Task,
     parser: LogParser,
+    eval_type: str,
     *,
     patch_applied: bool,
     timed_out: bool = False,
@@ -482,6 +485,7 @@ def _grade(
         patch_applied=patch_applied,
         timed_out=timed_out,
         exit_status=exit_status,
+        eval_type=eval_type,
     )
 
 

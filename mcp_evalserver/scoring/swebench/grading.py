@@ -266,16 +266,23 @@ def grade_tests(
     statuses: StatusMap,
     fail_to_pass: str | Sequence[str] | None,
     pass_to_pass: str | Sequence[str] | None,
+    eval_type: str = "pass_and_fail",
 ) -> TestsReport:
-    """Splits both lists into successes and failures against a status map.
+    """Splits both lists into successes and failures against a status map. `fail_only`
+    (SWE-bench's eval type for runners that report failures only): a test succeeds unless the
+    map says, under its exact id, that it FAILED.
 
     Raises:
         InvalidInput: a list is neither a list of strings nor JSON text of one.
     """
     f2p = parse_test_list(fail_to_pass, "FAIL_TO_PASS")
     p2p = parse_test_list(pass_to_pass, "PASS_TO_PASS")
-    f2p_ok = {t for t in f2p if is_passing(t, statuses)}
-    p2p_ok = {t for t in p2p if is_passing(t, statuses) or _skipped(t, statuses)}
+    if eval_type == "fail_only":
+        f2p_ok = {t for t in f2p if statuses.get(t) is not TestStatus.FAILED}
+        p2p_ok = {t for t in p2p if statuses.get(t) is not TestStatus.FAILED}
+    else:
+        f2p_ok = {t for t in f2p if is_passing(t, statuses)}
+        p2p_ok = {t for t in p2p if is_passing(t, statuses) or _skipped(t, statuses)}
     return TestsReport(
         fail_to_pass=TestGroup(
             tuple(t for t in f2p if t in f2p_ok), tuple(t for t in f2p if t not in f2p_ok)
@@ -340,8 +347,10 @@ def grade_log(
     patch_applied: bool = True,
     timed_out: bool = False,
     exit_status: int | None = None,
+    eval_type: str = "pass_and_fail",
 ) -> Grade:
-    """Grades one evaluation log (the eval script's output, nothing else).
+    """Grades one evaluation log (the eval script's output, nothing else); `eval_type` as
+    `grade_tests` takes it.
 
     `patch_applied`, `timed_out` and `exit_status` are what the scorer saw itself; SWE-bench's
     marker lines for the same facts in the log are honoured too, so its logs grade as it would
@@ -391,7 +400,7 @@ def grade_log(
             "no test results in the log and no sign the suite ran",
             exit_code,
         )
-    report = grade_tests(statuses, f2p, p2p)
+    report = grade_tests(statuses, f2p, p2p, eval_type)
     failing = {TestStatus.FAILED, TestStatus.ERROR}
     if exit_code not in (None, 0) and statuses and not failing & set(statuses.values()):
         return Grade(

@@ -18,11 +18,13 @@ Each parser is total: any text gives a (possibly empty) map, never an exception.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 
 from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.scoring.swebench import multilingual
 
 
 class TestStatus(StrEnum):
@@ -375,14 +377,43 @@ SWEBENCH_REPO_PARSERS: dict[str, str] = {
 }
 
 
-def get_parser(name: str) -> LogParser:
-    """The parser called `name` (ours, or SWE-bench's `parse_log_*` name for a mirror).
+#: Every repository SWE-bench 5.0.2 names a parser for, by that parser's name.
+ALL_REPO_PARSERS: dict[str, str] = {
+    **SWEBENCH_REPO_PARSERS,
+    **{repo: multilingual.short_name(p) for repo, p in multilingual.REPO_PARSERS.items()},
+}
+
+
+def parser_names() -> list[str]:
+    """Every parser name `get_parser` takes (besides SWE-bench's `parse_log_` spellings)."""
+    return sorted({*PARSERS, *_SWEBENCH_ALIASES, *multilingual.PARSERS})
+
+
+def get_parser(name: str, instance: multilingual.Instance | None = None) -> LogParser:
+    """The parser called `name` (ours, or SWE-bench's `parse_log_*` name for a mirror or one
+    of its other languages' parsers). `instance`: the task's id and version, which a few of
+    SWE-bench's parsers read to choose a format (default: neither known).
+
+    SWE-bench's other-language parsers run as SWE-bench runs them, with one difference: where
+    one raises on a log (an index or attribute error on output it did not expect, which fails
+    the whole evaluation in SWE-bench), the log has no results here, graded as such.
 
     Raises:
         InvalidInput: no parser has that name; the message lists those that exist.
     """
     short = name.removeprefix("parse_log_")
     parser = PARSERS.get(_SWEBENCH_ALIASES.get(short, short))
-    if parser is None:
-        raise InvalidInput(f"unknown log parser {name!r}; known: {', '.join(sorted(PARSERS))}")
-    return parser
+    if parser is not None:
+        return parser
+    raw = multilingual.PARSERS.get(short) or multilingual.PARSERS.get(name.removeprefix("parse_"))
+    if raw is None:
+        raise InvalidInput(f"unknown log parser {name!r}; known: {', '.join(parser_names())}")
+    return functools.partial(_ported, raw, instance or multilingual.Instance("", ""))
+
+
+def _ported(raw: multilingual.RawParser, instance: multilingual.Instance, log: str) -> StatusMap:
+    try:
+        statuses = raw(log, instance)
+    except Exception:
+        return {}
+    return {test: found for test, word in statuses.items() if (found := _status(word))}

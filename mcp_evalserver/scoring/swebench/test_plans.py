@@ -25,8 +25,10 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.scoring.swebench import multilingual
 from mcp_evalserver.scoring.swebench.doctests import doctest_kind
-from mcp_evalserver.scoring.swebench.logparsers import SWEBENCH_REPO_PARSERS
+from mcp_evalserver.scoring.swebench.logparsers import ALL_REPO_PARSERS, SWEBENCH_REPO_PARSERS
 from mcp_evalserver.scoring.swebench.specs import swebench_setup
 from mcp_evalserver.spec.campaign import Task
 
@@ -131,14 +133,37 @@ def plan_tests(task: Task, *, command: str | None = None, parser: str = "auto") 
     return TestPlan(inferred.command, parser_name, f"{inferred.reason}; {parser_reason}")
 
 
+def task_eval_type(task: Task) -> str:
+    """How the task's tests grade: its `metadata.eval_type` (SWE-bench 5 instances carry one),
+    else `fail_only` for SWE-bench's fail-only repositories, else `pass_and_fail`.
+
+    Raises:
+        InvalidInput: an eval_type SWE-bench does not have.
+    """
+    named = task.metadata.get("eval_type")
+    if named is None:
+        return "fail_only" if task.repo in multilingual.FAIL_ONLY_REPOS else "pass_and_fail"
+    if named not in ("pass_and_fail", "fail_only"):
+        raise InvalidInput(
+            f"task {task.id}: eval_type {named!r} is not one of SWE-bench's "
+            "(pass_and_fail, fail_only)"
+        )
+    return str(named)
+
+
+def parser_instance(task: Task) -> multilingual.Instance:
+    """What a SWE-bench parser may read of the task (its id and version)."""
+    return multilingual.Instance(task.id, task.version or "")
+
+
 def _parser(task: Task, configured: str, inferred: TestPlan) -> tuple[str, str]:
     if configured != "auto":
         return configured, f"parser {configured} (the scorer's)"
     named = task.metadata.get("log_parser")
     if isinstance(named, str) and named:
         return named, f"parser {named} (the task's log_parser)"
-    if task.repo in SWEBENCH_REPO_PARSERS:
-        name = SWEBENCH_REPO_PARSERS[task.repo]
+    if task.repo in ALL_REPO_PARSERS:
+        name = ALL_REPO_PARSERS[task.repo]
         return name, f"parser {name} (SWE-bench's for {task.repo})"
     return inferred.parser, f"parser {inferred.parser} ({_parser_why(inferred.parser)})"
 
