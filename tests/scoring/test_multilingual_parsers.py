@@ -3,9 +3,10 @@ names and every repository its tables map runs here, and grades every log exactl
 own parser does: logs in the shapes of the frameworks' real output, seeded random logs made of
 those lines, and the fail-only grading of the repositories SWE-bench grades that way.
 
-The ported parsers are swebench's code (scoring/swebench/multilingual), so this guards the port
-and its wrapper: status words, the instance a parser reads, and that a parser which raises on a
-log (swebench's evaluation then errors) gives no results here, never an exception.
+The ported parsers are swebench's code (scoring/swebench/multilingual/third_party), so this
+guards the port and its wrapper: status words, the instance a parser reads, and that a parser
+which raises on a log (swebench's evaluation then errors) gives no results here, never an
+exception.
 """
 
 from __future__ import annotations

@@ -13,8 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mcp_evalserver.scoring.swebench.multilingual import c, go, java, javascript, php, ruby, rust
-from mcp_evalserver.scoring.swebench.multilingual._shared import TestSpec
+from mcp_evalserver.scoring.swebench.multilingual.third_party import (
+    c,
+    go,
+    java,
+    javascript,
+    php,
+    ruby,
+    rust,
+)
+from mcp_evalserver.scoring.swebench.multilingual.third_party._shared import TestSpec
 
 #: A ported parser as swebench calls it: the log and the instance, a status word per test id.
 RawParser = Callable[[str, TestSpec], dict[str, str]]

@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 import re
 
-from mcp_evalserver.scoring.swebench.multilingual._shared import TestSpec, TestStatus, ansi_escape
+from mcp_evalserver.scoring.swebench.multilingual.third_party._shared import (
+    TestSpec,
+    TestStatus,
+    ansi_escape,
+)
 
 
 def parse_log_highlightjs(log: str, test_spec: TestSpec) -> dict[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from mcp_evalserver.scoring.swebench.multilingual._shared import TestSpec, TestStatus
+from mcp_evalserver.scoring.swebench.multilingual.third_party._shared import TestSpec, TestStatus
 
 
 def parse_log_redis(log: str, test_spec: TestSpec) -> dict[str, str]:

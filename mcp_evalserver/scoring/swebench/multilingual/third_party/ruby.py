@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from mcp_evalserver.scoring.swebench.multilingual._shared import TestSpec, TestStatus
+from mcp_evalserver.scoring.swebench.multilingual.third_party._shared import TestSpec, TestStatus
 
 
 def parse_log_minitest(log: str, test_spec: TestSpec) -> dict[str, str]:
