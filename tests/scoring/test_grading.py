@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,7 +130,7 @@ def test_the_scorers_own_facts_override_a_clean_log() -> None:
     ],
 )
 def test_each_grade_maps_to_whose_failure_it_is(
-    output: str, flags: dict[str, bool], outcome: str
+    output: str, flags: dict[str, Any], outcome: str
 ) -> None:
     grade = grade_log(
         wrap(output), parser=parse_pytest, fail_to_pass=["a"], pass_to_pass=[], **flags
