@@ -11,13 +11,17 @@ wrong answer of this test below 1 in 3,000: 20 runs of the flaky test in the val
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from mcp_evalserver.cli.main import main
 from mcp_evalserver.engine.store import CampaignStore
+from tests.sandbox.docker_support import require_docker
 from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo
+
+HARBOR_EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "harbor"
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -162,3 +166,28 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     capsys.readouterr()
     assert main(list(argv)) == 0
     return capsys.readouterr().out
+
+
+@pytest.mark.docker
+def test_validate_runs_harbor_tasks_oracle_and_noop_on_docker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    require_docker()
+    tasks = tmp_path / "tasks"
+    for name in ("fractional", "reward-json"):
+        shutil.copytree(HARBOR_EXAMPLES / name, tasks / name)
+    state = str(tmp_path / "state")
+    argv = ["--state-dir", state, "validate", str(tasks), "--runs", "2", "--id", "h"]
+    assert main([*argv, "--no-progress"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    report = json.loads(_cli(capsys, "--state-dir", state, "report", "h", "--format", "json"))
+    assert report["scorer"] == "harbor"
+    rows = report["validation"]["tasks"]
+    assert {task: row["verdict"] for task, row in rows.items()} == {
+        "fractional": "ok",
+        "reward-json": "ok",
+    }
+    assert {task: row["gold_score_range"] for task, row in rows.items()} == {
+        "fractional": [1.0, 1.0],
+        "reward-json": [1.0, 1.0],
+    }
