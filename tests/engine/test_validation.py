@@ -4,8 +4,9 @@ test's exclusion list then lets every honest fix resolve, every time (issue 41).
 
 The flaky test fails when a fresh random draw says so (1 run in 3): nothing inside a workspace
 tells one run from another, by design, so the coin is truly random. The run counts keep a
-wrong answer of this test below 1 in 3,000: 20 runs of the flaky test in the validation
-((2/3)^20 that it never fails), 20 repetitions of the campaign without its exclusion.
+wrong answer of this test below 1 in 3,000: 20 runs of the flaky test in its validation
+((2/3)^20 that it never fails, (1/3)^10 that the gold never resolves), 20 repetitions of the
+campaign without its exclusion.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +36,10 @@ FLAKY_TESTS = NEW_TESTS.replace(
     "def test_zero():\n",
     "def test_zero():\n    import random\n\n    assert random.SystemRandom().random() >= 1 / 3\n",
 )
-RUNS = 10
+#: The suite's tasks; the flaky one is validated apart, with more runs.
+TASKS = ("sound", "flaky", "broken", "trivial")
+FLAKY_RUNS = 10
+FLAKY_BASE = FLAKY_TESTS.split("\n\n\ndef test_add")[0] + "\n"
 
 
 def _task(root: Path, task_id: str, tests: str, gold: str, tests_after: str) -> dict[str, object]:
@@ -50,61 +55,77 @@ def _task(root: Path, task_id: str, tests: str, gold: str, tests_after: str) -> 
     }
 
 
-def _suite(tmp_path: Path) -> Path:
-    tasks = [
-        _task(tmp_path, "sound", OLD_TESTS, FIXED, NEW_TESTS),
-        _task(tmp_path, "flaky", FLAKY_TESTS.split("\n\n\ndef test_add")[0] + "\n", FIXED,
-              FLAKY_TESTS),
+def _suite(tmp_path: Path, names: tuple[str, ...] = TASKS) -> Path:
+    made = {
+        "sound": lambda: _task(tmp_path, "sound", OLD_TESTS, FIXED, NEW_TESTS),
+        "flaky": lambda: _task(tmp_path, "flaky", FLAKY_BASE, FIXED, FLAKY_TESTS),
         # The gold patch fixes nothing.
-        _task(tmp_path, "broken", OLD_TESTS, CODE.replace("a - b", "b - a"), NEW_TESTS),
+        "broken": lambda: _task(tmp_path, "broken", OLD_TESTS, CODE.replace("a - b", "b - a"),
+                                NEW_TESTS),
         # test_add passes on the base already: it asks for 0 + 0.
-        _task(tmp_path, "trivial", OLD_TESTS, FIXED,
-              NEW_TESTS.replace("add(2, 2) == 4", "add(0, 0) == 0")),
-    ]  # fmt: skip
-    path = tmp_path / "tasks.jsonl"
-    path.write_text("".join(json.dumps(task) + "\n" for task in tasks))
+        "trivial": lambda: _task(tmp_path, "trivial", OLD_TESTS, FIXED,
+                                 NEW_TESTS.replace("add(2, 2) == 4", "add(0, 0) == 0")),
+    }  # fmt: skip
+    path = tmp_path / f"{'-'.join(names)}.jsonl"
+    path.write_text("".join(json.dumps(made[name]()) + "\n" for name in names))
     return path
 
 
-def test_validate_names_the_flaky_broken_and_trivial_tasks_and_the_exclusion_makes_honest_fixes_resolve(  # noqa: E501
+def _validate(
+    capsys: pytest.CaptureFixture[str], state: str, tasks: Path, runs: int, *extra: str
+) -> tuple[str, dict[str, Any]]:
+    """Validates `tasks` as campaign `tasks.stem`; its printed report and its JSON report."""
+    argv = ["--state-dir", state, "validate", str(tasks), "--runs", str(runs), "--id", tasks.stem]
+    assert main([*argv, *extra, "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(
+        _cli(capsys, "--state-dir", state, "report", tasks.stem, "--format", "json")
+    )
+    return out, report["validation"]
+
+
+def test_validate_names_the_broken_and_trivial_tasks_beside_a_sound_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    tasks, state = _suite(tmp_path), str(tmp_path / "state")
+    tasks = _suite(tmp_path, ("sound", "broken", "trivial"))
+    clean = tmp_path / "clean.jsonl"
+    out, report = _validate(capsys, str(tmp_path / "state"), tasks, 2, "--write-clean", str(clean))
+    rows = report["tasks"]
+    verdicts = {task: row["verdict"] for task, row in rows.items()}
+    assert verdicts == {"sound": "ok", "broken": "broken", "trivial": "trivial"}, out
+    assert rows["sound"]["gold"] == {"resolved": 2, "runs": 2}
+    assert rows["sound"]["empty"] == {"resolved": 0, "runs": 2}
+    failing = rows["broken"]["tests"]["fail_to_pass_failing_with_gold"]
+    assert failing == {"test_calc.py::test_add": ["broken@0", "broken@1"]}
+    assert rows["trivial"]["empty"] == {"resolved": 2, "runs": 2}
+    passing = rows["trivial"]["tests"]["fail_to_pass_passing_without_fix"]
+    assert passing == {"test_calc.py::test_add": ["trivial@2", "trivial@3"]}
+    assert [json.loads(line)["id"] for line in clean.read_text().splitlines()] == ["sound"]
+    assert "| broken | broken | 0/2 | 0/2 |" in out
+
+
+def test_validate_names_a_flaky_test_and_its_exclusion_makes_every_honest_fix_resolve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = str(tmp_path / "state")
     ignore, clean = tmp_path / "ignore.json", tmp_path / "clean.jsonl"
-    argv = ["--state-dir", state, "validate", str(tasks), "--runs", str(RUNS), "--id", "v"]
-    files = ["--write-ignore", str(ignore), "--write-clean", str(clean), "--no-progress"]
-    assert main([*argv, *files]) == 0
-    out = capsys.readouterr().out
-    report = json.loads(_cli(capsys, "--state-dir", state, "report", "v", "--format", "json"))
-    rows = report["validation"]["tasks"]
-    assert {task: row["verdict"] for task, row in rows.items()} == {
-        "sound": "ok",
-        "flaky": "flaky",
-        "broken": "broken",
-        "trivial": "trivial",
-    }, out
-    assert rows["sound"]["gold"] == {"resolved": RUNS, "runs": RUNS}
-    assert rows["broken"]["gold"]["resolved"] == 0
-    assert rows["broken"]["tests"]["fail_to_pass_failing_with_gold"]["test_calc.py::test_add"]
-    assert rows["trivial"]["empty"] == {"resolved": RUNS, "runs": RUNS}
-    assert rows["trivial"]["tests"]["fail_to_pass_passing_without_fix"]
-    flaky = rows["flaky"]["tests"]["flaky"]["test_calc.py::test_zero"]
-    runs = {run for side in flaky.values() for ids in side.values() for run in ids}
-    assert all(run.startswith("flaky@") for run in runs), "the runs are named"
+    files = ["--write-ignore", str(ignore), "--write-clean", str(clean)]
+    out, report = _validate(capsys, state, _suite(tmp_path, ("flaky",)), FLAKY_RUNS, *files)
+    row = report["tasks"]["flaky"]
+    assert row["verdict"] == "flaky", out
+    seen = row["tests"]["flaky"]["test_calc.py::test_zero"]
+    runs = {run for side in seen.values() for ids in side.values() for run in ids}
+    assert len(runs) == 2 * FLAKY_RUNS, "every run of the flaky test is named"
     assert json.loads(ignore.read_text()) == {"flaky": ["test_calc.py::test_zero"]}
-    assert [json.loads(line)["id"] for line in clean.read_text().splitlines()] == [
-        "sound",
-        "flaky",
-    ]
-    assert "| flaky | flaky |" in out
+    assert [json.loads(line)["id"] for line in clean.read_text().splitlines()] == ["flaky"]
     assert "test_calc.py::test_zero" in out
 
-    # The cleaned suite, its honest fixes 20 times: with the exclusions every one resolves;
-    # without them the flaky test costs some.
+    # The honest fix, again and again: with the exclusion every one resolves (10 of 10);
+    # without it the flaky test costs some of 20.
     resolved = {}
-    for name, scorer in (
-        ("with", {"type": "tests", "ignore_tests": str(ignore)}),
-        ("without", {"type": "tests"}),
+    for name, scorer, samples in (
+        ("with", {"type": "tests", "ignore_tests": str(ignore)}, 10),
+        ("without", {"type": "tests"}, 20),
     ):
         spec = tmp_path / f"{name}.json"
         spec.write_text(
@@ -112,7 +133,7 @@ def test_validate_names_the_flaky_broken_and_trivial_tasks_and_the_exclusion_mak
                 {
                     "name": name,
                     "tasks": str(clean),
-                    "samples": 20,
+                    "samples": samples,
                     "agent": {"type": "oracle"},
                     "scorer": scorer,
                     "limits": {"concurrency": 4},
@@ -127,16 +148,16 @@ def test_validate_names_the_flaky_broken_and_trivial_tasks_and_the_exclusion_mak
             assert "`scorer.ignore_tests`" in text
             assert "flaky: `test_calc.py::test_zero`" in text
             details = [t.score["details"] for t in state_of.trajectories.values() if t.score]
-            flaky_runs = [d for d in details if d.get("ignored_tests")]
-            assert len(flaky_runs) == 20, "every verdict that used an exclusion names it"
-    assert resolved == {"with": 40, "without": resolved["without"]}
-    assert resolved["without"] < 40
+            named = [d["ignored_tests"] for d in details if d.get("ignored_tests")]
+            assert named == [["test_calc.py::test_zero"]] * 10, "every verdict names it"
+    assert resolved["with"] == 10
+    assert resolved["without"] < 20
 
 
 def test_validating_again_with_the_same_id_runs_nothing_twice(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    tasks, state = _suite(tmp_path), str(tmp_path / "state")
+    tasks, state = _suite(tmp_path, ("sound", "broken")), str(tmp_path / "state")
     argv = ["--state-dir", state, "validate", str(tasks), "--runs", "1", "--id", "v"]
     assert main([*argv, "--no-progress"]) == 0
     ledger = Path(state) / "campaigns" / "v" / "ledger.jsonl"
