@@ -19,6 +19,7 @@ import anyio
 from mcp_evalserver import __version__
 from mcp_evalserver.cli.calibrate import add_calibrate_command, dispatch_calibrate
 from mcp_evalserver.cli.endpoints import serve_trajectory
+from mcp_evalserver.cli.eval_sets import dispatch_eval_set
 from mcp_evalserver.cli.export import add_export_command, dispatch_export
 from mcp_evalserver.cli.plan import add_cluster_option, add_plan_command, dispatch_plan
 from mcp_evalserver.cli.progress import progress_line, show_progress
@@ -132,9 +133,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = commands.add_parser("run", help="start a campaign from a spec file and run it")
-    run.add_argument("spec", type=Path, help="campaign spec (JSON); see `schema`")
-    run.add_argument("--id", dest="campaign_id", help="campaign id (default: name-time-random)")
+    run = commands.add_parser(
+        "run",
+        help="start a campaign from a spec file and run it (a spec with `agents`: an "
+        "evaluation set, one campaign per agent on shared instances)",
+    )
+    run.add_argument("spec", type=Path, help="campaign or set spec (JSON); see `schema`")
+    run.add_argument(
+        "--id",
+        dest="campaign_id",
+        help="campaign id, or set id: an existing set gets the spec's new agents "
+        "(default: name-time-random)",
+    )
     run.add_argument("--no-progress", action="store_true", help="no live progress line")
 
     status = commands.add_parser("status", help="show one campaign, or list them all")
@@ -142,8 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     resume = commands.add_parser(
         "resume",
-        help="continue an interrupted campaign, and run again what ended in an infrastructure "
-        "failure",
+        help="continue an interrupted campaign (or every campaign of a set), and run again "
+        "what ended in an infrastructure failure",
     )
     resume.add_argument("campaign_id", metavar="ID")
     resume.add_argument("--no-progress", action="store_true", help="no live progress line")
@@ -154,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a new budget, larger than what it spent: what the old one stopped runs again",
     )
 
-    report = commands.add_parser("report", help="print a campaign's report")
+    report = commands.add_parser("report", help="print a campaign's report, or a set's leaderboard")
     report.add_argument("campaign_id", metavar="ID")
     report.add_argument(
         "--format",
@@ -269,7 +279,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
-    handled = dispatch_scoring(args, store, _run)
+    handled = dispatch_eval_set(args, store)
+    if handled is None:
+        handled = dispatch_scoring(args, store, _run)
     if handled is None:
         handled = dispatch_validate(args, store, _run)
     # Each subcommand module answers its own commands and None to the others.

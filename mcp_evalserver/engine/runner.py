@@ -134,14 +134,17 @@ class CampaignRunner:
         ray_address: str | None = None,
         trajectory_endpoints: EndpointFactory | None = None,
         budget_usd: float | None = None,
+        capacity: Limiters | None = None,
     ) -> None:
         """The agent and the scorer are built from the spec the ledger holds
         (`CampaignParts.build`) unless given (built when the campaign was created, or a
         test's). `trajectory_endpoints` serves a `command` agent's MCP endpoints (given by the
         CLI and the server, the layers that know MCP). `budget_usd` replaces the campaign's
         budget from this run on (a resume that raises it continues what the old one stopped).
+        `capacity`: an evaluation set's limiters, shared with its other campaigns (`Limiters`).
         """
         self.store = store
+        self._capacity = capacity
         self._budget_usd = budget_usd
         self._trajectory_endpoints = trajectory_endpoints
         self._ray_address = ray_address  # for a pool of its own, when not given one
@@ -235,7 +238,11 @@ class CampaignRunner:
                 state=state,
                 agent=parts.agent,
                 scorer=parts.scorer,
-                limiters=Limiters(spec.limits, resumed_endpoints=resumed_endpoints(state)),
+                limiters=Limiters(
+                    spec.limits,
+                    resumed_endpoints=resumed_endpoints(state),
+                    capacity=self._capacity,
+                ),
                 policy=RetryPolicy.of(spec.limits),
                 tasks={task.id: task for task in spec.task_list()},
                 directory=self.directory,
@@ -543,7 +550,7 @@ class _Drive:
         sampling = self.state.sampling
         growing = sampling is not None and any(sampling.may_grow(t.task_id) for t in sharing)
         if not growing and all(t.done for t in sharing):
-            await self.sandboxes.release(task, self.state.spec.sandbox)
+            await self.sandboxes.release(task, self.state.spec.sandbox, by=self.state.id)
 
     async def _generate_once(self, trajectory: TrajectoryState, task: Task) -> float:
         """One generation attempt; returns the backoff delay before the next, if any."""

@@ -56,18 +56,32 @@ class Limiters:
     """The capacity limiters of one campaign run."""
 
     def __init__(
-        self, limits: Limits, *, resumed_endpoints: Mapping[str, tuple[int, bool]] | None = None
+        self,
+        limits: Limits,
+        *,
+        resumed_endpoints: Mapping[str, tuple[int, bool]] | None = None,
+        capacity: Limiters | None = None,
     ) -> None:
         """`resumed_endpoints`: the last recorded adaptive limit of each endpoint, and whether
-        it ever shrank (then it grows carefully from the start)."""
+        it ever shrank (then it grows carefully from the start). `capacity`: limiters whose
+        trajectory, scoring, provisioning and per-instance capacity these share (the campaigns
+        of an evaluation set share the set's); endpoint limits stay each campaign's own."""
         self.limits = limits
         self.resumed_endpoints = dict(resumed_endpoints or {})
         #: Hears every change of an adaptive endpoint limit (the runner records them).
         self.on_endpoint_limit: LimitObserver | None = None
-        self.trajectories = anyio.CapacityLimiter(limits.concurrency)
-        self.scoring = anyio.CapacityLimiter(limits.scoring)
-        self.provisioning = anyio.CapacityLimiter(limits.provisioning)
-        self._instances: dict[str, anyio.CapacityLimiter] = {}
+        self.trajectories: anyio.CapacityLimiter
+        self.scoring: anyio.CapacityLimiter
+        self.provisioning: anyio.CapacityLimiter
+        self._instances: dict[str, anyio.CapacityLimiter]
+        if capacity is not None:
+            self.trajectories, self.scoring = capacity.trajectories, capacity.scoring
+            self.provisioning, self._instances = capacity.provisioning, capacity._instances
+        else:
+            self.trajectories = anyio.CapacityLimiter(limits.concurrency)
+            self.scoring = anyio.CapacityLimiter(limits.scoring)
+            self.provisioning = anyio.CapacityLimiter(limits.provisioning)
+            self._instances = {}
         self._endpoints: dict[str, EndpointLimiter] = {}
 
     def instance(self, key: str) -> anyio.CapacityLimiter:

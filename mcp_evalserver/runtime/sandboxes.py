@@ -193,9 +193,14 @@ class SandboxPool:
         ray_address: str | None = None,
         *,
         backends: Callable[[BackendName, str], Backend] = make_backend,
+        sharers: int = 1,
     ) -> None:
+        """`sharers`: how many campaigns use the pool (an evaluation set's): an instance is
+        released once each of them has released it."""
         require_placement(None, ray_address)
         self.ray_address = ray_address
+        self.sharers = sharers
+        self._released_by: dict[tuple[BackendName, str], set[str]] = {}
         self._make_backend = backends
         self._backends: dict[BackendName, Backend] = {}
         self._instances: dict[tuple[BackendName, str], Instance] = {}
@@ -389,13 +394,20 @@ class SandboxPool:
                 await self._close(key, "released")
             self._set_idle()
 
-    async def release(self, task: Task, placement: SandboxConfig | None = None) -> None:
-        """Says every task using this task's instance (in the caller's campaign) is finished:
-        the instance closes now if idle, else when its last lease ends."""
+    async def release(
+        self, task: Task, placement: SandboxConfig | None = None, *, by: str = ""
+    ) -> None:
+        """Says every task using this task's instance (in the caller's campaign, `by`) is
+        finished: once every sharer has said so, the instance closes now if idle, else when its
+        last lease ends."""
         if task.image is None and task.path is None:
             return
         key = self._key(task, placement)
-        if key not in self._instances:
+        # Counted even before the instance exists: a sharer may finish its trajectories of a
+        # task (an agent that submits nothing) before another provisions its instance.
+        released = self._released_by.setdefault(key, set())
+        released.add(by)
+        if key not in self._instances or len(released) < self.sharers:
             return
         if self._leases.get(key):
             self._finished.add(key)
