@@ -86,11 +86,11 @@ def test_a_docker_image_stands_in_for_a_dockerfile(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "named"),
     [
-        (lambda t: (t / "task.toml").write_text("[verifier]\ntimeout = 3\n"), "'timeout' in [verifier]"),  # noqa: E501
+        (lambda t: (t / "task.toml").write_text("[verifier]\ntimeout = 3\n"), "unknown key '[verifier] timeout'"),  # noqa: E501
         (lambda t: (t / "task.toml").write_text("[verifyer]\n"), "unknown key 'verifyer'"),
-        (lambda t: (t / "task.toml").write_text('[verifier]\ntimeout_sec = "3"\n'), "[verifier] timeout_sec must be a number"),  # noqa: E501
-        (lambda t: (t / "task.toml").write_text("[environment]\nallow_internet = 1\n"), "[environment] allow_internet must be bool"),  # noqa: E501
-        (lambda t: (t / "task.toml").write_text("[agent]\ntimeout_sec = -1\n"), "[agent] timeout_sec must be > 0"),  # noqa: E501
+        (lambda t: (t / "task.toml").write_text('[verifier]\ntimeout_sec = "soon"\n'), "[verifier] timeout_sec: Input should be a valid number"),  # noqa: E501
+        (lambda t: (t / "task.toml").write_text('[environment]\nallow_internet = "maybe"\n'), "[environment] allow_internet: Input should be a valid boolean"),  # noqa: E501
+        (lambda t: (t / "task.toml").write_text("[agent]\ntimeout_sec = -1\n"), "[agent] timeout_sec: Input should be greater than 0"),  # noqa: E501
         (lambda t: (t / "task.toml").write_text("[agent\n"), "is not TOML"),
         (lambda t: (t / "tests" / "test.sh").unlink(), "tests/test.sh is missing"),
         (lambda t: (t / "instruction.md").unlink(), "instruction.md is missing"),
@@ -109,6 +109,97 @@ def test_a_bad_task_directory_is_refused_naming_the_file_and_the_field(
     message = str(caught.value)
     assert named in message
     assert str(task) in message
+
+
+#: The task.toml of Terminal-Bench 2.1's fix-git as published (zxss702/terminal-bench-2.1,
+#: dd8b0bf6774d32d2800ac1b5d2c2a873cc5be3b5, tasks/fix-git/task.toml), less its docker_image.
+TB21_TOML = """schema_version = "1.1"
+artifacts = []
+
+[task]
+name = "terminal-bench/fix-git"
+description = "Evaluates the ability to recover lost Git commits."
+keywords = ["coding", "version-control", "software-engineering"]
+[[task.authors]]
+name = "TheMikeMerrill"
+email = "mchlmerrill@gmail.com"
+
+[metadata]
+difficulty = "easy"
+expert_time_estimate_min = 5.0
+
+[verifier]
+timeout_sec = 900.0
+
+[agent]
+timeout_sec = 900.0
+
+[environment]
+build_timeout_sec = 600.0
+cpus = 1
+memory_mb = 2048
+storage_mb = 10240
+gpus = 0
+allow_internet = true
+mcp_servers = []
+
+[verifier.env]
+
+[environment.env]
+
+[solution.env]
+"""
+
+
+def test_a_terminal_bench_2_1_task_toml_loads_as_published(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    (task / "task.toml").write_text(TB21_TOML)
+    loaded = load_tasks(task)[0]
+    harbor = harbor_of(loaded.metadata)
+    assert harbor is not None
+    assert (harbor.verifier_timeout_s, harbor.agent_timeout_s, harbor.memory_mb) == (
+        900, 900, 2048,
+    )  # fmt: skip
+    assert loaded.network is True
+    assert loaded.metadata["package"]["name"] == "terminal-bench/fix-git"
+    assert loaded.metadata["difficulty"] == "easy"
+
+
+@pytest.mark.parametrize(
+    ("toml", "named"),
+    [
+        ("[environment]\ngpus = 1\n", "[environment] gpus (no GPU reaches a workspace)"),
+        ('[environment]\nos = "windows"\n', "[environment] os"),
+        ('artifacts = ["/app/out"]\n', "artifacts (files Harbor copies out after a trial)"),
+        ('[environment]\nenv = {TOKEN = "${TOKEN}"}\n', "[environment] env"),
+        ('[agent]\nuser = "agent"\n', "[agent] user"),
+        ('[environment]\nallowed_hosts = ["pypi.org"]\n', "[environment] allowed_hosts"),
+        ('[verifier]\nnetwork_mode = "public"\n[environment]\nallow_internet = false\n',
+         "[verifier] network_mode 'public' differs from the agent's 'no-network'"),
+    ],
+)  # fmt: skip
+def test_a_harbor_key_this_project_cannot_honour_is_refused_naming_it(
+    tmp_path: Path, toml: str, named: str
+) -> None:
+    task = _copy(tmp_path)
+    (task / "task.toml").write_text(toml)
+    with pytest.raises(InvalidInput) as caught:
+        load_tasks(task)
+    assert named in str(caught.value)
+    assert str(task / "task.toml") in str(caught.value)
+
+
+def test_network_mode_old_sizes_and_workdir_are_honoured(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    (task / "task.toml").write_text(
+        'version = "1.0"\n[environment]\nnetwork_mode = "no-network"\nmemory = "1G"\n'
+        'storage = "512M"\nworkdir = "/srv/app"\ngpus = 0\n'
+    )
+    loaded = load_tasks(task)[0]
+    harbor = harbor_of(loaded.metadata)
+    assert harbor is not None
+    assert (loaded.network, loaded.workdir) == (False, "/srv/app")
+    assert (harbor.memory_mb, harbor.storage_mb) == (1024, 512)
 
 
 def test_a_folder_without_task_directories_is_not_taken_for_one(tmp_path: Path) -> None:
