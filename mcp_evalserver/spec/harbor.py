@@ -163,11 +163,14 @@ def _row(directory: Path) -> dict[str, Any]:
         "prompt": instruction,
         "image": image,
         "workdir": workdir,
-        # The workspace's diff is taken against a commit of the workdir as the image has it.
+        # The workspace's diff is taken against a commit of the workdir as the image has it;
+        # a repository the image already has there is the task's own (its history may be
+        # what the task is about): left as it is, the diff is taken against its HEAD.
         "setup": [
-            "git init -q . && git -c user.email=harbor@evalserver -c user.name=harbor add -A "
-            "&& git -c user.email=harbor@evalserver -c user.name=harbor "
-            "commit -q --allow-empty -m 'the image as built'"
+            "[ -e .git ] || { git init -q . && "
+            "git -c user.email=harbor@evalserver -c user.name=harbor add -A && "
+            "git -c user.email=harbor@evalserver -c user.name=harbor "
+            "commit -q --allow-empty -m 'the image as built'; }"
         ],
         # Harbor's default: a task may reach the network unless it says otherwise.
         "network": task_network(harbor_config, str(toml_path)),

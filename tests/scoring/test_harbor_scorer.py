@@ -313,3 +313,23 @@ async def test_in_place_restores_the_agents_files_when_its_workspace_is_gone(
     trajectory = state.trajectories["state@0"]
     assert (trajectory.outcome, trajectory.score["score"]) == ("resolved", 1.0)  # type: ignore[index]
     assert trajectory.score["details"]["workspace"].startswith("restored from the agent's files")  # type: ignore[index]
+
+
+async def test_a_repository_the_image_has_at_the_workdir_keeps_its_own_history(
+    tmp_path: Path,
+) -> None:
+    """No commit of ours lands in a task's own repository (its history may be the task)."""
+    tasks = tmp_path / "tasks"
+    task = Path(shutil.copytree(EXAMPLES / "fractional", tasks / "repo"))
+    dockerfile = (task / "environment" / "Dockerfile").read_text()
+    (task / "environment" / "Dockerfile").write_text(
+        dockerfile + "RUN git init -q /app && git -C /app -c user.email=a@b -c user.name=a "
+        "commit -q --allow-empty -m theirs\n"
+    )
+    (task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\n"
+        '[ "$(git -C /app log --format=%s)" = theirs ] && echo 1 > /logs/verifier/reward.txt '
+        "|| echo 0 > /logs/verifier/reward.txt\n"
+    )
+    state = await _run(tmp_path, _spec(tasks, agent=NoopAgentConfig()))
+    assert _scores(state) == {"repo@0": ("resolved", 1.0)}
