@@ -111,11 +111,13 @@ def _row(directory: Path) -> dict[str, Any]:
     instruction = _required(directory, "instruction.md", "the prompt")
     _required(directory, "tests/test.sh", "the verifier")
     dockerfile = directory / "environment" / "Dockerfile"
-    docker_image = env.docker_image
-    if dockerfile.is_file() == (docker_image is not None):
+    # Both, as in Terminal-Bench 2.1 (docker_image names the Dockerfile's build, published):
+    # built here from the Dockerfile, which needs no registry.
+    docker_image = None if dockerfile.is_file() else env.docker_image
+    if docker_image is None and not dockerfile.is_file():
         raise InvalidInput(
-            f"{directory}: give exactly one of environment/Dockerfile and "
-            f"{TASK_TOML} [environment] docker_image"
+            f"{directory}: give environment/Dockerfile or {TASK_TOML} [environment] "
+            "docker_image (the task's image)"
         )
     task_id = directory.name
     try:
@@ -158,6 +160,8 @@ def _row(directory: Path) -> dict[str, Any]:
         metadata["package"] = harbor_config.task.model_dump(exclude_defaults=True)
     if harbor_config.source is not None:
         metadata["source"] = harbor_config.source
+    if env.docker_image is not None and docker_image is None:
+        metadata["published_image"] = env.docker_image
     return {
         "id": task_id,
         "prompt": instruction,
