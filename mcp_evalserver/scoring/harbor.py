@@ -201,6 +201,8 @@ class HarborScorer(Scorer):
             evidence.update(changes.evidence())
             if changes.unchecked:
                 evidence["paths_not_compared_with_the_image"] = [str(changes.unchecked)]
+        else:  # nothing to compare with the image: say so rather than find nothing
+            details["evidence_not_checked"] = _no_files(context)
         if context.in_agent_workspace:
             details["workspace"] = "the agent's own"
             return await context.sandbox.workspace()
