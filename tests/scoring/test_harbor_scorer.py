@@ -13,12 +13,14 @@ import pytest
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.engine.report import build_report, render_markdown
 from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput, SandboxUnavailable
 from mcp_evalserver.runtime.sandboxes import instance_spec
 from mcp_evalserver.sandbox.docker import DockerBackend
 from mcp_evalserver.sandbox.supervised import SupervisedInstance
 from mcp_evalserver.scoring.base import ScoreResult, ScoringContext
 from mcp_evalserver.scoring.harbor import HarborScorer
+from mcp_evalserver.server.dashboard.render import static_report
 from mcp_evalserver.spec.agents import NoopAgentConfig, OracleAgentConfig
 from mcp_evalserver.spec.campaign import CampaignSpec, Limits, load_tasks
 from mcp_evalserver.spec.scorers import HarborScorerConfig
@@ -176,6 +178,8 @@ async def test_no_trick_raises_the_reward_in_fresh_and_in_place_each_is_zero_or_
         report = build_report(state)
         assert set(report["evidence"]) >= {"tricks@0", "tricks@1", "tricks@2"}
         assert "tampering evidence" in render_markdown(report)
+        html = static_report(CampaignStore(tmp_path / verify / "state"), state.id)
+        assert 'id="tampering-evidence"' in html
 
 
 #: Changes what a workdir diff cannot carry: a mode, a file in /etc, a nested repository.
