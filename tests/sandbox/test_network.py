@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
@@ -234,3 +235,14 @@ def test_an_unknown_build_network_is_refused_naming_the_choices(
     monkeypatch.setenv(BUILD_NETWORK_ENV, "bridge2")
     with pytest.raises(InvalidInput, match="give one of default, host, none"):
         DockerEngine(client=None, url="unix:///nowhere", apparmor=False)
+
+
+def test_ensure_docker_refuses_a_bridge_setting_it_does_not_know() -> None:
+    """Checked before anything is started: the engine here is left as it is."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "ensure-docker.sh"
+    env = {**os.environ, "MCP_EVALSERVER_DOCKERD_BRIDGE": "bogus"}
+    done = subprocess.run(
+        ["bash", str(script)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert "MCP_EVALSERVER_DOCKERD_BRIDGE is 'bogus'; give none or default" in done.stderr
