@@ -182,9 +182,12 @@ async def test_no_trick_raises_the_reward_in_fresh_and_in_place_each_is_zero_or_
         assert 'id="tampering-evidence"' in html
 
 
-#: Changes what a workdir diff cannot carry: a mode, a file in /etc, a nested repository.
+#: Changes what a workdir diff cannot carry: a mode, a file in /etc, a nested repository, a
+#: program installed (a new command: no image program is replaced or shadowed).
 STATE_CHANGES = (
     "echo secret > /etc/evs-key && chmod 600 /etc/evs-key && "
+    "printf '#!/bin/sh\\necho hi\\n' > /usr/local/bin/evs-tool && "
+    "chmod +x /usr/local/bin/evs-tool && "
     "mkdir -p /app/sub && cd /app/sub && git init -q && "
     "git -c user.email=a@b -c user.name=a commit -q --allow-empty -m one"
 )
@@ -197,6 +200,7 @@ def _state_task(tmp_path: Path) -> Path:
     (tasks / "state" / "tests" / "test.sh").write_text(
         "#!/bin/bash\n"
         '[ "$(stat -c %a /etc/evs-key)" = 600 ] && [ "$(cat /etc/evs-key)" = secret ] && '
+        '[ "$(evs-tool)" = hi ] && '
         "git -C /app/sub log --oneline | grep -q one && echo 1 > /logs/verifier/reward.txt "
         "|| echo 0 > /logs/verifier/reward.txt\n"
     )
@@ -216,6 +220,9 @@ async def test_both_modes_give_the_verifier_every_file_the_agent_changed_anywher
         spec = _spec(tasks, scorer=HarborScorerConfig(verify=verify))
         state = await _run(tmp_path / verify, spec, agent=Chmodder())
         assert _scores(state) == {"state@0": ("resolved", 1.0)}, (verify, state.trajectories)
+        details = state.trajectories["state@0"].score["details"]  # type: ignore[index]
+        assert not details.get("evidence"), details
+        assert not details.get("dropped"), details
 
 
 @pytest.mark.parametrize(
