@@ -5,7 +5,7 @@ every path, mode, owner, symlink, deletion and nested repository it changed, wri
 supervisor, never by the agent). This module lists the changes that could decide the
 verifier's reward instead of the task's own code:
 
-- `verifier`: anything under /tests or /logs (both are made anew before the verifier runs);
+- `verifier`: anything under /tests or /logs/verifier (both are made anew before it runs);
 - `planted`: files that configure Python or pytest, wherever they are (conftest.py,
   sitecustomize.py, *.pth, pytest.ini, ..., and pytest's own packages: `PROTECTED_NAMES`);
 - `loader`: the dynamic linker's configuration (/etc/ld.so.preload, ld.so.conf, its cache);
@@ -99,7 +99,7 @@ async def suspicious(
     changes = Changes()
     candidates: dict[str, set[str]] = {}  # a path the image may have -> changed paths it accuses
     for path, info in _entries(archive):
-        if _under(path, ("/tests", "/logs")):
+        if _under(path, ("/tests", "/logs/verifier")):
             changes.verifier.append(path)
         elif planted(path, names, dirs):
             changes.planted.append(path)
