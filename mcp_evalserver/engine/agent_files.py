@@ -9,8 +9,12 @@ from generation to scoring in this run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+from mcp_evalserver.engine.ledger import LedgerWriter
 from mcp_evalserver.errors import EvalServerError
+from mcp_evalserver.runtime.artifacts import read_artifact
 from mcp_evalserver.runtime.sandboxes import TrajectorySandbox
 
 #: The most an agent's files may weigh to be kept (an archive of what changed, not the image).
@@ -23,6 +27,26 @@ class AgentFiles:
 
     archive: bytes | None = None
     missing: str | None = None
+
+    async def stored(self, ledger: LedgerWriter) -> dict[str, Any]:
+        """The fields of the `generated` record's submission that keep these files: the
+        archive as an artifact (written first, so the record never dangles), or why none."""
+        if self.archive is not None:
+            return {"files": (await ledger.put_artifact(self.archive, ".tar")).as_json()}
+        return {} if self.missing is None else {"files_missing": self.missing}
+
+    @classmethod
+    def load(cls, directory: Path, submission: dict[str, Any]) -> AgentFiles:
+        """The files a `generated` record's submission names (a resume, a retried
+        evaluation); blocking: run it in a thread.
+
+        Raises:
+            NotFound, LedgerCorrupt: the artifact is missing or does not match its hash.
+        """
+        ref = submission.get("files")
+        if ref:
+            return cls(read_artifact(directory, ref))
+        return cls(missing=submission.get("files_missing") or "its generation kept no files")
 
 
 async def export_agent_files(sandbox: TrajectorySandbox) -> AgentFiles:

@@ -678,7 +678,9 @@ class _Drive:
             if tid in self.kept.files:  # generated in this run
                 files = self.kept.files.pop(tid)
             else:
-                files = await anyio.to_thread.run_sync(self._load_files, trajectory)
+                files = await anyio.to_thread.run_sync(
+                    AgentFiles.load, self.directory, trajectory.submission or {}
+                )
         context = ScoringContext(
             campaign_id=self.state.id,
             trajectory_id=tid,
@@ -937,10 +939,8 @@ class _Drive:
     ) -> dict[str, Any]:
         """Writes the artifacts first, so the record that names them never dangles."""
         stored: dict[str, Any] = {"answer": submission.answer, "empty": submission.empty}
-        if files is not None and files.archive is not None:
-            stored["files"] = (await self.ledger.put_artifact(files.archive, ".tar")).as_json()
-        elif files is not None and files.missing is not None:
-            stored["files_missing"] = files.missing
+        if files is not None:
+            stored.update(await files.stored(self.ledger))
         if submission.patch:
             ref = await self.ledger.put_artifact(submission.patch.encode(), ".diff")
             stored["patch"] = ref.as_json()
@@ -948,14 +948,6 @@ class _Drive:
             data = json.dumps(submission.transcript, ensure_ascii=False).encode()
             stored["transcript"] = (await self.ledger.put_artifact(data, ".json")).as_json()
         return stored
-
-    def _load_files(self, trajectory: TrajectoryState) -> AgentFiles:
-        """The agent's files its `generated` record names (a resume, a retried evaluation)."""
-        stored = trajectory.submission or {}
-        ref = stored.get("files")
-        if ref:
-            return AgentFiles(read_artifact(self.directory, ref))
-        return AgentFiles(missing=stored.get("files_missing") or "its generation kept no files")
 
     def _load_submission(self, trajectory: TrajectoryState) -> Submission:
         stored = trajectory.submission or {}
