@@ -225,3 +225,14 @@ def test_the_verifier_gets_no_conftest_or_pytest_stand_in_from_the_agent_s_diff(
         "conftest.py", "sub/pytest.ini", "odd\\tdir/conftest.py", "lib/x.pth", "_pytest/main.py",
     ]  # fmt: skip
     assert kept == section("@/result.txt") + section("@/answer.py")
+
+
+def test_a_tasks_verifier_environment_mode_must_agree_with_the_campaigns_verify_mode(
+    tmp_path: Path,
+) -> None:
+    task = _copy(tmp_path)
+    (task / "task.toml").write_text('[verifier]\nenvironment_mode = "separate"\n')
+    tasks = load_tasks(task)
+    with pytest.raises(InvalidInput, match="set the scorer's `verify` to 'fresh'"):
+        build_scorer(HarborScorerConfig()).check_tasks(tasks)  # in_place by default
+    build_scorer(HarborScorerConfig(verify="fresh")).check_tasks(tasks)
