@@ -119,6 +119,15 @@ def _row(directory: Path) -> dict[str, Any]:
             f"{directory}: give environment/Dockerfile or {TASK_TOML} [environment] "
             "docker_image (the task's image)"
         )
+    for name in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml"):
+        if (directory / "environment" / name).is_file():
+            # Harbor starts such a task's services with Docker Compose; built here from its
+            # Dockerfile alone, its other services would be silently missing.
+            raise InvalidInput(
+                f"{directory / 'environment' / name}: a task of several containers (Docker "
+                "Compose) cannot run here: each task is one container; remove the compose "
+                "file if the Dockerfile's container is all the task needs"
+            )
     task_id = directory.name
     try:
         memory_mb = parse_size_mb(env.memory) if env.memory is not None else env.memory_mb

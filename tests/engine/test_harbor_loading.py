@@ -97,6 +97,7 @@ def test_a_docker_image_stands_in_for_a_dockerfile(tmp_path: Path) -> None:
         (lambda t: (t / "environment" / "Dockerfile").unlink(), "give environment/Dockerfile or task.toml [environment] docker_image"),  # noqa: E501
         (lambda t: (t / "environment" / "Dockerfile").write_text("FROM x\nWORKDIR /\n"), "WORKDIR /"),  # noqa: E501
         (lambda t: (t / "tests" / "link").symlink_to("/etc/passwd"), "is a symlink"),
+        (lambda t: (t / "environment" / "docker-compose.yaml").write_text("services: {}\n"), "a task of several containers (Docker Compose) cannot run here"),  # noqa: E501
     ],
 )  # fmt: skip
 def test_a_bad_task_directory_is_refused_naming_the_file_and_the_field(
