@@ -182,6 +182,7 @@ class DockerEngine:
 
         Raises:
             SandboxUnavailable: no engine answers; the message says how to start one.
+            InvalidInput: $MCP_EVALSERVER_DOCKER_BUILD_NETWORK names no build network.
         """
         url = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
@@ -211,7 +212,11 @@ class DockerEngine:
                 f"no Docker engine at {url} ({type(exc).__name__}: {exc}); {_ENSURE_HINT}, "
                 "or use the local backend"
             ) from exc
-        return cls(client=client, url=url, apparmor=apparmor)
+        try:
+            return cls(client=client, url=url, apparmor=apparmor)
+        except InvalidInput:  # the operator's settings: say so, and leave no client open
+            await anyio.to_thread.run_sync(client.close)
+            raise
 
     @property
     def api(self) -> Any:
