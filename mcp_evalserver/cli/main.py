@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -33,6 +34,7 @@ from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.engine.store import STATE_DIR_ENV, CampaignStore, default_state_dir, read_nodes
 from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
 from mcp_evalserver.runtime.sandboxes import require_placement
+from mcp_evalserver.sandbox.docker_engine import BUILD_NETWORK_ENV, NETWORK_ENV
 from mcp_evalserver.scoring.base import Scorer
 from mcp_evalserver.server.transport.http import TOKEN_ENV
 from mcp_evalserver.spec.campaign import load_spec, spec_json_schema
@@ -83,6 +85,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ADDRESS",
         help="run instances on this Ray cluster's nodes (`auto`, HOST:PORT or ray://...) unless "
         "a campaign's `sandbox` says otherwise (servers, run, resume); needs the `ray` extra",
+    )
+    parser.add_argument(
+        "--build-network",
+        choices=("default", "host", "none"),
+        help="docker backend: the network of task image builds (default: "
+        "$MCP_EVALSERVER_DOCKER_BUILD_NETWORK, else the engine's default); `host` lets a "
+        "Dockerfile's RUN reach this machine's network (package mirrors) on an engine "
+        "without a bridge",
+    )
+    parser.add_argument(
+        "--task-network",
+        metavar="NAME",
+        help="docker backend: the engine network tasks that ask for network join (default: "
+        "$MCP_EVALSERVER_DOCKER_NETWORK, else `bridge`); `none` runs them offline instead, "
+        "with a warning",
     )
     parser.add_argument(
         "--allow-host",
@@ -212,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.stdio or args.http) and args.command is not None:
         parser.error(f"--stdio/--http serve MCP; they do not combine with {args.command!r}")
+    # The docker backend reads its engine's settings from the environment (workers and Ray
+    # nodes started from here inherit them).
+    if args.build_network is not None:
+        os.environ[BUILD_NETWORK_ENV] = args.build_network
+    if args.task_network is not None:
+        os.environ[NETWORK_ENV] = args.task_network
     try:
         require_placement(None, args.ray)  # `--ray` without Ray: say so before anything runs
     except InvalidInput as exc:

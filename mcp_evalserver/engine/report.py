@@ -302,6 +302,13 @@ def build_report(
                 Counter(m for s in scores if (m := (s.get("details") or {}).get("mode"))).items()
             )
         ),
+        # What a verifier that ran in the agent's own box (Harbor's `in_place`) found the
+        # agent had done that could decide its reward: a reviewer's list, per trajectory.
+        "evidence": {
+            tid: {"resolved": t.outcome == "resolved", "evidence": ev}
+            for tid, t in sorted(state.trajectories.items())
+            if t.score is not None and (ev := (t.score.get("details") or {}).get("evidence"))
+        },
         "partially_resolved": sum(
             (s.get("details") or {}).get("resolution") == "RESOLVED_PARTIAL" for s in scores
         ),
@@ -506,6 +513,15 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     if (clustered := report.get("mean_pass_rate_clustered")) is not None:
         lines.append(clustered_line(clustered))
+    if evidence := report.get("evidence"):
+        flagged = sum(row["resolved"] for row in evidence.values())
+        lines.append(
+            f"- **tampering evidence** on {len(evidence)} trajectory(ies), {flagged} of them "
+            "resolved: "
+            + "; ".join(
+                f"`{tid}`: {', '.join(row['evidence'])}" for tid, row in list(evidence.items())[:10]
+            )
+        )
     if summary["pass_at_k"]:
         lines.append("- pass@k: " + _by_k(summary["pass_at_k"]))
         lines.append("- pass^k: " + _by_k(summary["pass_hat_k"]))

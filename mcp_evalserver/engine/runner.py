@@ -29,6 +29,7 @@ import anyio.lowlevel
 
 from mcp_evalserver.agents.base import Agent, Recorded, TrajectoryContext
 from mcp_evalserver.agents.command import EndpointFactory
+from mcp_evalserver.engine.agent_files import AgentFiles, KeptBoxes, export_agent_files
 from mcp_evalserver.engine.costs import check_budget_prices, price_table
 from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter
 from mcp_evalserver.engine.parts import CampaignParts
@@ -369,6 +370,8 @@ class _Drive:
     sandboxes: SandboxPool
     prices: PriceTable
     fresh_submissions: dict[str, Submission] = field(default_factory=dict)
+    # What scorers that grade the agent's box get of it (`Scorer.agent_state`).
+    kept: KeptBoxes = field(default_factory=KeptBoxes)
     #: Per task, what the scorer checks on each new instance (before generation uses it).
     instance_checks: dict[str, InstanceCheck | None] = field(default_factory=dict)
     group: anyio.abc.TaskGroup | None = None
@@ -512,18 +515,22 @@ class _Drive:
         # global slot that trajectories of other instances could use.
         has_instance = task.image is not None or task.path is not None
         instance = self.limiters.instance(task.instance_key) if has_instance else nullcontext()
-        while trajectory.phase in ("pending", "generating"):
-            async with instance, self.limiters.trajectories:
-                delay = await self._generate_once(trajectory, task)
-            if delay:
-                await anyio.sleep(delay)
-        # Evaluations have a limit of their own: queued behind the instance's pending
-        # generations (FIFO), they would wait until every generation had started.
-        while trajectory.phase in ("generated", "scoring"):
-            async with self.limiters.scoring:
-                delay = await self._score_once(trajectory, task)
-            if delay:
-                await anyio.sleep(delay)
+        try:
+            while trajectory.phase in ("pending", "generating"):
+                async with instance, self.limiters.trajectories:
+                    delay = await self._generate_once(trajectory, task)
+                if delay:
+                    await anyio.sleep(delay)
+            # Evaluations have a limit of their own: queued behind the instance's pending
+            # generations (FIFO), they would wait until every generation had started.
+            while trajectory.phase in ("generated", "scoring"):
+                async with self.limiters.scoring:
+                    delay = await self._score_once(trajectory, task)
+                if delay:
+                    await anyio.sleep(delay)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.kept.discard(trajectory.id)
         await self._release_if_finished(task)
 
     def _sharing(self, key: str) -> list[TrajectoryState]:
@@ -572,6 +579,8 @@ class _Drive:
             return await self.branch(trajectory, sandbox, n)
 
         recorded = Recorded(tid)
+        wanted = self.scorer.agent_state(task)
+        files = AgentFiles()
         context = TrajectoryContext(
             campaign_id=self.state.id,
             trajectory_id=tid,
@@ -597,6 +606,9 @@ class _Drive:
                         if restart:
                             await self._restart_branch(trajectory, sandbox)
                         submission = await self.agent.generate(context)
+                        if wanted != "none":
+                            nonlocal files
+                            files = await export_agent_files(sandbox)
                         if (usage := submission.usage) is not None:
                             span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
                             span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
@@ -607,15 +619,24 @@ class _Drive:
 
         timeout = self.state.spec.limits.trajectory_timeout_s
         try:
-            done = await self._step(trajectory, GenerationFailed, sandbox, timeout, generate)
+            keep = wanted == "workspace"
+            done = await self._step(
+                trajectory, GenerationFailed, sandbox, timeout, generate, keep=keep
+            )
             if isinstance(done, _Failed):
                 recorded.fail(_why_not_generated(trajectory))
                 return done.delay
             submission, duration = done
+            if keep:
+                self.kept.sandboxes[tid] = sandbox  # the scorer grades in it
+            if wanted != "none":
+                self.kept.files[tid] = files
             # Shielded: what was handed in is recorded even when the run stops meanwhile
             # (a few writes and an fsync), so its acknowledgement can say it counts.
             with anyio.CancelScope(shield=True):
-                await self._record_generated(tid, attempt, submission, duration, sandbox.node)
+                await self._record_generated(
+                    tid, attempt, submission, duration, sandbox.node, files
+                )
         except anyio.get_cancelled_exc_class():
             recorded.fail("the campaign stopped (cancelled, or its server shut down) first")
             raise
@@ -627,7 +648,13 @@ class _Drive:
         return 0.0
 
     async def _record_generated(
-        self, tid: str, attempt: int, submission: Submission, duration: float, node: str | None
+        self,
+        tid: str,
+        attempt: int,
+        submission: Submission,
+        duration: float,
+        node: str | None,
+        files: AgentFiles,
     ) -> None:
         """Records what an attempt handed in: its usage (unless metered), artifacts, record."""
         if submission.usage is not None and tid not in self.metered:
@@ -636,7 +663,7 @@ class _Drive:
         generated = Generated(
             trajectory=tid,
             attempt=attempt,
-            submission=await self._store_submission(submission),
+            submission=await self._store_submission(submission, files),
             usage=submission.usage.model_dump() if submission.usage else None,
             duration_s=duration,
             node=node or None,
@@ -651,7 +678,16 @@ class _Drive:
         submission = self.fresh_submissions.pop(tid, None)
         if submission is None:
             submission = await anyio.to_thread.run_sync(self._load_submission, trajectory)
-        sandbox = self._sandbox(task, tid, f"eval{trajectory.scoring_failures}")
+        kept = self.kept.sandboxes.pop(tid, None)
+        sandbox = kept or self._sandbox(task, tid, f"eval{trajectory.scoring_failures}")
+        files = AgentFiles()
+        if self.scorer.agent_state(task) != "none":
+            if tid in self.kept.files:  # generated in this run
+                files = self.kept.files.pop(tid)
+            else:
+                files = await anyio.to_thread.run_sync(
+                    AgentFiles.load, self.directory, trajectory.submission or {}
+                )
         context = ScoringContext(
             campaign_id=self.state.id,
             trajectory_id=tid,
@@ -661,6 +697,9 @@ class _Drive:
             limiters=self.limiters,
             sandbox=sandbox,
             meter=functools.partial(self.meter, tid),
+            agent_files=files.archive,
+            agent_files_missing=files.missing,
+            in_agent_workspace=kept is not None,
         )
         timeout = self.state.spec.limits.scoring_timeout_s
 
@@ -690,22 +729,28 @@ class _Drive:
         sandbox: TrajectorySandbox,
         limit_s: float,
         work: Callable[[], Awaitable[_T]],
+        *,
+        keep: bool = False,
     ) -> tuple[_T, float] | _Failed:
         """One attempt of a phase (generation or scoring) in its own sandbox, under its
         timeout: its result and how long it took, or, once the failure is recorded (`failed`),
         the delay before the next attempt.
 
         An infrastructure error is retried with backoff until its cause's budget is spent;
-        any other error, and a timeout, end the trajectory (a result, never retried).
+        any other error, and a timeout, end the trajectory (a result, never retried). With
+        `keep`, a sandbox whose work succeeded stays open (the caller closes it).
         """
         started = time.monotonic()
         phase = "generation" if failed is GenerationFailed else "scoring"
+        succeeded = False
         try:
             with anyio.move_on_after(limit_s) as scope:
                 try:
                     result = await work()
+                    succeeded = True
                 finally:
-                    await sandbox.aclose()
+                    if not (keep and succeeded):
+                        await sandbox.aclose()
         except _BudgetStop:
             await self._budget_exhausted(trajectory)
             return _Failed(0.0)
@@ -896,9 +941,13 @@ class _Drive:
             )
         )
 
-    async def _store_submission(self, submission: Submission) -> dict[str, Any]:
+    async def _store_submission(
+        self, submission: Submission, files: AgentFiles | None = None
+    ) -> dict[str, Any]:
         """Writes the artifacts first, so the record that names them never dangles."""
         stored: dict[str, Any] = {"answer": submission.answer, "empty": submission.empty}
+        if files is not None:
+            stored.update(await files.stored(self.ledger))
         if submission.patch:
             ref = await self.ledger.put_artifact(submission.patch.encode(), ".diff")
             stored["patch"] = ref.as_json()

@@ -546,6 +546,11 @@ class TrajectorySandbox:
         self._leased = True
         return instance
 
+    @property
+    def made(self) -> Workspace | None:
+        """The step's workspace if it made one (None: the step never used it)."""
+        return self._workspace
+
     def adopt(self, workspace: Workspace) -> None:
         """Makes `workspace` (a fork made for this step) the step's workspace; closed with it."""
         self._workspace = workspace

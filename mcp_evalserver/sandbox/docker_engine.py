@@ -29,6 +29,7 @@ import anyio.to_thread
 from mcp_evalserver.errors import InvalidInput, SandboxUnavailable
 
 __all__ = [
+    "BUILD_NETWORK_ENV",
     "LABEL_INSTANCE",
     "LABEL_OWNER",
     "NETWORK_ENV",
@@ -43,6 +44,14 @@ LABEL_OWNER = "mcp-evalserver.owner"
 LABEL_ROLE = "mcp-evalserver.role"
 #: Names the engine's network that containers of `network: true` tasks join (default `bridge`).
 NETWORK_ENV = "MCP_EVALSERVER_DOCKER_NETWORK"
+#: The operator's choice for tasks that ask for network on an engine without one to give:
+#: `none` in $MCP_EVALSERVER_DOCKER_NETWORK runs them offline, said in a warning per task.
+OFFLINE = "none"
+#: The network of image builds (`docker build --network`): `default` (the engine's, a bridge),
+#: `host` (the machine's own, e.g. its package mirrors, on an engine started without a bridge)
+#: or `none`. An operator's decision: a Dockerfile's RUN then reaches what that network does.
+BUILD_NETWORK_ENV = "MCP_EVALSERVER_DOCKER_BUILD_NETWORK"
+BUILD_NETWORKS = ("default", "host", "none")
 # What the supervisor needs beyond a container's defaults: mounts and namespaces (SYS_ADMIN),
 # each command's loopback brought up in its own network namespace (NET_ADMIN). A KubeRay
 # worker pod needs the same (deploy/kuberay/raycluster.yaml; its test checks it against this).
@@ -147,7 +156,8 @@ class DockerEngine:
 
     Build with `await DockerEngine.connect()`. `task_network` is the engine network that
     containers of tasks with `network: true` join (`$MCP_EVALSERVER_DOCKER_NETWORK`, else
-    `bridge`).
+    `bridge`; `none`: such tasks run offline, the operator's decision). `build_network` is
+    the network of image builds (`$MCP_EVALSERVER_DOCKER_BUILD_NETWORK`: default, host, none).
     """
 
     client: Any
@@ -155,6 +165,16 @@ class DockerEngine:
     apparmor: bool
     owner: str = field(default_factory=owner_id)
     task_network: str = field(default_factory=lambda: os.environ.get(NETWORK_ENV) or "bridge")
+    build_network: str = field(
+        default_factory=lambda: os.environ.get(BUILD_NETWORK_ENV) or "default"
+    )
+
+    def __post_init__(self) -> None:
+        if self.build_network not in BUILD_NETWORKS:
+            raise InvalidInput(
+                f"${BUILD_NETWORK_ENV} is {self.build_network!r}; give one of "
+                + ", ".join(BUILD_NETWORKS)
+            )
 
     @classmethod
     async def connect(cls, base_url: str | None = None) -> DockerEngine:
@@ -162,6 +182,7 @@ class DockerEngine:
 
         Raises:
             SandboxUnavailable: no engine answers; the message says how to start one.
+            InvalidInput: $MCP_EVALSERVER_DOCKER_BUILD_NETWORK names no build network.
         """
         url = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
@@ -191,7 +212,11 @@ class DockerEngine:
                 f"no Docker engine at {url} ({type(exc).__name__}: {exc}); {_ENSURE_HINT}, "
                 "or use the local backend"
             ) from exc
-        return cls(client=client, url=url, apparmor=apparmor)
+        try:
+            return cls(client=client, url=url, apparmor=apparmor)
+        except InvalidInput:  # the operator's settings: say so, and leave no client open
+            await anyio.to_thread.run_sync(client.close)
+            raise
 
     @property
     def api(self) -> Any:
@@ -272,16 +297,25 @@ class DockerEngine:
             except docker.errors.ImageNotFound:
                 pass
             lines: list[str] = []
+            network = None if self.build_network == "default" else self.build_network
             try:
                 for chunk in self.api.build(
-                    path=context, tag=tag, rm=True, forcerm=True, decode=True, timeout=limit_s
+                    path=context,
+                    tag=tag,
+                    rm=True,
+                    forcerm=True,
+                    decode=True,
+                    timeout=limit_s,
+                    network_mode=network,
                 ):
                     if "stream" in chunk:
                         lines.append(str(chunk["stream"]))
                     if "error" in chunk:
                         lines.append(str(chunk["error"]))
                         raise InvalidInput(
-                            f"the image of {context}/Dockerfile did not build: "
+                            f"the image of {context}/Dockerfile did not build (build network "
+                            f"{self.build_network!r}: ${BUILD_NETWORK_ENV} or --build-network "
+                            "host lets its RUN reach this machine's network): "
                             + "".join(lines)[-3000:]
                         )
             except docker.errors.BuildError as exc:
@@ -337,6 +371,11 @@ class DockerEngine:
                 host: {"bind": inside, "mode": "rw"} for host, inside in binds.items()
             }
         network_mode = await self._network_mode(network)
+        if network and network_mode == "none":
+            _log.warning(
+                "instance %s asks for network; it runs offline: the operator set %s=%s",
+                instance_key, NETWORK_ENV, OFFLINE,
+            )  # fmt: skip
         name = f"mcp-evalserver-{role}-{instance_key[:12]}-{os.urandom(3).hex()}"
         container = await self.call(
             f"start a container from {image}",
@@ -365,6 +404,8 @@ class DockerEngine:
         if not network:
             return "none"
         name = self.task_network
+        if name == OFFLINE:
+            return "none"
 
         def drivers_blocking() -> dict[str, str]:
             # The name filter matches substrings: keep the exact name only.
@@ -381,9 +422,12 @@ class DockerEngine:
             raise InvalidInput(
                 f"the task asks for network, and the Docker engine at {self.url} {problem}. "
                 "A task with network gets a network namespace of its own, never the host's: "
-                "start dockerd with its default bridge (not --bridge=none), or create a bridge "
-                "network (`docker network create --driver bridge NAME`) and name it in "
-                f"${NETWORK_ENV}; or set the task's `network` to false"
+                "start dockerd with its default bridge (not --bridge=none; "
+                "MCP_EVALSERVER_DOCKERD_BRIDGE=default bash scripts/ensure-docker.sh), or create "
+                "a bridge network (`docker network create --driver bridge NAME`) and name it in "
+                f"${NETWORK_ENV}; or, the operator's decision, run such tasks offline with "
+                f"{NETWORK_ENV}=none (--task-network none); or set the task's `network` to "
+                "false (a Harbor task: allow_internet = false)"
             )
         return name
 

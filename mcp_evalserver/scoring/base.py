@@ -83,6 +83,13 @@ class ScoringContext:
     sandbox: TrajectorySandbox
     #: Records the usage of each model call the scorer makes (a judge's); None: not recorded.
     meter: Meter | None = None
+    #: For a scorer whose `agent_state` is not "none": the agent's whole filesystem change,
+    #: an exported checkpoint of its workspace (`Instance.workspace_from_archive` starts one
+    #: from it), or None with the reason in `agent_files_missing`.
+    agent_files: bytes | None = None
+    agent_files_missing: str | None = None
+    #: `sandbox` is the agent's own workspace, as it left it (agent_state "workspace").
+    in_agent_workspace: bool = False
 
     async def store_artifact(self, data: bytes, suffix: str = "") -> dict[str, Any]:
         """Keeps bytes (a test log, say) as an artifact of the campaign; returns the reference
@@ -94,8 +101,18 @@ class ScoringContext:
         return (await store_artifact(self.campaign_dir, data, suffix)).as_json()
 
 
+#: What a scorer needs of the agent's box besides its submission: nothing, its files (every
+#: change anywhere, exported when the agent is done and kept with the submission), or its
+#: workspace itself, kept alive for scoring (and its files, should that workspace be lost).
+AgentState = Literal["none", "files", "workspace"]
+
+
 class Scorer(ABC):
     """Grades submissions; one instance serves every trajectory of a campaign."""
+
+    def agent_state(self, task: Task) -> AgentState:
+        """What this scorer needs of the agent's box when grading `task`; "none" by default."""
+        return "none"
 
     def check_tasks(self, tasks: Sequence[Task]) -> None:
         """Refuses, before a campaign starts or is rescored, tasks this scorer cannot grade

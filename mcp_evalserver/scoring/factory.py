@@ -80,7 +80,7 @@ def build_scorer(config: ScorerConfig) -> Scorer:
                 ignore_tests=ignored_tests(config),
             )
         case HarborScorerConfig():
-            return HarborScorer(threshold=config.threshold)
+            return HarborScorer(threshold=config.threshold, verify=config.verify)
         case LlmJudgeScorerConfig():
             # Imported here: the openai client is only loaded by campaigns that use a judge.
             from mcp_evalserver.scoring.judge import LlmJudgeScorer

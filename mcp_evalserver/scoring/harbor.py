@@ -1,14 +1,23 @@
-"""The `harbor` scorer: a Harbor task's own verifier, run where the agent never was.
+"""The `harbor` scorer: a Harbor task's own verifier, run after the agent is done.
 
-Grading happens in a fresh workspace of the task's instance, never the agent's: the agent's
-processes, and every file it wrote outside the workdir (a reward file planted in
-/logs/verifier, a `bash` or `python` put on the PATH), stay in its own workspace, which is gone
-by then. What crosses over is the diff of the workdir, less the files that configure a test
-runner (conftest.py, pytest.ini, sitecustomize.py, ...: `PROTECTED_NAMES`). Then `/tests` and
-`/logs/verifier` are removed and made anew, the task's tests/ copied in, and
-`bash /tests/test.sh` runs from the workdir within `[verifier] timeout_sec`, with the sandbox's
-own PATH (no directory of the workdir on it) and `PYTHONSAFEPATH=1` (Python puts no script or
-working directory first on `sys.path`). The reward is what it wrote to
+Two modes, per campaign (`scorer.verify`):
+
+- `in_place` (Harbor's meaning): the verifier runs in the agent's own workspace, with every
+  file it changed anywhere (and, once they outlive a call, what it left running). When that
+  workspace is gone (a resume, a retried evaluation) it is restored from the agent's files,
+  which the runner exported when the agent was done: processes are then gone. What the agent
+  could have done to decide the reward instead of the task's code (a planted reward, a
+  `bash` or `python3` of its own on the PATH, a conftest.py or *.pth, the dynamic linker's
+  configuration: `harbor_files`) is recorded as `details.evidence` on the verdict.
+- `fresh` (tamper-proof): a new workspace of the task's image receives the agent's whole
+  filesystem change (every path, mode, owner, symlink, deletion, nested repository) less
+  those same suspicious files (`details.dropped`); only processes stay behind. Without the
+  agent's files (an agent that used no workspace) the diff of the workdir is applied,
+  less the files that configure a test runner.
+
+Either way `/tests` and `/logs/verifier` are removed and made anew, the task's tests/ copied
+in, and `bash /tests/test.sh` runs from the workdir within `[verifier] timeout_sec`, with the
+sandbox's own PATH and `PYTHONSAFEPATH=1`. The reward is what it wrote to
 `/logs/verifier/reward.txt` (a number) or `reward.json` (a flat object of numbers: its
 `reward`, else their mean). See docs/design/isolation.md for what this does not exclude.
 """
@@ -24,8 +33,10 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from mcp_evalserver.errors import InvalidInput, NotFound
-from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
+from mcp_evalserver.sandbox.base import Workspace
+from mcp_evalserver.scoring.base import AgentState, Scorer, ScoreResult, ScoringContext
 from mcp_evalserver.scoring.command import reward_verdict, store_log, unresolved_with_log
+from mcp_evalserver.scoring.harbor_files import VERIFIER_PATH, Changes, suspicious, without
 from mcp_evalserver.scoring.swebench.patching import apply_patch
 from mcp_evalserver.scoring.swebench.strict import TEST_INFRASTRUCTURE
 from mcp_evalserver.spec.harbor import TESTS_DIR, VERIFIER_LOGS, HarborTask, decoded, harbor_of
@@ -36,7 +47,10 @@ from mcp_evalserver.spec.harbor import TESTS_DIR, VERIFIER_LOGS, HarborTask, dec
 PROTECTED_NAMES = (*TEST_INFRASTRUCTURE, "pytest.py", "py.py")
 #: Package directories that stand in for pytest's own when found first on `sys.path`.
 PROTECTED_DIRS = frozenset({"_pytest", "pytest", "pluggy"})
-VERIFIER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: A verifier's mode as a Harbor task names it ([verifier] environment_mode) and as ours.
+_TASK_MODES = {"shared": "in_place", "separate": "fresh"}
+#: How long a planted process has to show itself writing into /logs/verifier.
+_WATCH_S = 0.3
 #: A file's header in a git diff; git quotes a path with unusual characters ("a/x\ty").
 _SECTION = re.compile(r'^diff --git "?a/(.+?)"? "?b/(.+?)"?$', re.MULTILINE)
 
@@ -70,8 +84,9 @@ def _protected(path: str) -> bool:
 class HarborScorer(Scorer):
     """Runs a Harbor task's tests/test.sh after the agent is done; the reward is the score."""
 
-    def __init__(self, threshold: float = 1.0) -> None:
+    def __init__(self, threshold: float = 1.0, verify: str = "in_place") -> None:
         self.threshold = threshold
+        self.verify = verify
 
     def check_tasks(self, tasks: Any) -> None:
         plain = [task.id for task in tasks if harbor_of(task.metadata) is None]
@@ -80,6 +95,18 @@ class HarborScorer(Scorer):
                 f"the harbor scorer grades Harbor task directories; these tasks are not: "
                 f"{', '.join(plain[:10])}"
             )
+        for task in tasks:
+            wanted = harbor_of(task.metadata).verifier_environment_mode  # type: ignore[union-attr]
+            if wanted is not None and _TASK_MODES[wanted] != self.verify:
+                raise InvalidInput(
+                    f"task {task.id} says [verifier] environment_mode = {wanted!r}, which is "
+                    f"`verify: {_TASK_MODES[wanted]!r}` here; this campaign's scorer has "
+                    f"`verify: {self.verify!r}`: set the scorer's `verify` to "
+                    f"{_TASK_MODES[wanted]!r} or run the task in another campaign"
+                )
+
+    def agent_state(self, task: Any) -> AgentState:
+        return "workspace" if self.verify == "in_place" else "files"
 
     async def score(self, context: ScoringContext) -> ScoreResult:
         harbor = harbor_of(context.task.metadata)
@@ -87,23 +114,34 @@ class HarborScorer(Scorer):
             return ScoreResult.unresolved(
                 "not_harbor", "the task is not a Harbor task directory", outcome="error"
             )
-        workspace = await context.sandbox.workspace()
         log: list[str] = []
-        details: dict[str, Any] = {}
-        patch, dropped = without_protected(context.submission.patch or "")
-        if dropped:
-            details["dropped"] = dropped
-        if patch.strip():
-            applied = await apply_patch(workspace, patch)
-            log.append(applied.log)
-            if not applied.applied:
-                return await unresolved_with_log(
-                    context, log, details, "patch_apply_failed", "the patch did not apply"
-                )
+        details: dict[str, Any] = {"mode": self.verify}
+        evidence: dict[str, Any] = {}
+        if self.verify == "in_place":
+            workspace = await self._agent_box(context, details, evidence)
+        else:
+            workspace = await self._fresh_box(context, details)
+        if workspace is None:
+            patch, dropped = without_protected(context.submission.patch or "")
+            if dropped:
+                details["dropped"] = dropped
+            workspace = await context.sandbox.workspace()
+            if patch.strip():
+                applied = await apply_patch(workspace, patch)
+                log.append(applied.log)
+                if not applied.applied:
+                    return await unresolved_with_log(
+                        context, log, details, "patch_apply_failed", "the patch did not apply"
+                    )
         fresh = f"rm -rf {TESTS_DIR} {VERIFIER_LOGS} && mkdir -p {TESTS_DIR} {VERIFIER_LOGS}"
         made = await workspace.exec(fresh, timeout=60)
         if not made.ok:
             raise RuntimeError(f"could not make {TESTS_DIR} and {VERIFIER_LOGS}: {made.stderr}")
+        if self.verify == "in_place":
+            # Made empty just now: anything there a moment later, a process of the agent's wrote.
+            early = await workspace.exec(f"sleep {_WATCH_S}; ls -A {VERIFIER_LOGS}", timeout=60)
+            if early.stdout.split():
+                evidence["written_before_the_verifier_ran"] = early.stdout.split()[:20]
         for name, data in decoded(harbor.tests).items():
             mode = 0o755 if f"tests/{name}" in harbor.executable else 0o644
             await workspace.write_file(f"{TESTS_DIR}/{name}", data, mode=mode)
@@ -112,6 +150,8 @@ class HarborScorer(Scorer):
         result = await workspace.exec(command, timeout=harbor.verifier_timeout_s, env=env)
         log.append(f"$ {command}\n{result.stdout}{result.stderr}exit {result.exit_code}\n")
         details.update(exit_code=result.exit_code, duration_s=round(result.duration_s, 6))
+        if evidence:
+            details["evidence"] = evidence
         if result.timed_out:
             return await unresolved_with_log(
                 context,
@@ -121,17 +161,84 @@ class HarborScorer(Scorer):
                 f"the verifier ran past [verifier] timeout_sec = {harbor.verifier_timeout_s:g}s",
             )
         try:
-            rewards = await _read_rewards(context, harbor)
+            rewards = await _read_rewards(workspace, harbor)
         except (InvalidInput, NotFound) as exc:
             return await unresolved_with_log(
                 context, log, details, "no_reward", str(exc), outcome="error"
             )
+        if self.verify == "in_place":
+            await workspace.exec(f"sleep {_WATCH_S}", timeout=60)
+            try:
+                later = await _read_rewards(workspace, harbor)
+            except (InvalidInput, NotFound) as exc:
+                later = {"unreadable": str(exc)}  # type: ignore[dict-item]
+            if later != rewards:
+                evidence["reward_changed_after_the_verifier_exited"] = [str(later)[:200]]
+                details["evidence"] = evidence
         reward = rewards.get("reward", sum(rewards.values()) / len(rewards))
         details.update(reward=reward, rewards=rewards, log=await store_log(context, log))
         return reward_verdict(reward, self.threshold, details)
 
+    async def _suspicious(self, context: ScoringContext, files: bytes) -> Changes:
+        """The agent's changes that could decide the reward, compared with a fresh workspace
+        of the image (a sandbox of its own, closed here)."""
+        probe = context.sandbox.part(99)
+        try:
+            image = await probe.workspace()
+            return await suspicious(files, image, PROTECTED_NAMES, PROTECTED_DIRS)
+        finally:
+            await probe.aclose()
 
-async def _read_rewards(context: ScoringContext, harbor: HarborTask) -> dict[str, float]:
+    async def _agent_box(
+        self, context: ScoringContext, details: dict[str, Any], evidence: dict[str, Any]
+    ) -> Workspace | None:
+        """in_place: the agent's own workspace, else one restored from its files, else None
+        (a fresh one with its workdir diff); what it changed that could decide the reward
+        goes into `evidence`."""
+        files = context.agent_files
+        if files is not None:
+            changes = await self._suspicious(context, files)
+            evidence.update(changes.evidence())
+            if changes.unchecked:
+                evidence["paths_not_compared_with_the_image"] = [str(changes.unchecked)]
+        else:  # nothing to compare with the image: say so rather than find nothing
+            details["evidence_not_checked"] = _no_files(context)
+        if context.in_agent_workspace:
+            details["workspace"] = "the agent's own"
+            return await context.sandbox.workspace()
+        if files is not None:
+            details["workspace"] = (
+                "restored from the agent's files (its workspace was gone: a resume or a "
+                "retried evaluation); processes it left did not survive"
+            )
+            await context.sandbox.start_at(files)
+            return await context.sandbox.workspace()
+        details["workspace"] = _no_files(context)
+        return None
+
+    async def _fresh_box(
+        self, context: ScoringContext, details: dict[str, Any]
+    ) -> Workspace | None:
+        """fresh: a new workspace holding the agent's files less the suspicious ones, or None
+        (a fresh one with its workdir diff) when there are no files."""
+        files = context.agent_files
+        if files is None:
+            details["workspace"] = _no_files(context)
+            return None
+        dropped = (await self._suspicious(context, files)).all()
+        if dropped:
+            details["dropped"] = sorted(dropped)[:200]
+        details["workspace"] = "fresh, with the agent's whole filesystem change"
+        await context.sandbox.start_at(without(files, dropped))
+        return await context.sandbox.workspace()
+
+
+def _no_files(context: ScoringContext) -> str:
+    why = context.agent_files_missing or "the agent used no workspace"
+    return f"fresh, with the agent's workdir diff only ({why})"
+
+
+async def _read_rewards(workspace: Workspace, harbor: HarborTask) -> dict[str, float]:
     """The verifier's rewards: reward.txt as `{"reward": x}`, else reward.json.
 
     Raises:
@@ -139,7 +246,6 @@ async def _read_rewards(context: ScoringContext, harbor: HarborTask) -> dict[str
         InvalidInput: a file that is not a number (or a flat object of numbers) in [0, 1];
             the message names the file and the field.
     """
-    workspace = await context.sandbox.workspace()
     text_path, json_path = f"{VERIFIER_LOGS}/reward.txt", f"{VERIFIER_LOGS}/reward.json"
     try:
         text = (await workspace.read_file(text_path, max_bytes=4096)).decode(errors="replace")

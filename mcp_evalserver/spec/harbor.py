@@ -21,11 +21,12 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.spec.harbor_config import parse_size_mb, read_task_config, task_network
 
 TASK_TOML = "task.toml"
 #: Where the verifier's files arrive and where it writes its reward (Harbor's paths).
@@ -37,23 +38,6 @@ DEFAULT_WORKDIR = "/app"
 IMAGE_REPOSITORY = "mcp-evalserver-harbor"
 #: Files kept per directory (tests/, solution/): beyond this, keep data in the image.
 MAX_FILES_BYTES = 8 << 20
-
-#: The keys task.toml may hold, per table; anything else is refused, naming it.
-_KNOWN: dict[str, set[str] | None] = {
-    "version": set(),
-    "metadata": None,  # free-form: author, difficulty, tags, ...
-    "verifier": {"timeout_sec", "env"},
-    "agent": {"timeout_sec"},
-    "environment": {
-        "build_timeout_sec",
-        "docker_image",
-        "cpus",
-        "memory_mb",
-        "storage_mb",
-        "allow_internet",
-    },
-    "solution": {"env"},
-}
 
 
 class HarborTask(BaseModel):
@@ -75,6 +59,9 @@ class HarborTask(BaseModel):
     tests: dict[str, str] = Field(description="tests/: relative path -> base64 content.")
     solution: dict[str, str] = Field(default_factory=dict, description="solution/, the same.")
     executable: list[str] = Field(default_factory=list, description="Files with an x bit.")
+    verifier_environment_mode: Literal["shared", "separate"] | None = Field(
+        None, description="[verifier] environment_mode: the verify mode the task needs."
+    )
 
 
 def harbor_of(metadata: dict[str, Any]) -> HarborTask | None:
@@ -119,44 +106,55 @@ def _row(directory: Path) -> dict[str, Any]:
         raise InvalidInput(f"cannot read {toml_path}: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"{toml_path} is not TOML: {exc}") from exc
-    _check_keys(toml_path, config)
+    harbor_config = read_task_config(str(toml_path), config)
+    env = harbor_config.environment
     instruction = _required(directory, "instruction.md", "the prompt")
     _required(directory, "tests/test.sh", "the verifier")
     dockerfile = directory / "environment" / "Dockerfile"
-    docker_image = _typed(toml_path, config, "environment", "docker_image", str)
-    if dockerfile.is_file() == (docker_image is not None):
+    # Both, as in Terminal-Bench 2.1 (docker_image names the Dockerfile's build, published):
+    # built here from the Dockerfile, which needs no registry.
+    docker_image = None if dockerfile.is_file() else env.docker_image
+    if docker_image is None and not dockerfile.is_file():
         raise InvalidInput(
-            f"{directory}: give exactly one of environment/Dockerfile and "
-            f"{TASK_TOML} [environment] docker_image"
+            f"{directory}: give environment/Dockerfile or {TASK_TOML} [environment] "
+            "docker_image (the task's image)"
         )
+    for name in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml"):
+        if (directory / "environment" / name).is_file():
+            # Harbor starts such a task's services with Docker Compose; built here from its
+            # Dockerfile alone, its other services would be silently missing.
+            raise InvalidInput(
+                f"{directory / 'environment' / name}: a task of several containers (Docker "
+                "Compose) cannot run here: each task is one container; remove the compose "
+                "file if the Dockerfile's container is all the task needs"
+            )
     task_id = directory.name
+    try:
+        memory_mb = parse_size_mb(env.memory) if env.memory is not None else env.memory_mb
+        storage_mb = parse_size_mb(env.storage) if env.storage is not None else env.storage_mb
+    except ValueError as exc:
+        raise InvalidInput(f"{toml_path}: [environment] {exc}") from exc
     harbor: dict[str, Any] = {
         "directory": str(directory),
         "tests": _files(directory / "tests"),
         "solution": _files(directory / "solution") if (directory / "solution").is_dir() else {},
         "executable": _executables(directory),
-        "verifier_env": _typed(toml_path, config, "verifier", "env", dict) or {},
-        "solution_env": _typed(toml_path, config, "solution", "env", dict) or {},
+        "verifier_env": harbor_config.verifier.env,
+        "solution_env": harbor_config.solution.env,
+        "verifier_timeout_s": harbor_config.verifier.timeout_sec or 600.0,
+        "agent_timeout_s": harbor_config.agent.timeout_sec,
+        "build_timeout_s": env.build_timeout_sec,
+        "cpus": env.cpus,
+        "memory_mb": memory_mb,
+        "storage_mb": storage_mb,
+        "verifier_environment_mode": harbor_config.verifier.environment_mode,
     }
-    for table, key, name in (
-        ("verifier", "timeout_sec", "verifier_timeout_s"),
-        ("agent", "timeout_sec", "agent_timeout_s"),
-        ("environment", "build_timeout_sec", "build_timeout_s"),
-        ("environment", "cpus", "cpus"),
-        ("environment", "memory_mb", "memory_mb"),
-        ("environment", "storage_mb", "storage_mb"),
-    ):
-        value = _typed(toml_path, config, table, key, (int, float))
-        if value is not None:
-            if value <= 0:
-                raise InvalidInput(f"{toml_path}: [{table}] {key} must be > 0, got {value}")
-            harbor[name] = value
-    workdir = DEFAULT_WORKDIR
+    workdir = env.workdir or DEFAULT_WORKDIR
     if docker_image is None:
         context_hash = tree_hash(directory / "environment")
         harbor.update(build_context=str(directory / "environment"), context_hash=context_hash)
         image = f"{IMAGE_REPOSITORY}/{_slug(task_id)}:{context_hash[:16]}"
-        workdir = _workdir(dockerfile) or DEFAULT_WORKDIR
+        workdir = env.workdir or _workdir(dockerfile) or DEFAULT_WORKDIR
     else:
         image = docker_image
     if workdir == "/" or any(
@@ -166,57 +164,31 @@ def _row(directory: Path) -> dict[str, Any]:
             f"{dockerfile}: WORKDIR {workdir} would let the agent's diff reach "
             f"{TESTS_DIR} or {VERIFIER_LOGS}: use a directory of its own, such as /app"
         )
-    allow_internet = _typed(toml_path, config, "environment", "allow_internet", bool)
+    metadata = dict(harbor_config.metadata)
+    if harbor_config.task is not None:
+        metadata["package"] = harbor_config.task.model_dump(exclude_defaults=True)
+    if harbor_config.source is not None:
+        metadata["source"] = harbor_config.source
+    if env.docker_image is not None and docker_image is None:
+        metadata["published_image"] = env.docker_image
     return {
         "id": task_id,
         "prompt": instruction,
         "image": image,
         "workdir": workdir,
-        # The workspace's diff is taken against a commit of the workdir as the image has it.
+        # The workspace's diff is taken against a commit of the workdir as the image has it;
+        # a repository the image already has there is the task's own (its history may be
+        # what the task is about): left as it is, the diff is taken against its HEAD.
         "setup": [
-            "git init -q . && git -c user.email=harbor@evalserver -c user.name=harbor add -A "
-            "&& git -c user.email=harbor@evalserver -c user.name=harbor "
-            "commit -q --allow-empty -m 'the image as built'"
+            "[ -e .git ] || { git init -q . && "
+            "git -c user.email=harbor@evalserver -c user.name=harbor add -A && "
+            "git -c user.email=harbor@evalserver -c user.name=harbor "
+            "commit -q --allow-empty -m 'the image as built'; }"
         ],
         # Harbor's default: a task may reach the network unless it says otherwise.
-        "network": True if allow_internet is None else allow_internet,
-        "metadata": {**config.get("metadata", {}), "harbor": harbor},
+        "network": task_network(harbor_config, str(toml_path)),
+        "metadata": {**metadata, "harbor": harbor},
     }
-
-
-def _check_keys(toml_path: Path, config: dict[str, Any]) -> None:
-    for key, value in config.items():
-        if key not in _KNOWN:
-            raise InvalidInput(
-                f"{toml_path}: unknown key {key!r}; known: {', '.join(sorted(_KNOWN))}"
-            )
-        known = _KNOWN[key]
-        if known is None or key == "version":
-            continue
-        if not isinstance(value, dict):
-            raise InvalidInput(f"{toml_path}: {key!r} must be a table ([{key}])")
-        for inner in value:
-            if inner not in known:
-                raise InvalidInput(
-                    f"{toml_path}: unknown key {inner!r} in [{key}]; known: "
-                    + ", ".join(sorted(known))
-                )
-
-
-def _typed(
-    toml_path: Path, config: dict[str, Any], table: str, key: str, kind: type | tuple[type, ...]
-) -> Any:
-    """`[table] key` when present; its type checked (a bool is not a number here)."""
-    value: Any = config.get(table, {}).get(key)
-    if value is None:
-        return None
-    numeric = kind == (int, float)
-    if not isinstance(value, kind) or (numeric and isinstance(value, bool)):
-        wanted = "a number" if numeric else getattr(kind, "__name__", str(kind))
-        raise InvalidInput(f"{toml_path}: [{table}] {key} must be {wanted}, got {value!r}")
-    if isinstance(value, dict) and not all(isinstance(v, str) for v in value.values()):
-        raise InvalidInput(f"{toml_path}: [{table}] {key} must map names to strings")
-    return value
 
 
 def _required(directory: Path, name: str, what: str) -> str:

@@ -105,11 +105,17 @@ class TestsScorerConfig(_Strict):
 
 class HarborScorerConfig(_Strict):
     """A Harbor task's own verifier: tests/ copied in after the agent is done, tests/test.sh
-    run in a fresh workspace within `[verifier] timeout_sec`; the reward it writes to
-    /logs/verifier/reward.txt or reward.json is the score."""
+    run within `[verifier] timeout_sec`; the reward it writes to /logs/verifier/reward.txt or
+    reward.json is the score."""
 
     type: Literal["harbor"] = "harbor"
     threshold: float = Field(1.0, ge=0.0, le=1.0, description="Reward needed to resolve.")
+    verify: Literal["in_place", "fresh"] = Field(
+        "in_place",
+        description="in_place (Harbor's): in the agent's own workspace, tampering found "
+        "recorded as details.evidence; fresh: in a new one with the agent's file changes "
+        "less what could fake the reward.",
+    )
 
 
 class LlmJudgeScorerConfig(_Strict):

@@ -86,17 +86,18 @@ def test_a_docker_image_stands_in_for_a_dockerfile(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "named"),
     [
-        (lambda t: (t / "task.toml").write_text("[verifier]\ntimeout = 3\n"), "'timeout' in [verifier]"),  # noqa: E501
+        (lambda t: (t / "task.toml").write_text("[verifier]\ntimeout = 3\n"), "unknown key '[verifier] timeout'"),  # noqa: E501
         (lambda t: (t / "task.toml").write_text("[verifyer]\n"), "unknown key 'verifyer'"),
-        (lambda t: (t / "task.toml").write_text('[verifier]\ntimeout_sec = "3"\n'), "[verifier] timeout_sec must be a number"),  # noqa: E501
-        (lambda t: (t / "task.toml").write_text("[environment]\nallow_internet = 1\n"), "[environment] allow_internet must be bool"),  # noqa: E501
-        (lambda t: (t / "task.toml").write_text("[agent]\ntimeout_sec = -1\n"), "[agent] timeout_sec must be > 0"),  # noqa: E501
+        (lambda t: (t / "task.toml").write_text('[verifier]\ntimeout_sec = "soon"\n'), "[verifier] timeout_sec: Input should be a valid number"),  # noqa: E501
+        (lambda t: (t / "task.toml").write_text('[environment]\nallow_internet = "maybe"\n'), "[environment] allow_internet: Input should be a valid boolean"),  # noqa: E501
+        (lambda t: (t / "task.toml").write_text("[agent]\ntimeout_sec = -1\n"), "[agent] timeout_sec: Input should be greater than 0"),  # noqa: E501
         (lambda t: (t / "task.toml").write_text("[agent\n"), "is not TOML"),
         (lambda t: (t / "tests" / "test.sh").unlink(), "tests/test.sh is missing"),
         (lambda t: (t / "instruction.md").unlink(), "instruction.md is missing"),
-        (lambda t: (t / "environment" / "Dockerfile").unlink(), "exactly one of environment/Dockerfile"),  # noqa: E501
+        (lambda t: (t / "environment" / "Dockerfile").unlink(), "give environment/Dockerfile or task.toml [environment] docker_image"),  # noqa: E501
         (lambda t: (t / "environment" / "Dockerfile").write_text("FROM x\nWORKDIR /\n"), "WORKDIR /"),  # noqa: E501
         (lambda t: (t / "tests" / "link").symlink_to("/etc/passwd"), "is a symlink"),
+        (lambda t: (t / "environment" / "docker-compose.yaml").write_text("services: {}\n"), "a task of several containers (Docker Compose) cannot run here"),  # noqa: E501
     ],
 )  # fmt: skip
 def test_a_bad_task_directory_is_refused_naming_the_file_and_the_field(
@@ -109,6 +110,64 @@ def test_a_bad_task_directory_is_refused_naming_the_file_and_the_field(
     message = str(caught.value)
     assert named in message
     assert str(task) in message
+
+
+#: Terminal-Bench 2.1 task.toml files as published (provenance in the README beside them).
+TB21 = Path(__file__).parent / "fixtures" / "tb21"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in TB21.iterdir() if p.is_dir()))
+def test_a_terminal_bench_2_1_task_toml_loads_as_published(tmp_path: Path, name: str) -> None:
+    task = Path(shutil.copytree(EXAMPLES / "fractional", tmp_path / name))
+    shutil.copy(TB21 / name / "task.toml", task / "task.toml")
+    loaded = load_tasks(task)[0]
+    harbor = harbor_of(loaded.metadata)
+    assert harbor is not None
+    assert (harbor.verifier_timeout_s, harbor.agent_timeout_s, harbor.cpus) == (900, 900, 1)
+    assert harbor.memory_mb in (2048, 8192)
+    assert loaded.network is True
+    assert loaded.metadata["package"]["name"] == f"terminal-bench/{name}"
+    # Both a Dockerfile and docker_image: built here from the Dockerfile (no registry).
+    assert loaded.image is not None
+    assert loaded.image.startswith(IMAGE_REPOSITORY + "/")
+    assert loaded.metadata["published_image"].startswith(f"alexgshaw/{name}:")
+
+
+@pytest.mark.parametrize(
+    ("toml", "named"),
+    [
+        ("[environment]\ngpus = 1\n", "[environment] gpus (no GPU reaches a workspace)"),
+        ('[environment]\nos = "windows"\n', "[environment] os"),
+        ('artifacts = ["/app/out"]\n', "artifacts (files Harbor copies out after a trial)"),
+        ('[environment]\nenv = {TOKEN = "${TOKEN}"}\n', "[environment] env"),
+        ('[agent]\nuser = "agent"\n', "[agent] user"),
+        ('[environment]\nallowed_hosts = ["pypi.org"]\n', "[environment] allowed_hosts"),
+        ('[verifier]\nnetwork_mode = "public"\n[environment]\nallow_internet = false\n',
+         "[verifier] network_mode 'public' differs from the agent's 'no-network'"),
+    ],
+)  # fmt: skip
+def test_a_harbor_key_this_project_cannot_honour_is_refused_naming_it(
+    tmp_path: Path, toml: str, named: str
+) -> None:
+    task = _copy(tmp_path)
+    (task / "task.toml").write_text(toml)
+    with pytest.raises(InvalidInput) as caught:
+        load_tasks(task)
+    assert named in str(caught.value)
+    assert str(task / "task.toml") in str(caught.value)
+
+
+def test_network_mode_old_sizes_and_workdir_are_honoured(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    (task / "task.toml").write_text(
+        'version = "1.0"\n[environment]\nnetwork_mode = "no-network"\nmemory = "1G"\n'
+        'storage = "512M"\nworkdir = "/srv/app"\ngpus = 0\n'
+    )
+    loaded = load_tasks(task)[0]
+    harbor = harbor_of(loaded.metadata)
+    assert harbor is not None
+    assert (loaded.network, loaded.workdir) == (False, "/srv/app")
+    assert (harbor.memory_mb, harbor.storage_mb) == (1024, 512)
 
 
 def test_a_folder_without_task_directories_is_not_taken_for_one(tmp_path: Path) -> None:
@@ -167,3 +226,14 @@ def test_the_verifier_gets_no_conftest_or_pytest_stand_in_from_the_agent_s_diff(
         "conftest.py", "sub/pytest.ini", "odd\\tdir/conftest.py", "lib/x.pth", "_pytest/main.py",
     ]  # fmt: skip
     assert kept == section("@/result.txt") + section("@/answer.py")
+
+
+def test_a_tasks_verifier_environment_mode_must_agree_with_the_campaigns_verify_mode(
+    tmp_path: Path,
+) -> None:
+    task = _copy(tmp_path)
+    (task / "task.toml").write_text('[verifier]\nenvironment_mode = "separate"\n')
+    tasks = load_tasks(task)
+    with pytest.raises(InvalidInput, match="set the scorer's `verify` to 'fresh'"):
+        build_scorer(HarborScorerConfig()).check_tasks(tasks)  # in_place by default
+    build_scorer(HarborScorerConfig(verify="fresh")).check_tasks(tasks)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from pathlib import Path
 
 import anyio
 import docker
@@ -23,7 +25,7 @@ import pytest
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.sandbox.base import Backend, InstanceSpec
 from mcp_evalserver.sandbox.docker import DockerBackend
-from mcp_evalserver.sandbox.docker_engine import NETWORK_ENV
+from mcp_evalserver.sandbox.docker_engine import BUILD_NETWORK_ENV, NETWORK_ENV, DockerEngine
 from mcp_evalserver.sandbox.local import LocalBackend
 from tests.root import require_root
 from tests.sandbox.docker_support import require_docker
@@ -179,3 +181,68 @@ async def test_a_network_task_on_a_bridge_network_reaches_out_but_not_the_hosts_
     assert seen["interfaces"] == "eth0,lo"
     assert seen[host_loopback] == "ConnectionRefusedError"
     assert seen[beyond_its_namespace] == "open"
+
+
+@pytest.mark.docker
+async def test_the_operator_may_run_tasks_that_ask_for_network_offline_and_is_told(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    image = require_docker()
+    key = f"net-offline-{os.getpid()}-{os.urandom(3).hex()}"
+    with anyio.fail_after(120), listening("127.0.0.1") as host_loopback:
+        async with DockerBackend(network="none") as backend:
+            seen = await probe(
+                backend, InstanceSpec(image=image, network=True, key=key), host_loopback
+            )
+    assert seen["interfaces"] == "lo"
+    assert seen[host_loopback] == "ConnectionRefusedError"
+    assert any(
+        "runs offline" in r.getMessage() and NETWORK_ENV in r.getMessage() for r in caplog.records
+    )
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("build_network", ["none", "host"])
+async def test_an_image_build_gets_the_network_the_operator_chose(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, build_network: str
+) -> None:
+    """The RUN sees more than `lo` only where the operator said `host`; its refusal says how."""
+    base = require_docker()
+    token = os.urandom(4).hex()  # a RUN of its own: never a cached layer of another network
+    (tmp_path / "Dockerfile").write_text(
+        f'FROM {base}\nRUN echo {token} && test "$(ls /sys/class/net | wc -l)" -gt 1\n'
+    )
+    monkeypatch.setenv(BUILD_NETWORK_ENV, build_network)
+    engine = await DockerEngine.connect()
+    tag = f"evs-build-network-test:{token}"
+    try:
+        with anyio.fail_after(300):
+            if build_network == "host":
+                await engine.build_image(str(tmp_path), tag)
+            else:
+                with pytest.raises(InvalidInput) as refused:
+                    await engine.build_image(str(tmp_path), tag)
+                assert "build network 'none'" in str(refused.value)
+                assert "--build-network host" in str(refused.value)
+    finally:
+        await engine.remove_image(tag)
+        await engine.aclose()
+
+
+def test_an_unknown_build_network_is_refused_naming_the_choices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(BUILD_NETWORK_ENV, "bridge2")
+    with pytest.raises(InvalidInput, match="give one of default, host, none"):
+        DockerEngine(client=None, url="unix:///nowhere", apparmor=False)
+
+
+def test_ensure_docker_refuses_a_bridge_setting_it_does_not_know() -> None:
+    """Checked before anything is started: the engine here is left as it is."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "ensure-docker.sh"
+    env = {**os.environ, "MCP_EVALSERVER_DOCKERD_BRIDGE": "bogus"}
+    done = subprocess.run(
+        ["bash", str(script)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert "MCP_EVALSERVER_DOCKERD_BRIDGE is 'bogus'; give none or default" in done.stderr

@@ -11,11 +11,16 @@ import anyio
 import pytest
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
+from mcp_evalserver.engine.report import build_report, render_markdown
 from mcp_evalserver.engine.state import CampaignState
-from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.engine.store import CampaignStore
+from mcp_evalserver.errors import InvalidInput, SandboxUnavailable
 from mcp_evalserver.runtime.sandboxes import instance_spec
 from mcp_evalserver.sandbox.docker import DockerBackend
 from mcp_evalserver.sandbox.supervised import SupervisedInstance
+from mcp_evalserver.scoring.base import ScoreResult, ScoringContext
+from mcp_evalserver.scoring.harbor import HarborScorer
+from mcp_evalserver.server.dashboard.render import static_report
 from mcp_evalserver.spec.agents import NoopAgentConfig, OracleAgentConfig
 from mcp_evalserver.spec.campaign import CampaignSpec, Limits, load_tasks
 from mcp_evalserver.spec.scorers import HarborScorerConfig
@@ -123,28 +128,101 @@ TRICKS = {
 }
 
 
-class Trickster(Agent):
-    """Tries the trick its sample number picks, then submits its workdir's diff."""
+class Runs(Agent):
+    """Runs the command its sample number picks, then submits its workdir's diff."""
+
+    def __init__(self, *commands: str) -> None:
+        self.commands = commands
 
     async def generate(self, context: TrajectoryContext) -> Submission:
         workspace = await context.sandbox.workspace()
-        trick = list(TRICKS.values())[context.sample]
-        result = await workspace.exec(trick, timeout=60)
+        result = await workspace.exec(self.commands[context.sample], timeout=60)
         assert result.exit_code == 0, result.stderr
         return Submission(patch=await workspace.diff() or None)
 
 
-async def test_no_trick_of_the_agent_raises_its_reward(tmp_path: Path) -> None:
+def Trickster() -> Runs:
+    return Runs(*TRICKS.values())
+
+
+async def test_no_trick_raises_the_reward_in_fresh_and_in_place_each_is_zero_or_flagged(
+    tmp_path: Path,
+) -> None:
     tasks = tmp_path / "tasks"
     shutil.copytree(EXAMPLES / "tricks", tasks / "tricks")
-    spec = _spec(tasks, samples=len(TRICKS))
-    state = await _run(tmp_path, spec, agent=Trickster())
-    scores = _scores(state)
-    assert scores == {f"tricks@{n}": ("failed", 0.0) for n in range(len(TRICKS))}, scores
-    planted = state.trajectories["tricks@2"].score["details"]  # type: ignore[index]
-    assert {"conftest.py", "sitecustomize.py", "pytest.py", "evil.pth", "pytest.ini"} <= set(
-        planted["dropped"]
+    for verify in ("fresh", "in_place"):
+        spec = _spec(tasks, samples=len(TRICKS), scorer=HarborScorerConfig(verify=verify))
+        state = await _run(tmp_path / verify, spec, agent=Trickster())
+        scores = _scores(state)
+        if verify == "fresh":
+            assert scores == {f"tricks@{n}": ("failed", 0.0) for n in range(len(TRICKS))}, scores
+            planted = state.trajectories["tricks@2"].score["details"]  # type: ignore[index]
+            assert {"/app/conftest.py", "/app/sitecustomize.py", "/app/evil.pth"} <= set(
+                planted["dropped"]
+            )
+            replaced = state.trajectories["tricks@1"].score["details"]  # type: ignore[index]
+            assert {"/usr/bin/bash", "/usr/local/bin/python3"} <= set(replaced["dropped"])
+            continue
+        for tid, trajectory in state.trajectories.items():
+            details = trajectory.score["details"]  # type: ignore[index]
+            assert details["mode"] == "in_place"
+            assert details["workspace"] == "the agent's own"
+            assert scores[tid] == ("failed", 0.0) or details.get("evidence"), (tid, details)
+        evidence = {
+            tid: t.score["details"].get("evidence", {})  # type: ignore[index]
+            for tid, t in state.trajectories.items()
+        }
+        assert "/logs/verifier/reward.txt" in evidence["tricks@0"]["verifier_files_planted"]
+        assert "/usr/bin/bash" in evidence["tricks@1"]["image_programs_replaced_or_shadowed"]
+        assert "/app/conftest.py" in evidence["tricks@2"]["python_or_pytest_configuration_planted"]
+        report = build_report(state)
+        assert set(report["evidence"]) >= {"tricks@0", "tricks@1", "tricks@2"}
+        assert "tampering evidence" in render_markdown(report)
+        html = static_report(CampaignStore(tmp_path / verify / "state"), state.id)
+        assert 'id="tampering-evidence"' in html
+
+
+#: Changes what a workdir diff cannot carry: a mode, a file in /etc, a nested repository, a
+#: program installed (a new command: no image program is replaced or shadowed).
+STATE_CHANGES = (
+    "echo secret > /etc/evs-key && chmod 600 /etc/evs-key && "
+    "printf '#!/bin/sh\\necho hi\\n' > /usr/local/bin/evs-tool && "
+    "chmod +x /usr/local/bin/evs-tool && "
+    "mkdir -p /app/sub && cd /app/sub && git init -q && "
+    "git -c user.email=a@b -c user.name=a commit -q --allow-empty -m one"
+)
+
+
+def _state_task(tmp_path: Path) -> Path:
+    """A task whose verifier rewards exactly `STATE_CHANGES`."""
+    tasks = tmp_path / "tasks"
+    shutil.copytree(EXAMPLES / "fractional", tasks / "state")
+    (tasks / "state" / "tests" / "test.sh").write_text(
+        "#!/bin/bash\n"
+        '[ "$(stat -c %a /etc/evs-key)" = 600 ] && [ "$(cat /etc/evs-key)" = secret ] && '
+        '[ "$(evs-tool)" = hi ] && '
+        "git -C /app/sub log --oneline | grep -q one && echo 1 > /logs/verifier/reward.txt "
+        "|| echo 0 > /logs/verifier/reward.txt\n"
     )
+    return tasks
+
+
+def Chmodder() -> Runs:
+    return Runs(STATE_CHANGES)
+
+
+async def test_both_modes_give_the_verifier_every_file_the_agent_changed_anywhere(
+    tmp_path: Path,
+) -> None:
+    """A mode, a file in /etc and a nested repository reach the verifier in either mode."""
+    tasks = _state_task(tmp_path)
+    for verify in ("fresh", "in_place"):
+        spec = _spec(tasks, scorer=HarborScorerConfig(verify=verify))
+        state = await _run(tmp_path / verify, spec, agent=Chmodder())
+        assert _scores(state) == {"state@0": ("resolved", 1.0)}, (verify, state.trajectories)
+        details = state.trajectories["state@0"].score["details"]  # type: ignore[index]
+        assert not details.get("evidence"), details
+        assert not details.get("dropped"), details
 
 
 @pytest.mark.parametrize(
@@ -181,9 +259,7 @@ async def test_a_bad_task_directory_is_refused_before_anything_is_recorded(
     before = [p.read_bytes() for p in ledgers]
     broken = shutil.copytree(EXAMPLES / "fractional", tmp_path / "broken")
     (broken / "task.toml").write_text("[verifier]\ntimeout_sec = 3\nretries = 2\n")
-    with pytest.raises(
-        InvalidInput, match=r"broken/task.toml: unknown key 'retries' in \[verifier\]"
-    ):
+    with pytest.raises(InvalidInput, match=r"broken/task.toml: unknown key '\[verifier\] retries'"):
         load_tasks(broken)
     assert [p.read_bytes() for p in sorted((tmp_path / "state").rglob("ledger.jsonl"))] == before
     assert _scores(state) == {"fractional@0": ("resolved", 1.0)}
@@ -220,3 +296,51 @@ async def test_a_build_context_changed_after_the_tasks_were_read_is_refused(
     trajectory = state.trajectories["fractional@0"]
     assert trajectory.outcome == "error"
     assert "changed since the campaign read it" in str(trajectory.error)
+
+
+class LosesTheFirstEvaluation(HarborScorer):
+    """In place, but the first evaluation fails as if the agent's box had gone away."""
+
+    failed = False
+
+    async def score(self, context: ScoringContext) -> ScoreResult:
+        if not self.failed:
+            self.failed = True
+            assert context.in_agent_workspace
+            raise SandboxUnavailable("the instance went away (a test)")
+        return await super().score(context)
+
+
+async def test_in_place_restores_the_agents_files_when_its_workspace_is_gone(
+    tmp_path: Path,
+) -> None:
+    tasks = _state_task(tmp_path)
+    spec = _spec(tasks, scorer=HarborScorerConfig(verify="in_place"))
+    spec = spec.model_copy(update={"limits": spec.limits.model_copy(update={"max_attempts": 3})})
+    with anyio.fail_after(600):
+        _, state = await run_campaign(
+            tmp_path / "state", spec, agent=Chmodder(), scorer=LosesTheFirstEvaluation()
+        )
+    trajectory = state.trajectories["state@0"]
+    assert (trajectory.outcome, trajectory.score["score"]) == ("resolved", 1.0)  # type: ignore[index]
+    assert trajectory.score["details"]["workspace"].startswith("restored from the agent's files")  # type: ignore[index]
+
+
+async def test_a_repository_the_image_has_at_the_workdir_keeps_its_own_history(
+    tmp_path: Path,
+) -> None:
+    """No commit of ours lands in a task's own repository (its history may be the task)."""
+    tasks = tmp_path / "tasks"
+    task = Path(shutil.copytree(EXAMPLES / "fractional", tasks / "repo"))
+    dockerfile = (task / "environment" / "Dockerfile").read_text()
+    (task / "environment" / "Dockerfile").write_text(
+        dockerfile + "RUN git init -q /app && git -C /app -c user.email=a@b -c user.name=a "
+        "commit -q --allow-empty -m theirs\n"
+    )
+    (task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\n"
+        '[ "$(git -C /app log --format=%s)" = theirs ] && echo 1 > /logs/verifier/reward.txt '
+        "|| echo 0 > /logs/verifier/reward.txt\n"
+    )
+    state = await _run(tmp_path, _spec(tasks, agent=NoopAgentConfig()))
+    assert _scores(state) == {"repo@0": ("resolved", 1.0)}
