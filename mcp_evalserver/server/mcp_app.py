@@ -564,14 +564,14 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
             str | None, Field(description="Only from this campaign; default any.")
         ] = None,
         wait_s: WaitSeconds = 0.0,
-    ) -> ClaimedTrajectory:
+    ) -> Annotated[CallToolResult, ClaimedTrajectory]:
         """Claim a trajectory of a campaign whose agent is external, to act as its agent.
         Returns the task prompt and a claim_id for sandbox_exec, read_file, write_file, get_diff
         and submit. Each call renews the claim and a running call holds it; after lease_s
         with no call, another client may take the trajectory over, with its workspace as it
         was. Waits up to wait_s for one to become available. The
         campaign's trajectory_timeout_s bounds the whole trajectory, waiting included."""
-        return await _service(ctx).trajectories().claim(campaign_id, wait_s)
+        return _answer(await _service(ctx).trajectories().claim(campaign_id, wait_s))
 
     for tool in WORKSPACE_TOOLS:
         method = getattr(ExternalTrajectories, tool.name)
@@ -633,8 +633,8 @@ def _add_workspace_tool(
 
 
 def _answer(result: BaseModel) -> CallToolResult:
-    """A workspace tool's answer: what a model reads (`model_text()`: stdout as printed,
-    numbered lines) as its text, the result's JSON as its structured content for programs."""
+    """A workspace tool's (or a claim's) answer: what a model reads (`model_text()`: stdout as
+    printed, numbered lines) as its text, the result's JSON as its structured content."""
     structured = result.model_dump(mode="json", by_alias=True)
     if isinstance(result, ReadByModels):
         text = result.model_text()

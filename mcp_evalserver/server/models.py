@@ -162,6 +162,19 @@ class ClaimedTrajectory(BaseModel):
         "paid calls with it."
     )
 
+    def model_text(self) -> str:
+        where = (
+            f"workdir {self.workdir}" if self.has_workspace else "no workspace: submit an answer"
+        )
+        lines = [
+            f"claim_id: {self.claim_id}",
+            f"trajectory {self.trajectory_id} of campaign {self.campaign_id}; {where}; the claim "
+            f"lapses {self.lease_s:g} s after your last call ends",
+        ]
+        if self.reclaimed:
+            lines.append("reclaimed: the workspace keeps what an earlier client changed")
+        return "\n".join([*lines, "", self.prompt])
+
 
 class Checkpoint(BaseModel):
     """A checkpoint of a trajectory's workspace: name it in `restore`."""
