@@ -497,7 +497,13 @@ class FrontService(EvalService):
             "task": context.task.model_dump(mode="json"),
         }
         if context.sandbox.available:
-            workspace = await context.sandbox.workspace()
+            # Its first use makes the workspace (seconds, where the instance is still being
+            # set up): the call that asked holds the claim meanwhile, as a running call does.
+            trajectory.running += 1
+            try:
+                workspace = await context.sandbox.workspace()
+            finally:
+                trajectory.running -= 1
             if isinstance(workspace, SupervisedWorkspace):
                 key = f"{os.getpid()}-{id(workspace.client)}"
                 self._known[key] = workspace.client
