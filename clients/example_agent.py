@@ -5,8 +5,8 @@
         --replace calc.py 'a - b' 'a + b'
 
 It claims a trajectory of a campaign whose agent is `{"type": "external"}`, looks around the
-workspace (`git status`, `ls`), applies each `--replace FILE OLD NEW` edit with read_file and
-write_file, runs `--check` if given, shows the diff, and submits. A real agent would put a model
+workspace (`git status`, `ls`), applies each `--replace FILE OLD NEW` edit with edit_file (every
+occurrence), runs `--check` if given, shows the diff, and submits. A real agent would put a model
 where the edits come from; the tool calls stay the same.
 """
 
@@ -60,12 +60,11 @@ async def drive(args: argparse.Namespace) -> None:
             )
             print(look["stdout"], end="")
         for path, old, new in args.replace:
-            current = await tool(client, "read_file", claim_id=claim_id, path=path)
-            if old not in current["content"]:
-                print(f"{path}: {old!r} not found; left as it is", file=sys.stderr)
-                continue
-            edited = current["content"].replace(old, new)
-            await tool(client, "write_file", claim_id=claim_id, path=path, content=edited)
+            edit = {"claim_id": claim_id, "path": path, "old_text": old, "new_text": new}
+            edited = await client.call_tool("edit_file", {**edit, "replace_all": True})
+            # What a model would read: the edited lines, or why nothing matched.
+            text = " ".join(getattr(block, "text", "") for block in edited.content)
+            print(text, file=sys.stderr if edited.is_error else sys.stdout)
         if args.check:
             checked = await tool(client, "sandbox_exec", claim_id=claim_id, command=args.check)
             print(f"check exited {checked['exit_code']}")

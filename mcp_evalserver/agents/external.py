@@ -5,11 +5,13 @@ The agent's `generate` publishes its trajectory on a `ClaimBoard` and waits. A c
 the submission is what `generate` returns, so the runner records and scores it like any other;
 the submit is answered once that record is durable (`ExternalTrajectory.recorded`).
 
-A claim is a lease: every tool call on it renews it. A client that goes away stops renewing, and
-once the lease has passed another client may claim the trajectory, with its workspace as it was
-(the workspace lives as long as `generate` waits, not as long as a client). Calls still running
-under the lapsed claim are cancelled when the new claim is made, so two clients never work in
-one workspace at once.
+A claim is a lease: every tool call on it renews it, and a call still running holds it (a
+command may run for an hour; a lease is minutes). A client that goes away stops renewing, and
+once the lease has passed with none of its calls running, another client may claim the
+trajectory, with its workspace as it was (the workspace lives as long as `generate` waits, not
+as long as a client). Calls that a worker of `--workers N` runs hold it by renewing it
+(server/front); any still running under a claim taken over are cancelled, so two clients never
+work in one workspace at once.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class ExternalTrajectory:
     submission: Submission | None = None
     submitted: anyio.Event = field(default_factory=anyio.Event)
     calls: set[Call] = field(default_factory=set)
+    #: Tool calls on it running now (`ClaimBoard.use`, or a worker's: server/front).
+    running: int = 0
 
     @property
     def campaign_id(self) -> str:
@@ -75,8 +79,9 @@ class ExternalTrajectory:
             await self.context.recorded.wait()
 
     def claimable(self, now: float) -> bool:
-        """Unclaimed, or claimed by a client whose lease has passed."""
-        return self.submission is None and (self.claim_id is None or now >= self.expires_at)
+        """Unclaimed, or claimed by a client whose lease has passed with no call running."""
+        lapsed = now >= self.expires_at and not self.running
+        return self.submission is None and (self.claim_id is None or lapsed)
 
 
 class ClaimBoard:
@@ -182,6 +187,10 @@ class ClaimBoard:
             open_now = self._open.get(trajectory.campaign_id, {})
             if open_now.get(trajectory.trajectory_id) is not trajectory:
                 continue  # withdrawn
+            if trajectory.running and trajectory.submission is None:
+                # Held by a call: look again a lease after now (the call's end renews it).
+                passed_over.append((now + trajectory.lease_s, next(self._pushes), trajectory))
+                continue
             if not trajectory.claimable(now):
                 if trajectory.submission is None:  # renewed: look again when it may lapse
                     heapq.heappush(
@@ -240,7 +249,8 @@ class ClaimBoard:
 
     @asynccontextmanager
     async def use(self, claim_id: str) -> AsyncIterator[ExternalTrajectory]:
-        """Holds a claim for one tool call: renews its lease before and after.
+        """Holds a claim for one tool call: renews its lease before and after, and no other
+        client may take it over while the call runs.
 
         Raises:
             Conflict: the claim is no longer live, or was taken over during the call.
@@ -248,9 +258,11 @@ class ClaimBoard:
         """
         with anyio.CancelScope() as scope:
             trajectory = self.begin(claim_id, scope)
+            trajectory.running += 1
             try:
                 yield trajectory
             finally:
+                trajectory.running -= 1
                 trajectory.calls.discard(scope)
         self.end(claim_id, trajectory, scope, interrupted=scope.cancelled_caught)
 

@@ -9,8 +9,8 @@ Three surfaces are made from `WORKSPACE_TOOLS`:
 - the OpenAI function tools of the `openai` agent (`agents.workspace_tools.tool_schemas`).
 
 The table lives in the agents layer because that is the lowest layer both of its readers may
-import (the server sits above it; agents may not import the server), and it imports nothing of
-ours: no `mcp`, no server models. What each tool returns is its handler's return type, on the
+import (the server sits above it; agents may not import the server), and it imports neither
+`mcp` nor the server's models. What each tool returns is its handler's return type, on the
 server's side.
 """
 
@@ -20,14 +20,16 @@ import textwrap
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from mcp_evalserver.agents.file_text import DEFAULT_LINES, MAX_FILE_BYTES
 from mcp_evalserver.spec.submission import MAX_COST_USD, MAX_TOKENS
 
 #: The two MCP surfaces: tools that name a claim id, and tools bound to one trajectory.
 Audience = Literal["claimed", "scoped"]
 #: What a call does, for MCP's hints: reads only; adds something (a checkpoint, branches, a
 #: submission) and loses nothing; overwrites files (what they held is lost, again changes
-#: nothing more); runs a command (may delete anything, and twice is not once).
-Effect = Literal["reads", "adds", "overwrites", "runs"]
+#: nothing more); edits a file (what it replaced is lost, and twice is not once); runs a
+#: command (may delete anything, and twice is not once).
+Effect = Literal["reads", "adds", "overwrites", "edits", "runs"]
 #: What a trajectory must offer for a tool to be shown to a model.
 Capability = Literal["workspace", "checkpoints"]
 
@@ -136,6 +138,9 @@ class WorkspaceTool:
 
 
 _PATH = Parameter("path", str, "Absolute, or relative to the workdir.")
+#: `sandbox_exec`'s cap per stream on the MCP surfaces unless a call gives one, and its most
+#: (what the sandbox keeps per stream). The `openai` agent has a cap of its own configuration.
+DEFAULT_OUTPUT_CHARS, MAX_OUTPUT_CHARS = 30_000, 1 << 20
 
 
 def _tokens(name: str, description: str) -> Parameter:
@@ -147,19 +152,38 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
         "sandbox_exec",
         claimed=_mcp_text("""
             Run a shell command in the claimed trajectory's private workspace, starting in the
-            task's workdir, without network. Returns exit code, stdout and stderr (long output keeps
-            its head and tail). A non-zero exit code is a normal result.
+            task's workdir, without network. Answers the exit code line, then stdout, then
+            stderr, as printed; each stream over max_output_chars keeps its head and tail and
+            says so. A non-zero exit code is a normal result.
         """),
         scoped=_mcp_text("""
             Run a shell command in this trajectory's private workspace, starting in the task's
-            workdir, without network. Returns exit code, stdout and stderr (long output keeps its
-            head and tail). A non-zero exit code is a normal result.
+            workdir, without network. Answers the exit code line, then stdout, then stderr, as
+            printed; each stream over max_output_chars keeps its head and tail and says so. A
+            non-zero exit code is a normal result.
         """),
         effect="runs",
         parameters=(
             Parameter("command", str, "Shell command, run by /bin/sh -c."),
-            Parameter("timeout_s", float, default=120.0, gt=0, le=3600, in_transcript=False),
+            Parameter(
+                "timeout_s",
+                float,
+                "Seconds before it is killed (default 120, at most 3,600).",
+                default=120.0,
+                gt=0,
+                le=3600,
+                in_transcript=False,
+            ),
             Parameter("stdin", str, "Text fed to the command.", default=None, in_transcript=False),
+            Parameter(
+                "max_output_chars",
+                int,
+                "Cap per stream (default 30,000, at most 1 MiB).",
+                default=DEFAULT_OUTPUT_CHARS,
+                ge=1,
+                le=MAX_OUTPUT_CHARS,
+                in_transcript=False,
+            ),
         ),
         # A model's commands get the agent's configured timeout and output cap.
         models=(
@@ -173,31 +197,84 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     ),
     WorkspaceTool(
         "read_file",
-        claimed="Read a file from the claimed trajectory's workspace.",
-        scoped="Read a file from this trajectory's workspace.",
+        claimed=_mcp_text("""
+            Read lines of a text file in the claimed trajectory's workspace, numbered as
+            `cat -n` does: `limit` lines (default 2,000) from line `offset` (default 1), at most
+            max_bytes of them (default 256 KiB); an answer that stops early gives the next
+            offset. Lines over 2,000 characters are clipped; binary files are refused.
+        """),
+        scoped=_mcp_text("""
+            Read lines of a text file in this trajectory's workspace, numbered as `cat -n`
+            does: `limit` lines (default 2,000) from line `offset` (default 1), at most
+            max_bytes of them (default 256 KiB); an answer that stops early gives the next
+            offset. Lines over 2,000 characters are clipped; binary files are refused.
+        """),
         effect="reads",
         parameters=(
             _PATH,
-            Parameter("max_bytes", int, default=1 << 20, gt=0, le=16 << 20, in_transcript=False),
+            Parameter("offset", int, "First line, from 1.", default=1, ge=1),
+            Parameter("limit", int, "Lines at most.", default=DEFAULT_LINES, ge=1, le=100_000),
+            Parameter("max_bytes", int, default=None, gt=0, le=MAX_FILE_BYTES, in_transcript=False),
         ),
         models=(
             ModelTool(
                 "read_file",
-                "Read a text file (absolute, or relative to the repository). Long files are "
-                "cut after their beginning; page through them with exec (sed -n, grep -n).",
-                (ModelArgument("path"),),
+                "Read a text file (absolute, or relative to the repository), its lines numbered; "
+                "give offset and limit to read a range of a long file.",
+                (
+                    ModelArgument("path"),
+                    ModelArgument("offset", "First line (default 1).", required=False),
+                    ModelArgument("limit", "Lines at most (default 2,000).", required=False),
+                ),
+            ),
+        ),
+    ),
+    WorkspaceTool(
+        "edit_file",
+        claimed=_mcp_text("""
+            Replace old_text with new_text in a file of the claimed trajectory's workspace: it
+            must occur exactly once (every occurrence with replace_all), else the error gives
+            the count and lines, or the closest line. Answers the edited lines, numbered. An
+            empty old_text creates a file that does not exist.
+        """),
+        scoped=_mcp_text("""
+            Replace old_text with new_text in a file of this trajectory's workspace: it must
+            occur exactly once (every occurrence with replace_all), else the error gives the
+            count and lines, or the closest line. Answers the edited lines, numbered. An empty
+            old_text creates a file that does not exist.
+        """),
+        effect="edits",
+        parameters=(
+            _PATH,
+            Parameter("old_text", str, "The exact text to replace, without line numbers."),
+            Parameter("new_text", str, "What replaces it."),
+            Parameter("replace_all", bool, default=False),
+        ),
+        models=(
+            ModelTool(
+                "edit_file",
+                "Replace old_text with new_text in a file; old_text must occur exactly once "
+                "(copy it from read_file without the line numbers), or give replace_all=true.",
+                (
+                    ModelArgument("path"),
+                    ModelArgument("old_text"),
+                    ModelArgument("new_text"),
+                    ModelArgument("replace_all", required=False),
+                ),
             ),
         ),
     ),
     WorkspaceTool(
         "write_file",
         claimed=_mcp_text("""
-            Write (create or replace) a file in the claimed trajectory's workspace; parent
-            directories are created. Only the workspace is writable.
+            Write (create or replace) a whole file in the claimed trajectory's workspace;
+            parent directories are created. Answers the size it replaced. Only the workspace
+            is writable; to change part of a file, use edit_file.
         """),
         scoped=_mcp_text("""
-            Write (create or replace) a file in this trajectory's workspace; parent directories
-            are created. Only the workspace is writable.
+            Write (create or replace) a whole file in this trajectory's workspace; parent
+            directories are created. Answers the size it replaced. Only the workspace is
+            writable; to change part of a file, use edit_file.
         """),
         effect="overwrites",
         parameters=(_PATH, Parameter("content", str, "The whole new content (UTF-8).")),

@@ -1,5 +1,5 @@
-"""The tools a model-driven agent gets: exec, read_file, write_file in its workspace, and submit
-(and checkpoint/restore of the workspace when its configuration enables them).
+"""The tools a model-driven agent gets: exec, read_file, edit_file, write_file in its workspace,
+and submit (and checkpoint/restore of the workspace when its configuration enables them).
 
 Schemas are OpenAI function-tool JSON (what every OpenAI-compatible endpoint accepts), made from
 the one declaration of the workspace tools (`tool_table`) that the MCP servers use too. A tool's
@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_evalserver.agents import file_text
 from mcp_evalserver.agents.tool_table import (
     WORKSPACE_TOOLS,
     Capability,
@@ -23,9 +24,6 @@ from mcp_evalserver.errors import EvalServerError, InfrastructureError
 from mcp_evalserver.sandbox.base import ExecResult, Workspace
 
 SUBMIT = "submit"
-# Files larger than this are refused by read_file (the model can still page through them with
-# exec); smaller ones are read whole and clipped to what one tool result may show.
-_READ_LIMIT = 8 << 20
 
 _JSON_TYPES: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
@@ -125,33 +123,47 @@ class WorkspaceTools:
                 return ToolOutcome(_format_exec(result, self.command_timeout_s), command=result)
             path = _text_argument(arguments, "path")
             if name == "read_file":
-                data = await workspace.read_file(path, max_bytes=_READ_LIMIT)
-                return ToolOutcome(self._clip(data, path))
+                offset = _int_argument(arguments, "offset", 1)
+                limit = _int_argument(arguments, "limit", file_text.DEFAULT_LINES)
+                data = await file_text.load(workspace, path)
+                # As many numbered lines as one tool result may show; the text says where to
+                # go on.
+                lines = file_text.read_lines(
+                    data, path, offset, limit, self.output_bytes, per_line=file_text.NUMBER_CHARS
+                )
+                return ToolOutcome(lines.shown(path))
+            if name == "edit_file":
+                old, new = (
+                    _text_argument(arguments, "old_text"),
+                    _text_argument(arguments, "new_text"),
+                )
+                replace_all = arguments.get("replace_all") is True
+                done = await file_text.edit(workspace, path, old, new, replace_all)
+                return ToolOutcome(done.shown(path))
             content = _text_argument(arguments, "content")
-            await workspace.write_file(path, content)
-            return ToolOutcome(f"wrote {len(content.encode())} bytes to {path}")
+            previous = await workspace.write_file(path, content)
+            replaced = "" if previous is None else f" (it replaced {previous} bytes)"
+            return ToolOutcome(f"wrote {len(content.encode())} bytes to {path}{replaced}")
         except InfrastructureError:
             raise
         except (EvalServerError, ValueError) as exc:
             # NotFound, InvalidInput, LimitExceeded...: the model's mistake, not ours.
             return ToolOutcome(f"error: {exc}")
 
-    def _clip(self, data: bytes, path: str) -> str:
-        # Source files are often longer than what one tool result should show; their head
-        # and a pointer to `exec` serve the model better than an error.
-        if len(data) <= self.output_bytes:
-            return data.decode("utf-8", errors="replace")
-        head = data[: self.output_bytes].decode("utf-8", errors="ignore")
-        return (
-            f"{head}\n[truncated: showing the first {self.output_bytes} of {len(data)} bytes; "
-            f"read further with exec, e.g. `sed -n '400,600p' {path}`]"
-        )
-
 
 def _text_argument(arguments: dict[str, Any], key: str) -> str:
     value = arguments.get(key)
     if not isinstance(value, str):
         raise ValueError(f"argument {key!r} must be a string")
+    return value
+
+
+def _int_argument(arguments: dict[str, Any], key: str, default: int) -> int:
+    value = arguments.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"argument {key!r} must be a whole number from 1")
     return value
 
 

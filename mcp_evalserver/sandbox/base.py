@@ -199,8 +199,12 @@ class Workspace(ABC):
         """
 
     @abstractmethod
-    async def write_file(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
+    async def write_file(
+        self, path: str, data: bytes | str, *, mode: int | None = None
+    ) -> int | None:
         """Writes a file (creating parent directories) as the trajectory would.
+
+        Returns the size in bytes of the file it replaced; None when there was none.
 
         Raises:
             InvalidInput: the path is read-only or a directory.

@@ -45,7 +45,11 @@ for f in .* *; do
 done
 """
 _READ = 'if [ -d "$1" ]; then exit 21; elif [ ! -e "$1" ]; then exit 2; fi; exec cat -- "$1"'
-_WRITE = 'case "$1" in */*) mkdir -p -- "${1%/*}" || exit 1;; esac; cat > "$1" || exit 1'
+# Prints the size of the file it replaces (nothing when there was none).
+_WRITE = (
+    'case "$1" in */*) mkdir -p -- "${1%/*}" || exit 1;; esac; '
+    '[ -f "$1" ] && wc -c < "$1"; cat > "$1" || exit 1'
+)
 
 
 class _Capped:
@@ -297,14 +301,17 @@ class ContainerWorkspace(Workspace):
             raise errors.LimitExceeded(f"{path!r} is larger than {max_bytes} bytes")
         return data
 
-    async def write_file(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
+    async def write_file(
+        self, path: str, data: bytes | str, *, mode: int | None = None
+    ) -> int | None:
         raw = data.encode() if isinstance(data, str) else data
         target = self._path(path)
-        code, _ = await self._shell(_WRITE, target, stdin=raw)
+        code, out = await self._shell(_WRITE, target, stdin=raw)
         if code != 0:
             raise errors.InvalidInput(f"cannot write {path!r} (a directory, or read-only)")
         if mode is not None:
             await self._shell('chmod "$1" "$2"', f"{mode:o}", target)
+        return int(out) if out.strip() else None
 
     async def list(self, path: str = ".") -> list[FileEntry]:
         code, out = await self._shell(_LIST, self._path(path))

@@ -549,8 +549,11 @@ class RayWorkspace(Workspace):
         data: bytes = await self._op("read_file", path=path, max_bytes=max_bytes)
         return data
 
-    async def write_file(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
-        await self._op("write_file", path=path, data=data, mode=mode)
+    async def write_file(
+        self, path: str, data: bytes | str, *, mode: int | None = None
+    ) -> int | None:
+        previous: int | None = await self._op("write_file", path=path, data=data, mode=mode)
+        return previous
 
     async def list(self, path: str = ".") -> list[FileEntry]:
         entries = await self._op("list", path=path)

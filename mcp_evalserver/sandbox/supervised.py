@@ -223,10 +223,16 @@ class SupervisedWorkspace(Workspace):
         result = await self._call("read", FILE_OP_TIMEOUT_S, path=path, max_bytes=max_bytes)
         return base64.b64decode(result["data_b64"])
 
-    async def write_file(self, path: str, data: bytes | str, *, mode: int | None = None) -> None:
+    async def write_file(
+        self, path: str, data: bytes | str, *, mode: int | None = None
+    ) -> int | None:
         raw = data.encode() if isinstance(data, str) else data
         encoded = base64.b64encode(raw).decode()
-        await self._call("write", FILE_OP_TIMEOUT_S, path=path, data_b64=encoded, mode=mode)
+        result = await self._call(
+            "write", FILE_OP_TIMEOUT_S, path=path, data_b64=encoded, mode=mode
+        )
+        previous: int | None = result.get("previous_bytes")
+        return previous
 
     async def list(self, path: str = ".") -> list[FileEntry]:
         result = await self._call("list", FILE_OP_TIMEOUT_S, path=path)

@@ -30,6 +30,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import (
+    CallToolResult,
     CompleteRequestParams,
     CompleteResult,
     Completion,
@@ -38,10 +39,11 @@ from mcp_types import (
     LoggingMessageNotification,
     LoggingMessageNotificationParams,
     SetLevelRequestParams,
+    TextContent,
     ToolAnnotations,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import Field
+from pydantic import BaseModel, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -62,6 +64,7 @@ from mcp_evalserver.server.models import (
     CampaignStatus,
     ClaimedTrajectory,
     Comparison,
+    ReadByModels,
     ScoringStatus,
     SweepStatus,
 )
@@ -89,8 +92,8 @@ workspaces, recorded in a crash-safe ledger.
 To evaluate: start_campaign, then campaign_status with wait_s to follow progress, then read \
 campaign://<id>/report or call score.
 To act as the agent of a campaign whose agent is {"type": "external"}: claim_trajectory, work \
-with sandbox_exec / read_file / write_file / get_diff, then submit. checkpoint / restore roll \
-a workspace back; fork_trajectory branches a trajectory into several, each scored.
+with sandbox_exec / read_file / edit_file / write_file / get_diff, then submit. checkpoint / \
+restore roll a workspace back; fork_trajectory branches a trajectory into several, each scored.
 To take results to other tools: export_results (an Inspect AI log, or ATIF trajectories)."""
 
 CampaignId = Annotated[str, Field(description="A campaign id, as list_campaigns shows them.")]
@@ -116,13 +119,15 @@ _SETS = ToolAnnotations(
 _OVERWRITES = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
 )
-#: Runs a command in a workspace: it may delete anything there, and twice is not once.
+#: Runs a command in a workspace (or edits a file there): it may delete anything there, and
+#: twice is not once.
 _RUNS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
 )
 #: The hints of each workspace tool's declared effect (`agents.tool_table.Effect`).
 _EFFECTS: dict[Effect, ToolAnnotations] = {
-    "reads": _READ_ONLY, "adds": _MUTATES, "overwrites": _OVERWRITES, "runs": _RUNS
+    "reads": _READ_ONLY, "adds": _MUTATES, "overwrites": _OVERWRITES, "edits": _RUNS,
+    "runs": _RUNS,
 }  # fmt: skip
 
 _KEYWORD = inspect.Parameter.KEYWORD_ONLY
@@ -559,14 +564,14 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
             str | None, Field(description="Only from this campaign; default any.")
         ] = None,
         wait_s: WaitSeconds = 0.0,
-    ) -> ClaimedTrajectory:
+    ) -> Annotated[CallToolResult, ClaimedTrajectory]:
         """Claim a trajectory of a campaign whose agent is external, to act as its agent.
         Returns the task prompt and a claim_id for sandbox_exec, read_file, write_file, get_diff
-        and submit. Each call renews the claim; after lease_s without one (a single command
-        running longer does not renew it), another client may take the trajectory over, with
-        its workspace as it was. Waits up to wait_s for one to become available. The
+        and submit. Each call renews the claim and a running call holds it; after lease_s
+        with no call, another client may take the trajectory over, with its workspace as it
+        was. Waits up to wait_s for one to become available. The
         campaign's trajectory_timeout_s bounds the whole trajectory, waiting included."""
-        return await _service(ctx).trajectories().claim(campaign_id, wait_s)
+        return _answer(await _service(ctx).trajectories().claim(campaign_id, wait_s))
 
     for tool in WORKSPACE_TOOLS:
         method = getattr(ExternalTrajectories, tool.name)
@@ -612,16 +617,32 @@ def _add_workspace_tool(
             inspect.Parameter(p.name, _KEYWORD, annotation=annotation, default=default)
         )
 
-    async def call(**arguments: Any) -> Any:
-        return await run(**arguments)
+    async def call(**arguments: Any) -> CallToolResult:
+        return _answer(await run(**arguments))
 
     # The SDK reads a tool's parameters and output from its signature (the context parameter
-    # from its annotations), and names the schema of its arguments after it.
+    # from its annotations), and names the schema of its arguments after it. Annotated with
+    # the result model, a `CallToolResult` is the answer as built (its structured content
+    # validated against the model, whose schema is the tool's output schema).
+    answers = _ANNOTATED[CallToolResult, returns]
     call.__name__ = tool.name
-    call.__signature__ = inspect.Signature(parameters, return_annotation=returns)  # type: ignore[attr-defined]
-    call.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": returns}
+    call.__signature__ = inspect.Signature(parameters, return_annotation=answers)  # type: ignore[attr-defined]
+    call.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": answers}
     annotations = _EFFECTS[tool.effect]
     app.add_tool(tool_errors(call), description=tool.description(audience), annotations=annotations)
+
+
+def _answer(result: BaseModel) -> CallToolResult:
+    """A workspace tool's (or a claim's) answer: what a model reads (`model_text()`: stdout as
+    printed, numbered lines) as its text, the result's JSON as its structured content."""
+    structured = result.model_dump(mode="json", by_alias=True)
+    if isinstance(result, ReadByModels):
+        text = result.model_text()
+    else:  # a result model without a text of its own: its JSON, compact
+        text = json.dumps(structured, separators=(", ", ": "))
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=structured
+    )
 
 
 def _export_tools(app: MCPServer[EvalService]) -> None:
@@ -708,8 +729,8 @@ def http_app(
 
 TRAJECTORY_INSTRUCTIONS = """\
 You are the agent of one evaluation trajectory. Work in its private workspace with \
-sandbox_exec / read_file / write_file / get_diff, then submit (the workspace's diff is handed \
-in, with an answer if you give one). These tools reach this trajectory only."""
+sandbox_exec / read_file / edit_file / write_file / get_diff, then submit (the workspace's \
+diff is handed in, with an answer if you give one). These tools reach this trajectory only."""
 
 
 def create_trajectory_server(trajectory: ScopedTrajectory) -> MCPServer[Any]:

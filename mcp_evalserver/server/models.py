@@ -1,11 +1,18 @@
-"""What the MCP tools return: pydantic models, so every result is also structured output."""
+"""What the MCP tools return: pydantic models, so every result is also structured output.
+
+A workspace tool's result also has `model_text()`: what a model reads of it (stdout as it was
+printed, numbered file lines), sent as the answer's text while its JSON is the structured
+content (server.mcp_app).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import dataclasses
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from mcp_evalserver.agents import file_text
 from mcp_evalserver.scoring.stats.comparison import PairedComparison
 from mcp_evalserver.scoring.stats.summary import CampaignSummary
 
@@ -128,6 +135,13 @@ class CampaignList(BaseModel):
     hint: str | None = Field(None, description="What to do about interrupted campaigns.")
 
 
+@runtime_checkable
+class ReadByModels(Protocol):
+    """A result with a text of its own for a model to read."""
+
+    def model_text(self) -> str: ...
+
+
 class ClaimedTrajectory(BaseModel):
     """A trajectory this client now holds: name `claim_id` in every sandbox tool and `submit`."""
 
@@ -148,17 +162,36 @@ class ClaimedTrajectory(BaseModel):
         "paid calls with it."
     )
 
+    def model_text(self) -> str:
+        where = (
+            f"workdir {self.workdir}" if self.has_workspace else "no workspace: submit an answer"
+        )
+        lines = [
+            f"claim_id: {self.claim_id}",
+            f"trajectory {self.trajectory_id} of campaign {self.campaign_id}; {where}; the claim "
+            f"lapses {self.lease_s:g} s after your last call ends",
+        ]
+        if self.reclaimed:
+            lines.append("reclaimed: the workspace keeps what an earlier client changed")
+        return "\n".join([*lines, "", self.prompt])
+
 
 class Checkpoint(BaseModel):
     """A checkpoint of a trajectory's workspace: name it in `restore`."""
 
     checkpoint_id: str
 
+    def model_text(self) -> str:
+        return f"checkpoint {self.checkpoint_id}: restore(checkpoint_id) returns the files to it"
+
 
 class Restored(BaseModel):
     """The workspace's files are as they were at the checkpoint."""
 
     checkpoint_id: str
+
+    def model_text(self) -> str:
+        return f"the workspace's files are as they were at checkpoint {self.checkpoint_id}"
 
 
 class Branches(BaseModel):
@@ -173,11 +206,20 @@ class Branches(BaseModel):
         "per_instance) had no free slot. Claim them with claim_trajectory once one frees.",
     )
 
+    def model_text(self) -> str:
+        lines = [f"branch {b.trajectory_id}: claim_id {b.claim_id}" for b in self.branches]
+        if self.waiting:
+            lines.append("waiting (claim later): " + ", ".join(self.waiting))
+        return "\n".join(lines)
+
 
 class BranchIds(BaseModel):
     """The trajectories a fork made; the agent's program runs again in each."""
 
     trajectory_ids: list[str]
+
+    def model_text(self) -> str:
+        return "branches: " + ", ".join(self.trajectory_ids)
 
 
 class ExecOutput(BaseModel):
@@ -186,19 +228,63 @@ class ExecOutput(BaseModel):
     exit_code: int
     stdout: str
     stderr: str
-    stdout_truncated: bool
+    stdout_truncated: bool = Field(
+        description="Longer than max_output_chars: its head and tail are kept."
+    )
     stderr_truncated: bool
     timed_out: bool
     duration_s: float
+    timeout_s: float | None = Field(None, description="The timeout it ran under.")
+
+    def model_text(self) -> str:
+        """The exit code line, then stdout as printed, then stderr after a marker line."""
+        head = f"exit code {self.exit_code}"
+        if self.timed_out:
+            limit = f"{self.timeout_s:g}" if self.timeout_s is not None else "?"
+            head += f": killed after {limit} s (timeout_s={limit}; up to 3,600)"
+        parts = [head]
+        for name, text, cut in (
+            ("stdout", self.stdout, self.stdout_truncated),
+            ("stderr", self.stderr, self.stderr_truncated),
+        ):
+            if not text:
+                continue
+            if name == "stderr" or cut:
+                note = " (over max_output_chars: head and tail kept)" if cut else ""
+                parts.append(f"--- {name}{note} ---")
+            parts.append(text.removesuffix("\n"))
+        return "\n".join(parts)
 
 
 class FileContent(BaseModel):
-    """A file read from the workspace."""
+    """Lines of a text file of the workspace."""
 
     path: str
-    content: str = Field(description="UTF-8 text; undecodable bytes shown as U+FFFD.")
-    size: int = Field(description="Size in bytes.")
-    binary: bool = Field(description="Whether the bytes were not valid UTF-8.")
+    content: str = Field(description="The lines shown, exactly as in the file.")
+    offset: int = Field(description="The number of the first line shown (1-based).")
+    lines: int = Field(description="How many lines are shown.")
+    total_lines: int = Field(description="How many lines the file has.")
+    size: int = Field(description="The file's size in bytes.")
+    next_offset: int | None = Field(
+        description="Where to continue reading; null when the file's end is shown."
+    )
+
+    @classmethod
+    def of(cls, path: str, lines: file_text.Lines) -> FileContent:
+        return cls(
+            path=path,
+            content=lines.text,
+            offset=lines.first,
+            lines=lines.count,
+            total_lines=lines.total,
+            size=lines.size,
+            next_offset=lines.next_offset,
+        )
+
+    def model_text(self) -> str:
+        """The lines numbered as `cat -n` does; a note when the file goes on."""
+        lines = file_text.Lines(self.content, self.offset, self.lines, self.total_lines, self.size)
+        return lines.shown(self.path)
 
 
 class FileWritten(BaseModel):
@@ -206,6 +292,37 @@ class FileWritten(BaseModel):
 
     path: str
     size: int
+    previous_bytes: int | None = Field(
+        None, description="The size of the file it replaced; null: it created the file."
+    )
+
+    def model_text(self) -> str:
+        if self.previous_bytes is None:
+            return f"created {self.path} ({self.size:,} bytes)"
+        return (
+            f"replaced {self.path}: {self.previous_bytes:,} bytes before, {self.size:,} now "
+            "(to change part of a file, use edit_file)"
+        )
+
+
+class FileEdited(BaseModel):
+    """An exact replacement done in a file of the workspace."""
+
+    path: str
+    replacements: int
+    first_line: int = Field(description="The first line the new text occupies.")
+    last_line: int
+    size: int = Field(description="The file's size in bytes after the edit.")
+    created: bool = Field(description="Whether the edit created the file.")
+    region: str = Field(description="The edited lines with a few around them, numbered.")
+
+    @classmethod
+    def of(cls, path: str, edit: file_text.Edit) -> FileEdited:
+        return cls(path=path, **dataclasses.asdict(edit))
+
+    def model_text(self) -> str:
+        edit = file_text.Edit(**self.model_dump(exclude={"path"}))
+        return edit.shown(self.path)
 
 
 class Diff(BaseModel):
@@ -213,6 +330,9 @@ class Diff(BaseModel):
 
     patch: str
     files: list[str] = Field(description="Paths the patch touches.")
+
+    def model_text(self) -> str:
+        return self.patch or "no changes against the base commit"
 
 
 class Submitted(BaseModel):
@@ -223,6 +343,14 @@ class Submitted(BaseModel):
     answer: str | None
     patch_bytes: int
     files: list[str]
+    warning: str | None = Field(None, description="Something the submission likely lacks.")
+
+    def model_text(self) -> str:
+        handed = f"{len(self.files)} files changed ({self.patch_bytes:,} bytes of patch)"
+        if self.answer is not None:
+            handed += ", and an answer"
+        text = f"submitted {self.trajectory_id}: {handed}; it is scored next"
+        return f"{text}\nwarning: {self.warning}" if self.warning else text
 
 
 class UsageReported(BaseModel):
@@ -233,6 +361,11 @@ class UsageReported(BaseModel):
     priced_by: Literal["provider", "table"] | None = Field(
         description="Whose figure: the provider's cost you gave, or the campaign's price table."
     )
+
+    def model_text(self) -> str:
+        if self.cost_usd is None:
+            return f"recorded for {self.trajectory_id}; cost unknown (no price for the model)"
+        return f"recorded for {self.trajectory_id}: ${self.cost_usd:.6f} (by the {self.priced_by})"
 
 
 class ScoringStatus(BaseModel):

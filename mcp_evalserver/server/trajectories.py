@@ -81,6 +81,7 @@ class ExternalTrajectories:
     sandbox_exec = _on_claim(TrajectoryTools.sandbox_exec)
     read_file = _on_claim(TrajectoryTools.read_file)
     write_file = _on_claim(TrajectoryTools.write_file)
+    edit_file = _on_claim(TrajectoryTools.edit_file)
     get_diff = _on_claim(TrajectoryTools.get_diff)
     checkpoint = _on_claim(TrajectoryTools.checkpoint)
     restore = _on_claim(TrajectoryTools.restore)

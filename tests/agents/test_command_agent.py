@@ -69,8 +69,9 @@ async def test_a_program_fixes_the_bug_through_its_endpoint_and_its_submission_r
     assert len(seen["idempotency_key"]) == 32
     # Only this trajectory's tools, and none takes a trajectory or claim to name another one.
     assert seen["tools"] == {
-        "sandbox_exec": ["command", "stdin", "timeout_s"],
-        "read_file": ["max_bytes", "path"],
+        "sandbox_exec": ["command", "max_output_chars", "stdin", "timeout_s"],
+        "read_file": ["limit", "max_bytes", "offset", "path"],
+        "edit_file": ["new_text", "old_text", "path", "replace_all"],
         "write_file": ["content", "path"],
         "get_diff": [],
         "checkpoint": [],

@@ -42,6 +42,8 @@ async def test_a_model_that_fixes_the_bug_and_submits_hands_in_its_workspace_dif
         call("exec", command="seq 1 5000 > /tmp/big.txt"),
         call("read_file", path="/tmp/big.txt"),
         call("write_file", path="calc.py", content=FIXED),
+        call("edit_file", path="calc.py", old_text="return a - b", new_text="x"),
+        call("edit_file", path="calc.py", old_text="(a, b):", new_text="(a, b):  # fixed"),
         call("exec", command=CHECK + " && echo checked"),
         call("submit", answer="fixed add"),
     ]
@@ -54,19 +56,26 @@ async def test_a_model_that_fixes_the_bug_and_submits_hands_in_its_workspace_dif
 
     assert state.trajectories["calc@0"].outcome == "resolved"
     names = [tool["function"]["name"] for tool in fake.seen[0].body["tools"]]
-    assert names == ["exec", "read_file", "write_file", "submit"]
+    assert names == ["exec", "read_file", "edit_file", "write_file", "submit"]
     # What each tool call gave the model is in the next request.
-    told = [fake.seen[n].body["messages"][-1]["content"] for n in range(1, 7)]
+    told = [fake.seen[n].body["messages"][-1]["content"] for n in range(1, 9)]
     assert told[0].startswith("exit code: 0")
     assert "return a - b" in told[0]
     assert told[1].startswith("error:")
     assert "missing.py" in told[1]
-    # A long file shows its head and how to read on.
-    assert told[3].startswith("1\n2\n3\n")
-    assert "[truncated: showing the first 1024 of 23893 bytes" in told[3]
-    assert told[4] == f"wrote {len(FIXED)} bytes to calc.py"
-    assert told[5].startswith("exit code: 0")
-    assert "checked" in told[5]
+    # A long file shows its first lines, numbered, within the agent's output cap, and where
+    # to read on.
+    assert told[3].startswith("     1\t1\n     2\t2\n     3\t3\n")
+    assert told[3].endswith("[lines 1-102 of 5,000 shown; the next read starts at offset=103]")
+    assert told[4] == f"wrote {len(FIXED)} bytes to calc.py (it replaced {len(BUGGY)} bytes)"
+    # An edit that matches nothing says which line came closest; one that matches shows it.
+    assert told[5].startswith("error: old_text is not in calc.py (0 matches); the closest line")
+    assert told[6] == (
+        "calc.py edited (1 replaced); lines 1-1 now:\n"
+        "     1\tdef add(a, b):  # fixed\n     2\t    return a + b"
+    )
+    assert told[7].startswith("exit code: 0")
+    assert "checked" in told[7]
 
     (generated,) = records(directory, "generated")
     assert generated["submission"]["answer"] == "fixed add"
@@ -118,7 +127,9 @@ async def test_with_checkpoints_enabled_a_model_saves_tries_and_rolls_back_a_fai
 
     assert state.trajectories["calc@0"].outcome == "resolved"
     names = [tool["function"]["name"] for tool in fake.seen[0].body["tools"]]
-    assert names == ["exec", "read_file", "write_file", "checkpoint", "restore", "submit"]
+    assert names == [
+        "exec", "read_file", "edit_file", "write_file", "checkpoint", "restore", "submit"
+    ]  # fmt: skip
     told = [fake.seen[n].body["messages"][-1]["content"] for n in range(1, 6)]
     assert told[1] == "checkpoint id: cp1"
     assert told[3] == "restored checkpoint cp1"

@@ -218,6 +218,15 @@ async def test_files_are_read_written_and_listed_as_the_trajectory_sees_them(
     assert ("new", "dir") in names
 
 
+async def test_a_write_says_the_size_of_the_file_it_replaced(instance: Instance) -> None:
+    with anyio.fail_after(20):
+        async with await instance.workspace("replaced") as ws:
+            created = await ws.write_file("fresh.txt", "twelve bytes")
+            replaced = await ws.write_file("fresh.txt", "x")
+            over_the_repo_file = await ws.write_file("a.txt", "")
+    assert (created, replaced, over_the_repo_file) == (None, 12, len("hello\n"))
+
+
 async def test_reset_discards_every_change(instance: Instance) -> None:
     with anyio.fail_after(20):
         async with await instance.workspace("reset") as ws:

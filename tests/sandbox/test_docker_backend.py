@@ -344,8 +344,9 @@ async def test_an_image_without_python_gets_a_container_per_trajectory_and_says_
             # `docker exec` cannot hand a command a private socket: strict grading is refused.
             with pytest.raises(Conflict, match="report channel"):
                 await a.exec("true", report=True)
-            await a.write_file("sub/new.bin", b"\x00\xff")
+            assert await a.write_file("sub/new.bin", b"\x00\xff") is None  # created
             assert await a.read_file("sub/new.bin") == b"\x00\xff"
+            assert await a.write_file("a.txt", "changed!\n") == len("changed\n")  # replaced
             assert (await b.exec(["cat", "a.txt"])).stdout == "hello\n"
             names = {e.name: e.kind for e in await a.list(".")}
             assert names["a.txt"] == "file"

@@ -31,7 +31,7 @@ from mcp_evalserver.errors import Conflict
 from mcp_evalserver.server.front.lease import DriverLease, Holder, read_holder
 from mcp_evalserver.server.front.rpc import Peer, serve_driver
 from mcp_evalserver.server.front.service import FrontService, RemoteTrajectories, WorkerConfig
-from tests.server.helpers import answer_spec
+from tests.server.helpers import answer_spec, repo_spec
 from testsupport.rawmcp import CallFailed
 from testsupport.servers import (
     REPO,
@@ -397,3 +397,58 @@ async def test_a_relayed_submit_whose_driver_dies_before_answering_says_what_to_
     assert "the process driving campaigns stopped" in str(refused.value)
     assert expected in str(refused.value)
     assert ("campaign_status" in str(refused.value)) == (unanswered == "submit")
+
+
+@pytest.mark.root
+async def test_a_call_running_in_any_worker_holds_its_claim_past_the_lease(
+    tmp_path: Path,
+) -> None:
+    """A worker that does not drive runs the call itself, where the driver does not see it: it
+    renews the claim while the call runs, so nobody takes the trajectory over meanwhile."""
+    with anyio.fail_after(120):
+        allowed = ("--allow-plugins", "--allow-paths", str(tmp_path))
+        async with http_server(tmp_path / "state", *allowed, workers=2) as url:
+            async with http_client(url, mode=MODERN) as client:
+                for number in range(2):  # a campaign of one trajectory per session
+                    spec = repo_spec(tmp_path / f"repos{number}", 1, lease_s=2.0)
+                    await call(client, "start_campaign", spec=spec, campaign_id=f"held{number}")
+            # One session on each worker, so one of them is surely not the driver.
+            sessions = await sessions_on_each_worker(url, 2)
+            try:
+                for number, session in enumerate(sessions):
+                    campaign_id = f"held{number}"
+                    claim = await session.call_tool(
+                        "claim_trajectory", {"campaign_id": campaign_id, "wait_s": 30}
+                    )
+                    outputs: list[dict[str, Any]] = []
+                    go = f"go{number}"
+                    # Runs until the test lets it end (a file appears), past many leases.
+                    command = (
+                        f"touch started; while [ ! -e {go} ]; do sleep 0.02; done; echo finished"
+                    )
+                    arguments = {"claim_id": claim["claim_id"], "command": command}
+
+                    async def long_command(
+                        session: Any = session, arguments: Any = arguments, outputs: Any = outputs
+                    ) -> None:
+                        outputs.append(await session.call_tool("sandbox_exec", arguments))
+
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(long_command)
+                        async with http_client(url, mode=MODERN) as other:
+                            # Once it runs, nothing else calls on the claim for three leases.
+                            path = {"claim_id": claim["claim_id"], "path": "started"}
+                            while (await other.call_tool("read_file", path)).is_error:
+                                await anyio.lowlevel.checkpoint()
+                            refused = await call_error(
+                                other, "claim_trajectory", campaign_id=campaign_id, wait_s=6.0
+                            )
+                            await call(
+                                other, "write_file", claim_id=claim["claim_id"], path=go,
+                                content="",
+                            )  # fmt: skip
+                    assert f"no trajectory of campaign '{campaign_id}' is waiting" in refused
+                    assert outputs[0]["stdout"] == "finished\n"
+            finally:
+                for session in sessions:
+                    await session.close()

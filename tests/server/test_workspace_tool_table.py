@@ -66,7 +66,7 @@ async def test_both_mcp_servers_list_the_tables_tools_as_it_declares_them(tmp_pa
             assert schema.get("required", []) == required, (audience, tool.name)
             hints = listed_tool["annotations"]
             assert hints["read_only_hint"] is (tool.effect == "reads"), (audience, tool.name)
-            destructive = tool.effect in ("overwrites", "runs")
+            destructive = tool.effect in ("overwrites", "edits", "runs")
             assert hints["destructive_hint"] is destructive, (audience, tool.name)
     scoped_names = set((await surfaces(tmp_path))["scoped"])
     assert scoped_names == set(NAMES), "a trajectory's endpoint serves the workspace tools only"

@@ -110,14 +110,19 @@ def write(sup: Supervisor, req_id: int, args: WriteArgs) -> None:
         with contextlib.suppress(FileNotFoundError):
             require_regular(path, os.stat(path).st_mode, "write")
         flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-        fd = os.open(path, flags, 0o644)
+        # Without O_CREAT first: whether the file existed, told by the open that writes it.
+        try:
+            fd, created = os.open(path, flags & ~os.O_CREAT), False
+        except FileNotFoundError:
+            fd, created = os.open(path, flags, 0o644), True
         with os.fdopen(fd, "wb") as f:
-            require_regular(path, os.fstat(fd).st_mode, "write")
+            st = os.fstat(fd)
+            require_regular(path, st.st_mode, "write")
             os.ftruncate(fd, 0)
             f.write(data)
         if mode is not None:
             os.chmod(path, int(mode))
-        return {"bytes": len(data)}
+        return {"bytes": len(data), "previous_bytes": None if created else st.st_size}
 
     files_job(sup, req_id, args, work)
 

@@ -54,8 +54,9 @@ from mcp_evalserver.spec.submission import Submission
 logger = logging.getLogger(__name__)
 
 #: Tools a worker runs in the driver whole: forking makes trajectories, which only it can.
-_TOOLS = frozenset({"sandbox_exec", "read_file", "write_file", "get_diff", "checkpoint",
-                    "restore", "fork_trajectory", "submit", "report_usage"})  # fmt: skip
+_TOOLS = frozenset({"sandbox_exec", "read_file", "write_file", "edit_file", "get_diff",
+                    "checkpoint", "restore", "fork_trajectory", "submit",
+                    "report_usage"})  # fmt: skip
 
 
 #: Why a claim ended when the process driving campaigns stopped (claims live in it).
@@ -360,11 +361,13 @@ class FrontService(EvalService):
         self._renew(claim_id, grant)
         with anyio.CancelScope() as scope:
             grant.calls.add(scope)
+            holding = self._hold(claim_id, grant)
             try:
                 result = await run(TrajectoryTools(grant.context))
             except DriverLost as exc:
                 raise Conflict(_driver_stopped(tool, grant.context)) from exc
             finally:
+                holding.cancel()
                 grant.calls.discard(scope)
         if scope.cancelled_caught:
             if grant.revoked == _DRIVER_STOPPED:
@@ -375,6 +378,21 @@ class FrontService(EvalService):
         else:
             self._renew(claim_id, grant)
         return result
+
+    def _hold(self, claim_id: str, grant: _Grant) -> anyio.CancelScope:
+        """Keeps renewing the claim's lease, a quarter of a lease apart, until the scope it
+        returns is cancelled: a call running here holds its claim, as one in the driver does."""
+        holding = anyio.CancelScope()
+
+        async def renew_while_running() -> None:
+            with holding:
+                while True:
+                    await anyio.sleep(grant.lease_s / 4)
+                    self._renew(claim_id, grant)
+
+        if self._front_group is not None:
+            self._front_group.start_soon(renew_while_running)
+        return holding
 
     def _renew(self, claim_id: str, grant: _Grant) -> None:
         """Renews the claim's lease in the driver, once a quarter of a lease at most."""
@@ -479,7 +497,13 @@ class FrontService(EvalService):
             "task": context.task.model_dump(mode="json"),
         }
         if context.sandbox.available:
-            workspace = await context.sandbox.workspace()
+            # Its first use makes the workspace (seconds, where the instance is still being
+            # set up): the call that asked holds the claim meanwhile, as a running call does.
+            trajectory.running += 1
+            try:
+                workspace = await context.sandbox.workspace()
+            finally:
+                trajectory.running -= 1
             if isinstance(workspace, SupervisedWorkspace):
                 key = f"{os.getpid()}-{id(workspace.client)}"
                 self._known[key] = workspace.client
@@ -596,6 +620,7 @@ class RemoteTrajectories(ExternalTrajectories):
     sandbox_exec = _on_claim_here(TrajectoryTools.sandbox_exec)
     read_file = _on_claim_here(TrajectoryTools.read_file)
     write_file = _on_claim_here(TrajectoryTools.write_file)
+    edit_file = _on_claim_here(TrajectoryTools.edit_file)
     get_diff = _on_claim_here(TrajectoryTools.get_diff)
     checkpoint = _on_claim_here(TrajectoryTools.checkpoint)
     restore = _on_claim_here(TrajectoryTools.restore)

@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from mcp_evalserver.agents import file_text
+from mcp_evalserver.agents.tool_table import DEFAULT_OUTPUT_CHARS, MAX_OUTPUT_CHARS
 from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
 from mcp_evalserver.runtime import tracing
 from mcp_evalserver.runtime.pricing import Meter
@@ -25,6 +27,7 @@ from mcp_evalserver.server.models import (
     Diff,
     ExecOutput,
     FileContent,
+    FileEdited,
     FileWritten,
     Restored,
     Submitted,
@@ -34,6 +37,10 @@ from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import ModelUsage, Submission
 
 _DIFF_FILE = re.compile(r"^diff --git a/(.*) b/", re.MULTILINE)
+_EMPTY_SUBMISSION = (
+    "the submission is empty: no change in the workspace against the base commit and no "
+    "answer. It is scored as it is (a task that needs a fix fails)"
+)
 
 
 class WorkspaceSource(Protocol):
@@ -78,9 +85,14 @@ class TrajectoryTools:
         return task.workdir or task.path or (DEFAULT_WORKDIR if task.image else None)
 
     async def sandbox_exec(
-        self, command: str, timeout_s: float, stdin: str | None = None
+        self,
+        command: str,
+        timeout_s: float,
+        stdin: str | None = None,
+        max_output_chars: int = DEFAULT_OUTPUT_CHARS,
     ) -> ExecOutput:
-        """Runs a shell command in the workspace.
+        """Runs a shell command in the workspace; each stream keeps its head and tail within
+        `max_output_chars`.
 
         Raises:
             InvalidInput: empty command, bad cwd, or the task has no workspace.
@@ -88,53 +100,99 @@ class TrajectoryTools:
         """
         if not command.strip():
             raise InvalidInput("`command` is empty: give a shell command such as `ls -la`")
+        # A byte cap: the text it keeps is at most as many characters.
+        cap = max(1, min(max_output_chars, MAX_OUTPUT_CHARS))
         with self._traced("sandbox_exec", command=command, timeout_s=timeout_s) as span:
-            result = await (await self.workspace()).exec(command, timeout=timeout_s, stdin=stdin)
+            workspace = await self.workspace()
+            result = await workspace.exec(command, timeout=timeout_s, stdin=stdin, output_cap=cap)
             tracing.command_result(
                 span, result.exit_code, result.duration_s, timed_out=result.timed_out
             )
         # The tool's output is the fields of the sandbox's result it names (not the report).
-        return ExecOutput.model_validate(result, from_attributes=True)
+        output = ExecOutput.model_validate(result, from_attributes=True)
+        output.timeout_s = timeout_s
+        return output
 
-    async def read_file(self, path: str, max_bytes: int) -> FileContent:
-        """Reads a file from the workspace.
+    async def read_file(
+        self,
+        path: str,
+        offset: int = 1,
+        limit: int = file_text.DEFAULT_LINES,
+        max_bytes: int | None = None,
+    ) -> FileContent:
+        """Reads lines `offset..offset+limit-1` of a text file, at most `max_bytes` bytes of
+        them (default `file_text.DEFAULT_READ_BYTES`): an answer that stops early gives the
+        next offset.
 
         Raises:
             NotFound: no such file.
-            InvalidInput: not a regular file, or the task has no workspace.
-            LimitExceeded: the file is larger than `max_bytes`.
+            InvalidInput: not a regular file, a binary file, `offset` past its end, or the
+                task has no workspace.
+            LimitExceeded: the file is larger than the file tools load (16 MiB).
         """
         try:
             with self._traced("read_file", path=path):
-                data = await (await self.workspace()).read_file(path, max_bytes=max_bytes)
+                data = await file_text.load(await self.workspace(), path)
         except NotFound as exc:
             raise NotFound(
                 f"{exc} (relative paths start at {self.workdir}; list files with sandbox_exec, "
                 "e.g. `ls -la` or `git ls-files`)"
             ) from exc
-        try:
-            text, binary = data.decode("utf-8"), False
-        except UnicodeDecodeError:
-            text, binary = data.decode("utf-8", errors="replace"), True
-        return FileContent(path=path, content=text, size=len(data), binary=binary)
+        budget = file_text.DEFAULT_READ_BYTES if max_bytes is None else max_bytes
+        return FileContent.of(path, file_text.read_lines(data, path, offset, limit, budget))
 
     async def write_file(self, path: str, content: str) -> FileWritten:
         """Writes a file in the workspace (parents created).
 
         Raises:
-            InvalidInput: the path is outside the workspace or a directory, or the task has
-                no workspace.
+            InvalidInput: the path is outside the workspace (or leads out of the workdir) or
+                a directory, or the task has no workspace.
         """
+        self._refuse_climbing_out(path)
         data = content.encode()
         try:
             with self._traced("write_file", path=path, size=len(data)):
-                await (await self.workspace()).write_file(path, data)
+                previous = await (await self.workspace()).write_file(path, data)
         except InvalidInput as exc:
             raise InvalidInput(
                 f"{exc}: only the workspace is writable; write under {self.workdir} (or use a "
                 "relative path)"
             ) from exc
-        return FileWritten(path=path, size=len(data))
+        return FileWritten(path=path, size=len(data), previous_bytes=previous)
+
+    async def edit_file(
+        self, path: str, old_text: str, new_text: str, replace_all: bool = False
+    ) -> FileEdited:
+        """Replaces the one occurrence of `old_text` in a file with `new_text` (every one with
+        `replace_all`); an empty `old_text` creates a file that does not exist.
+
+        Raises:
+            InvalidInput: 0 matches (the message names the closest line), several without
+                `replace_all` (their count and lines), a binary file, a path that leads out
+                of the workdir, or the task has no workspace.
+            NotFound: no such file.
+            LimitExceeded: the file is larger than the file tools load (16 MiB).
+        """
+        self._refuse_climbing_out(path)
+        with self._traced("edit_file", path=path):
+            workspace = await self.workspace()
+            done = await file_text.edit(workspace, path, old_text, new_text, replace_all)
+        return FileEdited.of(path, done)
+
+    def _refuse_climbing_out(self, path: str) -> None:
+        """A relative path that leads out of the workdir lands where no diff sees it.
+
+        Raises:
+            InvalidInput: it does; the message gives the path to use.
+        """
+        target = file_text.outside_workdir(path, self.workdir)
+        if target is not None:
+            name = target.rsplit("/", 1)[-1]
+            raise InvalidInput(
+                f"{path!r} leads out of the workdir {self.workdir} (to {target}): a file there "
+                f"is in no diff and may be lost. Write under the workdir (e.g. {name!r}); to "
+                f"write outside it on purpose, give the absolute path ({target})"
+            )
 
     async def get_diff(self) -> Diff:
         """The workspace's changes against the base commit.
@@ -243,6 +301,7 @@ class TrajectoryTools:
             answer=answer,
             patch_bytes=len(patch.encode()) if patch else 0,
             files=_DIFF_FILE.findall(patch or ""),
+            warning=_EMPTY_SUBMISSION if patch is None and answer is None else None,
         )
         return Submission(answer=answer, patch=patch), submitted
 

@@ -1,0 +1,271 @@
+"""Files as a coding agent reads and edits them: numbered line ranges and exact replacements.
+
+What the MCP file tools (`server.trajectory.tools`) and the `openai` agent's function tools
+(`agents.workspace_tools`) share, over any `Workspace`: `read_lines` pages a text file by lines
+(a binary file is refused, never shown as mojibake), `edit` replaces one exact string (or every
+one) and says, when it cannot, how many matched and where, or which line came closest.
+"""
+
+from __future__ import annotations
+
+import difflib
+import posixpath
+from dataclasses import dataclass
+
+from mcp_evalserver.errors import InvalidInput, LimitExceeded, NotFound
+from mcp_evalserver.sandbox.base import Workspace
+
+#: Lines a read shows unless told otherwise.
+DEFAULT_LINES = 2000
+#: Bytes of lines a read shows unless told otherwise.
+DEFAULT_READ_BYTES = 256 << 10
+#: The largest file the file tools load (a read shows a range of it; an edit rewrites it).
+MAX_FILE_BYTES = 16 << 20
+#: A line longer than this is clipped where a model reads it.
+MAX_LINE_CHARS = 2000
+#: Lines of context shown around an edit.
+_CONTEXT = 3
+#: Lines an edit's answer shows at most.
+_REGION_LINES = 40
+
+
+@dataclass(frozen=True)
+class Lines:
+    """A range of a text file's lines."""
+
+    text: str  #: the lines as they are in the file (newlines kept)
+    first: int  #: the number of the first line shown (1-based)
+    count: int  #: how many lines are shown
+    total: int  #: how many lines the file has
+    size: int  #: the file's size in bytes
+
+    @property
+    def next_offset(self) -> int | None:
+        """Where the next read starts; None when the file's end was shown."""
+        last = self.first + self.count - 1
+        return last + 1 if last < self.total else None
+
+    def shown(self, path: str) -> str:
+        """What a model reads: the lines numbered as `cat -n` does; a note when the file goes
+        on, with the offset to read next."""
+        if self.total == 0:
+            return f"({path} is empty)"
+        text = numbered(split_lines(self.text), self.first)
+        if self.next_offset is not None:
+            last = self.first + self.count - 1
+            text += (
+                f"\n[lines {self.first}-{last} of {self.total:,} shown; the next read starts "
+                f"at offset={self.next_offset}]"
+            )
+        return text
+
+
+@dataclass(frozen=True)
+class Edit:
+    """An exact replacement done: where, and the lines around it as they are now."""
+
+    replacements: int
+    first_line: int  #: the first line the new text occupies
+    last_line: int
+    region: str  #: the edited lines with context, numbered
+    size: int  #: the file's size after the edit
+    created: bool
+
+    def shown(self, path: str) -> str:
+        """What a model reads: what was done, and the edited lines as they are now."""
+        done = "created" if self.created else f"edited ({self.replacements} replaced)"
+        return f"{path} {done}; lines {self.first_line}-{self.last_line} now:\n{self.region}"
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of `text`, each with its newline, as `cat -n` counts them: only "\\n" ends a
+    line (a CRLF file's "\\r" stays part of it; a form feed is no line end)."""
+    lines = text.split("\n")
+    ended = [line + "\n" for line in lines[:-1]]
+    return ended + ([lines[-1]] if lines[-1] else [])
+
+
+def numbered(lines: list[str], first: int) -> str:
+    """`lines` numbered from `first` as `cat -n` does; a line past `MAX_LINE_CHARS` is clipped
+    with a note."""
+    shown = []
+    for number, line in enumerate(lines, first):
+        body = line.rstrip("\n")
+        if len(body) > MAX_LINE_CHARS:
+            left = len(body) - MAX_LINE_CHARS
+            body = f"{body[:MAX_LINE_CHARS]}... [line clipped: {left:,} more characters]"
+        shown.append(f"{number:6d}\t{body}")  # NUMBER_CHARS more than the line
+    return "\n".join(shown)
+
+
+def decode_text(data: bytes, path: str) -> str:
+    """The file's text.
+
+    Raises:
+        InvalidInput: it is binary (a NUL byte, or not UTF-8): the message gives its size and
+            how to look at it instead.
+    """
+    try:
+        if b"\0" not in data[:8192]:
+            return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    raise InvalidInput(
+        f"{path} is a binary file ({len(data):,} bytes; not UTF-8 text): the file tools show "
+        f"text only. Look at it with sandbox_exec, e.g. `file {path}` or `xxd {path} | head`"
+    )
+
+
+async def load(workspace: Workspace, path: str) -> bytes:
+    """The whole file, up to `MAX_FILE_BYTES`.
+
+    Raises:
+        NotFound, InvalidInput: as `Workspace.read_file`.
+        LimitExceeded: it is larger; the message says how to read a part of it.
+    """
+    try:
+        return await workspace.read_file(path, max_bytes=MAX_FILE_BYTES)
+    except LimitExceeded as exc:
+        raise LimitExceeded(
+            f"{path} is larger than {MAX_FILE_BYTES >> 20} MiB, more than the file tools load; "
+            f"read a part with sandbox_exec, e.g. `sed -n '1,200p' {path}` ({exc})"
+        ) from exc
+
+
+#: What `numbered` adds to a line: its number and a tab.
+NUMBER_CHARS = 7
+
+
+def read_lines(
+    data: bytes, path: str, offset: int, limit: int, max_bytes: int, *, per_line: int = 0
+) -> Lines:
+    """Lines `offset..offset+limit-1` of the file, stopping before `max_bytes` bytes of them,
+    each counted `per_line` bytes longer (at least one line, however long).
+
+    Raises:
+        InvalidInput: binary, or `offset` past the end of the file.
+    """
+    lines = split_lines(decode_text(data, path))
+    if offset > max(len(lines), 1):
+        raise InvalidInput(
+            f"offset {offset} is past the end of {path} ({len(lines):,} lines): read from "
+            f"offset=1, or offset={max(len(lines) - 20, 1)} for its last lines"
+        )
+    shown: list[str] = []
+    used = 0
+    for line in lines[offset - 1 : offset - 1 + limit]:
+        used += len(line.encode()) + per_line
+        if shown and used > max_bytes:
+            break
+        shown.append(line)
+    return Lines("".join(shown), offset, len(shown), len(lines), len(data))
+
+
+def outside_workdir(path: str, workdir: str | None) -> str | None:
+    """Where a relative `path` that climbs out of the workdir (`../x`) leads, or None when it
+    stays in (absolute paths are taken as meant)."""
+    if workdir is None or path.startswith("/"):
+        return None
+    target = posixpath.normpath(posixpath.join(workdir, path))
+    inside = target == workdir or target.startswith(workdir.rstrip("/") + "/")
+    return None if inside else target
+
+
+async def edit(
+    workspace: Workspace, path: str, old_text: str, new_text: str, replace_all: bool
+) -> Edit:
+    """Replaces `old_text` with `new_text` in the file: exactly one occurrence, or every one
+    with `replace_all`. An empty `old_text` creates a file that does not exist.
+
+    Raises:
+        InvalidInput: no match, several without `replace_all` (the message gives the count and
+            their lines, or the closest line), nothing to change, a binary file, or an empty
+            `old_text` on a file with content.
+        NotFound: no such file (and `old_text` is not empty).
+        LimitExceeded: the file is larger than the file tools load.
+    """
+    if old_text == new_text:
+        raise InvalidInput("old_text and new_text are the same: there is nothing to change")
+    try:
+        text = decode_text(await load(workspace, path), path)
+    except NotFound:
+        if old_text:
+            raise NotFound(
+                f"no file {path}: to create it, call edit_file with an empty old_text (or "
+                "write_file); to find one, list files with sandbox_exec (`git ls-files`)"
+            ) from None
+        text = None
+    if text is None or not old_text:
+        if text:
+            raise InvalidInput(
+                f"{path} exists ({len(text.encode()):,} bytes): old_text must be the exact text "
+                "to replace (an empty one only creates a new file); write_file replaces it whole"
+            )
+        await workspace.write_file(path, new_text)
+        lines = split_lines(new_text)
+        region = _region(lines, 1, len(lines))
+        return Edit(1, 1, max(len(lines), 1), region, len(new_text.encode()), text is None)
+    count = text.count(old_text)
+    if count == 0:
+        raise InvalidInput(_no_match(text, old_text, path))
+    starts = _match_lines(text, old_text)
+    if count > 1 and not replace_all:
+        where = ", ".join(str(n) for n in starts[:20]) + (", ..." if count > 20 else "")
+        raise InvalidInput(
+            f"old_text occurs {count} times in {path} (lines {where}): add the lines around "
+            "the one you mean so that it occurs once, or pass replace_all=true"
+        )
+    edited = text.replace(old_text, new_text)
+    await workspace.write_file(path, edited)
+    # Where the first and the last replacement lie in the new text.
+    shift = new_text.count("\n") - old_text.count("\n")
+    first = starts[0]
+    last = starts[-1] + shift * (count - 1) + new_text.count("\n")
+    if new_text.endswith("\n") and new_text:
+        last -= 1
+    lines = split_lines(edited)
+    last = max(first, min(last, len(lines)))
+    return Edit(count, first, last, _region(lines, first, last), len(edited.encode()), False)
+
+
+def _match_lines(text: str, old_text: str) -> list[int]:
+    """The line number where each occurrence of `old_text` starts."""
+    found, start, line, counted = [], text.find(old_text), 1, 0
+    while start != -1:
+        line += text.count("\n", counted, start)
+        counted = start
+        found.append(line)
+        start = text.find(old_text, start + len(old_text))
+    return found
+
+
+def _region(lines: list[str], first: int, last: int) -> str:
+    """Lines `first..last` with context, numbered; a long region shows its two ends."""
+    start, end = max(1, first - _CONTEXT), min(len(lines), last + _CONTEXT)
+    if end - start + 1 <= _REGION_LINES:
+        return numbered(lines[start - 1 : end], start)
+    half = _REGION_LINES // 2
+    head = numbered(lines[start - 1 : start - 1 + half], start)
+    tail = numbered(lines[end - half : end], end - half + 1)
+    return f"{head}\n   ...\t[{end - start + 1 - 2 * half} lines not shown]\n{tail}"
+
+
+def _no_match(text: str, old_text: str, path: str) -> str:
+    """Why `old_text` is not in `text`, with the line of the file that comes closest."""
+    wanted = next((line.strip() for line in old_text.splitlines() if line.strip()), "")
+    lines = [line.rstrip("\n") for line in split_lines(text)]
+    scores = [
+        (difflib.SequenceMatcher(None, wanted, line.strip()).ratio(), number)
+        for number, line in enumerate(lines, 1)
+        if line.strip()
+    ]
+    message = f"old_text is not in {path} (0 matches)"
+    if scores and wanted:
+        score, number = max(scores, key=lambda scored: (scored[0], -scored[1]))  # the first
+        if score >= 0.5:
+            closest = lines[number - 1][:MAX_LINE_CHARS]
+            message += f"; the closest line is {number}: {closest!r}"
+    return (
+        message + ". old_text must match the file exactly, indentation and line ends included; "
+        "read the lines with read_file (offset, limit) and copy them without the line numbers"
+    )
