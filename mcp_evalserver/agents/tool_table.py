@@ -20,6 +20,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from mcp_evalserver.sandbox.supervisor.finder import MAX_FILE_BYTES, MAX_LINE_CHARS, TIMEOUT_S
 from mcp_evalserver.spec.submission import MAX_COST_USD, MAX_TOKENS
 
 #: The two MCP surfaces: tools that name a claim id, and tools bound to one trajectory.
@@ -136,6 +137,22 @@ class WorkspaceTool:
 
 
 _PATH = Parameter("path", str, "Absolute, or relative to the workdir.")
+#: The most hits a search answers, and paths a listing answers.
+SEARCH_HITS: Final = 200
+LISTED_FILES: Final = 1000
+_SEARCH = (
+    f"line by line, in the text files under path (a directory or one file). Answers "
+    f"path:line:text per matching line, the first {SEARCH_HITS} (lines clipped to "
+    f"{MAX_LINE_CHARS} characters around the match), then how many were left out. Skipped: "
+    f".git, binary files, files over {MAX_FILE_BYTES >> 20} MiB; symlinks are not followed. "
+    f"Stops after {TIMEOUT_S} s."
+)
+_LIST = (
+    f"whose path (relative to path) matches glob, sorted, one per line, relative to the "
+    f"workdir: the first {LISTED_FILES:,}, then how many were left out. Directories are not "
+    "listed, .git is skipped, symlinks are listed, never followed."
+)
+_GLOB_SYNTAX = "** any depth, * and ? within a name, {a,b}; without /, a name at any depth"
 
 
 def _tokens(name: str, description: str) -> Parameter:
@@ -206,6 +223,54 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
                 "write_file",
                 "Create or overwrite a file with the given content (whole file).",
                 (ModelArgument("path"), ModelArgument("content")),
+            ),
+        ),
+    ),
+    WorkspaceTool(
+        "search",
+        claimed="Search the claimed trajectory's workspace for a Python regular expression, "
+        + _SEARCH,
+        scoped="Search this trajectory's workspace for a Python regular expression, " + _SEARCH,
+        effect="reads",
+        parameters=(
+            Parameter("pattern", str, "Python `re` syntax; escape ( [ . * to match them."),
+            Parameter("path", str, "Absolute, or relative to the workdir.", default="."),
+            Parameter(
+                "glob", str, f"Only paths matching it, e.g. *.py ({_GLOB_SYNTAX}).", default=None
+            ),
+        ),
+        models=(
+            ModelTool(
+                "search",
+                "Search the repository's text files for a Python regular expression, line by "
+                f"line. Returns path:line:text, the first {SEARCH_HITS} matching lines. .git, "
+                f"binary files and files over {MAX_FILE_BYTES >> 20} MiB are skipped.",
+                (
+                    ModelArgument("pattern"),
+                    ModelArgument("path", "A directory or file; default: all.", required=False),
+                    ModelArgument("glob", "Only paths matching it, e.g. *.py", required=False),
+                ),
+            ),
+        ),
+    ),
+    WorkspaceTool(
+        "list_files",
+        claimed="List the files of the claimed trajectory's workspace " + _LIST,
+        scoped="List the files of this trajectory's workspace " + _LIST,
+        effect="reads",
+        parameters=(
+            Parameter("path", str, "Directory, absolute or relative to the workdir.", "."),
+            Parameter("glob", str, _GLOB_SYNTAX + ".", "**/*"),
+        ),
+        models=(
+            ModelTool(
+                "list_files",
+                f"List the repository's files matching a glob ({_GLOB_SYNTAX}), sorted, up to "
+                f"{LISTED_FILES:,}.",
+                (
+                    ModelArgument("path", "A directory; default: the repository.", False),
+                    ModelArgument("glob", 'Default "**/*": every file.', False),
+                ),
             ),
         ),
     ),

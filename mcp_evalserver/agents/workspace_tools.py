@@ -1,5 +1,6 @@
-"""The tools a model-driven agent gets: exec, read_file, write_file in its workspace, and submit
-(and checkpoint/restore of the workspace when its configuration enables them).
+"""The tools a model-driven agent gets: exec, read_file, write_file, search and list_files in its
+workspace, and submit (and checkpoint/restore of the workspace when its configuration enables
+them).
 
 Schemas are OpenAI function-tool JSON (what every OpenAI-compatible endpoint accepts), made from
 the one declaration of the workspace tools (`tool_table`) that the MCP servers use too. A tool's
@@ -13,7 +14,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_evalserver.agents.search_text import glob_text, search_text
 from mcp_evalserver.agents.tool_table import (
+    LISTED_FILES,
+    SEARCH_HITS,
     WORKSPACE_TOOLS,
     Capability,
     ModelTool,
@@ -123,6 +127,21 @@ class WorkspaceTools:
                     command, timeout=self.command_timeout_s, output_cap=self.output_bytes
                 )
                 return ToolOutcome(_format_exec(result, self.command_timeout_s), command=result)
+            if name == "search":
+                found = await workspace.search(
+                    _text_argument(arguments, "pattern"),
+                    path=_optional_text(arguments, "path") or ".",
+                    glob=_optional_text(arguments, "glob"),
+                    max_hits=SEARCH_HITS,
+                )
+                return ToolOutcome(search_text(found))
+            if name == "list_files":
+                files = await workspace.glob(
+                    _optional_text(arguments, "glob") or "**/*",
+                    path=_optional_text(arguments, "path") or ".",
+                    max_entries=LISTED_FILES,
+                )
+                return ToolOutcome(glob_text(files))
             path = _text_argument(arguments, "path")
             if name == "read_file":
                 data = await workspace.read_file(path, max_bytes=_READ_LIMIT)
@@ -153,6 +172,14 @@ def _text_argument(arguments: dict[str, Any], key: str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"argument {key!r} must be a string")
     return value
+
+
+def _optional_text(arguments: dict[str, Any], key: str) -> str | None:
+    """An optional string argument; empty means not given (models send "" for none)."""
+    value = arguments.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"argument {key!r} must be a string")
+    return value or None
 
 
 def _format_exec(result: ExecResult, timeout_s: float) -> str:

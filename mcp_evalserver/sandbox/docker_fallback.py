@@ -61,7 +61,7 @@ _READ = 'if [ -d "$1" ]; then exit 21; elif [ ! -e "$1" ]; then exit 2; fi; exec
 # search and glob: the supervisor's own finder.py, run as a script by the image's python3 when
 # it has one (too old for the supervisor, maybe not for this); exit 127 when it has none.
 _FIND = 'command -v python3 >/dev/null 2>&1 || exit 127; exec python3 -I -S -c "$1" "$2"'
-FIND_TIMEOUT_S = 30
+FIND_TIMEOUT_S = finder.TIMEOUT_S
 _WRITE = 'case "$1" in */*) mkdir -p -- "${1%/*}" || exit 1;; esac; cat > "$1" || exit 1'
 
 

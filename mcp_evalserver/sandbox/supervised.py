@@ -22,12 +22,13 @@ from mcp_evalserver.sandbox.base import (
     Workspace,
 )
 from mcp_evalserver.sandbox.client import BlockingConnection, SupervisorClient
+from mcp_evalserver.sandbox.supervisor import finder
 from mcp_evalserver.sandbox.supervisor.protocol import Op
 
 # How long past a command's own timeout we wait for the supervisor before calling it lost.
 REPLY_GRACE_S = 30.0
 FILE_OP_TIMEOUT_S = 60.0
-SEARCH_TIMEOUT_S = 30.0  # a pattern may backtrack forever: the supervisor kills it then
+SEARCH_TIMEOUT_S = float(finder.TIMEOUT_S)  # a pattern may backtrack forever: killed then
 CHECKPOINT_TIMEOUT_S = 300.0  # a checkpoint that squashes a deep chain copies its old layers
 
 

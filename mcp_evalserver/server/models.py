@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from mcp_evalserver.agents.search_text import glob_text, search_text
+from mcp_evalserver.sandbox.base import GlobResult, SearchResult
 from mcp_evalserver.scoring.stats.comparison import PairedComparison
 from mcp_evalserver.scoring.stats.summary import CampaignSummary
 
@@ -206,6 +208,22 @@ class FileWritten(BaseModel):
 
     path: str
     size: int
+
+
+class SearchMatches(SearchResult):
+    """Lines of the workspace's text files that matched, first ones first."""
+
+    def model_text(self) -> str:
+        """`path:line:text` per hit, then how many were left out and how to narrow."""
+        return search_text(self)
+
+
+class FileList(GlobResult):
+    """Files of the workspace whose path matched the glob, sorted."""
+
+    def model_text(self) -> str:
+        """One path per line, then how many were left out and how to narrow."""
+        return glob_text(self)
 
 
 class Diff(BaseModel):

@@ -81,6 +81,8 @@ class ExternalTrajectories:
     sandbox_exec = _on_claim(TrajectoryTools.sandbox_exec)
     read_file = _on_claim(TrajectoryTools.read_file)
     write_file = _on_claim(TrajectoryTools.write_file)
+    search = _on_claim(TrajectoryTools.search)
+    list_files = _on_claim(TrajectoryTools.list_files)
     get_diff = _on_claim(TrajectoryTools.get_diff)
     checkpoint = _on_claim(TrajectoryTools.checkpoint)
     restore = _on_claim(TrajectoryTools.restore)

@@ -18,9 +18,9 @@ pytestmark = pytest.mark.anyio
 # Beside the base repository (a.txt, blob.bin, pkg/mod.py): text at depth, a file git ignores
 # nothing about but ripgrep skips (.git), a binary with the word in it, a long line.
 MORE_FILES = (
-    "mkdir -p pkg/sub docs && printf 'def hello():\\n    return 1\\n' > pkg/sub/deep.py && "
-    "printf 'say hello\\nHELLO\\n' > docs/notes.md && echo hello >> .git/description && "
-    "printf 'hello\\000binary' > docs/blob.dat && "
+    "mkdir -p pkg/sub manual && printf 'def hello():\\n    return 1\\n' > pkg/sub/deep.py && "
+    "printf 'say hello\\nHELLO\\n' > manual/notes.md && echo hello >> .git/description && "
+    "printf 'hello\\000binary' > manual/blob.dat && "
     "python3 -c \"open('long.txt','w').write('x' * 5000 + 'hello' + 'y' * 5000 + '\\n')\""
 )
 
@@ -32,19 +32,19 @@ async def test_search_finds_matching_lines_by_path_and_number_and_skips_git_and_
         async with await instance.workspace("search-basic") as ws:
             assert (await ws.exec(MORE_FILES)).exit_code == 0
             found = await ws.search("hello")
-            in_docs = await ws.search(r"^(say )?hello$", path="docs")
-            one_file = await ws.search("HELLO|return", path="docs/notes.md")
+            in_manual = await ws.search(r"^(say )?hello$", path="manual")
+            one_file = await ws.search("HELLO|return", path="manual/notes.md")
             only_py = await ws.search("hello|x = 1", glob="*.py")
             at_depth = await ws.search("hello", glob="pkg/**/*.py")
             absolute = await ws.search("def", path=f"{instance.spec.workdir}/pkg")
     paths = [(hit.path, hit.line) for hit in found.hits]
-    assert paths == [("a.txt", 1), ("docs/notes.md", 1), ("long.txt", 1), ("pkg/sub/deep.py", 1)]
+    assert paths == [("a.txt", 1), ("long.txt", 1), ("manual/notes.md", 1), ("pkg/sub/deep.py", 1)]
     assert (found.total, found.truncated) == (4, False)
-    long_hit = found.hits[2].text
+    long_hit = found.hits[1].text
     assert "hello" in long_hit
     assert len(long_hit) <= 242
     assert long_hit.startswith("…")
-    assert in_docs.hits == [SearchHit(path="docs/notes.md", line=1, text="say hello")]
+    assert in_manual.hits == [SearchHit(path="manual/notes.md", line=1, text="say hello")]
     assert [(h.line, h.text) for h in one_file.hits] == [(2, "HELLO")]
     assert [h.path for h in only_py.hits] == ["pkg/mod.py", "pkg/sub/deep.py"]
     assert [h.path for h in at_depth.hits] == ["pkg/sub/deep.py"]
@@ -84,7 +84,7 @@ async def test_glob_lists_names_sorted_at_any_depth_without_git_and_counts_past_
             python = await ws.glob("*.py")
             by_extension = await ws.glob("*.{txt,bin}", path=".")
             under = await ws.glob("**/*.py", path="pkg")
-            braced = await ws.glob("docs/*.{md,dat}")
+            braced = await ws.glob("manual/*.{md,dat}")
             capped = await ws.glob(max_entries=2)
             outside = await ws.glob("os.py", path="/usr/lib")
             with pytest.raises(errors.InvalidInput, match="not a directory"):
@@ -92,13 +92,13 @@ async def test_glob_lists_names_sorted_at_any_depth_without_git_and_counts_past_
             with pytest.raises(errors.NotFound):
                 await ws.glob(path="nowhere")
     assert everything.paths == [
-        "a.txt", "blob.bin", "docs/blob.dat", "docs/notes.md", "long.txt", "pkg/mod.py",
+        "a.txt", "blob.bin", "long.txt", "manual/blob.dat", "manual/notes.md", "pkg/mod.py",
         "pkg/sub/deep.py",
     ]  # fmt: skip
     assert python.paths == ["pkg/mod.py", "pkg/sub/deep.py"]
     assert by_extension.paths == ["a.txt", "blob.bin", "long.txt"]
     assert under.paths == ["pkg/mod.py", "pkg/sub/deep.py"]
-    assert braced.paths == ["docs/blob.dat", "docs/notes.md"]
+    assert braced.paths == ["manual/blob.dat", "manual/notes.md"]
     assert (capped.paths, capped.total, capped.truncated) == (["a.txt", "blob.bin"], 7, True)
     assert outside.paths
     assert all(p.startswith("/usr/lib/") for p in outside.paths)

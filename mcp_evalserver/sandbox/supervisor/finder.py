@@ -29,6 +29,7 @@ BINARY_PROBE = 8192  # ripgrep's test: a NUL byte in the first 8 KB makes a file
 MAX_LINE_CHARS = 240  # a hit's text beyond this is clipped around the match
 MAX_PATTERN_CHARS = 4096
 MAX_RESULTS = 100_000  # the most `max_hits` / `max_entries` may ask for
+TIMEOUT_S = 30  # what a search or listing may take before it is killed (search.py, fallback)
 
 
 class FindError(Exception):

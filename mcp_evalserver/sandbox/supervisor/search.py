@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
     from .jobs import Job
 
-TIMEOUT_S = 30.0
 # What the child may allocate beyond what it inherits from the supervisor.
 MEMORY_BYTES = 512 << 20
 
@@ -64,7 +63,7 @@ def _find(
     work: Callable[[], Mapping[str, Any]],
     what: str,
 ) -> None:
-    timeout = float(args.get("timeout") or TIMEOUT_S)
+    timeout = float(args.get("timeout") or finder.TIMEOUT_S)
     memory = _address_space() + MEMORY_BYTES
 
     def confined() -> Mapping[str, Any]:

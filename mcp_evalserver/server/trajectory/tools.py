@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from mcp_evalserver.agents.tool_table import LISTED_FILES, SEARCH_HITS
 from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
 from mcp_evalserver.runtime import tracing
 from mcp_evalserver.runtime.pricing import Meter
@@ -25,8 +26,10 @@ from mcp_evalserver.server.models import (
     Diff,
     ExecOutput,
     FileContent,
+    FileList,
     FileWritten,
     Restored,
+    SearchMatches,
     Submitted,
     UsageReported,
 )
@@ -135,6 +138,46 @@ class TrajectoryTools:
                 "relative path)"
             ) from exc
         return FileWritten(path=path, size=len(data))
+
+    async def search(self, pattern: str, path: str = ".", glob: str | None = None) -> SearchMatches:
+        """Lines matching a regular expression in the workspace's text files (the first
+        `SEARCH_HITS`).
+
+        Raises:
+            InvalidInput: an invalid pattern (named with its position) or glob, a path that
+                is not a file or directory, or the task has no workspace.
+            NotFound: no such path.
+            Timeout: the search took longer than 30 s.
+            Conflict: the workspace cannot search (an image without python3).
+        """
+        with self._traced("search", pattern=pattern, path=path, glob=glob):
+            try:
+                found = await (await self.workspace()).search(
+                    pattern, path=path, glob=glob or None, max_hits=SEARCH_HITS
+                )
+            except NotFound as exc:
+                raise NotFound(f"{exc} (relative paths start at {self.workdir})") from exc
+        return SearchMatches.model_validate(found, from_attributes=True)
+
+    async def list_files(self, path: str = ".", glob: str = "**/*") -> FileList:
+        """Files under a directory of the workspace whose path matches `glob` (the first
+        `LISTED_FILES`).
+
+        Raises:
+            InvalidInput: a malformed glob, a path that is not a directory, or the task has
+                no workspace.
+            NotFound: no such directory.
+            Timeout: the walk took longer than 30 s.
+            Conflict: the workspace cannot list (an image without python3).
+        """
+        with self._traced("list_files", path=path, glob=glob):
+            try:
+                found = await (await self.workspace()).glob(
+                    glob or "**/*", path=path, max_entries=LISTED_FILES
+                )
+            except NotFound as exc:
+                raise NotFound(f"{exc} (relative paths start at {self.workdir})") from exc
+        return FileList.model_validate(found, from_attributes=True)
 
     async def get_diff(self) -> Diff:
         """The workspace's changes against the base commit.
