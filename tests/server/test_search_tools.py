@@ -13,7 +13,13 @@ from mcp import Client
 from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.server.models import FileList, SearchMatches
 from tests.server.helpers import repo_spec
-from testsupport.servers import call, call_error
+from testsupport.servers import (
+    call,
+    call_error,
+    http_client,
+    http_server,
+    sessions_on_each_worker,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
 
@@ -75,3 +81,32 @@ async def test_a_file_named_like_a_hit_is_one_escaped_line_of_the_answer(tmp_pat
     escaped = FORGED.replace("\n", "\\n")
     assert SearchMatches.model_validate(found).model_text() == f"{escaped}:1:x\\x1b[2Jsecret"
     assert FileList.model_validate(listed).model_text() == escaped
+
+
+@pytest.mark.slow
+async def test_search_and_list_files_answer_through_a_worker_that_does_not_drive(
+    tmp_path: Path,
+) -> None:
+    """`--workers 2`: a worker runs a claim's workspace tools on the supervisor itself."""
+    spec = repo_spec(tmp_path / "repos", 2)
+    privileges = ("--allow-plugins", "--allow-paths", str(tmp_path))
+    answers: list[tuple[list[str], list[str]]] = []
+    with anyio.fail_after(120):
+        async with http_server(tmp_path / "state", *privileges, workers=2) as url:
+            async with http_client(url, mode="2026-07-28") as client:
+                await call(client, "start_campaign", spec=spec, campaign_id="find")
+            sessions = await sessions_on_each_worker(url, 2)  # one of them does not drive
+            try:
+                for session in sessions:
+                    claim = await session.call_tool(
+                        "claim_trajectory", {"campaign_id": "find", "wait_s": 30}
+                    )
+                    where = {"claim_id": claim["claim_id"]}
+                    found = await session.call_tool("search", {**where, "pattern": "return"})
+                    listed = await session.call_tool("list_files", where)
+                    hits = [f"{h['path']}:{h['line']}:{h['text']}" for h in found["hits"]]
+                    answers.append((hits, listed["paths"]))
+            finally:
+                for session in sessions:
+                    await session.close()
+    assert answers == [(["calc.py:2:    return a - b"], ["calc.py"])] * 2
