@@ -141,16 +141,14 @@ _PATH = Parameter("path", str, "Absolute, or relative to the workdir.")
 SEARCH_HITS: Final = 200
 LISTED_FILES: Final = 1000
 _SEARCH = (
-    f"line by line, in the text files under path (a directory or one file). Answers "
-    f"path:line:text per matching line, the first {SEARCH_HITS} (lines clipped to "
-    f"{MAX_LINE_CHARS} characters around the match), then how many were left out. Skipped: "
-    f".git, binary files, files over {MAX_FILE_BYTES >> 20} MiB; symlinks are not followed. "
-    f"Stops after {TIMEOUT_S} s."
+    f"for a Python regular expression, line by line: path:line:text per match, the first "
+    f"{SEARCH_HITS} (lines clipped to {MAX_LINE_CHARS} characters), then how many more. Skips "
+    f".git, binary files, files over {MAX_FILE_BYTES >> 20} MiB and symlinks. Stops after "
+    f"{TIMEOUT_S} s."
 )
 _LIST = (
-    f"whose path (relative to path) matches glob, sorted, one per line, relative to the "
-    f"workdir: the first {LISTED_FILES:,}, then how many were left out. Directories are not "
-    "listed, .git is skipped, symlinks are listed, never followed."
+    f"whose path relative to `path` matches glob: sorted, relative to the workdir, the first "
+    f"{LISTED_FILES:,}, then how many more. Skips .git; symlinks are listed, not followed."
 )
 _GLOB_SYNTAX = "** any depth, * and ? within a name, {a,b}; without /, a name at any depth"
 
@@ -228,9 +226,10 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     ),
     WorkspaceTool(
         "search",
-        claimed="Search the claimed trajectory's workspace for a Python regular expression, "
-        + _SEARCH,
-        scoped="Search this trajectory's workspace for a Python regular expression, " + _SEARCH,
+        claimed="Search the text files under `path` (a directory or file) in the claimed "
+        "trajectory's workspace " + _SEARCH,
+        scoped="Search the text files under `path` (a directory or file) in this trajectory's "
+        "workspace " + _SEARCH,
         effect="reads",
         parameters=(
             Parameter("pattern", str, "Python `re` syntax; escape ( [ . * to match them."),
@@ -255,8 +254,10 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     ),
     WorkspaceTool(
         "list_files",
-        claimed="List the files of the claimed trajectory's workspace " + _LIST,
-        scoped="List the files of this trajectory's workspace " + _LIST,
+        claimed="List the files (not directories) under `path` in the claimed trajectory's "
+        "workspace " + _LIST,
+        scoped="List the files (not directories) under `path` in this trajectory's workspace "
+        + _LIST,
         effect="reads",
         parameters=(
             Parameter("path", str, "Directory, absolute or relative to the workdir.", "."),
