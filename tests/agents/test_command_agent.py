@@ -72,6 +72,8 @@ async def test_a_program_fixes_the_bug_through_its_endpoint_and_its_submission_r
         "sandbox_exec": ["command", "stdin", "timeout_s"],
         "read_file": ["max_bytes", "path"],
         "write_file": ["content", "path"],
+        "search": ["glob", "path", "pattern"],
+        "list_files": ["glob", "path"],
         "get_diff": [],
         "checkpoint": [],
         "restore": ["checkpoint_id"],
