@@ -134,14 +134,14 @@ class WorkspaceTools:
                     glob=_optional_text(arguments, "glob"),
                     max_hits=SEARCH_HITS,
                 )
-                return ToolOutcome(search_text(found))
+                return ToolOutcome(self._clip_lines(search_text(found)))
             if name == "list_files":
                 files = await workspace.glob(
                     _optional_text(arguments, "glob") or "**/*",
                     path=_optional_text(arguments, "path") or ".",
                     max_entries=LISTED_FILES,
                 )
-                return ToolOutcome(glob_text(files))
+                return ToolOutcome(self._clip_lines(glob_text(files)))
             path = _text_argument(arguments, "path")
             if name == "read_file":
                 data = await workspace.read_file(path, max_bytes=_READ_LIMIT)
@@ -164,6 +164,22 @@ class WorkspaceTools:
         return (
             f"{head}\n[truncated: showing the first {self.output_bytes} of {len(data)} bytes; "
             f"read further with exec, e.g. `sed -n '400,600p' {path}`]"
+        )
+
+    def _clip_lines(self, text: str) -> str:
+        """Whole lines of a search or listing within the agent's output cap, then how many
+        more there were."""
+        if len(text.encode()) <= self.output_bytes:
+            return text
+        lines, kept, size = text.split("\n"), 0, 0
+        for line in lines:
+            size += len(line.encode()) + 1
+            if size > self.output_bytes:
+                break
+            kept += 1
+        return "\n".join(lines[:kept]) + (
+            f"\n[{len(lines) - kept} more lines not shown (the output cap is "
+            f"{self.output_bytes} bytes); narrow with path or glob]"
         )
 
 

@@ -91,14 +91,20 @@ async def test_a_model_searches_and_lists_the_repository_and_reads_hits_as_lines
         call("submit"),
     ]
     with serving(FakeOpenAI(script)) as fake, anyio.fail_after(60):
-        state, _ = await run(tmp_path / "state", spec([task], openai_agent(fake.url)), CHECK_SCORER)
+        agent = openai_agent(fake.url, tool_output_bytes=1024)
+        state, _ = await run(tmp_path / "state", spec([task], agent), CHECK_SCORER)
 
     assert state.trajectories["calc@0"].outcome == "resolved"
     told = [fake.seen[n].body["messages"][-1]["content"] for n in range(2, 7)]
     assert told[0] == "calc.py:2:    return a - b"
-    rows = told[1].splitlines()  # row 1, row 10..19, row 100..199: 111 lines
+    # row 1, row 10..19, row 100..199: 111 lines, whole lines kept within the agent's cap.
+    *rows, cut = told[1].splitlines()
     assert rows[:3] == ["lib/rows.txt:1:row 1", "lib/rows.txt:10:row 10", "lib/rows.txt:11:row 11"]
-    assert len(rows) == 111
+    assert len("\n".join(rows).encode()) <= 1024
+    assert cut == (
+        f"[{111 - len(rows)} more lines not shown (the output cap is 1024 bytes); narrow with "
+        "path or glob]"
+    )
     assert told[2].startswith("error: invalid regular expression 'add(': missing ), ")
     assert "at position 3" in told[2]
     assert told[3] == "calc.py"
