@@ -92,6 +92,17 @@ async def test_no_file_tool_follows_a_symlink_or_proc_root_out_of_the_view(
     assert secret_file.read_text() == f"{marker}\n"
 
 
+@pytest.mark.backends("local")
+async def test_search_finds_none_of_the_host_secrets_a_local_view_masks(instance: Instance) -> None:
+    # There is something to find on the host, so that finding nothing means something.
+    assert "root:" in Path("/etc/shadow").read_text()
+    with anyio.fail_after(60):
+        async with await instance.workspace("attack-secrets") as ws:
+            shadow = await ws.search("^root:", path="/etc/shadow")
+            anywhere = await ws.search("^root:[^:]*:[0-9]", path="/etc", glob="*shadow*")
+    assert (shadow.total, anywhere.total) == (0, 0)
+
+
 async def test_huge_files_a_fifo_and_devices_neither_hang_nor_flood_a_search(
     instance: Instance,
 ) -> None:
