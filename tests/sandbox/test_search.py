@@ -7,6 +7,8 @@ cheating agent would aim at these tools are in test_file_tool_attacks.py.
 
 from __future__ import annotations
 
+import re
+
 import anyio
 import pytest
 
@@ -121,3 +123,30 @@ async def test_search_and_glob_see_the_workspace_not_the_instance_or_another_wor
     assert mine_sees.paths == ["only-mine.txt"]
     assert theirs_sees.paths == ["a.txt"]
     assert theirs_finds.total == 0
+
+
+# Lines and patterns of every shape the search's shortcuts treat apart: required literals,
+# alternations, case-insensitive and verbose flags, anchors, lookbehinds, escapes, non-ASCII.
+LINES = [
+    "class ValueError(Exception):", "CLASS Shout", "  return a - b", "x.y = 1", "xzy = 2",
+    "def f(): pass", "café au lait", "tab\there", "end", "", "foo(bar)baz", "foobarbaz", "prefix_bar",
+    "bar", "\\A literal backslash A",
+]  # fmt: skip
+PATTERNS = [
+    r"^class \w+Error\(", "(?i)class", "a|bar", r"x\.y", "x.y", r"(?<!prefix_)bar$", r"\Aend",
+    r"end\Z", "(?x) return \\s a", "caf[ée]", "^$", r"\t", "foo(bar)baz", "(?i:CLASS) Sh",
+    r"\\A", "b+a?r", "[a-c]ar",
+]  # fmt: skip
+
+
+async def test_search_finds_exactly_the_lines_python_re_matches_one_by_one(
+    instance: Instance,
+) -> None:
+    with anyio.fail_after(30):
+        async with await instance.workspace("search-shapes") as ws:
+            await ws.write_file("shapes.txt", "\n".join(LINES) + "\n")
+            found = {p: await ws.search(p, path="shapes.txt") for p in PATTERNS}
+    for pattern in PATTERNS:
+        expected = [n for n, line in enumerate(LINES, 1) if re.search(pattern, line)]
+        assert [hit.line for hit in found[pattern].hits] == expected, pattern
+        assert expected, f"{pattern} should match a line: the check would prove nothing"

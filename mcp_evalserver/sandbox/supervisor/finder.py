@@ -209,6 +209,33 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
         raise FindError("InvalidInput", f"regular expression {pattern!r}: {e}") from None
 
 
+def required_literal(pattern: str) -> str | None:
+    """The longest run of plain characters every match of `pattern` contains (a run of
+    top-level literals), so that files and lines without it are passed over at C speed; None
+    when there is none to rely on (alternations, case-insensitive patterns, a parser that
+    changed: this reads `re`'s private parser, so anything unexpected means none)."""
+    try:
+        try:
+            from re import _parser as parser  # type: ignore[attr-defined]  # Python >= 3.11
+        except ImportError:  # Python < 3.11
+            import sre_parse as parser
+        parsed = parser.parse(pattern)
+        if parsed.state.flags & (re.IGNORECASE | re.VERBOSE):
+            return None
+        runs, run = [], []
+        for op, value in parsed:
+            if getattr(op, "name", "") == "LITERAL":
+                run.append(chr(value))
+            else:
+                runs.append("".join(run))
+                run = []
+        runs.append("".join(run))
+        best = max(runs, key=len)
+    except Exception:  # a parser of another shape: search without the shortcut
+        return None
+    return best if best and "\ufffd" not in best else None
+
+
 def search(
     path: str = ".", pattern: str = "", glob: str | None = None, max_hits: int = 200
 ) -> SearchResult:
@@ -221,10 +248,13 @@ def search(
     """
     _bounded(max_hits, "max_hits")
     line_rx = compile_pattern(pattern)
-    # A whole file is tried at once first (one C call, not one per line); patterns whose
-    # meaning depends on what surrounds a line are tried line by line only.
+    # Files and lines without the pattern's required literal are passed over by a substring
+    # test; without one, a whole file is tried at once first (one C call, not one per line),
+    # unless the pattern's meaning depends on what surrounds a line.
+    literal = required_literal(pattern)
+    needle = literal.encode() if literal else None
     whole_rx = None
-    if not re.search(r"\\[AZ]|\(\?<[=!]", pattern):
+    if literal is None and not re.search(r"\\[AZ]|\(\?<[=!]", pattern):
         whole_rx = re.compile(pattern, re.MULTILINE)
     matcher = glob_regex(glob) if glob else None
     top, st = _top(path)
@@ -244,14 +274,19 @@ def search(
     hits: list[Hit] = []
     total = 0
     for name in files:
-        text = _text(name)
-        if text is None or (whole_rx is not None and whole_rx.search(text) is None):
+        data = _read(name)
+        if data is None or (needle is not None and needle not in data):
+            continue
+        text = data.decode("utf-8", "replace")
+        if whole_rx is not None and whole_rx.search(text) is None:
             continue
         lines = text.split("\n")
         if text.endswith("\n"):
             lines.pop()  # no line after the last newline
         shown = None
         for number, line in enumerate(lines, start=1):
+            if literal is not None and literal not in line:
+                continue
             found = line_rx.search(line)
             if found is None:
                 continue
@@ -269,8 +304,8 @@ def _is_file(entry: os.DirEntry[str]) -> bool:
         return False
 
 
-def _text(path: str) -> str | None:
-    """A regular, small, non-binary file's text; None for anything else. Opened without
+def _read(path: str) -> bytes | None:
+    """A regular, small, non-binary file's bytes; None for anything else. Opened without
     following a symlink and without blocking: a FIFO or a device swapped in after the walk saw
     a file is refused by fstat, never read."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -297,7 +332,7 @@ def _text(path: str) -> str | None:
         return None
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace")
+    return b"".join(chunks)
 
 
 def _clip(line: str, start: int) -> str:
