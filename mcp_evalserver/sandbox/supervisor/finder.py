@@ -233,7 +233,8 @@ def required_literal(pattern: str) -> str | None:
         best = max(runs, key=len)
     except Exception:  # a parser of another shape: search without the shortcut
         return None
-    return best if best and "\ufffd" not in best else None
+    # A newline is in no line; U+FFFD may stand for bytes that were not UTF-8.
+    return best if best and not {"\n", "\ufffd"} & set(best) else None
 
 
 def search(
@@ -278,23 +279,52 @@ def search(
         if data is None or (needle is not None and needle not in data):
             continue
         text = data.decode("utf-8", "replace")
-        if whole_rx is not None and whole_rx.search(text) is None:
+        if literal is not None:
+            matching = _lines_with(text, literal, line_rx)
+        elif whole_rx is None or whole_rx.search(text) is not None:
+            matching = _lines_matching(text, line_rx)
+        else:
             continue
-        lines = text.split("\n")
-        if text.endswith("\n"):
-            lines.pop()  # no line after the last newline
         shown = None
-        for number, line in enumerate(lines, start=1):
-            if literal is not None and literal not in line:
-                continue
-            found = line_rx.search(line)
-            if found is None:
-                continue
+        for number, line, start in matching:
             total += 1
             if len(hits) < max_hits:
                 shown = shown or _shown(name)
-                hits.append({"path": shown, "line": number, "text": _clip(line, found.start())})
+                hits.append({"path": shown, "line": number, "text": _clip(line, start)})
     return {"hits": hits, "total": total, "truncated": total > len(hits)}
+
+
+def _lines_matching(text: str, line_rx: re.Pattern[str]) -> Iterator[tuple[int, str, int]]:
+    """(number, line, where the match starts) of each line of `text` that matches."""
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()  # no line after the last newline
+    for number, line in enumerate(lines, start=1):
+        found = line_rx.search(line)
+        if found is not None:
+            yield number, line, found.start()
+
+
+def _lines_with(
+    text: str, literal: str, line_rx: re.Pattern[str]
+) -> Iterator[tuple[int, str, int]]:
+    """`_lines_matching`, trying only the lines that hold `literal` (found by `str.find`, and
+    numbered by counting newlines, both in C): most lines are never looked at in Python."""
+    position, number, counted = 0, 1, 0
+    while True:
+        at = text.find(literal, position)
+        if at < 0:
+            return
+        begin = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        number += text.count("\n", counted, begin)
+        counted = begin
+        line = text[begin:end]
+        found = line_rx.search(line)
+        if found is not None:
+            yield number, line, found.start()
+        position = end + 1
 
 
 def _is_file(entry: os.DirEntry[str]) -> bool:
