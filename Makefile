@@ -59,6 +59,7 @@ bench: venv system
 	-$(PY) -m bench.sandbox
 	-$(PY) -m bench.mcp
 	-$(PY) -m bench.surface
+	-$(PY) -m bench.search
 	-$(PY) -m bench.front
 	-$(PY) -m bench.inspect_sandbox
 	-$(PY) -m bench.campaign

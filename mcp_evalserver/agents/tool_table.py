@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from mcp_evalserver.agents.file_text import DEFAULT_LINES, MAX_FILE_BYTES
+from mcp_evalserver.sandbox.supervisor import finder
 from mcp_evalserver.spec.submission import MAX_COST_USD, MAX_TOKENS
 
 #: The two MCP surfaces: tools that name a claim id, and tools bound to one trajectory.
@@ -141,6 +142,20 @@ _PATH = Parameter("path", str, "Absolute, or relative to the workdir.")
 #: `sandbox_exec`'s cap per stream on the MCP surfaces unless a call gives one, and its most
 #: (what the sandbox keeps per stream). The `openai` agent has a cap of its own configuration.
 DEFAULT_OUTPUT_CHARS, MAX_OUTPUT_CHARS = 30_000, 1 << 20
+#: The most hits a search answers, and paths a listing answers.
+SEARCH_HITS: Final = 200
+LISTED_FILES: Final = 1000
+_SEARCH = (
+    f"for a Python regular expression, line by line: path:line:text per match, the first "
+    f"{SEARCH_HITS} (lines clipped to {finder.MAX_LINE_CHARS} characters), then how many "
+    f"more. Skips .git, binary files, files over {finder.MAX_FILE_BYTES >> 20} MiB and "
+    f"symlinks. Stops after {finder.TIMEOUT_S} s."
+)
+_LIST = (
+    f"whose path relative to `path` matches glob: sorted, relative to the workdir, the first "
+    f"{LISTED_FILES:,}, then how many more. Skips .git; symlinks are listed, not followed."
+)
+_GLOB_SYNTAX = "** any depth, * and ? within a name, {a,b}; without /, a name at any depth"
 
 
 def _tokens(name: str, description: str) -> Parameter:
@@ -283,6 +298,57 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
                 "write_file",
                 "Create or overwrite a file with the given content (whole file).",
                 (ModelArgument("path"), ModelArgument("content")),
+            ),
+        ),
+    ),
+    WorkspaceTool(
+        "search",
+        claimed="Search the text files under `path` (a directory or file) in the claimed "
+        "trajectory's workspace " + _SEARCH,
+        scoped="Search the text files under `path` (a directory or file) in this trajectory's "
+        "workspace " + _SEARCH,
+        effect="reads",
+        parameters=(
+            Parameter("pattern", str, "Python `re` syntax; escape ( [ . * to match them."),
+            Parameter("path", str, "Absolute, or relative to the workdir.", default="."),
+            Parameter(
+                "glob", str, f"Only paths matching it, e.g. *.py ({_GLOB_SYNTAX}).", default=None
+            ),
+        ),
+        models=(
+            ModelTool(
+                "search",
+                "Search the repository's text files for a Python regular expression, line by "
+                f"line. Returns path:line:text, the first {SEARCH_HITS} matching lines. .git, "
+                f"binary files and files over {finder.MAX_FILE_BYTES >> 20} MiB are skipped.",
+                (
+                    ModelArgument("pattern"),
+                    ModelArgument("path", "A directory or file; default: all.", required=False),
+                    ModelArgument("glob", "Only paths matching it, e.g. *.py", required=False),
+                ),
+            ),
+        ),
+    ),
+    WorkspaceTool(
+        "list_files",
+        claimed="List the files (not directories) under `path` in the claimed trajectory's "
+        "workspace " + _LIST,
+        scoped="List the files (not directories) under `path` in this trajectory's workspace "
+        + _LIST,
+        effect="reads",
+        parameters=(
+            Parameter("path", str, "Directory, absolute or relative to the workdir.", "."),
+            Parameter("glob", str, _GLOB_SYNTAX + ".", "**/*"),
+        ),
+        models=(
+            ModelTool(
+                "list_files",
+                f"List the repository's files matching a glob ({_GLOB_SYNTAX}), sorted, up to "
+                f"{LISTED_FILES:,}.",
+                (
+                    ModelArgument("path", "A directory; default: the repository.", False),
+                    ModelArgument("glob", 'Default "**/*": every file.', False),
+                ),
             ),
         ),
     ),

@@ -1,5 +1,6 @@
-"""The tools a model-driven agent gets: exec, read_file, edit_file, write_file in its workspace,
-and submit (and checkpoint/restore of the workspace when its configuration enables them).
+"""The tools a model-driven agent gets: exec, read_file, edit_file, write_file, search and
+list_files in its workspace, and submit (and checkpoint/restore of the workspace when its
+configuration enables them).
 
 Schemas are OpenAI function-tool JSON (what every OpenAI-compatible endpoint accepts), made from
 the one declaration of the workspace tools (`tool_table`) that the MCP servers use too. A tool's
@@ -14,7 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp_evalserver.agents import file_text
+from mcp_evalserver.agents.search_text import glob_text, search_text
 from mcp_evalserver.agents.tool_table import (
+    LISTED_FILES,
+    SEARCH_HITS,
     WORKSPACE_TOOLS,
     Capability,
     ModelTool,
@@ -121,6 +125,21 @@ class WorkspaceTools:
                     command, timeout=self.command_timeout_s, output_cap=self.output_bytes
                 )
                 return ToolOutcome(_format_exec(result, self.command_timeout_s), command=result)
+            if name == "search":
+                found = await workspace.search(
+                    _text_argument(arguments, "pattern"),
+                    path=_optional_text(arguments, "path") or ".",
+                    glob=_optional_text(arguments, "glob"),
+                    max_hits=SEARCH_HITS,
+                )
+                return ToolOutcome(self._clip_lines(search_text(found)))
+            if name == "list_files":
+                files = await workspace.glob(
+                    _optional_text(arguments, "glob") or "**/*",
+                    path=_optional_text(arguments, "path") or ".",
+                    max_entries=LISTED_FILES,
+                )
+                return ToolOutcome(self._clip_lines(glob_text(files)))
             path = _text_argument(arguments, "path")
             if name == "read_file":
                 offset = _int_argument(arguments, "offset", 1)
@@ -150,6 +169,22 @@ class WorkspaceTools:
             # NotFound, InvalidInput, LimitExceeded...: the model's mistake, not ours.
             return ToolOutcome(f"error: {exc}")
 
+    def _clip_lines(self, text: str) -> str:
+        """Whole lines of a search or listing within the agent's output cap, then how many
+        more there were."""
+        if len(text.encode()) <= self.output_bytes:
+            return text
+        lines, kept, size = text.split("\n"), 0, 0
+        for line in lines:
+            size += len(line.encode()) + 1
+            if size > self.output_bytes:
+                break
+            kept += 1
+        return "\n".join(lines[:kept]) + (
+            f"\n[{len(lines) - kept} more lines not shown (the output cap is "
+            f"{self.output_bytes} bytes); narrow with path or glob]"
+        )
+
 
 def _text_argument(arguments: dict[str, Any], key: str) -> str:
     value = arguments.get(key)
@@ -165,6 +200,14 @@ def _int_argument(arguments: dict[str, Any], key: str, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"argument {key!r} must be a whole number from 1")
     return value
+
+
+def _optional_text(arguments: dict[str, Any], key: str) -> str | None:
+    """An optional string argument; empty means not given (models send "" for none)."""
+    value = arguments.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"argument {key!r} must be a string")
+    return value or None
 
 
 def _format_exec(result: ExecResult, timeout_s: float) -> str:

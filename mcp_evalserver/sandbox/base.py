@@ -129,6 +129,36 @@ class FileEntry(BaseModel):
     size: int
 
 
+class SearchHit(BaseModel):
+    """One line that matched: `path` relative to the workdir when under it, else absolute."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    line: int = Field(description="1-based line number.")
+    text: str = Field(description="The line, clipped around the match when long.")
+
+
+class SearchResult(BaseModel):
+    """The first hits of a search and how many lines matched in all."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hits: list[SearchHit]
+    total: int = Field(description="Every matching line, also those past the cap.")
+    truncated: bool
+
+
+class GlobResult(BaseModel):
+    """The first paths a glob matched (sorted) and how many it matched in all."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    paths: list[str] = Field(description="Relative to the workdir when under it, else absolute.")
+    total: int
+    truncated: bool
+
+
 class _ClosedOnExit(ABC):
     """`async with x:` gives x and closes it (`aclose`) when the block ends."""
 
@@ -219,6 +249,47 @@ class Workspace(ABC):
         Raises:
             NotFound: no such directory (or workspace).
             InvalidInput: not a directory.
+            SandboxUnavailable: the instance is gone.
+        """
+
+    @abstractmethod
+    async def search(
+        self, pattern: str, *, path: str = ".", glob: str | None = None, max_hits: int = 200
+    ) -> SearchResult:
+        """Lines matching `pattern` (Python `re`, line by line) in the text files under `path`
+        (a directory, or one file), as ripgrep finds them: `.git`, binary files (a NUL in the
+        first 8 KB) and files over 2 MiB skipped, symlinks not followed in the walk; `glob`
+        keeps the paths (relative to `path`) it matches, a glob without `/` at any depth.
+        The first `max_hits` hits in walk order (names sorted), and the total.
+
+        Read as the trajectory would, bounded in time: a pattern that backtracks forever
+        ends in `Timeout`, never in a hung sandbox.
+
+        Raises:
+            InvalidInput: an invalid pattern (the message names the error and its position)
+                or glob, or `max_hits` out of 1..100,000.
+            NotFound: no such path (or workspace).
+            Timeout: the search did not finish in time (30 s).
+            LimitExceeded: the search ran out of its memory.
+            Conflict: this backend cannot search (an image without python3).
+            SandboxUnavailable: the instance is gone.
+        """
+
+    @abstractmethod
+    async def glob(
+        self, pattern: str = "**/*", *, path: str = ".", max_entries: int = 1000
+    ) -> GlobResult:
+        """What is under directory `path` (anything but directories) whose path relative to it
+        matches `pattern` (`**` any depth, `*` and `?` within a name, `[...]`, `{a,b}`; without
+        `/`, a name at any depth), sorted: the first `max_entries` and the total. `.git` is
+        skipped and symlinks are listed, never followed.
+
+        Raises:
+            InvalidInput: a malformed glob, `path` not a directory, or `max_entries` out of
+                1..100,000.
+            NotFound: no such directory (or workspace).
+            Timeout: the walk did not finish in time (30 s).
+            Conflict: this backend cannot list (an image without python3).
             SandboxUnavailable: the instance is gone.
         """
 

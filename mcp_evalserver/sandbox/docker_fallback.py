@@ -13,16 +13,29 @@ ones included, and keeps its files.
 
 from __future__ import annotations
 
+import functools
+import json
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from mcp_evalserver import errors
-from mcp_evalserver.sandbox.base import ExecResult, FileEntry, Instance, InstanceSpec, Workspace
+from mcp_evalserver.sandbox.base import (
+    ExecResult,
+    FileEntry,
+    GlobResult,
+    Instance,
+    InstanceSpec,
+    SearchResult,
+    Workspace,
+)
 from mcp_evalserver.sandbox.docker_engine import ContainerLimits, DockerEngine
 from mcp_evalserver.sandbox.docker_stream import open_exec_stream
+from mcp_evalserver.sandbox.supervisor import finder
+from mcp_evalserver.sandbox.supervisor.protocol import error_type
 
 __all__ = ["ContainerWorkspace", "PerTrajectoryInstance"]
 
@@ -45,6 +58,10 @@ for f in .* *; do
 done
 """
 _READ = 'if [ -d "$1" ]; then exit 21; elif [ ! -e "$1" ]; then exit 2; fi; exec cat -- "$1"'
+# search and glob: the supervisor's own finder.py, run as a script by the image's python3 when
+# it has one (too old for the supervisor, maybe not for this); exit 127 when it has none.
+_FIND = 'command -v python3 >/dev/null 2>&1 || exit 127; exec python3 -I -S -c "$1" "$2"'
+FIND_TIMEOUT_S = finder.TIMEOUT_S
 # Prints the size of the file it replaces (nothing when there was none).
 _WRITE = (
     'case "$1" in */*) mkdir -p -- "${1%/*}" || exit 1;; esac; '
@@ -208,6 +225,11 @@ class PerTrajectoryInstance(Instance):
             await self.engine.remove_image(self.image)
 
 
+@functools.cache
+def _finder_source() -> str:
+    return Path(finder.__file__).read_text()
+
+
 class ContainerWorkspace(Workspace):
     """A workspace that is a whole container of its own."""
 
@@ -323,6 +345,52 @@ class ContainerWorkspace(Workspace):
             for i in range(0, len(fields) - 2, 3)
         ]
         return sorted(entries, key=lambda e: e.name)
+
+    async def search(
+        self, pattern: str, *, path: str = ".", glob: str | None = None, max_hits: int = 200
+    ) -> SearchResult:
+        found = await self._find("search", pattern=pattern, path=path, glob=glob, max_hits=max_hits)
+        return SearchResult.model_validate(found)
+
+    async def glob(
+        self, pattern: str = "**/*", *, path: str = ".", max_entries: int = 1000
+    ) -> GlobResult:
+        found = await self._find("glob", pattern=pattern, path=path, max_entries=max_entries)
+        return GlobResult.model_validate(found)
+
+    async def _find(self, op: str, **arguments: Any) -> Any:
+        """finder.py's `op` in the workspace's container, by its python3; an alarm ends it
+        inside the container (a timeout of `_run` would restart the whole workspace)."""
+        request = json.dumps({"op": op, "alarm": FIND_TIMEOUT_S, **arguments})
+        result, out = await _run(
+            self.instance.engine,
+            self._live(),
+            ["/bin/sh", "-c", _FIND, "sh", _finder_source(), request],
+            timeout=FIND_TIMEOUT_S + 30,
+            cwd=self.instance.spec.workdir,
+            output_cap=64 << 20,
+        )
+        if result.exit_code == 127:
+            raise errors.Conflict(
+                f"{op} needs python3 in the image, which has none (this workspace is a plain "
+                "container: the image cannot host the supervisor); use sandbox_exec with "
+                "grep -rn or find instead, or add python3 to the image"
+            )
+        if result.exit_code in (-14, 128 + 14):  # SIGALRM
+            raise errors.Timeout(
+                f"{op} did not finish within {FIND_TIMEOUT_S} s: a pattern that backtracks or "
+                "a very large tree; simplify the pattern or narrow the path or glob"
+            )
+        try:
+            answer = json.loads(out)
+        except ValueError:
+            raise errors.Conflict(
+                f"{op}: the image's python3 cannot run it (it needs Python >= 3.7): "
+                f"{result.stderr[-400:]}; use sandbox_exec with grep -rn or find instead"
+            ) from None
+        if "error" in answer:
+            raise getattr(errors, error_type(answer.get("kind")))(str(answer["error"]))
+        return answer["result"]
 
     async def diff(self) -> str:
         base = self.instance.base_commit

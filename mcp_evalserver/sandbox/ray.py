@@ -42,8 +42,10 @@ from mcp_evalserver.sandbox.base import (
     Backend,
     ExecResult,
     FileEntry,
+    GlobResult,
     Instance,
     InstanceSpec,
+    SearchResult,
     Workspace,
 )
 from mcp_evalserver.sandbox.ray_node import NodeHost, Reply
@@ -558,6 +560,18 @@ class RayWorkspace(Workspace):
     async def list(self, path: str = ".") -> list[FileEntry]:
         entries = await self._op("list", path=path)
         return [FileEntry.model_validate(e) for e in entries]
+
+    async def search(
+        self, pattern: str, *, path: str = ".", glob: str | None = None, max_hits: int = 200
+    ) -> SearchResult:
+        result = await self._op("search", pattern=pattern, path=path, glob=glob, max_hits=max_hits)
+        return SearchResult.model_validate(result)
+
+    async def glob(
+        self, pattern: str = "**/*", *, path: str = ".", max_entries: int = 1000
+    ) -> GlobResult:
+        result = await self._op("glob", pattern=pattern, path=path, max_entries=max_entries)
+        return GlobResult.model_validate(result)
 
     async def diff(self) -> str:
         patch: str = await self._op("diff")

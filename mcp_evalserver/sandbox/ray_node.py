@@ -64,6 +64,8 @@ WORKSPACE_OPS = frozenset(
         "read_file",
         "write_file",
         "list",
+        "search",
+        "glob",
         "diff",
         "reset",
         "checkpoint",
@@ -170,7 +172,7 @@ class Hosted:
             result = await getattr(workspace, op)(**kwargs)
         except Exception as exc:
             return _error(exc)
-        if op == "exec":
+        if op in ("exec", "search", "glob"):
             return ("ok", result.model_dump())
         if op == "list":
             return ("ok", [entry.model_dump() for entry in result])

@@ -12,13 +12,23 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from mcp_evalserver import errors
-from mcp_evalserver.sandbox.base import ExecResult, FileEntry, Instance, InstanceSpec, Workspace
+from mcp_evalserver.sandbox.base import (
+    ExecResult,
+    FileEntry,
+    GlobResult,
+    Instance,
+    InstanceSpec,
+    SearchResult,
+    Workspace,
+)
 from mcp_evalserver.sandbox.client import BlockingConnection, SupervisorClient
+from mcp_evalserver.sandbox.supervisor import finder
 from mcp_evalserver.sandbox.supervisor.protocol import Op
 
 # How long past a command's own timeout we wait for the supervisor before calling it lost.
 REPLY_GRACE_S = 30.0
 FILE_OP_TIMEOUT_S = 60.0
+SEARCH_TIMEOUT_S = float(finder.TIMEOUT_S)  # a pattern may backtrack forever: killed then
 CHECKPOINT_TIMEOUT_S = 300.0  # a checkpoint that squashes a deep chain copies its old layers
 
 
@@ -237,6 +247,33 @@ class SupervisedWorkspace(Workspace):
     async def list(self, path: str = ".") -> list[FileEntry]:
         result = await self._call("list", FILE_OP_TIMEOUT_S, path=path)
         return [FileEntry.model_validate(e) for e in result["entries"]]
+
+    async def search(
+        self, pattern: str, *, path: str = ".", glob: str | None = None, max_hits: int = 200
+    ) -> SearchResult:
+        result = await self._call(
+            "search",
+            SEARCH_TIMEOUT_S + REPLY_GRACE_S,
+            pattern=pattern,
+            path=path,
+            glob=glob,
+            max_hits=max_hits,
+            timeout=SEARCH_TIMEOUT_S,
+        )
+        return SearchResult.model_validate(result)
+
+    async def glob(
+        self, pattern: str = "**/*", *, path: str = ".", max_entries: int = 1000
+    ) -> GlobResult:
+        result = await self._call(
+            "glob",
+            SEARCH_TIMEOUT_S + REPLY_GRACE_S,
+            pattern=pattern,
+            path=path,
+            max_entries=max_entries,
+            timeout=SEARCH_TIMEOUT_S,
+        )
+        return GlobResult.model_validate(result)
 
     async def diff(self) -> str:
         """The patch as text; `.encode("utf-8", "surrogateescape")` gives git's exact bytes."""

@@ -92,8 +92,9 @@ workspaces, recorded in a crash-safe ledger.
 To evaluate: start_campaign, then campaign_status with wait_s to follow progress, then read \
 campaign://<id>/report or call score.
 To act as the agent of a campaign whose agent is {"type": "external"}: claim_trajectory, work \
-with sandbox_exec / read_file / edit_file / write_file / get_diff, then submit. checkpoint / \
-restore roll a workspace back; fork_trajectory branches a trajectory into several, each scored.
+with sandbox_exec / read_file / edit_file / write_file / search / list_files / get_diff, then \
+submit. checkpoint / restore roll a workspace back; fork_trajectory branches a trajectory into \
+several, each scored.
 To take results to other tools: export_results (an Inspect AI log, or ATIF trajectories)."""
 
 CampaignId = Annotated[str, Field(description="A campaign id, as list_campaigns shows them.")]
@@ -729,8 +730,9 @@ def http_app(
 
 TRAJECTORY_INSTRUCTIONS = """\
 You are the agent of one evaluation trajectory. Work in its private workspace with \
-sandbox_exec / read_file / edit_file / write_file / get_diff, then submit (the workspace's \
-diff is handed in, with an answer if you give one). These tools reach this trajectory only."""
+sandbox_exec / read_file / edit_file / write_file / search / list_files / get_diff, then submit \
+(the workspace's diff is handed in, with an answer if you give one). These tools reach this \
+trajectory only."""
 
 
 def create_trajectory_server(trajectory: ScopedTrajectory) -> MCPServer[Any]:

@@ -13,6 +13,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from mcp_evalserver.agents import file_text
+from mcp_evalserver.agents.search_text import glob_text, search_text
+from mcp_evalserver.sandbox.base import GlobResult, SearchResult
 from mcp_evalserver.scoring.stats.comparison import PairedComparison
 from mcp_evalserver.scoring.stats.summary import CampaignSummary
 
@@ -323,6 +325,22 @@ class FileEdited(BaseModel):
     def model_text(self) -> str:
         edit = file_text.Edit(**self.model_dump(exclude={"path"}))
         return edit.shown(self.path)
+
+
+class SearchMatches(SearchResult):
+    """Lines of the workspace's text files that matched, first ones first."""
+
+    def model_text(self) -> str:
+        """`path:line:text` per hit, then how many were left out and how to narrow."""
+        return search_text(self)
+
+
+class FileList(GlobResult):
+    """Files of the workspace whose path matched the glob, sorted."""
+
+    def model_text(self) -> str:
+        """One path per line, then how many were left out and how to narrow."""
+        return glob_text(self)
 
 
 class Diff(BaseModel):

@@ -82,6 +82,8 @@ class ExternalTrajectories:
     read_file = _on_claim(TrajectoryTools.read_file)
     write_file = _on_claim(TrajectoryTools.write_file)
     edit_file = _on_claim(TrajectoryTools.edit_file)
+    search = _on_claim(TrajectoryTools.search)
+    list_files = _on_claim(TrajectoryTools.list_files)
     get_diff = _on_claim(TrajectoryTools.get_diff)
     checkpoint = _on_claim(TrajectoryTools.checkpoint)
     restore = _on_claim(TrajectoryTools.restore)

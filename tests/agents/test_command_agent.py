@@ -73,6 +73,8 @@ async def test_a_program_fixes_the_bug_through_its_endpoint_and_its_submission_r
         "read_file": ["limit", "max_bytes", "offset", "path"],
         "edit_file": ["new_text", "old_text", "path", "replace_all"],
         "write_file": ["content", "path"],
+        "search": ["glob", "path", "pattern"],
+        "list_files": ["glob", "path"],
         "get_diff": [],
         "checkpoint": [],
         "restore": ["checkpoint_id"],

@@ -56,7 +56,15 @@ async def test_a_model_that_fixes_the_bug_and_submits_hands_in_its_workspace_dif
 
     assert state.trajectories["calc@0"].outcome == "resolved"
     names = [tool["function"]["name"] for tool in fake.seen[0].body["tools"]]
-    assert names == ["exec", "read_file", "edit_file", "write_file", "submit"]
+    assert names == [
+        "exec",
+        "read_file",
+        "edit_file",
+        "write_file",
+        "search",
+        "list_files",
+        "submit",
+    ]
     # What each tool call gave the model is in the next request.
     told = [fake.seen[n].body["messages"][-1]["content"] for n in range(1, 9)]
     assert told[0].startswith("exit code: 0")
@@ -83,6 +91,41 @@ async def test_a_model_that_fixes_the_bug_and_submits_hands_in_its_workspace_dif
     assert "-    return a - b" in patch
     assert "+    return a + b" in patch
     assert Path(task["path"], "calc.py").read_text() == BUGGY
+
+
+async def test_a_model_searches_and_lists_the_repository_and_reads_hits_as_lines(
+    tmp_path: Path,
+) -> None:
+    task = _repo_task(tmp_path)
+    script = [
+        call("exec", command="mkdir -p lib && seq 1 300 | sed 's/^/row /' > lib/rows.txt"),
+        call("search", pattern=r"return a [-+] b"),
+        call("search", pattern="^row 1", path="lib", glob="*.txt"),
+        call("search", pattern="add(", glob=""),
+        call("list_files", glob="*.py"),
+        call("list_files", path="lib", glob=""),
+        call("write_file", path="calc.py", content=FIXED),
+        call("submit"),
+    ]
+    with serving(FakeOpenAI(script)) as fake, anyio.fail_after(60):
+        agent = openai_agent(fake.url, tool_output_bytes=1024)
+        state, _ = await run(tmp_path / "state", spec([task], agent), CHECK_SCORER)
+
+    assert state.trajectories["calc@0"].outcome == "resolved"
+    told = [fake.seen[n].body["messages"][-1]["content"] for n in range(2, 7)]
+    assert told[0] == "calc.py:2:    return a - b"
+    # row 1, row 10..19, row 100..199: 111 lines, whole lines kept within the agent's cap.
+    *rows, cut = told[1].splitlines()
+    assert rows[:3] == ["lib/rows.txt:1:row 1", "lib/rows.txt:10:row 10", "lib/rows.txt:11:row 11"]
+    assert len("\n".join(rows).encode()) <= 1024
+    assert cut == (
+        f"[{111 - len(rows)} more lines not shown (the output cap is 1024 bytes); narrow with "
+        "path or glob]"
+    )
+    assert told[2].startswith("error: invalid regular expression 'add(': missing ), ")
+    assert "at position 3" in told[2]
+    assert told[3] == "calc.py"
+    assert told[4] == "lib/rows.txt"
 
 
 async def test_a_model_out_of_steps_hands_in_what_its_workspace_holds_and_says_so(
@@ -128,7 +171,8 @@ async def test_with_checkpoints_enabled_a_model_saves_tries_and_rolls_back_a_fai
     assert state.trajectories["calc@0"].outcome == "resolved"
     names = [tool["function"]["name"] for tool in fake.seen[0].body["tools"]]
     assert names == [
-        "exec", "read_file", "edit_file", "write_file", "checkpoint", "restore", "submit"
+        "exec", "read_file", "edit_file", "write_file", "search", "list_files", "checkpoint",
+        "restore", "submit",
     ]  # fmt: skip
     told = [fake.seen[n].body["messages"][-1]["content"] for n in range(1, 6)]
     assert told[1] == "checkpoint id: cp1"

@@ -16,7 +16,14 @@ import anyio.lowlevel
 import docker.errors
 import pytest
 
-from mcp_evalserver.errors import Conflict, InfrastructureError, InvalidInput, SandboxUnavailable
+from mcp_evalserver.errors import (
+    Conflict,
+    InfrastructureError,
+    InvalidInput,
+    SandboxUnavailable,
+    Timeout,
+)
+from mcp_evalserver.sandbox import docker_fallback
 from mcp_evalserver.sandbox.base import InstanceSpec
 from mcp_evalserver.sandbox.docker import DockerBackend
 from mcp_evalserver.sandbox.docker_engine import (
@@ -344,6 +351,11 @@ async def test_an_image_without_python_gets_a_container_per_trajectory_and_says_
             # `docker exec` cannot hand a command a private socket: strict grading is refused.
             with pytest.raises(Conflict, match="report channel"):
                 await a.exec("true", report=True)
+            # Nothing in the image can search: said, with what to use instead.
+            with pytest.raises(Conflict, match=r"needs python3 in the image.*grep -rn"):
+                await a.search("hello")
+            with pytest.raises(Conflict, match="needs python3 in the image"):
+                await a.glob()
             assert await a.write_file("sub/new.bin", b"\x00\xff") is None  # created
             assert await a.read_file("sub/new.bin") == b"\x00\xff"
             assert await a.write_file("a.txt", "changed!\n") == len("changed\n")  # replaced
@@ -436,3 +448,31 @@ async def test_provisioning_is_bounded_so_setups_do_not_overlap_at_one(base_imag
                     spans.append((start, end))
     first, second = sorted(spans)
     assert first[1] <= second[0]
+
+
+async def test_a_plain_container_whose_image_has_python3_searches_with_the_supervisors_finder(
+    engine: DockerEngine, container: str, base_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An image whose python3 is too old for the supervisor may still run finder.py: the same
+    search, bounded by an alarm inside the container rather than a restart of it."""
+    spec = InstanceSpec(image=base_image, setup=REPO, key=f"plain-finder-{os.getpid()}")
+    monkeypatch.setattr(docker_fallback, "FIND_TIMEOUT_S", 2)
+    with anyio.fail_after(120):
+        instance = await PerTrajectoryInstance.provision(engine, spec, container)
+        try:
+            async with await instance.workspace("finder") as ws:
+                await ws.write_file("pkg/mod.py", "x = 1\nhello = 2\n")
+                await ws.exec("mkdir -p loop && ln -s .. loop/up && echo 'a' > .git/hello")
+                found = await ws.search("hello")
+                listed = await ws.glob("*.py")
+                with pytest.raises(InvalidInput, match="at position 1"):
+                    await ws.search("a(")
+                await ws.write_file("trap.txt", "a" * 64 + "!\n")
+                with pytest.raises(Timeout, match="backtracks"):
+                    await ws.search("(a+)+$", path="trap.txt")
+                survived = await ws.exec("cat trap.txt | wc -c")
+        finally:
+            await instance.aclose()
+    assert [(hit.path, hit.line) for hit in found.hits] == [("a.txt", 1), ("pkg/mod.py", 2)]
+    assert listed.paths == ["pkg/mod.py"]
+    assert survived.stdout == "66\n"  # the workspace was not restarted: its files are there

@@ -18,8 +18,9 @@ pytestmark = pytest.mark.anyio
 
 TOOLS = {
     "start_campaign", "campaign_status", "list_campaigns", "cancel_campaign", "resume",
-    "claim_trajectory", "sandbox_exec", "read_file", "write_file", "edit_file", "get_diff",
-    "submit", "score", "compare_campaigns", "sweep_concurrency", "sweep_status",
+    "claim_trajectory", "sandbox_exec", "read_file", "write_file", "edit_file", "search",
+    "list_files", "get_diff", "submit", "score", "compare_campaigns", "sweep_concurrency",
+    "sweep_status",
     "calibrate_judge", "checkpoint", "restore", "fork_trajectory", "export_results",
     "plan_sample_size", "report_usage",
 }  # fmt: skip

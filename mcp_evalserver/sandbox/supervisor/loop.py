@@ -20,7 +20,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import checkpoints, execs, files, instance, workspaces
+from . import checkpoints, execs, files, instance, search, workspaces
 from .connections import CONNECTION_IDS, MAX_PASSED, Connection, as_unix_socket, complete_lines
 from .jobs import Jobs
 from .layers import LayerError
@@ -70,6 +70,8 @@ OPERATIONS: dict[Op, Handler] = {
     "read": files.read,
     "write": files.write,
     "list": files.list_,
+    "search": search.search,
+    "glob": search.glob,
     "cancel": cancel,
     "shutdown": shutdown,
 }

@@ -30,7 +30,7 @@ Op = Literal[
     "init", "freeze",
     "ws_create", "ws_destroy", "ws_reset",
     "ws_checkpoint", "ws_restore", "ws_fork", "ws_export",
-    "exec", "diff", "read", "write", "list",
+    "exec", "diff", "read", "write", "list", "search", "glob",
     "cancel", "shutdown",
 ]  # fmt: skip
 OPS = get_args(Op)
@@ -285,6 +285,43 @@ class ListResult(TypedDict):
     truncated: bool
 
 
+# --- finding files and lines, as the trajectory itself (search.py, finder.py) ----------------
+class _SearchRequired(WorkspaceArgs):
+    pattern: str  # a Python regular expression, matched line by line
+
+
+class SearchArgs(_SearchRequired, total=False):
+    path: str  # default ".": a directory to walk, or one file
+    glob: str | None  # only paths (relative to `path`) it matches; without "/": any depth
+    max_hits: int  # default 200
+    timeout: float  # default 30
+
+
+class Hit(TypedDict):
+    path: str  # relative to the workdir when under it, else absolute
+    line: int  # 1-based
+    text: str  # the line, clipped around the match
+
+
+class SearchResult(TypedDict):
+    hits: list[Hit]
+    total: int  # every matching line, also those past max_hits
+    truncated: bool
+
+
+class GlobArgs(WorkspaceArgs, total=False):
+    pattern: str  # default "**/*"
+    path: str  # default "."
+    max_entries: int  # default 1000
+    timeout: float  # default 30
+
+
+class GlobResult(TypedDict):
+    paths: list[str]  # sorted; relative to the workdir when under it, else absolute
+    total: int
+    truncated: bool
+
+
 # --- the connection --------------------------------------------------------------------------
 class CancelArgs(TypedDict):
     target: int  # a request id of this connection's
@@ -311,6 +348,8 @@ MESSAGES = {
     "read": (ReadArgs, ReadResult),
     "write": (WriteArgs, WriteResult),
     "list": (ListArgs, ListResult),
+    "search": (SearchArgs, SearchResult),
+    "glob": (GlobArgs, GlobResult),
     "cancel": (CancelArgs, CancelResult),
     "shutdown": (Empty, Empty),
 }

@@ -54,8 +54,8 @@ from mcp_evalserver.spec.submission import Submission
 logger = logging.getLogger(__name__)
 
 #: Tools a worker runs in the driver whole: forking makes trajectories, which only it can.
-_TOOLS = frozenset({"sandbox_exec", "read_file", "write_file", "edit_file", "get_diff",
-                    "checkpoint", "restore", "fork_trajectory", "submit",
+_TOOLS = frozenset({"sandbox_exec", "read_file", "write_file", "edit_file", "search",
+                    "list_files", "get_diff", "checkpoint", "restore", "fork_trajectory", "submit",
                     "report_usage"})  # fmt: skip
 
 
@@ -621,6 +621,8 @@ class RemoteTrajectories(ExternalTrajectories):
     read_file = _on_claim_here(TrajectoryTools.read_file)
     write_file = _on_claim_here(TrajectoryTools.write_file)
     edit_file = _on_claim_here(TrajectoryTools.edit_file)
+    search = _on_claim_here(TrajectoryTools.search)
+    list_files = _on_claim_here(TrajectoryTools.list_files)
     get_diff = _on_claim_here(TrajectoryTools.get_diff)
     checkpoint = _on_claim_here(TrajectoryTools.checkpoint)
     restore = _on_claim_here(TrajectoryTools.restore)

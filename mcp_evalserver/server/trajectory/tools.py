@@ -17,7 +17,12 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from mcp_evalserver.agents import file_text
-from mcp_evalserver.agents.tool_table import DEFAULT_OUTPUT_CHARS, MAX_OUTPUT_CHARS
+from mcp_evalserver.agents.tool_table import (
+    DEFAULT_OUTPUT_CHARS,
+    LISTED_FILES,
+    MAX_OUTPUT_CHARS,
+    SEARCH_HITS,
+)
 from mcp_evalserver.errors import Conflict, InvalidInput, NotFound
 from mcp_evalserver.runtime import tracing
 from mcp_evalserver.runtime.pricing import Meter
@@ -28,8 +33,10 @@ from mcp_evalserver.server.models import (
     ExecOutput,
     FileContent,
     FileEdited,
+    FileList,
     FileWritten,
     Restored,
+    SearchMatches,
     Submitted,
     UsageReported,
 )
@@ -193,6 +200,46 @@ class TrajectoryTools:
                 f"is in no diff and may be lost. Write under the workdir (e.g. {name!r}); to "
                 f"write outside it on purpose, give the absolute path ({target})"
             )
+
+    async def search(self, pattern: str, path: str = ".", glob: str | None = None) -> SearchMatches:
+        """Lines matching a regular expression in the workspace's text files (the first
+        `SEARCH_HITS`).
+
+        Raises:
+            InvalidInput: an invalid pattern (named with its position) or glob, a path that
+                is not a file or directory, or the task has no workspace.
+            NotFound: no such path.
+            Timeout: the search took longer than 30 s.
+            Conflict: the workspace cannot search (an image without python3).
+        """
+        with self._traced("search", pattern=pattern, path=path, glob=glob):
+            try:
+                found = await (await self.workspace()).search(
+                    pattern, path=path, glob=glob or None, max_hits=SEARCH_HITS
+                )
+            except NotFound as exc:
+                raise NotFound(f"{exc} (relative paths start at {self.workdir})") from exc
+        return SearchMatches.model_validate(found, from_attributes=True)
+
+    async def list_files(self, path: str = ".", glob: str = "**/*") -> FileList:
+        """Files under a directory of the workspace whose path matches `glob` (the first
+        `LISTED_FILES`).
+
+        Raises:
+            InvalidInput: a malformed glob, a path that is not a directory, or the task has
+                no workspace.
+            NotFound: no such directory.
+            Timeout: the walk took longer than 30 s.
+            Conflict: the workspace cannot list (an image without python3).
+        """
+        with self._traced("list_files", path=path, glob=glob):
+            try:
+                found = await (await self.workspace()).glob(
+                    glob or "**/*", path=path, max_entries=LISTED_FILES
+                )
+            except NotFound as exc:
+                raise NotFound(f"{exc} (relative paths start at {self.workdir})") from exc
+        return FileList.model_validate(found, from_attributes=True)
 
     async def get_diff(self) -> Diff:
         """The workspace's changes against the base commit.
