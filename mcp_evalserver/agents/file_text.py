@@ -90,7 +90,7 @@ def numbered(lines: list[str], first: int) -> str:
     with a note."""
     shown = []
     for number, line in enumerate(lines, first):
-        body = line.rstrip("\n")
+        body = line.removesuffix("\n").removesuffix("\r")  # a CRLF file reads as any other
         if len(body) > MAX_LINE_CHARS:
             left = len(body) - MAX_LINE_CHARS
             body = f"{body[:MAX_LINE_CHARS]}... [line clipped: {left:,} more characters]"
@@ -206,6 +206,12 @@ async def edit(
         region = _region(lines, 1, len(lines))
         return Edit(1, 1, max(len(lines), 1), region, len(new_text.encode()), text is None)
     count = text.count(old_text)
+    if count == 0 and "\r\n" in text and "\r" not in old_text:
+        # A CRLF file, and text as a model writes it: its lines end as the file's do.
+        crlf_old = old_text.replace("\n", "\r\n")
+        if crlf_old in text:
+            old_text, new_text = crlf_old, new_text.replace("\r\n", "\n").replace("\n", "\r\n")
+            count = text.count(old_text)
     if count == 0:
         raise InvalidInput(_no_match(text, old_text, path))
     starts = _match_lines(text, old_text)

@@ -114,6 +114,12 @@ async def test_an_exact_edit_shows_its_lines_and_ambiguous_or_missing_text_says_
             not_empty = await agent.error("edit_file", path="calc.py", old_text="", new_text="x")
             absent = await agent.error("edit_file", path="nope.py", old_text="x", new_text="y")
             _, now = await agent.ok("read_file", path="calc.py")
+            # A CRLF file is edited with the text as a model writes it; its line ends stay.
+            await agent.ok("write_file", path="dos.txt", content="one\r\ntwo\r\nthree\r\n")
+            dos_text, _ = await agent.ok(
+                "edit_file", path="dos.txt", old_text="one\ntwo\n", new_text="1\n2\n"
+            )
+            _, dos = await agent.ok("read_file", path="dos.txt")
     assert "InvalidInput: old_text occurs 2 times in calc.py (lines 2, 6)" in twice
     assert "replace_all=true" in twice
     assert "(0 matches); the closest line is 2: '    return a - b'" in missing
@@ -128,6 +134,11 @@ async def test_an_exact_edit_shows_its_lines_and_ambiguous_or_missing_text_says_
     assert created_text == "notes/new.txt created; lines 1-2 now:\n     1\tone\n     2\ttwo"
     assert "calc.py exists" in not_empty
     assert "NotFound: no file nope.py" in absent
+    assert dos["content"] == "1\r\n2\r\nthree\r\n"
+    assert (
+        dos_text
+        == "dos.txt edited (1 replaced); lines 1-2 now:\n     1\t1\n     2\t2\n     3\tthree"
+    )
 
 
 async def test_a_read_numbers_its_lines_gives_the_next_offset_and_refuses_a_binary_file(

@@ -443,9 +443,10 @@ async def test_a_call_running_in_any_worker_holds_its_claim_past_the_lease(
                             refused = await call_error(
                                 other, "claim_trajectory", campaign_id=campaign_id, wait_s=6.0
                             )
+                            # Made by an edit, relayed by whichever worker serves `other`.
                             await call(
-                                other, "write_file", claim_id=claim["claim_id"], path=go,
-                                content="",
+                                other, "edit_file", claim_id=claim["claim_id"], path=go,
+                                old_text="", new_text="go\n",
                             )  # fmt: skip
                     assert f"no trajectory of campaign '{campaign_id}' is waiting" in refused
                     assert outputs[0]["stdout"] == "finished\n"
