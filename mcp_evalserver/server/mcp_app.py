@@ -52,6 +52,7 @@ from mcp_evalserver.agents.tool_table import WORKSPACE_TOOLS, Audience, Effect, 
 from mcp_evalserver.engine.calibration import calibrate_campaign, parse_labels
 from mcp_evalserver.engine.exports import ExportFormat, export_text
 from mcp_evalserver.engine.planning import build_plan, render_plan_markdown
+from mcp_evalserver.engine.rescoring import parse_scorer
 from mcp_evalserver.engine.state import Outcome
 from mcp_evalserver.engine.sweep import DEFAULT_LEVELS
 from mcp_evalserver.errors import EvalServerError, NotFound
@@ -67,13 +68,13 @@ from mcp_evalserver.server.models import (
 )
 from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.server.service import EvalService
+from mcp_evalserver.server.surface import SPEC_SCHEMA_URI, ToolProfile, untitled
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.server.trajectory.endpoint import ServedTrajectory, serve_trajectory_endpoint
 from mcp_evalserver.server.trajectory.scoped import ScopedTrajectory
 from mcp_evalserver.server.transport.http import allowed_host_names
 from mcp_evalserver.server.transport.stdio_pipes import claim_stdio
-from mcp_evalserver.spec.campaign import CampaignSpec
-from mcp_evalserver.spec.scorers import ScorerConfig
+from mcp_evalserver.spec.campaign import spec_json_schema, validate_spec
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,19 @@ with sandbox_exec / read_file / write_file / get_diff, then submit. checkpoint /
 a workspace back; fork_trajectory branches a trajectory into several, each scored.
 To take results to other tools: export_results (an Inspect AI log, or ATIF trajectories)."""
 
+AGENT_INSTRUCTIONS = """\
+Act as the agent of evaluation trajectories: claim_trajectory gives a task's prompt and a \
+claim_id; work in its private workspace with the workspace tools, then submit."""
+
+SpecArgument = Annotated[
+    dict[str, Any],
+    Field(
+        description='The campaign spec, an object: {"tasks": [{"id", "prompt", ...}] or a task '
+        'file path, "agent": {"type": ...}, "scorer": {"type": ...}, "samples": 1, "limits": '
+        f"{{...}}}}. Its JSON schema is the resource {SPEC_SCHEMA_URI} (also `mcp-evalserver "
+        "schema`); the server validates it and names each wrong field with its choices."
+    ),
+]
 CampaignId = Annotated[str, Field(description="A campaign id, as list_campaigns shows them.")]
 ClaimId = Annotated[str, Field(description="The claim id that claim_trajectory returned.")]
 # At most 300 s: HTTP clients (the SDK's default) stop reading a silent response after that.
@@ -189,6 +203,7 @@ def create_server(
     resume_running: bool = False,
     privileges: Privileges | None = None,
     worker: WorkerConfig | None = None,
+    tools: ToolProfile = "all",
 ) -> MCPServer[EvalService]:
     """The MCP server; its lifespan owns an `EvalService` over `state_dir` (as `worker` of
     `--workers N`, a `FrontService`).
@@ -197,7 +212,8 @@ def create_server(
     with `ray_address`, instances run on that Ray cluster unless a campaign says otherwise;
     with `resume_running`, campaigns that were interrupted resume when the server starts;
     `privileges` says what clients may make it do on its host (default: everything, as for
-    the user's own process over stdio).
+    the user's own process over stdio). `tools`: every tool, or (`agent`) only what an agent
+    that claims trajectories needs.
     """
 
     @asynccontextmanager
@@ -217,12 +233,35 @@ def create_server(
         async with service:
             yield service
 
+    instructions = AGENT_INSTRUCTIONS if tools == "agent" else INSTRUCTIONS
     app: MCPServer[EvalService] = MCPServer(
-        "mcp-evalserver", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan
+        "mcp-evalserver", version=__version__, instructions=instructions, lifespan=lifespan
     )
-    _campaign_tools(app)
+    if tools == "all":
+        _campaign_tools(app)
     _trajectory_tools(app)
-    _export_tools(app)
+    if tools == "all":
+        _export_tools(app)
+        _campaign_resources(app)
+    _logging_and_completions(app)
+    for tool in app._tool_manager.list_tools():  # the SDK offers no public way to them
+        tool.parameters = untitled(tool.parameters)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "version": __version__})
+
+    # Called, not decorated: the SDK's decorator is untyped.
+    app.custom_route("/healthz", methods=["GET"], include_in_schema=False)(healthz)
+
+    return app
+
+
+def _campaign_resources(app: MCPServer[EvalService]) -> None:
+    @app.resource(SPEC_SCHEMA_URI, mime_type="application/schema+json")
+    def campaign_schema() -> str:
+        """The JSON schema of a campaign spec: what start_campaign and sweep_concurrency take
+        as `spec` (and a spec file of `mcp-evalserver run`)."""
+        return json.dumps(spec_json_schema(), indent=1)
 
     @app.resource("campaign://{campaign_id}/report", mime_type="text/markdown")
     async def campaign_report(campaign_id: str, ctx: Context[EvalService, Any]) -> str:
@@ -250,22 +289,12 @@ def create_server(
             found = await _call(ctx, EvalService.task, campaign_id=campaign_id, task_id=task_id)
             return json.dumps(found, indent=2)
 
-    _logging_and_completions(app)
-
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "version": __version__})
-
-    # Called, not decorated: the SDK's decorator is untyped.
-    app.custom_route("/healthz", methods=["GET"], include_in_schema=False)(healthz)
-
-    return app
-
 
 def _campaign_tools(app: MCPServer[EvalService]) -> None:
     @app.tool(annotations=_MUTATES)
     @tool_errors
     async def start_campaign(
-        spec: CampaignSpec,
+        spec: SpecArgument,
         ctx: Context[EvalService, Any],
         campaign_id: Annotated[
             str | None, Field(description="Optional id; default `<name>-<time>-<random>`.")
@@ -275,7 +304,8 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         and graded by the scorer the spec names. Returns at once with the campaign id while it
         runs in the background; follow it with campaign_status (wait_s > 0 streams progress).
         With agent {"type": "external"}, trajectories wait for clients to claim_trajectory."""
-        return await _call(ctx, EvalService.start, spec=spec, campaign_id=campaign_id)
+        parsed = validate_spec(spec)
+        return await _call(ctx, EvalService.start, spec=parsed, campaign_id=campaign_id)
 
     @app.tool(annotations=_READ_ONLY)
     @tool_errors
@@ -306,7 +336,7 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
     @app.tool(annotations=_MUTATES)
     @tool_errors
     async def sweep_concurrency(
-        spec: CampaignSpec,
+        spec: SpecArgument,
         ctx: Context[EvalService, Any],
         levels: Annotated[
             list[int] | None, Field(description="Concurrency levels; default 1, 10, 50, 100.")
@@ -325,7 +355,7 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         return await _call(
             ctx,
             EvalService.start_sweep,
-            spec=spec,
+            spec=validate_spec(spec),
             levels=levels or list(DEFAULT_LEVELS),
             tasks=tasks,
             samples=samples,
@@ -414,8 +444,11 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
             bool, Field(description="Grade finished submissions again (not re-generated).")
         ] = False,
         scorer: Annotated[
-            ScorerConfig | None,
-            Field(description="With rescore: grade with this scorer from now on."),
+            dict[str, Any] | None,
+            Field(
+                description="With rescore: grade with this scorer from now on, an object as a "
+                f'spec\'s `scorer` ({{"type": "tests"}}; schema: {SPEC_SCHEMA_URI}).'
+            ),
         ] = None,
         outcomes: Annotated[
             list[Outcome] | None,
@@ -431,7 +464,7 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
             EvalService.score,
             campaign_id=campaign_id,
             rescore=rescore,
-            scorer=scorer,
+            scorer=parse_scorer(scorer) if scorer is not None else None,
             outcomes=outcomes,
         )
 
@@ -656,10 +689,16 @@ def _export_tools(app: MCPServer[EvalService]) -> None:
 
 
 async def serve_stdio(
-    state_dir: Path, ray_address: str | None = None, *, resume_running: bool = False
+    state_dir: Path,
+    ray_address: str | None = None,
+    *,
+    resume_running: bool = False,
+    tools: ToolProfile = "all",
 ) -> None:
     """Serves MCP over this process's stdin/stdout until the client closes it."""
-    server = create_server(state_dir, ray_address=ray_address, resume_running=resume_running)
+    server = create_server(
+        state_dir, ray_address=ray_address, resume_running=resume_running, tools=tools
+    )
     with claim_stdio() as pipes:
         if pipes is None:  # not pipes (a file, a terminal): the SDK's threaded transport
             await server.run_stdio_async()
@@ -679,6 +718,7 @@ def http_app(
     resume_running: bool = False,
     privileges: Privileges | None = None,
     worker: WorkerConfig | None = None,
+    tools: ToolProfile = "all",
 ) -> Starlette:
     """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on;
     as `worker` of `--workers N`, one worker's.
@@ -686,7 +726,8 @@ def http_app(
     Requests must name a loopback host, the bound host, or one of `allowed_hosts` (`name` or
     `name:port`) in their Host header, and a matching Origin if they send one: a web page the
     user visits cannot reach the server through a rebound DNS name. Its clients get
-    `privileges` (default: no plugins, no host paths; see `privileges.py`).
+    `privileges` (default: no plugins, no host paths; see `privileges.py`) and the `tools`
+    profile.
     """
     hosts = allowed_host_names(host, allowed_hosts)
     security = TransportSecuritySettings(
@@ -700,6 +741,7 @@ def http_app(
         resume_running=resume_running,
         privileges=privileges or Privileges.for_http(),
         worker=worker,
+        tools=tools,
     )
     # As many idle sessions (agents whose model thinks) as the machine holds, not the SDK's
     # 10,000: each costs a few kilobytes (bench/front.py); 30 minutes idle still ends one.

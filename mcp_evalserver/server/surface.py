@@ -1,0 +1,56 @@
+"""What a model pays for the MCP surface, and what keeps it small.
+
+A model is shown every tool's name, description and input schema on every turn, so the server
+counts their characters like a budget (`listed_chars`), offers a smaller surface to an agent
+that only claims trajectories (`ToolProfile`), publishes the campaign spec's schema as a
+resource instead of inlining it, and drops the title pydantic gives each argument
+(`untitled`: "Claim Id" for `claim_id` says nothing the name does not). No `mcp` import here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal, get_args
+
+#: What a server offers: every tool, or (`--tools agent`) what an agent that claims
+#: trajectories needs: claim_trajectory and the workspace tools.
+ToolProfile = Literal["all", "agent"]
+TOOL_PROFILES: Final[tuple[str, ...]] = get_args(ToolProfile)
+#: The most characters `listed_chars` may count for each profile (tests/server/test_surface_size).
+BUDGETS: Final[dict[str, int]] = {"all": 20_000, "agent": 8_000}
+
+#: Where the campaign spec's JSON schema is (~39k characters): read once by a client that
+#: needs it, instead of being inlined into every tool that takes a spec.
+SPEC_SCHEMA_URI: Final = "mcp-evalserver://schema/campaign"
+
+#: Keywords whose value is one schema, or a list of schemas, or a map of name to schema.
+_ONE = ("items", "additionalProperties", "not", "contains", "propertyNames")
+_MANY = ("anyOf", "oneOf", "allOf", "prefixItems")
+_NAMED = ("properties", "$defs", "patternProperties")
+
+
+def listed_chars(tools: Iterable[tuple[str, str | None, Mapping[str, Any]]]) -> int:
+    """Characters a model reads in `tools/list`: each tool's name, description and the JSON
+    of its input schema, given as (name, description, input schema)."""
+    return sum(
+        len(name) + len(description or "") + len(json.dumps(schema))
+        for name, description, schema in tools
+    )
+
+
+def untitled(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """`schema` without its `title`s (values such as defaults and enums are left whole)."""
+    kept: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _ONE and isinstance(value, Mapping):
+            kept[key] = untitled(value)
+        elif key in _MANY and isinstance(value, list):
+            kept[key] = [untitled(v) if isinstance(v, Mapping) else v for v in value]
+        elif key in _NAMED and isinstance(value, Mapping):
+            kept[key] = {n: untitled(v) if isinstance(v, Mapping) else v for n, v in value.items()}
+        else:
+            kept[key] = value
+    return kept
