@@ -599,7 +599,10 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         running longer does not renew it), another client may take the trajectory over, with
         its workspace as it was. Waits up to wait_s for one to become available. The
         campaign's trajectory_timeout_s bounds the whole trajectory, waiting included."""
-        return await _service(ctx).trajectories().claim(campaign_id, wait_s)
+        service = _service(ctx)
+        if campaign_id is not None:
+            service.require_campaign(campaign_id)
+        return await service.trajectories().claim(campaign_id, wait_s)
 
     for tool in WORKSPACE_TOOLS:
         method = getattr(ExternalTrajectories, tool.name)
