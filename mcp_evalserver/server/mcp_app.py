@@ -50,7 +50,7 @@ from mcp_evalserver import __version__
 from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.agents.tool_table import WORKSPACE_TOOLS, Audience, Effect, WorkspaceTool
 from mcp_evalserver.engine.calibration import calibrate_campaign, parse_labels
-from mcp_evalserver.engine.exports import ExportFormat, export_text
+from mcp_evalserver.engine.exports import ExportFormat, ExportPage, export_page
 from mcp_evalserver.engine.planning import build_plan, render_plan_markdown
 from mcp_evalserver.engine.rescoring import parse_scorer
 from mcp_evalserver.engine.state import Outcome
@@ -673,16 +673,25 @@ def _export_tools(app: MCPServer[EvalService]) -> None:
             ),
         ],
         ctx: Context[EvalService, Any],
-    ) -> str:
-        """A campaign's results as JSON text for other tools: an Inspect AI log (one sample
-        per trajectory: messages, score, usage) or `{"trajectories": [...]}` in the Agent
-        Trajectory Interchange Format. Read from the ledger: a running campaign exports as
-        far as it went."""
+        offset: Annotated[
+            int, Field(ge=0, description="Where the page starts: 0, then next_offset.")
+        ] = 0,
+        max_chars: Annotated[
+            int, Field(ge=1000, le=1_000_000, description="Characters per page at most.")
+        ] = 20_000,
+    ) -> ExportPage:
+        """A campaign's results as JSON text for other tools, a page at a time: an Inspect
+        AI log (one sample per trajectory: messages, score, usage) or `{"trajectories":
+        [...]}` in the Agent Trajectory Interchange Format. Offset 0 exports afresh (from the
+        ledger: a running campaign as far as it went) and writes the whole to `path` on the
+        server's machine; call again with next_offset until it is null, and join the texts."""
         store = _service(ctx).store
         try:
             # Off the event loop: it reads every artifact, and Inspect writes with a loop of
             # its own.
-            return await anyio.to_thread.run_sync(export_text, store, campaign_id, format)
+            return await anyio.to_thread.run_sync(
+                export_page, store, campaign_id, format, offset, max_chars
+            )
         except NotFound:
             if store.directory(campaign_id).is_dir():
                 raise  # its creation was interrupted: that error says how to start it
