@@ -68,7 +68,7 @@ from mcp_evalserver.server.models import (
 )
 from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.server.service import EvalService
-from mcp_evalserver.server.surface import SPEC_SCHEMA_URI, ToolProfile, untitled
+from mcp_evalserver.server.surface import SPEC_SCHEMA_URI, SpecArgument, ToolProfile, untitled
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.server.trajectory.endpoint import ServedTrajectory, serve_trajectory_endpoint
 from mcp_evalserver.server.trajectory.scoped import ScopedTrajectory
@@ -87,8 +87,9 @@ _R = TypeVar("_R")
 INSTRUCTIONS = """\
 Runs evaluation campaigns for AI agents: tasks x samples x one agent x one scorer, in isolated \
 workspaces, recorded in a crash-safe ledger.
-To evaluate: start_campaign, then campaign_status with wait_s to follow progress, then read \
-campaign://<id>/report or call score.
+To evaluate: start_campaign (the spec's schema is the resource mcp-evalserver://schema/campaign), \
+then campaign_status with wait_s to follow progress, then read campaign://<id>/report or call \
+score.
 To act as the agent of a campaign whose agent is {"type": "external"}: claim_trajectory, work \
 with sandbox_exec / read_file / write_file / get_diff, then submit. checkpoint / restore roll \
 a workspace back; fork_trajectory branches a trajectory into several, each scored.
@@ -98,15 +99,6 @@ AGENT_INSTRUCTIONS = """\
 Act as the agent of evaluation trajectories: claim_trajectory gives a task's prompt and a \
 claim_id; work in its private workspace with the workspace tools, then submit."""
 
-SpecArgument = Annotated[
-    dict[str, Any],
-    Field(
-        description='The campaign spec, an object: {"tasks": [{"id", "prompt", ...}] or a task '
-        'file path, "agent": {"type": ...}, "scorer": {"type": ...}, "samples": 1, "limits": '
-        f"{{...}}}}. Its JSON schema is the resource {SPEC_SCHEMA_URI} (also `mcp-evalserver "
-        "schema`); the server validates it and names each wrong field with its choices."
-    ),
-]
 CampaignId = Annotated[str, Field(description="A campaign id, as list_campaigns shows them.")]
 ClaimId = Annotated[str, Field(description="The claim id that claim_trajectory returned.")]
 # At most 300 s: HTTP clients (the SDK's default) stop reading a silent response after that.

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, Literal, get_args
+from typing import Annotated, Any, Final, Literal, get_args
+
+from pydantic import Field
 
 #: What a server offers: every tool, or (`--tools agent`) what an agent that claims
 #: trajectories needs: claim_trajectory and the workspace tools.
@@ -23,6 +25,16 @@ BUDGETS: Final[dict[str, int]] = {"all": 20_000, "agent": 8_000}
 #: Where the campaign spec's JSON schema is (~39k characters): read once by a client that
 #: needs it, instead of being inlined into every tool that takes a spec.
 SPEC_SCHEMA_URI: Final = "mcp-evalserver://schema/campaign"
+#: The `spec` argument of the tools that take one: an object, its schema where it is said.
+SpecArgument = Annotated[
+    dict[str, Any],
+    Field(
+        description='The campaign spec, an object: {"tasks": [{"id", "prompt", ...}] or a task '
+        'file path, "agent": {"type": ...}, "scorer": {"type": ...}, "samples": 1, "limits": '
+        f"{{...}}}}. Its JSON schema is the resource {SPEC_SCHEMA_URI} (also `mcp-evalserver "
+        "schema`); the server validates it and names each wrong field with its choices."
+    ),
+]
 
 #: Keywords whose value is one schema, or a list of schemas, or a map of name to schema.
 _ONE = ("items", "additionalProperties", "not", "contains", "propertyNames")
