@@ -76,10 +76,13 @@ async def test_an_agent_server_over_stdio_serves_only_the_claiming_tools_within_
     assert "start_campaign" in missing
 
 
-async def test_an_agent_server_over_http_serves_the_same_tools(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_an_agent_server_over_http_serves_the_same_tools(
+    tmp_path: Path, workers: int
+) -> None:
     with anyio.fail_after(60):
         async with (
-            http_server(tmp_path, "--tools", "agent") as url,
+            http_server(tmp_path, "--tools", "agent", workers=workers) as url,
             http_client(url) as client,
         ):
             names, _ = await counted(client)
