@@ -68,7 +68,13 @@ from mcp_evalserver.server.models import (
 )
 from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.server.service import EvalService
-from mcp_evalserver.server.surface import SPEC_SCHEMA_URI, SpecArgument, ToolProfile, untitled
+from mcp_evalserver.server.surface import (
+    SPEC_SCHEMA_URI,
+    SpecArgument,
+    ToolProfile,
+    readable_argument_errors,
+    untitled,
+)
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.server.trajectory.endpoint import ServedTrajectory, serve_trajectory_endpoint
 from mcp_evalserver.server.trajectory.scoped import ScopedTrajectory
@@ -236,8 +242,7 @@ def create_server(
         _export_tools(app)
         _campaign_resources(app)
     _logging_and_completions(app)
-    for tool in app._tool_manager.list_tools():  # the SDK offers no public way to them
-        tool.parameters = untitled(tool.parameters)
+    _as_models_read_it(app)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "version": __version__})
@@ -246,6 +251,15 @@ def create_server(
     app.custom_route("/healthz", methods=["GET"], include_in_schema=False)(healthz)
 
     return app
+
+
+def _as_models_read_it(app: MCPServer[Any]) -> None:
+    """Input schemas without titles, and argument errors that name the field and the choices
+    (`server/surface.py`); call it once every tool is registered."""
+    tools = app._tool_manager  # the SDK offers no public way to them
+    for tool in tools.list_tools():
+        tool.parameters = untitled(tool.parameters)
+    app.middleware.append(readable_argument_errors(tools.get_tool))
 
 
 def _campaign_resources(app: MCPServer[EvalService]) -> None:
@@ -769,7 +783,7 @@ def create_trajectory_server(trajectory: ScopedTrajectory) -> MCPServer[Any]:
         _add_workspace_tool(
             app, tool, "scoped", run, _returns(getattr(ScopedTrajectory, tool.name))
         )
-
+    _as_models_read_it(app)
     return app
 
 

@@ -10,10 +10,12 @@ resource instead of inlining it, and drops the title pydantic gives each argumen
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Final, Literal, get_args
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from typing import Annotated, Any, Final, Literal, Protocol, get_args
 
-from pydantic import Field
+from pydantic import Field, ValidationError
+
+from mcp_evalserver.spec.validation_errors import describe_validation_error
 
 #: What a server offers: every tool, or (`--tools agent`) what an agent that claims
 #: trajectories needs: claim_trajectory and the workspace tools.
@@ -66,3 +68,44 @@ def untitled(schema: Mapping[str, Any]) -> dict[str, Any]:
         else:
             kept[key] = value
     return kept
+
+
+#: A tool as the SDK keeps it: `name`, `parameters` (its input schema) and `fn_metadata`.
+FindTool = Callable[[str], Any]
+
+
+class Middleware(Protocol):
+    """The SDK's `ServerMiddleware`, without importing the SDK."""
+
+    def __call__(
+        self, ctx: Any, call_next: Callable[[Any], Awaitable[Any]]
+    ) -> Coroutine[Any, Any, Any]: ...
+
+
+def readable_argument_errors(find_tool: FindTool) -> Middleware:
+    """An MCP server middleware: a tool call whose arguments do not fit the tool's input schema
+    answers `field: what was wrong (the choices)`, not pydantic's text with its links.
+
+    The SDK validates arguments before the tool runs and answers with the error's text; here
+    the arguments of a failed call are validated again, for the error itself (its text is
+    never parsed). A call whose arguments fit failed in the tool: its answer stays.
+    """
+
+    async def middleware(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+        result = await call_next(ctx)
+        if ctx.method != "tools/call" or not isinstance(result, dict) or not result.get("isError"):
+            return result
+        params = ctx.params if isinstance(ctx.params, dict) else {}
+        tool = find_tool(str(params.get("name")))
+        arguments = params.get("arguments") or {}
+        if tool is None or not isinstance(arguments, dict):
+            return result
+        try:
+            tool.fn_metadata.validate_arguments(arguments)
+        except ValidationError as exc:
+            described = describe_validation_error(exc, tool.parameters)
+            text = f"Error executing tool {tool.name}: InvalidInput: {described}"
+            return {**result, "content": [{"type": "text", "text": text}]}
+        return result
+
+    return middleware

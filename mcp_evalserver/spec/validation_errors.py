@@ -125,6 +125,8 @@ def _describe(error: ErrorDetails, where: _Where, schema: Schema | None) -> str:
         return f"{_dotted(path)}: required"
     if kind in _BOUNDS:
         bound = next(iter(context.values()), "?")
+        if isinstance(bound, float) and bound.is_integer():
+            bound = int(bound)  # a float field's bound: 300, not 300.0
         return f"{_dotted(path)}: must be {_BOUNDS[kind]} {bound} (got {_shown(value)})"
     if kind in _EXPECTED:
         return f"{_dotted(path)}: expected {_EXPECTED[kind]}, got {_shown(value)}"

@@ -120,6 +120,8 @@ async def test_the_tools_validate_a_spec_and_name_each_wrong_field(tmp_path: Pat
         started = await call(client, "start_campaign", spec=answer_spec(1))
         with anyio.fail_after(30):
             await call(client, "campaign_status", campaign_id=started["campaign_id"], wait_s=20)
+        not_object = await call_error(client, "start_campaign", spec="tasks please")
+        too_long = await call_error(client, "campaign_status", campaign_id="x", wait_s=500)
         rescored = await call_error(
             client, "score", campaign_id=started["campaign_id"], rescore=True, scorer={"type": "x"}
         )
@@ -129,6 +131,9 @@ async def test_the_tools_validate_a_spec_and_name_each_wrong_field(tmp_path: Pat
     )
     assert "sampels: unknown field; did you mean 'samples'?" in swept
     assert "InvalidInput: invalid scorer: type: unknown 'x' (known: all_of" in rescored
-    for text in (unknown_agent, swept, rescored):
+    # Arguments the SDK refuses before a tool runs read the same way.
+    assert not_object.endswith('InvalidInput: spec: expected an object, got "tasks please"')
+    assert too_long.endswith("InvalidInput: wait_s: must be <= 300 (got 500)")
+    for text in (unknown_agent, swept, rescored, not_object, too_long):
         assert "http" not in text
         assert "Input should" not in text
