@@ -56,6 +56,8 @@ _GIT_ENV = {
     "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
     "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
 }
+#: The message of every instance's base commit (`git log` in its workspace).
+BASE_MESSAGE = "base"
 #: What running the tests leaves behind; kept out of every diff an agent or scorer takes.
 _EXCLUDES = ".venv/\n__pycache__/\n*.pyc\n.pytest_cache/\n"
 _COMPLETE = ".complete"
@@ -102,6 +104,12 @@ class Bug:
     @property
     def task_id(self) -> str:
         return f"{self.project}__{self.id}"
+
+    @property
+    def instance_name(self) -> str:
+        """The instance's directory: the workdir an agent sees (`pwd`), so it names the project
+        and nothing of the bug."""
+        return f"{self.project}-{hashlib.sha256(self.task_id.encode()).hexdigest()[:12]}"
 
 
 def load_projects(demo_dir: Path = DEMO_DIR) -> list[Project]:
@@ -377,14 +385,15 @@ def build_task(
     Raises:
         BuildError: the patch does not apply, or no test that passes clean fails with the bug.
     """
-    tree = build / "instances" / bug.task_id
+    tree = build / "instances" / bug.instance_name
     shutil.rmtree(tree, ignore_errors=True)
     shutil.copytree(pristine, tree, ignore=shutil.ignore_patterns(".venv", "__pycache__"))
     _git(tree, "init", "-q", "-b", "main", ".")
     (tree / ".git" / "info" / "exclude").write_text(_EXCLUDES)
     _git(tree, "apply", "--whitespace=nowarn", "-", stdin=bug.patch)
     _git(tree, "add", "-A")
-    _git(tree, "commit", "-q", "-m", f"{project.dirname} with bug {bug.id}")
+    # What `git log` shows the agent: nothing of the bug (nor of its task).
+    _git(tree, "commit", "-q", "-m", BASE_MESSAGE)
     base_commit = _git(tree, "rev-parse", "HEAD").strip()
     # The gold patch is the bug reversed, as git writes it (what `git apply` expects back).
     _git(tree, "apply", "-R", "-", stdin=bug.patch)
@@ -421,11 +430,11 @@ def ensure_task(
     project: Project, bug: Bug, pristine: Path, clean_passing: set[str], build: Path, testenv: Path
 ) -> tuple[dict[str, Any], bool]:
     """The task row, rebuilt only when the bug, project or builder changed (True if rebuilt)."""
-    record = build / "instances" / f"{bug.task_id}.json"
+    record = build / "instances" / f"{bug.instance_name}.json"
     key = _key(
         project, bug, sorted(clean_passing), PYTEST_REQUIREMENT, instance_python(), str(build)
     )
-    if record.is_file() and (build / "instances" / bug.task_id).is_dir():
+    if record.is_file() and (build / "instances" / bug.instance_name).is_dir():
         cached = json.loads(record.read_text())
         if cached["key"] == key:
             return cached["task"], False
@@ -477,14 +486,14 @@ def build_suite(
             if not bugs or bug.id in bugs
         ]
     if not projects and not bugs:
-        _remove_stale(build / "instances", {bug.task_id for _, bug, _, _ in jobs})
+        _remove_stale(build / "instances", {bug.instance_name for _, bug, _, _ in jobs})
 
     def attempt(job: tuple[Project, Bug, Path, set[str]]) -> dict[str, Any] | None:
         project, bug, pristine, clean_passing = job
         try:
             task, rebuilt = ensure_task(project, bug, pristine, clean_passing, build, testenv)
         except BuildError as exc:
-            shutil.rmtree(build / "instances" / bug.task_id, ignore_errors=True)
+            shutil.rmtree(build / "instances" / bug.instance_name, ignore_errors=True)
             log(f"REJECTED {exc}")
             return None
         if rebuilt:

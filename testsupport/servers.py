@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -31,12 +31,14 @@ def server_command(state_dir: Path, *transport: str) -> list[str]:
     return [sys.executable, "-m", "mcp_evalserver.cli", "--state-dir", str(state_dir), *transport]
 
 
-def stdio_client(state_dir: Path, mode: str = "auto", **options: Any) -> Client:
-    """A client that starts `mcp-evalserver --stdio` as its subprocess (`options`: the
-    `Client`'s, e.g. a `logging_callback`)."""
+def stdio_client(
+    state_dir: Path, mode: str = "auto", *, server_args: Sequence[str] = (), **options: Any
+) -> Client:
+    """A client that starts `mcp-evalserver --stdio [server_args]` as its subprocess
+    (`options`: the `Client`'s, e.g. a `logging_callback`)."""
     params = StdioServerParameters(
         command=sys.executable,
-        args=server_command(state_dir, "--stdio")[1:],
+        args=server_command(state_dir, "--stdio", *server_args)[1:],
         cwd=str(REPO),
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )

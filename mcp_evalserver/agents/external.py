@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 
@@ -57,6 +57,8 @@ class ExternalTrajectory:
     calls: set[Call] = field(default_factory=set)
     #: Tool calls on it running now (`ClaimBoard.use`, or a worker's: server/front).
     running: int = 0
+    #: The tool calls its clients made, in order, whoever held the claim: its transcript.
+    transcript: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def campaign_id(self) -> str:
@@ -356,5 +358,8 @@ class ExternalAgent(Agent):
             await trajectory.submitted.wait()
         finally:
             self.board.withdraw(trajectory, reason)
-        assert trajectory.submission is not None
-        return trajectory.submission
+        submission = trajectory.submission
+        assert submission is not None
+        if submission.transcript is None and trajectory.transcript:
+            submission = submission.model_copy(update={"transcript": trajectory.transcript})
+        return submission

@@ -36,6 +36,7 @@ from mcp_evalserver.errors import EvalServerError, InvalidInput, NotFound
 from mcp_evalserver.runtime.sandboxes import require_placement
 from mcp_evalserver.sandbox.docker_engine import BUILD_NETWORK_ENV, NETWORK_ENV
 from mcp_evalserver.scoring.base import Scorer
+from mcp_evalserver.server.surface import TOOL_PROFILES
 from mcp_evalserver.server.transport.http import TOKEN_ENV
 from mcp_evalserver.spec.campaign import load_spec, spec_json_schema
 
@@ -79,6 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="--stdio/--http: leave interrupted campaigns (their process died, or a server "
         "stopped) idle until a client calls resume; by default the server resumes them",
+    )
+    parser.add_argument(
+        "--tools",
+        choices=TOOL_PROFILES,
+        default="all",
+        help="--stdio/--http: the MCP tools served: all (default), or agent: only what an agent "
+        "that claims trajectories needs (claim_trajectory and the workspace tools), a smaller "
+        "list for its model to read every turn",
     )
     parser.add_argument(
         "--ray",
@@ -268,9 +277,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     state_dir = args.state_dir or default_state_dir()
     if args.stdio:
-        anyio.run(
-            functools.partial(serve_stdio, state_dir, args.ray, resume_running=args.resume_running)
+        serve = functools.partial(
+            serve_stdio, state_dir, args.ray, resume_running=args.resume_running, tools=args.tools
         )
+        anyio.run(serve)
         return EXIT_OK
     token = resolve_token(args.token, args.host)
     privileges = Privileges.for_http(
@@ -286,6 +296,7 @@ def _serve(args: argparse.Namespace) -> int:
         "ray_address": args.ray,
         "resume_running": args.resume_running,
         "privileges": privileges,
+        "tools": args.tools,
     }
     workers = default_workers() if args.workers is None else args.workers
     if workers < 1:

@@ -115,6 +115,23 @@ def best_of(root: TrajectoryState, branches: list[TrajectoryState]) -> Trajector
     )
 
 
+def is_graded(trajectory: TrajectoryState) -> bool:
+    """Whether a sample counts in the pass rate: finished, and neither an infrastructure
+    failure nor stopped by the budget."""
+    return trajectory.done and trajectory.outcome not in UNGRADED_OUTCOMES
+
+
+def pass_counts(state: CampaignState) -> tuple[int, int]:
+    """(resolved, graded) samples as the report counts them: a root and its forked branches
+    once (resolved when any is). Cheap enough for every status (no statistics)."""
+    resolved = counted = 0
+    for root, branches in samples(state):
+        trajectory = best_of(root, branches)
+        resolved += trajectory.outcome == "resolved"
+        counted += is_graded(trajectory)
+    return resolved, counted
+
+
 def verdicts(state: CampaignState, *, branches_as_samples: bool = False) -> list[Verdict]:
     """The finished trajectories as the statistics take them (a tree of branches as one).
 
@@ -242,7 +259,7 @@ def build_report(
         row["samples"] += 1
         row["resolved"] += trajectory.outcome == "resolved"
         row["infra_errors"] += trajectory.outcome in INFRA_OUTCOMES
-        row["graded"] += trajectory.done and trajectory.outcome not in UNGRADED_OUTCOMES
+        row["graded"] += is_graded(trajectory)
     for task_id, row in per_task.items():
         row["pass_rate"] = row["resolved"] / row["graded"] if row["graded"] else None
         stats = stats_by_task.get(task_id)

@@ -13,6 +13,7 @@ both). The request needs the ledger's lock, so it fails while another process ru
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from typing import Any
 
@@ -37,7 +38,14 @@ def parse_scorer(data: Any) -> ScorerConfig:
     try:
         return SCORER_ADAPTER.validate_python(data)
     except ValidationError as exc:
-        raise InvalidInput(f"invalid scorer: {describe_validation_error(exc)}") from exc
+        described = describe_validation_error(exc, scorer_json_schema())
+        raise InvalidInput(f"invalid scorer: {described}") from exc
+
+
+@functools.cache
+def scorer_json_schema() -> dict[str, Any]:
+    """The JSON schema of a scorer config (cached: do not change what it returns)."""
+    return SCORER_ADAPTER.json_schema()
 
 
 async def request_rescore(

@@ -41,6 +41,10 @@ class CampaignStore:
     def directory(self, campaign_id: str) -> Path:
         return self.campaigns_dir / campaign_id
 
+    def exists(self, campaign_id: str) -> bool:
+        """Whether the campaign has a ledger here (cheap: nothing is read)."""
+        return (self.directory(campaign_id) / LEDGER_FILE).is_file()
+
     def list_ids(self) -> list[str]:
         """Campaign ids, oldest first."""
         if not self.campaigns_dir.is_dir():

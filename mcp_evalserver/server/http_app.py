@@ -18,6 +18,7 @@ from mcp_evalserver.server.front.service import WorkerConfig
 from mcp_evalserver.server.front.sessions import PinnedSessions, worker_socket
 from mcp_evalserver.server.mcp_app import http_app
 from mcp_evalserver.server.privileges import Privileges
+from mcp_evalserver.server.surface import ToolProfile
 from mcp_evalserver.server.transport.http import (
     BACKLOG,
     BearerAuth,
@@ -39,11 +40,12 @@ async def serve_http(
     ray_address: str | None = None,
     resume_running: bool = False,
     privileges: Privileges | None = None,
+    tools: ToolProfile = "all",
     stderr: TextIO = sys.stderr,
 ) -> None:
     """Serves until cancelled or signalled; prints the URL once listening (port 0 = any free).
 
-    Clients get `privileges` (default: no plugins, no host paths).
+    Clients get `privileges` (default: no plugins, no host paths) and the `tools` profile.
 
     Raises:
         InvalidInput: the address cannot be bound.
@@ -59,6 +61,7 @@ async def serve_http(
         ray_address=ray_address,
         resume_running=resume_running,
         privileges=privileges,
+        tools=tools,
     )
     display = f"[{host}]" if ":" in host else host
     # Scripts read the URL as the last word of the first line: keep it so.
@@ -79,6 +82,7 @@ def serve_worker(
     ray_address: str | None = None,
     resume_running: bool = False,
     privileges: Privileges | None = None,
+    tools: ToolProfile = "all",
     ready: Callable[[], None],
 ) -> None:
     """Serves as `worker` of `--workers N` (front/workers.py) on `port`, shared with the
@@ -98,6 +102,7 @@ def serve_worker(
         resume_running=resume_running,
         privileges=privileges,
         worker=worker,
+        tools=tools,
     )
     server = uvicorn.Server(_config(_ReadyWhenStarted(app, ready)))
     anyio.run(functools.partial(server.serve, sockets=sockets))
@@ -149,10 +154,12 @@ def build_http_app(
     resume_running: bool = False,
     privileges: Privileges | None = None,
     worker: WorkerConfig | None = None,
+    tools: ToolProfile = "all",
 ) -> ASGIApp:
     """MCP at `/mcp`, the dashboard at `/`, `/healthz`: behind the Host check and the token.
 
-    Token holders get `privileges` (default: no plugins, no host paths). As `worker` of
+    Token holders get `privileges` (default: no plugins, no host paths) and the `tools`
+    profile. As `worker` of
     `--workers N`, handshake-era sessions are pinned to the worker that opened them
     (front/sessions.py).
     """
@@ -164,6 +171,7 @@ def build_http_app(
         resume_running=resume_running,
         privileges=privileges,
         worker=worker,
+        tools=tools,
     )
     app.router.routes.extend(dashboard_routes(state_dir, token))
     guarded: ASGIApp = HostGuard(BearerAuth(app, token), allowed_host_names(host, allowed_hosts))

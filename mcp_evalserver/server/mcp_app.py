@@ -52,8 +52,9 @@ from mcp_evalserver import __version__
 from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.agents.tool_table import WORKSPACE_TOOLS, Audience, Effect, WorkspaceTool
 from mcp_evalserver.engine.calibration import calibrate_campaign, parse_labels
-from mcp_evalserver.engine.exports import ExportFormat, export_text
+from mcp_evalserver.engine.exports import ExportFormat, ExportPage, export_page
 from mcp_evalserver.engine.planning import build_plan, render_plan_markdown
+from mcp_evalserver.engine.rescoring import parse_scorer
 from mcp_evalserver.engine.state import Outcome
 from mcp_evalserver.engine.sweep import DEFAULT_LEVELS
 from mcp_evalserver.errors import EvalServerError, NotFound
@@ -70,13 +71,19 @@ from mcp_evalserver.server.models import (
 )
 from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.server.service import EvalService
+from mcp_evalserver.server.surface import (
+    SPEC_SCHEMA_URI,
+    SpecArgument,
+    ToolProfile,
+    readable_argument_errors,
+    untitled,
+)
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.server.trajectory.endpoint import ServedTrajectory, serve_trajectory_endpoint
 from mcp_evalserver.server.trajectory.scoped import ScopedTrajectory
 from mcp_evalserver.server.transport.http import allowed_host_names
 from mcp_evalserver.server.transport.stdio_pipes import claim_stdio
-from mcp_evalserver.spec.campaign import CampaignSpec
-from mcp_evalserver.spec.scorers import ScorerConfig
+from mcp_evalserver.spec.campaign import spec_json_schema, validate_spec
 
 logger = logging.getLogger(__name__)
 
@@ -89,13 +96,18 @@ _R = TypeVar("_R")
 INSTRUCTIONS = """\
 Runs evaluation campaigns for AI agents: tasks x samples x one agent x one scorer, in isolated \
 workspaces, recorded in a crash-safe ledger.
-To evaluate: start_campaign, then campaign_status with wait_s to follow progress, then read \
-campaign://<id>/report or call score.
+To evaluate: start_campaign (the spec's schema is the resource mcp-evalserver://schema/campaign), \
+then campaign_status with wait_s to follow progress, then read campaign://<id>/report or call \
+score.
 To act as the agent of a campaign whose agent is {"type": "external"}: claim_trajectory, work \
 with sandbox_exec / read_file / edit_file / write_file / search / list_files / get_diff, then \
 submit. checkpoint / restore roll a workspace back; fork_trajectory branches a trajectory into \
 several, each scored.
 To take results to other tools: export_results (an Inspect AI log, or ATIF trajectories)."""
+
+AGENT_INSTRUCTIONS = """\
+Act as the agent of evaluation trajectories: claim_trajectory gives a task's prompt and a \
+claim_id; work in its private workspace with the workspace tools, then submit."""
 
 CampaignId = Annotated[str, Field(description="A campaign id, as list_campaigns shows them.")]
 ClaimId = Annotated[str, Field(description="The claim id that claim_trajectory returned.")]
@@ -195,6 +207,7 @@ def create_server(
     resume_running: bool = False,
     privileges: Privileges | None = None,
     worker: WorkerConfig | None = None,
+    tools: ToolProfile = "all",
 ) -> MCPServer[EvalService]:
     """The MCP server; its lifespan owns an `EvalService` over `state_dir` (as `worker` of
     `--workers N`, a `FrontService`).
@@ -203,7 +216,8 @@ def create_server(
     with `ray_address`, instances run on that Ray cluster unless a campaign says otherwise;
     with `resume_running`, campaigns that were interrupted resume when the server starts;
     `privileges` says what clients may make it do on its host (default: everything, as for
-    the user's own process over stdio).
+    the user's own process over stdio). `tools`: every tool, or (`agent`) only what an agent
+    that claims trajectories needs.
     """
 
     @asynccontextmanager
@@ -223,12 +237,43 @@ def create_server(
         async with service:
             yield service
 
+    instructions = AGENT_INSTRUCTIONS if tools == "agent" else INSTRUCTIONS
     app: MCPServer[EvalService] = MCPServer(
-        "mcp-evalserver", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan
+        "mcp-evalserver", version=__version__, instructions=instructions, lifespan=lifespan
     )
-    _campaign_tools(app)
+    if tools == "all":
+        _campaign_tools(app)
     _trajectory_tools(app)
-    _export_tools(app)
+    if tools == "all":
+        _export_tools(app)
+        _campaign_resources(app)
+    _logging_and_completions(app)
+    _as_models_read_it(app)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "version": __version__})
+
+    # Called, not decorated: the SDK's decorator is untyped.
+    app.custom_route("/healthz", methods=["GET"], include_in_schema=False)(healthz)
+
+    return app
+
+
+def _as_models_read_it(app: MCPServer[Any]) -> None:
+    """Input schemas without titles, and argument errors that name the field and the choices
+    (`server/surface.py`); call it once every tool is registered."""
+    tools = app._tool_manager  # the SDK offers no public way to them
+    for tool in tools.list_tools():
+        tool.parameters = untitled(tool.parameters)
+    app.middleware.append(readable_argument_errors(tools.get_tool))
+
+
+def _campaign_resources(app: MCPServer[EvalService]) -> None:
+    @app.resource(SPEC_SCHEMA_URI, mime_type="application/schema+json")
+    def campaign_schema() -> str:
+        """The JSON schema of a campaign spec: what start_campaign and sweep_concurrency take
+        as `spec` (and a spec file of `mcp-evalserver run`)."""
+        return json.dumps(spec_json_schema(), indent=1)
 
     @app.resource("campaign://{campaign_id}/report", mime_type="text/markdown")
     async def campaign_report(campaign_id: str, ctx: Context[EvalService, Any]) -> str:
@@ -256,22 +301,12 @@ def create_server(
             found = await _call(ctx, EvalService.task, campaign_id=campaign_id, task_id=task_id)
             return json.dumps(found, indent=2)
 
-    _logging_and_completions(app)
-
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "version": __version__})
-
-    # Called, not decorated: the SDK's decorator is untyped.
-    app.custom_route("/healthz", methods=["GET"], include_in_schema=False)(healthz)
-
-    return app
-
 
 def _campaign_tools(app: MCPServer[EvalService]) -> None:
     @app.tool(annotations=_MUTATES)
     @tool_errors
     async def start_campaign(
-        spec: CampaignSpec,
+        spec: SpecArgument,
         ctx: Context[EvalService, Any],
         campaign_id: Annotated[
             str | None, Field(description="Optional id; default `<name>-<time>-<random>`.")
@@ -281,7 +316,8 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         and graded by the scorer the spec names. Returns at once with the campaign id while it
         runs in the background; follow it with campaign_status (wait_s > 0 streams progress).
         With agent {"type": "external"}, trajectories wait for clients to claim_trajectory."""
-        return await _call(ctx, EvalService.start, spec=spec, campaign_id=campaign_id)
+        parsed = validate_spec(spec)
+        return await _call(ctx, EvalService.start, spec=parsed, campaign_id=campaign_id)
 
     @app.tool(annotations=_READ_ONLY)
     @tool_errors
@@ -312,7 +348,7 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
     @app.tool(annotations=_MUTATES)
     @tool_errors
     async def sweep_concurrency(
-        spec: CampaignSpec,
+        spec: SpecArgument,
         ctx: Context[EvalService, Any],
         levels: Annotated[
             list[int] | None, Field(description="Concurrency levels; default 1, 10, 50, 100.")
@@ -331,7 +367,7 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
         return await _call(
             ctx,
             EvalService.start_sweep,
-            spec=spec,
+            spec=validate_spec(spec),
             levels=levels or list(DEFAULT_LEVELS),
             tasks=tasks,
             samples=samples,
@@ -420,8 +456,11 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
             bool, Field(description="Grade finished submissions again (not re-generated).")
         ] = False,
         scorer: Annotated[
-            ScorerConfig | None,
-            Field(description="With rescore: grade with this scorer from now on."),
+            dict[str, Any] | None,
+            Field(
+                description="With rescore: grade with this scorer from now on, an object as a "
+                f'spec\'s `scorer` ({{"type": "tests"}}; schema: {SPEC_SCHEMA_URI}).'
+            ),
         ] = None,
         outcomes: Annotated[
             list[Outcome] | None,
@@ -437,7 +476,7 @@ def _campaign_tools(app: MCPServer[EvalService]) -> None:
             EvalService.score,
             campaign_id=campaign_id,
             rescore=rescore,
-            scorer=scorer,
+            scorer=parse_scorer(scorer) if scorer is not None else None,
             outcomes=outcomes,
         )
 
@@ -572,7 +611,10 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         with no call, another client may take the trajectory over, with its workspace as it
         was. Waits up to wait_s for one to become available. The
         campaign's trajectory_timeout_s bounds the whole trajectory, waiting included."""
-        return _answer(await _service(ctx).trajectories().claim(campaign_id, wait_s))
+        service = _service(ctx)
+        if campaign_id is not None:
+            service.require_campaign(campaign_id)
+        return _answer(await service.trajectories().claim(campaign_id, wait_s))
 
     for tool in WORKSPACE_TOOLS:
         method = getattr(ExternalTrajectories, tool.name)
@@ -659,16 +701,25 @@ def _export_tools(app: MCPServer[EvalService]) -> None:
             ),
         ],
         ctx: Context[EvalService, Any],
-    ) -> str:
-        """A campaign's results as JSON text for other tools: an Inspect AI log (one sample
-        per trajectory: messages, score, usage) or `{"trajectories": [...]}` in the Agent
-        Trajectory Interchange Format. Read from the ledger: a running campaign exports as
-        far as it went."""
+        offset: Annotated[
+            int, Field(ge=0, description="Where the page starts: 0, then next_offset.")
+        ] = 0,
+        max_chars: Annotated[
+            int, Field(ge=1000, le=1_000_000, description="Characters per page at most.")
+        ] = 20_000,
+    ) -> ExportPage:
+        """A campaign's results as JSON text for other tools, a page at a time: an Inspect
+        AI log (one sample per trajectory: messages, score, usage) or `{"trajectories":
+        [...]}` in the Agent Trajectory Interchange Format. Offset 0 exports afresh (from the
+        ledger: a running campaign as far as it went) and writes the whole to `path` on the
+        server's machine; call again with next_offset until it is null, and join the texts."""
         store = _service(ctx).store
         try:
             # Off the event loop: it reads every artifact, and Inspect writes with a loop of
             # its own.
-            return await anyio.to_thread.run_sync(export_text, store, campaign_id, format)
+            return await anyio.to_thread.run_sync(
+                export_page, store, campaign_id, format, offset, max_chars
+            )
         except NotFound:
             if store.directory(campaign_id).is_dir():
                 raise  # its creation was interrupted: that error says how to start it
@@ -678,10 +729,16 @@ def _export_tools(app: MCPServer[EvalService]) -> None:
 
 
 async def serve_stdio(
-    state_dir: Path, ray_address: str | None = None, *, resume_running: bool = False
+    state_dir: Path,
+    ray_address: str | None = None,
+    *,
+    resume_running: bool = False,
+    tools: ToolProfile = "all",
 ) -> None:
     """Serves MCP over this process's stdin/stdout until the client closes it."""
-    server = create_server(state_dir, ray_address=ray_address, resume_running=resume_running)
+    server = create_server(
+        state_dir, ray_address=ray_address, resume_running=resume_running, tools=tools
+    )
     with claim_stdio() as pipes:
         if pipes is None:  # not pipes (a file, a terminal): the SDK's threaded transport
             await server.run_stdio_async()
@@ -701,6 +758,7 @@ def http_app(
     resume_running: bool = False,
     privileges: Privileges | None = None,
     worker: WorkerConfig | None = None,
+    tools: ToolProfile = "all",
 ) -> Starlette:
     """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on;
     as `worker` of `--workers N`, one worker's.
@@ -708,7 +766,8 @@ def http_app(
     Requests must name a loopback host, the bound host, or one of `allowed_hosts` (`name` or
     `name:port`) in their Host header, and a matching Origin if they send one: a web page the
     user visits cannot reach the server through a rebound DNS name. Its clients get
-    `privileges` (default: no plugins, no host paths; see `privileges.py`).
+    `privileges` (default: no plugins, no host paths; see `privileges.py`) and the `tools`
+    profile.
     """
     hosts = allowed_host_names(host, allowed_hosts)
     security = TransportSecuritySettings(
@@ -722,6 +781,7 @@ def http_app(
         resume_running=resume_running,
         privileges=privileges or Privileges.for_http(),
         worker=worker,
+        tools=tools,
     )
     # As many idle sessions (agents whose model thinks) as the machine holds, not the SDK's
     # 10,000: each costs a few kilobytes (bench/front.py); 30 minutes idle still ends one.
@@ -746,7 +806,7 @@ def create_trajectory_server(trajectory: ScopedTrajectory) -> MCPServer[Any]:
         _add_workspace_tool(
             app, tool, "scoped", run, _returns(getattr(ScopedTrajectory, tool.name))
         )
-
+    _as_models_read_it(app)
     return app
 
 

@@ -62,9 +62,13 @@ class CampaignStatus(BaseModel):
     done: int
     phases: dict[str, int] = Field(description="Trajectories per phase (pending ... done).")
     outcomes: dict[str, int] = Field(description="Finished trajectories per outcome.")
-    resolved: int
+    resolved: int = Field(
+        description="Resolved samples, as the report counts them: a root and its forked "
+        "branches once (resolved when any is)."
+    )
     pass_rate: float | None = Field(
-        description="resolved / graded, infrastructure errors excluded; null before any grade."
+        description="resolved / graded samples (the report's), infrastructure errors "
+        "excluded; null before any grade."
     )
     awaiting_client: int = Field(
         0, description="External trajectories waiting for claim_trajectory right now."

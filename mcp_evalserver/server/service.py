@@ -34,13 +34,14 @@ from mcp_evalserver.engine.report import (
     SEED,
     build_comparison,
     build_report,
+    pass_counts,
     render_comparison_markdown,
     render_markdown,
     verdicts,
 )
 from mcp_evalserver.engine.rescoring import request_rescore
 from mcp_evalserver.engine.runner import CampaignRunner, check_new_budget
-from mcp_evalserver.engine.state import UNGRADED_OUTCOMES, CampaignState, TrajectoryState
+from mcp_evalserver.engine.state import CampaignState, TrajectoryState
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import Conflict, EvalServerError, ExcInfo, NotFound
 from mcp_evalserver.runtime.sandboxes import SandboxPool
@@ -196,6 +197,16 @@ class EvalService:
         """The tools of external trajectories, over this server's claims."""
         return ExternalTrajectories(self.claims)
 
+    def require_campaign(self, campaign_id: str) -> None:
+        """Returns when the campaign exists (its ledger is not read): a claim on a mistyped
+        id is refused at once, not after waiting for a trajectory that cannot come.
+
+        Raises:
+            NotFound: no such campaign; the message names recent ids and how to list them.
+        """
+        if campaign_id not in self._runs and not self.store.exists(campaign_id):
+            self._load(campaign_id)
+
     def start_sweep(
         self,
         spec: CampaignSpec,
@@ -341,8 +352,7 @@ class EvalService:
         # while a client follows a campaign, and the report's bootstrap is not cheap.
         phases = Counter(t.phase for t in state.trajectories.values())
         outcomes = Counter(t.outcome for t in state.trajectories.values() if t.outcome)
-        graded = sum(n for outcome, n in outcomes.items() if outcome not in UNGRADED_OUTCOMES)
-        resolved = outcomes["resolved"]
+        resolved, graded = pass_counts(state)  # the report's: a root and its branches once
         error = run.error if run is not None else None
         interrupted = self._interrupted(state)
         return CampaignStatus(

@@ -8,17 +8,21 @@ destroyed by the runner once the submission is recorded.
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import Concatenate, ParamSpec, TypeVar
 
 from mcp_evalserver.agents.external import ClaimBoard, ExternalTrajectory
+from mcp_evalserver.agents.tool_table import WORKSPACE_TOOLS
 from mcp_evalserver.errors import Conflict, NotFound
 from mcp_evalserver.server.models import Branches, ClaimedTrajectory, Submitted
 from mcp_evalserver.server.trajectory.tools import TrajectoryTools
+from mcp_evalserver.server.trajectory.transcript import call_entry, note_result
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+TOOLS = {tool.name: tool for tool in WORKSPACE_TOOLS}
 
 
 def _on_claim(
@@ -27,9 +31,12 @@ def _on_claim(
     """A `TrajectoryTools` method as a method of `ExternalTrajectories`: the same tool on the
     workspace of the trajectory that a claim (the first argument) holds.
 
-    Each call holds the claim (`ClaimBoard.use`), which renews its lease. It raises what `tool`
-    raises, and `NotFound` (no such claim) or `Conflict` (the claim is no longer live).
+    Each call holds the claim (`ClaimBoard.use`), which renews its lease, and is kept in the
+    trajectory's transcript. It raises what `tool` raises, and `NotFound` (no such claim) or
+    `Conflict` (the claim is no longer live).
     """
+    declared = TOOLS[tool.__name__]
+    signature = inspect.signature(tool)
 
     # Wrapped: its return type stays `tool`'s, which the MCP server publishes as the output.
     @functools.wraps(tool)
@@ -37,7 +44,12 @@ def _on_claim(
         self: ExternalTrajectories, claim_id: str, /, *args: _P.args, **kwargs: _P.kwargs
     ) -> _R:
         async with self.board.use(claim_id) as trajectory:
-            return await tool(TrajectoryTools(trajectory.context), *args, **kwargs)
+            arguments = signature.bind_partial(None, *args, **kwargs).arguments
+            entry = call_entry(declared, "claimed", arguments)
+            trajectory.transcript.append(entry)
+            result = await tool(TrajectoryTools(trajectory.context), *args, **kwargs)
+            note_result(entry, result)
+            return result
 
     return on_claim
 
@@ -104,6 +116,7 @@ class ExternalTrajectories:
             InvalidInput: `n` out of range, or the task has no workspace.
         """
         async with self.board.use(claim_id) as trajectory:
+            trajectory.transcript.append(call_entry(TOOLS["fork_trajectory"], "claimed", {"n": n}))
             context = trajectory.context
             if context.branch is None:
                 raise Conflict(f"trajectory {context.trajectory_id} cannot be forked here")
@@ -136,6 +149,7 @@ class ExternalTrajectories:
             Timeout: the submission was not recorded in time.
         """
         async with self.board.use(claim_id) as trajectory:
+            trajectory.transcript.append(call_entry(TOOLS["submit"], "claimed", {"answer": answer}))
             tools = TrajectoryTools(trajectory.context)
             submission, submitted = await tools.prepare_submission(answer)
             self.board.submit(claim_id, submission)

@@ -10,6 +10,7 @@ in (a spec, a task file, `import-predictions`): a field a task does not know is 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import logging
 import re
@@ -35,6 +36,9 @@ from mcp_evalserver.spec.host_paths import HostPath
 from mcp_evalserver.spec.prices import ModelPrice, read_price_file
 from mcp_evalserver.spec.scorers import ExactScorerConfig, ScorerConfig, TestsScorerConfig
 from mcp_evalserver.spec.swebench_repos import TASK_FILE, TASKS_DIR, read_task_repo
+from mcp_evalserver.spec.validation_errors import describe_validation_error
+
+__all__ = ["describe_validation_error"]  # re-exported: the spec's readers import it from here
 
 _ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/]*")
 #: Names a task accepts as given, the SWE-bench aliases included.
@@ -493,7 +497,8 @@ def load_tasks(path: Path) -> list[Task]:
         try:
             tasks.append(Task.model_validate(row))
         except ValidationError as exc:
-            raise InvalidInput(f"{path} {where}: {describe_validation_error(exc)}") from exc
+            described = describe_validation_error(exc, task_json_schema())
+            raise InvalidInput(f"{path} {where}: {described}") from exc
     if not tasks:
         raise InvalidInput(f"{path} holds no tasks")
     try:
@@ -538,15 +543,23 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> CampaignSpec:
     Raises:
         InvalidInput: naming the field and the reason.
     """
+    return validate_spec(data).resolved(base_dir)
+
+
+def validate_spec(data: Any) -> CampaignSpec:
+    """Validates a spec (dict or JSON text) without loading its task file.
+
+    Raises:
+        InvalidInput: one part per problem, `field.path: what was wrong (the choices)`.
+    """
     _note_inline_extra_fields(data)
     try:
         if isinstance(data, str | bytes):
-            spec = CampaignSpec.model_validate_json(data)
-        else:
-            spec = CampaignSpec.model_validate(data)
+            return CampaignSpec.model_validate_json(data)
+        return CampaignSpec.model_validate(data)
     except ValidationError as exc:
-        raise InvalidInput(f"invalid campaign spec: {describe_validation_error(exc)}") from exc
-    return spec.resolved(base_dir)
+        described = describe_validation_error(exc, spec_json_schema())
+        raise InvalidInput(f"invalid campaign spec: {described}") from exc
 
 
 def _note_inline_extra_fields(data: Any) -> None:
@@ -574,15 +587,16 @@ def load_spec(path: Path) -> CampaignSpec:
     return parse_spec(text, base_dir=path.parent)
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line per problem: `field.path: reason`."""
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"]) or "(root)"
-        parts.append(f"{where}: {error['msg']}")
-    return "; ".join(parts)
-
-
+@functools.cache
 def spec_json_schema() -> dict[str, Any]:
-    """The JSON schema of a campaign spec (what spec files and the MCP tool accept)."""
+    """The JSON schema of a campaign spec (what spec files and the MCP tools accept).
+
+    Cached: do not change what it returns.
+    """
     return CampaignSpec.model_json_schema()
+
+
+@functools.cache
+def task_json_schema() -> dict[str, Any]:
+    """The JSON schema of one task (cached: do not change what it returns)."""
+    return Task.model_json_schema()

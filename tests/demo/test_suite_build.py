@@ -8,9 +8,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import anyio
 import pytest
 
-from demo.build_suite import DEMO_DIR, build_suite
+from demo.build_suite import BASE_MESSAGE, DEMO_DIR, build_suite
+from mcp_evalserver.sandbox.base import InstanceSpec
+from mcp_evalserver.sandbox.local import LocalBackend
 from mcp_evalserver.scoring.swebench.grading import grade_log
 from mcp_evalserver.scoring.swebench.logparsers import parse_pytest
 from mcp_evalserver.spec.campaign import load_tasks
@@ -76,6 +79,33 @@ def test_the_task_file_is_valid_for_the_engine_and_names_every_bug(built: Built)
         assert task.FAIL_TO_PASS
         assert task.PASS_TO_PASS
         assert not set(task.FAIL_TO_PASS) & set(task.PASS_TO_PASS)
+
+
+@pytest.mark.root
+@pytest.mark.anyio
+async def test_what_a_workspace_shows_of_its_repository_names_nothing_of_the_task(
+    built: Built,
+) -> None:
+    # What an agent can read without reading the code: `git log` (messages, branches) and the
+    # directory it works in. A bug's name is a hint: "with bug ordinal-thirteen".
+    shown = "git log --all --format='%an %ae %s %b' && git branch -a && pwd"
+    tasks = load_tasks(built.tasks_file)
+    async with LocalBackend() as backend:
+        for task in tasks:
+            assert task.path is not None
+            spec = InstanceSpec(path=task.path)
+            with anyio.fail_after(60):
+                async with (
+                    await backend.instance(spec) as instance,
+                    await instance.workspace("look") as ws,
+                ):
+                    looked = await ws.exec(shown)
+            assert looked.exit_code == 0, looked.stderr
+            bug = task.metadata["bug"]
+            named = {task.id, bug, *bug.split("-"), "bug"}
+            for word in named:
+                assert word.lower() not in looked.stdout.lower(), (word, looked.stdout)
+            assert looked.stdout.startswith(f"demo demo@mcp-evalserver.invalid {BASE_MESSAGE}")
 
 
 def test_each_instance_starts_buggy_and_its_gold_patch_resolves_it(built: Built) -> None:

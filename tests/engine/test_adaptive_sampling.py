@@ -105,9 +105,9 @@ def test_adaptive_samples_are_read_from_the_spec() -> None:
         (adaptive(0.0), "target_half_width must be above 0 and below 0.5"),
         (adaptive(-0.1), "target_half_width must be above 0 and below 0.5"),
         (adaptive(0.5), "target_half_width must be above 0 and below 0.5"),
-        ({"min": 2, "max": 4}, "samples.adaptive.target_half_width: Field required"),
-        ({**adaptive(0.03), "maximum": 9}, "samples.adaptive.maximum: Extra inputs"),
-        (adaptive(0.03, low=0), "samples.adaptive.min: Input should be greater than or equal"),
+        ({"min": 2, "max": 4}, "samples.target_half_width: required"),
+        ({**adaptive(0.03), "maximum": 9}, "samples.maximum: unknown field; did you mean 'max'?"),
+        (adaptive(0.03, low=0), "samples.min: must be >= 1 (got 0)"),
     ],
 )
 def test_bad_adaptive_samples_are_refused_with_what_to_change(

@@ -57,6 +57,16 @@ def test_a_folder_of_task_directories_gives_one_task_each() -> None:
     assert set(harbor_of(tasks["tricks"].metadata).tests) == {"test.sh", "check.py"}  # type: ignore[union-attr]
 
 
+def test_the_base_commit_of_a_harbor_task_names_nothing_of_the_task() -> None:
+    # The workdir is committed in the image by the task's setup: its message and author are
+    # what `git log` shows the agent.
+    for task in load_tasks(EXAMPLES):
+        (setup,) = task.setup
+        assert "commit" in setup
+        for told in (task.id, *task.id.split("-"), task.prompt[:40]):
+            assert told not in setup, (task.id, told)
+
+
 def test_a_spec_may_name_one_task_directory_relative_to_itself(tmp_path: Path) -> None:
     _copy(tmp_path)
     (tmp_path / "spec.json").write_text('{"tasks": "fractional", "scorer": {"type": "harbor"}}')

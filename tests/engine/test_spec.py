@@ -64,7 +64,7 @@ def test_a_misspelt_task_field_is_rejected_with_the_field_it_resembles(
 
 
 def test_a_bad_limit_names_the_field_and_the_reason() -> None:
-    with pytest.raises(InvalidInput, match=r"limits\.concurrency: Input should be greater"):
+    with pytest.raises(InvalidInput, match=r"limits\.concurrency: must be >= 1 \(got 0\)"):
         parse_spec({"tasks": [{"id": "a"}], "limits": {"concurrency": 0}})
 
 

@@ -12,11 +12,13 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.engine.store import CampaignStore
 from tests.agents.fake_openai import FakeOpenAI, Reply, Response, serving
 from tests.agents.helpers import KEY, KEY_ENV, openai_agent, run, spec
+from testsupport.servers import call
 
 TASKS = [
     {"id": "t4", "prompt": "What is 4 squared?", "answer": "16"},
@@ -49,3 +51,17 @@ async def answered_campaign(
     with serving(FakeOpenAI([], then=_model)) as fake, anyio.fail_after(60):
         state, _ = await run(tmp_path / "state", spec(TASKS, openai_agent(fake.url), samples=2))
     return CampaignStore(tmp_path / "state"), state
+
+
+async def exported_over_mcp(
+    client: Client, campaign_id: str, fmt: str, max_chars: int = 20_000
+) -> tuple[str, list[dict[str, Any]]]:
+    """The whole export through `export_results`, its pages joined; and the pages' answers."""
+    pages: list[dict[str, Any]] = []
+    offset: int | None = 0
+    while offset is not None:
+        arguments = {"campaign_id": campaign_id, "format": fmt, "offset": offset}
+        page = await call(client, "export_results", **arguments, max_chars=max_chars)
+        pages.append(page)
+        offset = page["next_offset"]
+    return "".join(page["text"] for page in pages), pages

@@ -23,7 +23,7 @@ from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.spec.campaign import CampaignSpec
 from tests.exports.atif_schema import Trajectory
-from tests.exports.campaign import answered_campaign
+from tests.exports.campaign import answered_campaign, exported_over_mcp
 
 pytestmark = pytest.mark.anyio
 
@@ -100,12 +100,13 @@ async def test_the_mcp_tool_gives_the_same_documents_as_the_files(
     assert await cli(*argv, "--out", str(out)) == 0
     async with Client(create_server(store.state_dir)) as client:
         with anyio.fail_after(30):
-            result = await client.call_tool(
-                "export_results", {"campaign_id": state.id, "format": "atif"}
-            )
-    assert not result.is_error
-    (content,) = result.content
-    documents = json.loads(content.text)["trajectories"]  # type: ignore[union-attr]
+            text, pages = await exported_over_mcp(client, state.id, "atif", max_chars=1000)
+    documents = json.loads(text)["trajectories"]
+    # Pages of at most max_chars, joined back into the file written at the first.
+    assert len(pages) > 1
+    assert all(len(page["text"]) <= 1000 for page in pages)
+    assert Path(pages[0]["path"]).read_text() == text
+    assert pages[-1]["total_chars"] == len(text)
     on_disk = {
         p.parent.name: json.loads(p.read_text()) for p in sorted(out.rglob("trajectory.json"))
     }

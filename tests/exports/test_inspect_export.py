@@ -15,7 +15,7 @@ from mcp import Client
 from mcp_evalserver.cli.main import main
 from mcp_evalserver.engine.exports.transcripts import SUBMITTED
 from mcp_evalserver.server.mcp_app import create_server
-from tests.exports.campaign import answered_campaign
+from tests.exports.campaign import answered_campaign, exported_over_mcp
 
 pytestmark = pytest.mark.anyio
 
@@ -98,22 +98,27 @@ async def test_the_mcp_tool_gives_inspects_json_log_which_read_eval_log_reads(
     store, state = await answered_campaign(tmp_path, monkeypatch)
     async with Client(create_server(store.state_dir)) as client:
         with anyio.fail_after(60):
-            result = await client.call_tool(
-                "export_results", {"campaign_id": state.id, "format": "inspect"}
-            )
+            text, _ = await exported_over_mcp(client, state.id, "inspect")
             missing = await client.call_tool(
                 "export_results", {"campaign_id": "nope", "format": "inspect"}
             )
-    assert not result.is_error
-    (content,) = result.content
+            unpaged = await client.call_tool(
+                "export_results", {"campaign_id": "nope", "format": "inspect", "offset": 5}
+            )
+            past = await client.call_tool(
+                "export_results",
+                {"campaign_id": state.id, "format": "inspect", "offset": len(text) + 1},
+            )
     saved = tmp_path / "from-mcp.json"
-    saved.write_text(content.text)  # type: ignore[union-attr]
+    saved.write_text(text)
     log = await anyio.to_thread.run_sync(read_eval_log, str(saved))
     assert log.samples is not None
     assert len(log.samples) == 4
     assert log.eval.run_id == state.id
     assert missing.is_error
     assert "no campaign 'nope' on this server; call list_campaigns" in missing.content[0].text  # type: ignore[union-attr]
+    assert "no campaign 'nope' on this server" in unpaged.content[0].text  # type: ignore[union-attr]
+    assert f"past the end of the export ({len(text)} characters)" in past.content[0].text  # type: ignore[union-attr]
 
 
 async def test_bad_input_is_refused_with_what_to_do_next(

@@ -104,7 +104,9 @@ def test_the_ready_to_paste_configs_start_the_real_server() -> None:
         entry = servers["evalserver"]
         if "command" in entry:
             assert entry["command"] == "mcp-evalserver", path.name
-            assert build_parser().parse_args(entry["args"]).stdio, path.name
+            parsed = build_parser().parse_args(entry["args"])
+            assert parsed.stdio, path.name
+            assert parsed.tools == ("agent" if "agent" in path.name else "all"), path.name
         else:
             assert entry["url"] == "http://127.0.0.1:8765/mcp", path.name
             assert entry["headers"]["Authorization"].startswith("Bearer "), path.name

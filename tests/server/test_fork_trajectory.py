@@ -64,6 +64,8 @@ async def test_a_client_forks_a_trajectory_into_three_and_only_the_fixed_branch_
     # Each branch starts with the root's files at the fork, and nothing the root wrote after.
     assert seen == [["calc.py", "notes.txt"]] * 3
     assert status["status"] == "finished"
+    # campaign_status counts as the report does: the root and its branches once.
+    assert (status["resolved"], status["pass_rate"]) == (1, 1.0)
     assert "best of branches 1/1 roots (100.0%)" in text
     assert f"| {root['trajectory_id']} | 3 | 1 of 3 | yes |" in text
 

@@ -112,6 +112,19 @@ async def test_errors_say_what_went_wrong_and_what_to_do_next(tmp_path: Path, mo
         assert (await call(client, "list_campaigns"))["total"] == 1
 
 
+async def test_a_claim_on_a_campaign_that_does_not_exist_is_refused_at_once(
+    tmp_path: Path, mode: str
+) -> None:
+    async with Client(create_server(tmp_path), mode=mode) as client:
+        spec = answer_spec(1, agent="external")
+        await call(client, "start_campaign", spec=spec, campaign_id="real")
+        with anyio.fail_after(10):  # not after wait_s
+            typo = await call_error(client, "claim_trajectory", campaign_id="rael", wait_s=300)
+            claimed = await call(client, "claim_trajectory", campaign_id="real", wait_s=10)
+    assert "NotFound: no campaign 'rael' on this server (recent: real; call list_campaigns" in typo
+    assert claimed["campaign_id"] == "real"
+
+
 async def test_an_external_trajectory_is_claimed_answered_scored_and_then_closed(
     tmp_path: Path, mode: str
 ) -> None:

@@ -88,6 +88,14 @@ def exec_result(job: Job) -> dict[str, Any]:
     }  # fmt: skip
 
 
+#: Who commits in a workspace unless its repository or the command says (`git commit` fails
+#: without an identity, and a sandbox has no e-mail domain to guess one from). A variable, not
+#: a config file: nothing is written, so nothing reaches the diff. Git reads `EMAIL` only after
+#: `user.email`, and the name from the passwd entry after `user.name`: an agent's own
+#: `git config` still wins.
+GIT_IDENTITY = {"EMAIL": "agent@mcp-evalserver.invalid"}
+
+
 def spawn_sandboxed(
     sup: Supervisor,
     req_id: int,
@@ -113,7 +121,7 @@ def spawn_sandboxed(
     cfg, limits = sup.cfg, ws.limits
     full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8",
                 "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
-                "GIT_CONFIG_VALUE_0": "*"}  # fmt: skip
+                "GIT_CONFIG_VALUE_0": "*", **GIT_IDENTITY}  # fmt: skip
     if user:
         del full_env["HOME"]  # the user's own, from the view's passwd (see exec_init.sandbox_init)
     full_env.update({str(k): str(v) for k, v in env.items()})

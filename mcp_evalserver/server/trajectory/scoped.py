@@ -14,12 +14,10 @@ import anyio
 from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.agents.tool_table import WorkspaceTool
 from mcp_evalserver.errors import Conflict
-from mcp_evalserver.server.models import BranchIds, ExecOutput, Submitted
+from mcp_evalserver.server.models import BranchIds, Submitted
 from mcp_evalserver.server.trajectory.tools import TrajectoryTools
+from mcp_evalserver.server.trajectory.transcript import call_entry, note_result
 from mcp_evalserver.spec.submission import Submission
-
-# What one transcript entry keeps of a long argument (a file's content, a command).
-_ARGUMENT_CHARS = 2_000
 
 
 class ScopedTrajectory(TrajectoryTools):
@@ -48,16 +46,10 @@ class ScopedTrajectory(TrajectoryTools):
             raise Conflict(
                 f"trajectory {self.context.trajectory_id} was already submitted; exit the program"
             )
-        shown = {
-            p.name: _clipped(arguments.get(p.name))
-            for p in tool.parameters_for("scoped")
-            if p.in_transcript
-        }
-        entry: dict[str, Any] = {"tool": tool.name, "arguments": shown}
+        entry = call_entry(tool, "scoped", arguments)
         self.calls.append(entry)
         result = await getattr(self, tool.name)(**arguments)
-        if isinstance(result, ExecOutput):
-            entry["exit_code"] = result.exit_code
+        note_result(entry, result)
         return result
 
     async def fork_trajectory(self, n: int) -> BranchIds:
@@ -78,7 +70,3 @@ class ScopedTrajectory(TrajectoryTools):
         self.submission, submitted = await self.prepare_submission(answer)
         self.submitted.set()
         return submitted
-
-
-def _clipped(value: object) -> str | None:
-    return None if value is None else str(value)[:_ARGUMENT_CHARS]

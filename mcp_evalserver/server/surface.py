@@ -1,0 +1,111 @@
+"""What a model pays for the MCP surface, and what keeps it small.
+
+A model is shown every tool's name, description and input schema on every turn, so the server
+counts their characters like a budget (`listed_chars`), offers a smaller surface to an agent
+that only claims trajectories (`ToolProfile`), publishes the campaign spec's schema as a
+resource instead of inlining it, and drops the title pydantic gives each argument
+(`untitled`: "Claim Id" for `claim_id` says nothing the name does not). No `mcp` import here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from typing import Annotated, Any, Final, Literal, Protocol, get_args
+
+from pydantic import Field, ValidationError
+
+from mcp_evalserver.spec.validation_errors import describe_validation_error
+
+#: What a server offers: every tool, or (`--tools agent`) what an agent that claims
+#: trajectories needs: claim_trajectory and the workspace tools.
+ToolProfile = Literal["all", "agent"]
+TOOL_PROFILES: Final[tuple[str, ...]] = get_args(ToolProfile)
+#: The most characters `listed_chars` may count for each profile (tests/server/test_surface_size).
+BUDGETS: Final[dict[str, int]] = {"all": 20_000, "agent": 8_000}
+
+#: Where the campaign spec's JSON schema is (~39k characters): read once by a client that
+#: needs it, instead of being inlined into every tool that takes a spec.
+SPEC_SCHEMA_URI: Final = "mcp-evalserver://schema/campaign"
+#: The `spec` argument of the tools that take one: an object, its schema where it is said.
+SpecArgument = Annotated[
+    dict[str, Any],
+    Field(
+        description='The campaign spec, an object: {"tasks": [{"id", "prompt", ...}] or a task '
+        'file path, "agent": {"type": ...}, "scorer": {"type": ...}, "samples": 1, "limits": '
+        f"{{...}}}}. Its JSON schema is the resource {SPEC_SCHEMA_URI} (also `mcp-evalserver "
+        "schema`); the server validates it and names each wrong field with its choices."
+    ),
+]
+
+#: Keywords whose value is one schema, or a list of schemas, or a map of name to schema.
+_ONE = ("items", "additionalProperties", "not", "contains", "propertyNames")
+_MANY = ("anyOf", "oneOf", "allOf", "prefixItems")
+_NAMED = ("properties", "$defs", "patternProperties")
+
+
+def listed_chars(tools: Iterable[tuple[str, str | None, Mapping[str, Any]]]) -> int:
+    """Characters a model reads in `tools/list`: each tool's name, description and the JSON
+    of its input schema, given as (name, description, input schema)."""
+    return sum(
+        len(name) + len(description or "") + len(json.dumps(schema))
+        for name, description, schema in tools
+    )
+
+
+def untitled(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """`schema` without its `title`s (values such as defaults and enums are left whole)."""
+    kept: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _ONE and isinstance(value, Mapping):
+            kept[key] = untitled(value)
+        elif key in _MANY and isinstance(value, list):
+            kept[key] = [untitled(v) if isinstance(v, Mapping) else v for v in value]
+        elif key in _NAMED and isinstance(value, Mapping):
+            kept[key] = {n: untitled(v) if isinstance(v, Mapping) else v for n, v in value.items()}
+        else:
+            kept[key] = value
+    return kept
+
+
+#: A tool as the SDK keeps it: `name`, `parameters` (its input schema) and `fn_metadata`.
+FindTool = Callable[[str], Any]
+
+
+class Middleware(Protocol):
+    """The SDK's `ServerMiddleware`, without importing the SDK."""
+
+    def __call__(
+        self, ctx: Any, call_next: Callable[[Any], Awaitable[Any]]
+    ) -> Coroutine[Any, Any, Any]: ...
+
+
+def readable_argument_errors(find_tool: FindTool) -> Middleware:
+    """An MCP server middleware: a tool call whose arguments do not fit the tool's input schema
+    answers `field: what was wrong (the choices)`, not pydantic's text with its links.
+
+    The SDK validates arguments before the tool runs and answers with the error's text; here
+    the arguments of a failed call are validated again, for the error itself (its text is
+    never parsed). A call whose arguments fit failed in the tool: its answer stays.
+    """
+
+    async def middleware(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+        result = await call_next(ctx)
+        if ctx.method != "tools/call" or not isinstance(result, dict) or not result.get("isError"):
+            return result
+        params = ctx.params if isinstance(ctx.params, dict) else {}
+        tool = find_tool(str(params.get("name")))
+        arguments = params.get("arguments") or {}
+        if tool is None or not isinstance(arguments, dict):
+            return result
+        try:
+            tool.fn_metadata.validate_arguments(arguments)
+        except ValidationError as exc:
+            described = describe_validation_error(exc, tool.parameters)
+            text = f"Error executing tool {tool.name}: InvalidInput: {described}"
+            return {**result, "content": [{"type": "text", "text": text}]}
+        return result
+
+    return middleware
