@@ -129,8 +129,8 @@ async def test_search_and_glob_see_the_workspace_not_the_instance_or_another_wor
 # alternations, case-insensitive and verbose flags, anchors, lookbehinds, escapes, non-ASCII.
 LINES = [
     "class ValueError(Exception):", "CLASS Shout", "  return a - b", "x.y = 1", "xzy = 2",
-    "def f(): pass", "café au lait", "tab\there", "end", "", "foo(bar)baz", "foobarbaz", "prefix_bar",
-    "bar", "\\A literal backslash A",
+    "def f(): pass", "café au lait", "tab\there", "end", "", "foo(bar)baz", "foobarbaz",
+    "prefix_bar", "bar", "\\A literal backslash A",
 ]  # fmt: skip
 PATTERNS = [
     r"^class \w+Error\(", "(?i)class", "a|bar", r"x\.y", "x.y", r"(?<!prefix_)bar$", r"\Aend",
