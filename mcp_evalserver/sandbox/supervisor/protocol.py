@@ -265,6 +265,7 @@ class WriteArgs(_WriteRequired, total=False):
 
 class WriteResult(TypedDict):
     bytes: int
+    previous_bytes: int | None  # the size of the file it replaced; None: there was none
 
 
 class ListArgs(WorkspaceArgs, total=False):
