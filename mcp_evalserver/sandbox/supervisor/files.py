@@ -16,7 +16,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from . import in_view
-from .in_view import Elsewhere, kind_of, require_regular
+from .in_view import kind_of, require_regular
 from .isolation import drop_privileges
 from .jobs import Job
 from .linux import CLONE_NEWNS, setns
@@ -32,6 +32,7 @@ from .protocol import (
     error_type,
 )
 from .state import Supervisor
+from .view_dir import Elsewhere
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

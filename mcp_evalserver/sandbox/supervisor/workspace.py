@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .layers import WorkspaceLayers
 
 if TYPE_CHECKING:
-    from .in_view import ViewDir
+    from .view_dir import ViewDir
 
 
 class Workspace:
