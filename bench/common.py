@@ -13,6 +13,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from testsupport.processes import descendants as descendants  # shared with the tests
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "bench" / "results"
 
@@ -150,26 +152,6 @@ def child_running(needle: str) -> int:
         if needle in argv or any(needle in arg for arg in argv if arg.endswith(".py")):
             return pid
     raise RuntimeError(f"no child process running {needle!r}")
-
-
-def descendants(root: int) -> list[int]:
-    """`root` and every process below it."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-        children.setdefault(ppid, []).append(int(name))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
 
 
 def pss_bytes(pids: list[int]) -> int:

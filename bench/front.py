@@ -37,6 +37,17 @@ Writes bench/results/front.json:
   session held and calling, over its p99 with 10 held; p99_probe_ms_10 and _held beside it,
   p99_idle_call_ms the held sessions' own calls.
 - errors: every failed request of the run (HTTP, JSON-RPC or tool errors, broken connections).
+- bare_sdk_cpu_ms: {"sse", "json"}: the CPU per call of the MCP SDK's own bare server
+  (bench/bare_sdk.py: one tool that returns at once) with its default SSE answers and with
+  `json_response=True`, from the same cheap clients: the floor of a trivial call.
+- cpu_ms_per_call: {tool: {"workers", "sandbox"}} at 1 worker: `trivial` (`list_campaigns` on
+  a server with no campaign: a read-only tool touching nothing), `sandbox_exec` of `true`,
+  `read_file` of the task's small file, `write_file` of a small one; exec_floor_cpu_ms, the
+  kernel's floor (a bare posix_spawn of `true` inside a workspace's namespaces, as
+  bench/sandbox.py measures it), and the issue's ratios (`ratios`) to those floors.
+- base_calls_per_s_1_worker: with `--base DIR` (a checkout of older code, e.g. `git worktree
+  add DIR 786929f`), `sandbox_exec` calls/s at 1 worker of that code's server and of this
+  one, in turns (old, new, old, new), and their best rounds' ratio.
 """
 
 from __future__ import annotations
@@ -67,6 +78,9 @@ from bench.common import (
     write_results,
 )
 from bench.mcp import http_throughput
+from bench.sandbox import FLOOR_SCRIPT
+from mcp_evalserver.sandbox.base import InstanceSpec
+from mcp_evalserver.sandbox.local import LocalBackend
 from testsupport.rawmcp import CallFailed, RawSession
 from testsupport.repos import git_repo
 from testsupport.servers import TOKEN, call, http_client, http_server
@@ -83,7 +97,9 @@ ROUNDS = 2
 TOOLS: dict[str, tuple[dict[str, Any], str]] = {
     "sandbox_exec": ({"command": "true"}, ""),
     "read_file": ({"path": "calc.py"}, "read_file_"),
+    "write_file": ({"path": "scratch.txt", "content": "x = 1\n" * 40}, "write_file_"),
 }
+FLOOR_SPAWNS = 2000
 #: The tool of the capacity figures: the one whose sandbox costs least per call.
 CAPACITY_TOOL = "sandbox_exec"
 
@@ -349,6 +365,157 @@ async def idle_sessions(url: str, repo: Path, held: int, probe_s: float) -> dict
     }
 
 
+async def plain_throughput(
+    port: int, server: int, tool: str, arguments: dict[str, Any]
+) -> dict[str, float]:
+    """Calls per second of a tool that needs no claim from CLIENTS cheap sessions, and the CPU
+    per call of the process tree `server` and of the clients."""
+    sessions = [RawSession("127.0.0.1", port, TOKEN) for _ in range(CLIENTS)]
+    for session in sessions:
+        await session.open()
+
+    async def run(session: RawSession, count: int) -> None:
+        for _ in range(count):
+            await session.call_tool(tool, arguments)
+
+    await asyncio.gather(*(run(s, WARMUP) for s in sessions))
+    began, server_cpu, client_cpu = (
+        time.perf_counter(),
+        process_tree_cpu_seconds(server),
+        time.process_time(),
+    )
+    await asyncio.gather(*(run(s, CALLS_PER_CLIENT) for s in sessions))
+    elapsed = time.perf_counter() - began
+    calls = CLIENTS * CALLS_PER_CLIENT
+    figures = {
+        "calls_per_s": calls / elapsed,
+        "server_cpu_ms": (process_tree_cpu_seconds(server) - server_cpu) * 1000 / calls,
+        "client_cpu_ms": (time.process_time() - client_cpu) * 1000 / calls,
+    }
+    for session in sessions:
+        await session.close()
+    return figures
+
+
+@contextlib.asynccontextmanager
+async def bare_sdk(json_response: bool) -> Any:
+    """The SDK's bare server (bench/bare_sdk.py) as a subprocess: yields (port, pid)."""
+    command = [sys.executable, "-m", "bench.bare_sdk", *(["--json"] if json_response else [])]
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.PIPE, cwd=Path(__file__).resolve().parents[1]
+    )
+    try:
+        assert process.stdout is not None
+        port = int(await asyncio.wait_for(process.stdout.readline(), 60))
+        yield port, process.pid
+    finally:
+        process.kill()
+        await process.wait()
+
+
+async def exec_floor_cpu_ms(root: Path, repo: Path) -> float:
+    """CPU ms per bare posix_spawn of `true` by a process inside a workspace's namespaces (the
+    local backend's, here), as bench/sandbox.py measures the floor (FLOOR_SCRIPT)."""
+    marker = f"{random.randrange(10**9, 2 * 10**9)}.5"  # a sleep no one else runs
+    async with LocalBackend() as backend:
+        instance = await backend.instance(InstanceSpec(path=str(repo), key="floor"))
+        try:
+            async with await instance.workspace("floor") as ws:
+                sleeper = asyncio.ensure_future(ws.exec(f"exec sleep {marker}"))
+                try:
+                    for _ in range(200):  # until the marked sleep runs
+                        done = await asyncio.create_subprocess_exec(
+                            sys.executable, "-I", "-S", "-c", FLOOR_SCRIPT, marker,
+                            str(FLOOR_SPAWNS), stdout=asyncio.subprocess.PIPE,
+                            stderr=asyncio.subprocess.PIPE)  # fmt: skip
+                        out, err = await done.communicate()
+                        if done.returncode == 0 or b"ValueError" not in err:
+                            break
+                        await asyncio.sleep(0.05)
+                finally:
+                    sleeper.cancel()
+                    await asyncio.gather(sleeper, return_exceptions=True)
+        finally:
+            await instance.aclose()
+    if done.returncode != 0:
+        raise RuntimeError(f"the floor's script failed: {err.decode(errors='replace')}")
+    measured: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return float(measured["cpu_ms"])
+
+
+async def floors_and_base(
+    root: Path, repo: Path, new_url: str, base: Path | None
+) -> dict[str, Any]:
+    """bare_sdk_cpu_ms, the trivial call on our server at 1 worker, exec_floor_cpu_ms and,
+    with `base`, calls/s of the base's server against ours (new_url) in turns."""
+    figures: dict[str, Any] = {"bare_sdk_cpu_ms": {}}
+    trivial: list[dict[str, float]] = []
+    bare: dict[str, list[dict[str, float]]] = {"sse": [], "json": []}
+    state = root / "state-trivial"  # no campaign ever: list_campaigns touches nothing
+    async with http_server(state, workers=1) as url:
+        server = child_running(str(state))
+        for _ in range(ROUNDS):
+            for mode in bare:
+                async with bare_sdk(mode == "json") as (port, pid):
+                    bare[mode].append(await plain_throughput(port, pid, "trivial", {}))
+            trivial.append(await plain_throughput(port_of(url), server, "list_campaigns", {}))
+    for mode, runs in bare.items():
+        figures["bare_sdk_cpu_ms"][mode] = min(r["server_cpu_ms"] for r in runs)
+        figures.setdefault("bare_sdk_calls_per_s", {})[mode] = max(r["calls_per_s"] for r in runs)
+    figures["trivial_cpu_ms"] = min(r["server_cpu_ms"] for r in trivial)
+    figures["trivial_calls_per_s"] = max(r["calls_per_s"] for r in trivial)
+    figures["exec_floor_cpu_ms"] = await exec_floor_cpu_ms(root, repo)
+    if base is not None:
+        rounds: dict[str, list[float]] = {"base": [], "new": []}
+        async with http_server(
+            root / "state-base", "--allow-paths", str(root), workers=1, repo=base
+        ) as base_url:
+            for _ in range(ROUNDS):
+                for name, url in (("base", base_url), ("new", new_url)):
+                    state_dir = root / ("state-base" if name == "base" else "state-1")
+                    raw = await raw_throughput(url, repo, state_dir)
+                    rounds[name].append(raw["calls_per_s"])
+                    print(f"{name}: sandbox_exec {raw['calls_per_s']:.0f} calls/s at 1 worker, "
+                          f"load {os.getloadavg()[0]:.2f}", file=sys.stderr)  # fmt: skip
+        figures["base_calls_per_s_1_worker"] = rounds | {
+            "base_tree": str(base),
+            "ratio": max(rounds["new"]) / max(rounds["base"]),
+        }
+    return figures
+
+
+def per_call(figures: dict[str, Any]) -> dict[str, Any]:
+    """cpu_ms_per_call at 1 worker, and the issue's ratios to the floors of the same run."""
+    table: dict[str, dict[str, float]] = {
+        "trivial": {"workers": figures["trivial_cpu_ms"], "sandbox": 0.0}
+    }
+    for tool, (_, prefix) in TOOLS.items():
+        table[tool] = {
+            "workers": figures[f"{prefix}workers_cpu_ms_by_workers"]["1"],
+            "sandbox": figures[f"{prefix}sandbox_cpu_ms_by_workers"]["1"],
+        }
+
+    def whole(tool: str) -> float:
+        return table[tool]["workers"] + table[tool]["sandbox"]
+
+    ratios = {
+        "trivial_vs_bare_sdk_json": whole("trivial") / figures["bare_sdk_cpu_ms"]["json"],
+        "sandbox_exec_vs_exec_floor": whole("sandbox_exec") / figures["exec_floor_cpu_ms"],
+        "read_file_vs_trivial": whole("read_file") / whole("trivial"),
+        "write_file_vs_trivial": whole("write_file") / whole("trivial"),
+    }
+    targets = {"trivial_vs_bare_sdk_json": 1.25, "sandbox_exec_vs_exec_floor": 2.5,
+               "read_file_vs_trivial": 1.5}  # fmt: skip
+    if "base_calls_per_s_1_worker" in figures:
+        ratios["calls_per_s_1_worker_vs_base"] = figures["base_calls_per_s_1_worker"]["ratio"]
+        targets["calls_per_s_1_worker_vs_base"] = 1.5
+    met = {
+        key: (ratios[key] >= target if key.endswith("_vs_base") else ratios[key] <= target)
+        for key, target in targets.items()
+    }
+    return {"cpu_ms_per_call": table, "ratios": ratios, "targets": targets, "met": met}
+
+
 def capacity(figures: dict[str, Any], tool: str) -> dict[str, Any]:
     """What the machine's CPUs allow at the CPU per call measured with `tool`: each worker
     runs on one CPU at most (`workers x 1000 / its ms per call`), and the workers, the sandbox
@@ -371,7 +538,9 @@ def capacity(figures: dict[str, Any], tool: str) -> dict[str, Any]:
     }
 
 
-async def main(held: int, quick: bool, skip_sessions: bool = False) -> dict[str, Any]:
+async def main(
+    held: int, quick: bool, skip_sessions: bool = False, base: Path | None = None
+) -> dict[str, Any]:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     figures: dict[str, Any] = {
@@ -428,6 +597,8 @@ async def main(held: int, quick: bool, skip_sessions: bool = False) -> dict[str,
                     figures["sdk_calls_per_s_by_workers"][key] = sdk["http_calls_per_s_32"]
                     figures["sdk_server_cpu_ms_by_workers"][key] = sdk["http_server_cpu_ms_32"]
                     figures["sdk_client_cpu_ms_by_workers"][key] = sdk["http_clients_cpu_ms_32"]
+            # The floors, and the older code's server beside ours, while ours still run.
+            figures |= await floors_and_base(root, repo, urls[1], base)
         most = counts[-1]
         for _, prefix in TOOLS.values():
             # The CPUs the run had (server and clients together): on a shared machine, what
@@ -441,6 +612,7 @@ async def main(held: int, quick: bool, skip_sessions: bool = False) -> dict[str,
             figures[f"{prefix}scaling_efficiency_max"] = by[str(most)] / (most * by["1"])
             figures[f"{prefix}speedup_2_workers"] = by["2"] / by["1"] if "2" in by else None
         figures |= capacity(figures, CAPACITY_TOOL)
+        figures |= per_call(figures)
         if skip_sessions:
             figures["sessions_skipped"] = True
         else:
@@ -465,11 +637,19 @@ if __name__ == "__main__":
         help="measure calls/s and CPU per call only, not the idle sessions (minutes shorter; "
         "the session figures are left out of the results)",
     )
+    parser.add_argument(
+        "--base",
+        type=Path,
+        help="a checkout of older code (e.g. `git worktree add DIR 786929f`) whose server's "
+        "calls/s at 1 worker are measured in turns with this one's",
+    )
     arguments = parser.parse_args()
     if arguments.quick:
         CALLS_PER_CLIENT, IDLE_PERIOD_S = 20, 10.0
     load = LoadRecord()
-    result = asyncio.run(main(arguments.sessions, arguments.quick, arguments.skip_sessions))
+    result = asyncio.run(
+        main(arguments.sessions, arguments.quick, arguments.skip_sessions, arguments.base)
+    )
     figures = load.finish(result)
     write_results("front", figures)
     print(json.dumps(figures, indent=2))

@@ -61,14 +61,14 @@ async def http_client(
 
 @asynccontextmanager
 async def http_server(
-    state_dir: Path, *options: str, token: str = TOKEN, workers: int = 1
+    state_dir: Path, *options: str, token: str = TOKEN, workers: int = 1, repo: Path = REPO
 ) -> AsyncIterator[str]:
-    """Runs `mcp-evalserver --http --port 0 --workers N [options]` as a subprocess; yields its
-    MCP URL."""
+    """Runs `mcp-evalserver --http --port 0 --workers N [options]` as a subprocess, from the
+    checkout `repo` (another one: the code a bench compares against); yields its MCP URL."""
     transport = ("--http", "--port", "0", "--workers", str(workers), "--token", token)
     command = server_command(state_dir, *transport, *options)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = await anyio.open_process(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    process = await anyio.open_process(command, cwd=repo, env=env, stdout=subprocess.DEVNULL)
     found = anyio.Event()
     url: list[str] = []
 

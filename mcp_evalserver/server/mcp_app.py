@@ -28,8 +28,11 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import (
+    LOG_LEVEL_META_KEY,
     CallToolResult,
     CompleteRequestParams,
     CompleteResult,
@@ -81,6 +84,7 @@ from mcp_evalserver.server.surface import (
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.server.trajectory.endpoint import ServedTrajectory, serve_trajectory_endpoint
 from mcp_evalserver.server.trajectory.scoped import ScopedTrajectory
+from mcp_evalserver.server.transport.answers import JsonUnlessStreaming, answering_json
 from mcp_evalserver.server.transport.http import allowed_host_names
 from mcp_evalserver.server.transport.stdio_pipes import claim_stdio
 from mcp_evalserver.spec.campaign import spec_json_schema, validate_spec
@@ -553,6 +557,11 @@ def _logging_and_completions(app: MCPServer[EvalService]) -> None:
         following = _LOG_LEVEL in connection.state
         connection.state[_LOG_LEVEL] = params.level
         if not following:
+            sessions = getattr(lowlevel, "_session_manager", None)  # None: not over HTTP
+            if isinstance(sessions, _PerRequestSessions) and connection.session_id is not None:
+                sessions.following_logs.add(connection.session_id)  # answered in SSE now
+                connection.exit_stack.callback(sessions.following_logs.discard,
+                                               connection.session_id)  # fmt: skip
 
             async def deliver(event: CampaignEvent) -> None:
                 threshold = connection.state[_LOG_LEVEL]
@@ -785,7 +794,56 @@ def http_app(
     )
     # As many idle sessions (agents whose model thinks) as the machine holds, not the SDK's
     # 10,000: each costs a few kilobytes (bench/front.py); 30 minutes idle still ends one.
-    return server.streamable_http_app(host=host, transport_security=security, max_sessions=None)
+    http = server.streamable_http_app(host=host, transport_security=security, max_sessions=None)
+    _answer_json_unless_streaming(server)
+    return http
+
+
+class _PerRequestTransport(StreamableHTTPServerTransport):
+    """A session's transport that answers JSON or SSE as `answering_json()` says for the request
+    it serves (transport/answers.py), not as its session manager was built."""
+
+    @property
+    def is_json_response_enabled(self) -> bool:
+        return answering_json()
+
+    @is_json_response_enabled.setter
+    def is_json_response_enabled(self, value: bool) -> None:
+        pass  # the SDK's constructor sets it: chosen per request instead
+
+
+class _PerRequestSessions(StreamableHTTPSessionManager):
+    """The SDK's session manager, choosing JSON or SSE per request (2026-07-28 requests
+    read `json_response`, handshake-era sessions get `_PerRequestTransport`s)."""
+
+    following_logs: set[str]  # handshake-era sessions whose client set a log level
+
+    @property
+    def json_response(self) -> bool:
+        return answering_json()
+
+    @json_response.setter
+    def json_response(self, value: bool) -> None:
+        pass
+
+    def _admit_session(self, requestor: Any) -> StreamableHTTPServerTransport | None:
+        transport = super()._admit_session(requestor)
+        if transport is not None:
+            transport.__class__ = _PerRequestTransport
+        return transport
+
+
+def _answer_json_unless_streaming(server: MCPServer[Any]) -> None:
+    """Makes the session manager `server.streamable_http_app()` just built answer each
+    request with one JSON response unless it streams (transport/answers.py). The SDK offers the
+    choice for a whole app only, and builds its manager itself: its class is swapped for a
+    subclass that reads the choice per request, decided by middleware in front of it."""
+    sessions = server._lowlevel_server.session_manager
+    sessions.__class__ = _PerRequestSessions
+    assert isinstance(sessions, _PerRequestSessions)
+    sessions.following_logs = set()
+    limit = sessions.asgi_app  # the SDK's body limit, in front of its request handler
+    limit.app = JsonUnlessStreaming(limit.app, sessions.following_logs, LOG_LEVEL_META_KEY)
 
 
 TRAJECTORY_INSTRUCTIONS = """\
@@ -821,9 +879,10 @@ def trajectory_http_app(trajectory: ScopedTrajectory) -> Starlette:
         allowed_hosts=hosts,
         allowed_origins=[f"http://{h}" for h in hosts],
     )
-    return create_trajectory_server(trajectory).streamable_http_app(
-        host="127.0.0.1", transport_security=security
-    )
+    server = create_trajectory_server(trajectory)
+    http = server.streamable_http_app(host="127.0.0.1", transport_security=security)
+    _answer_json_unless_streaming(server)
+    return http
 
 
 def serve_trajectory(context: TrajectoryContext) -> AbstractAsyncContextManager[ServedTrajectory]:

@@ -71,6 +71,52 @@ async def test_http_needs_the_bearer_token_and_keeps_dns_rebinding_protection(
             assert status["resolved"] == 2
 
 
+async def test_a_call_is_answered_with_one_json_response_unless_it_asked_for_a_stream(
+    tmp_path: Path, workers: int
+) -> None:
+    """Progress asked for, or log events (the session's `logging/setLevel`), keep SSE; every
+    other request gets JSON, half the SDK's cost per call (transport/answers.py)."""
+    headers = {
+        "Authorization": f"Bearer {TOKEN}",
+        "Accept": "application/json, text/event-stream",
+    }
+
+    def request(number: int, method: str, **params: object) -> dict[str, object]:
+        return {"jsonrpc": "2.0", "id": number, "method": method, "params": params}
+
+    listing = {"name": "list_campaigns", "arguments": {}}
+    async with http_server(tmp_path, workers=workers) as url, httpx2.AsyncClient() as raw:
+        opened = await raw.post(url, headers=headers, json=request(0, "initialize", **{
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}))  # fmt: skip
+        assert opened.headers["content-type"] == "application/json"
+        headers |= {"mcp-session-id": opened.headers["mcp-session-id"],
+                    "mcp-protocol-version": "2025-11-25"}  # fmt: skip
+        ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert (await raw.post(url, headers=headers, json=ready)).status_code == 202
+
+        plain = await raw.post(url, headers=headers, json=request(1, "tools/call", **listing))
+        assert plain.headers["content-type"] == "application/json"
+        assert plain.json()["result"]["structuredContent"]["total"] == 0
+        progress = request(2, "tools/call", **listing, _meta={"progressToken": "p"})
+        streamed = await raw.post(url, headers=headers, json=progress)
+        assert streamed.headers["content-type"].startswith("text/event-stream")
+        data = [line for line in streamed.text.splitlines() if line.startswith("data: {")]
+        assert json.loads(data[-1].removeprefix("data: "))["result"]["isError"] is False
+
+        level = await raw.post(url, headers=headers, json=request(3, "logging/setLevel",
+                                                                    level="info"))  # fmt: skip
+        assert level.status_code == 200
+        following = await raw.post(url, headers=headers, json=request(4, "tools/call", **listing))
+        assert following.headers["content-type"].startswith("text/event-stream")
+        # Only JSON accepted: answered when it needs no stream, as the SDK's JSON mode does.
+        only_json = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json"}
+        opened = await raw.post(url, headers=only_json, json=request(5, "initialize", **{
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}))  # fmt: skip
+        assert opened.status_code == 200
+
+
 def _leaves(error: BaseException) -> list[BaseException]:
     if isinstance(error, BaseExceptionGroup):
         return [leaf for inner in error.exceptions for leaf in _leaves(inner)]

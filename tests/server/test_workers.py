@@ -32,6 +32,7 @@ from mcp_evalserver.server.front.lease import DriverLease, Holder, read_holder
 from mcp_evalserver.server.front.rpc import Peer, serve_driver
 from mcp_evalserver.server.front.service import FrontService, RemoteTrajectories, WorkerConfig
 from tests.server.helpers import answer_spec, repo_spec
+from testsupport.processes import descendants
 from testsupport.rawmcp import CallFailed
 from testsupport.servers import (
     REPO,
@@ -55,12 +56,16 @@ HEADERS = {
 }
 
 
+def _parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
 def _workers_of(state_dir: Path) -> tuple[int, list[int]]:
     """The driving worker's pid and every worker's (the children of its parent)."""
     holder = read_holder(state_dir)
     assert holder is not None
-    stat = Path(f"/proc/{holder.pid}/stat").read_text()
-    parent = int(stat.rsplit(")", 1)[1].split()[1])
+    parent = _parent_of(holder.pid)
     children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
     return holder.pid, [int(pid) for pid in children]
 
@@ -144,6 +149,40 @@ async def test_sigkills_of_workers_mid_campaign_lose_no_submission_and_run_nothi
     scored = Counter(r["trajectory"] for r in records if r["kind"] == "scored")
     assert generated == scored == Counter(answered)
     assert sum(r["kind"] == "run_started" for r in records) == 3  # the start, two takeovers
+
+
+@pytest.mark.slow
+async def test_a_sigkilled_parent_takes_every_worker_and_their_sandboxes_with_it(
+    tmp_path: Path,
+) -> None:
+    """Orphaned workers would serve beside the server restarted in the parent's place, and
+    nothing would ever restart or stop them."""
+    state_dir = tmp_path / "state"
+    allow = ("--allow-paths", str(tmp_path), "--allow-plugins")
+    async with http_server(state_dir, *allow, workers=3) as url:
+        async with http_client(url, mode=MODERN) as client:
+            started = await call(client, "start_campaign", spec=repo_spec(tmp_path, 1))
+            claim = await call(
+                client, "claim_trajectory", campaign_id=started["campaign_id"], wait_s=30
+            )
+            ran = await call(client, "sandbox_exec", claim_id=claim["claim_id"], command="true")
+            assert ran["exit_code"] == 0
+        driver, workers = _workers_of(state_dir)
+        parent = _parent_of(driver)
+        below = [pid for pid in descendants(parent) if pid != parent]
+        assert len(workers) == 3
+        assert len(below) > len(workers)  # the instance's supervisor and its holders too
+        pidfds = [os.pidfd_open(pid) for pid in below]
+        try:
+            await sigkill(parent)
+            with anyio.fail_after(30):
+                for pidfd in pidfds:
+                    await anyio.wait_readable(pidfd)  # readable once that process has exited
+        finally:
+            for pidfd in pidfds:  # none is left whatever the test found
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                os.close(pidfd)
 
 
 @pytest.mark.slow

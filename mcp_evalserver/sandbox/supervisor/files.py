@@ -1,5 +1,10 @@
-"""Files, read and written as the trajectory itself: in a child that enters the workspace's
-mount namespace, chroots into its view and drops privileges, so symlinks resolve inside it."""
+"""Files, read and written as the trajectory itself, resolved inside its view.
+
+Served in the supervisor's own process where openat2(2) can resolve the path on the
+workspace's own overlay (in_view.py: no fork per call); otherwise, as always before, by a child
+that enters the workspace's mount namespace, chroots into its view and drops privileges, so
+symlinks resolve inside it, with a timeout (a FIFO, a hung filesystem).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,10 @@ import contextlib
 import errno
 import json
 import os
-import stat
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from . import in_view
+from .in_view import kind_of, require_regular
 from .isolation import drop_privileges
 from .jobs import Job
 from .linux import CLONE_NEWNS, setns
@@ -26,12 +32,12 @@ from .protocol import (
     error_type,
 )
 from .state import Supervisor
+from .view_dir import Elsewhere
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     FileArgs = ReadArgs | WriteArgs | ListArgs
-    Kind = Literal["file", "dir", "symlink", "other"]
 
 
 def files_job(
@@ -82,8 +88,26 @@ def files_job(
 
 
 # --- operations ------------------------------------------------------------------------------
-def read(sup: Supervisor, req_id: int, args: ReadArgs) -> None:
+def in_process(path: str, serve: Callable[[], Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """`serve()` (an in_view operation) with its errors as the forked child reports them; None
+    when it is for the child instead (Elsewhere)."""
+    try:
+        return serve()
+    except Elsewhere:
+        return None
+    except FileNotFoundError as e:
+        raise SupervisorError("NotFound", f"{path}: no such file or directory", "ENOENT") from e
+    except OSError as e:
+        name = errno.errorcode.get(e.errno or 0)
+        raise SupervisorError("InvalidInput", f"{path}: {e.strerror}", name) from e
+
+
+def read(sup: Supervisor, req_id: int, args: ReadArgs) -> Mapping[str, Any] | None:
     path, limit = str(args["path"]), int(args.get("max_bytes") or 16 << 20)
+    ws = sup.workspace(args)
+    done = in_process(path, lambda: in_view.read(sup, ws, args))
+    if done is not None:
+        return done
 
     def work() -> ReadResult:
         require_regular(path, os.stat(path).st_mode, "read")
@@ -97,11 +121,16 @@ def read(sup: Supervisor, req_id: int, args: ReadArgs) -> None:
         return {"data_b64": base64.b64encode(data).decode()}
 
     files_job(sup, req_id, args, work)
+    return None
 
 
-def write(sup: Supervisor, req_id: int, args: WriteArgs) -> None:
+def write(sup: Supervisor, req_id: int, args: WriteArgs) -> Mapping[str, Any] | None:
     path, data = str(args["path"]), base64.b64decode(args["data_b64"])
     mode = args.get("mode")
+    ws = sup.workspace(args)
+    done = in_process(path, lambda: in_view.write(sup, ws, args, data))
+    if done is not None:
+        return done
 
     def work() -> WriteResult:
         parent = os.path.dirname(path)
@@ -125,10 +154,15 @@ def write(sup: Supervisor, req_id: int, args: WriteArgs) -> None:
         return {"bytes": len(data), "previous_bytes": None if created else st.st_size}
 
     files_job(sup, req_id, args, work)
+    return None
 
 
-def list_(sup: Supervisor, req_id: int, args: ListArgs) -> None:
+def list_(sup: Supervisor, req_id: int, args: ListArgs) -> Mapping[str, Any] | None:
     path, limit = str(args.get("path") or "."), int(args.get("max_entries") or 10000)
+    ws = sup.workspace(args)
+    done = in_process(path, lambda: in_view.list_(sup, ws, args))
+    if done is not None:
+        return done
 
     def work() -> ListResult:
         entries: list[Entry] = []
@@ -137,25 +171,10 @@ def list_(sup: Supervisor, req_id: int, args: ListArgs) -> None:
                 if len(entries) >= limit:
                     return {"entries": entries, "truncated": True}
                 st = entry.stat(follow_symlinks=False)
-                kind: Kind = ("symlink" if stat.S_ISLNK(st.st_mode) else "dir"
-                        if stat.S_ISDIR(st.st_mode) else "file"
-                        if stat.S_ISREG(st.st_mode) else "other")  # fmt: skip
-                entries.append({"name": entry.name, "kind": kind, "size": st.st_size})
+                entries.append({"name": entry.name, "kind": kind_of(st.st_mode),
+                                "size": st.st_size})  # fmt: skip
         entries.sort(key=lambda e: str(e["name"]))
         return {"entries": entries, "truncated": False}
 
     files_job(sup, req_id, args, work)
-
-
-def require_regular(path: str, mode: int, verb: str) -> None:
-    """File tools touch regular files only: never a terminal, a device, a FIFO or a socket."""
-    if stat.S_ISREG(mode):
-        return
-    kinds = {stat.S_ISDIR: "a directory", stat.S_ISCHR: "a character device",
-             stat.S_ISBLK: "a block device", stat.S_ISFIFO: "a FIFO",
-             stat.S_ISSOCK: "a socket"}  # fmt: skip
-    kind = next((name for test, name in kinds.items() if test(mode)), "not a regular file")
-    raise SupervisorError(
-        "InvalidInput",
-        f"{path} is {kind}: the file tools {verb} regular files only; use a command for others",
-    )
+    return None

@@ -11,7 +11,7 @@ import os
 import platform
 import resource
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .linux import (
     CAP_SYS_ADMIN,
@@ -28,6 +28,9 @@ from .linux import (
     write_file,
 )
 from .protocol import SupervisorError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 # What a trajectory keeps: no capability. uid 0 owns the tasks' files, which is all a command
 # needs; DAC_OVERRIDE (or CHOWN, FOWNER: take the file over, then open it) would open any other
@@ -104,6 +107,30 @@ class _CapHeader(ctypes.Structure):
 class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
                 ("inheritable", ctypes.c_uint32)]  # fmt: skip
+
+
+@contextlib.contextmanager
+def as_the_trajectory() -> Iterator[None]:
+    """This thread without effective capabilities meanwhile, as a trajectory's commands are
+    (uid 0, KEPT_CAPS): a file opened or made then passes the permission checks a command's
+    would, no more. The permitted set stays, so they come back after; per thread (capset(2)),
+    and the supervisor's loop is one thread.
+
+    Raises:
+        OSError: the kernel refused (it never should: lowering is always allowed).
+    """
+    header = _CapHeader(0x20080522, 0)
+    saved = (_CapData * 2)()
+    check(libc.capget(ctypes.byref(header), ctypes.byref(saved)), "capget")
+    keep = sum(1 << c for c in KEPT_CAPS)
+    lowered = (_CapData * 2)(*(_CapData(d.permitted & (keep >> 32 * i) & 0xFFFFFFFF,
+                                        d.permitted, d.inheritable)
+                               for i, d in enumerate(saved)))  # fmt: skip
+    check(libc.capset(ctypes.byref(header), ctypes.byref(lowered)), "capset")
+    try:
+        yield
+    finally:
+        check(libc.capset(ctypes.byref(header), ctypes.byref(saved)), "capset")
 
 
 def _seccomp_program() -> bytes | None:

@@ -30,6 +30,8 @@ SYSCALL_MOUNT_SETATTR, AT_RECURSIVE, AT_FDCWD = 442, 0x8000, -100
 SYSCALL_OPEN_TREE, SYSCALL_MOVE_MOUNT = 428, 429  # the same number on every architecture
 OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, MOVE_MOUNT_F_EMPTY_PATH = 1, 0o2000000, 4
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 1, 2, 4
+SYSCALL_OPENAT2 = 437  # the same number on every architecture; Linux 5.6
+RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_BENEATH, RESOLVE_IN_ROOT = 0x01, 0x02, 0x08, 0x10
 
 # --- system calls -----------------------------------------------------------------------------
 libc = ctypes.CDLL(None, use_errno=True)
@@ -98,6 +100,28 @@ def attach_mount(fd: int, target: str) -> None:
         check(ret, "move_mount " + target)
     finally:
         os.close(fd)
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]  # fmt: skip
+
+
+def openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
+    """openat2(2): opens `path` relative to `dirfd`, resolved as `resolve` (RESOLVE_*) says.
+
+    Raises:
+        OSError: as open(2) does, and ENOSYS on kernels before 5.6, EXDEV when resolving would
+            leave what `resolve` allows, ELOOP on a magic link RESOLVE_NO_MAGICLINKS refuses.
+    """
+    how = _OpenHow(flags, mode if flags & os.O_CREAT else 0, resolve)
+    fd = libc.syscall(ctypes.c_long(SYSCALL_OPENAT2), ctypes.c_int(dirfd),
+                      ctypes.c_char_p(path.encode("utf-8", "surrogateescape")),
+                      ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))  # fmt: skip
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+    return int(fd)
 
 
 # The GIL stays held across a call through PyDLL: fork_into's clone must not release it.

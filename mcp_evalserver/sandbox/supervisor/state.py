@@ -42,6 +42,7 @@ class Supervisor:
         self.ready_limits: dict[str, Any] | None = None
         self.prepare_after = 0.0  # monotonic time before which nothing is made ahead
         self.routes: dict[int, tuple[Connection, int]] = {}  # our id -> (connection, its id)
+        self.openat2_missing = False  # the kernel lacks it: every file op forks (files.py)
 
     def require_init(self) -> None:
         if not self.cfg:

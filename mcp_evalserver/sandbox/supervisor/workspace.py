@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .layers import WorkspaceLayers
+
+if TYPE_CHECKING:
+    from .view_dir import ViewDir
 
 
 class Workspace:
@@ -23,3 +26,4 @@ class Workspace:
         self.limits: dict[str, Any] = {}
         self.layers: WorkspaceLayers | None = None  # its stack (supervisor side)
         self.overlay: dict[str, Any] = {}  # what its holder mounts: WorkspaceLayers.overlay()
+        self.view_dir: ViewDir | None = None  # where file ops resolve (in_view.view_dir)

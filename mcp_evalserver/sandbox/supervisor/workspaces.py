@@ -15,6 +15,7 @@ from typing import Any
 
 from .cgroups import remove_cgroup_tree
 from .holders import spawn_spare
+from .in_view import forget_view_dir
 from .layers import WorkspaceLayers
 from .protocol import Empty, SupervisorError, WorkspaceArgs, WsCreateArgs, WsCreateResult
 from .state import Supervisor
@@ -152,6 +153,7 @@ def teardown(sup: Supervisor, ws: Workspace) -> None:
 
 def detach_holder(sup: Supervisor, ws: Workspace) -> None:
     """Ends the holder of `ws` (and with it the mounts of its view)."""
+    forget_view_dir(ws)
     if ws.ctl is not None:
         ws.ctl.close()
         ws.ctl = None

@@ -8,12 +8,15 @@ connection and be the one thing that cannot die). The parent binds the port firs
 listening (so `--port 0` picks one port for all, and the port stays reserved while workers
 restart), forks the workers, prints the URL once all of them listen, and starts a new worker
 in place of one that dies. A worker that dies takes the connections it held (their clients
-reconnect and land on the others); the connections waiting in its queue are reset.
+reconnect and land on the others); the connections waiting in its queue are reset. A worker
+dies with its parent (`PR_SET_PDEATHSIG`): a parent SIGKILLed must not leave workers serving
+beside the server restarted in its place, that nothing would ever restart or stop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import os
 import secrets
@@ -35,6 +38,7 @@ from mcp_evalserver.server.transport.http import bound_socket
 DEFAULT_MAX_WORKERS = 8
 #: How long the workers may take to listen.
 START_TIMEOUT_S = 120.0
+PR_SET_PDEATHSIG = 1
 
 
 def default_workers() -> int:
@@ -71,6 +75,7 @@ def serve_workers(
     run_dir = Path(tempfile.mkdtemp(prefix="mcp-evalserver-"))
     server = secrets.token_hex(6)
     ready_r, ready_w = os.pipe()
+    parent = os.getpid()
     children: dict[int, tuple[int, float]] = {}  # pid -> (index, started)
     stopping = False
 
@@ -79,6 +84,7 @@ def serve_workers(
         if pid == 0:  # the worker
             code = 1
             try:
+                _die_with(parent)
                 os.close(ready_r)
                 reserved.close()
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -142,6 +148,24 @@ def serve_workers(
         reserved.close()
         shutil.rmtree(run_dir, ignore_errors=True)
     return 0
+
+
+def _die_with(parent: int) -> None:
+    """Makes this forked worker get SIGKILL when `parent` (the thread that forked it: the
+    parent's only one) dies. SIGKILL, not SIGTERM: a graceful shutdown could hang on what the
+    dead parent left, and a SIGKILLed worker is a case the workers already survive (the ledger
+    is durable, the driver lease passes on, its sandbox ends with the pipes it held).
+
+    Raises:
+        OSError: the kernel refused the setting.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"prctl(PR_SET_PDEATHSIG): {os.strerror(error)}")
+    # The parent may have died between the fork and the prctl: then no signal ever comes.
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _say_ready(ready_w: int) -> None:
