@@ -410,7 +410,8 @@ class EvalService:
         log: EventFn | None = None,
     ) -> CampaignStatus:
         """Waits up to `wait_s` for the campaign to stop, reporting progress on every change
-        and handing `log` each of the campaign's events.
+        while it runs (never once the answer is ready) and handing `log` each of the
+        campaign's events.
 
         Raises:
             NotFound: no such campaign.
@@ -439,13 +440,16 @@ class EvalService:
 
         while True:
             await hand_over_events()
-            # Progress must only grow within one request; re-scoring can lower `done`.
-            if status.done > last:
-                last = status.done
-                await progress(status.done, status.trajectories, _progress_line(status))
             if run is None or run.finished.is_set() or time.monotonic() >= deadline:
                 await hand_over_events()  # the run's last, if it ended meanwhile
                 return status
+            # No progress once the answer is ready (all done: the run is ending): the answer
+            # says it all, and a notification just before it races the client's end of the
+            # request (the TypeScript SDK drops the stdio session on it). Progress must only
+            # grow within one request; re-scoring can lower `done`.
+            if last < status.done < status.trajectories:
+                last = status.done
+                await progress(status.done, status.trajectories, _progress_line(status))
             with anyio.move_on_after(deadline - time.monotonic()):
                 await run.changed.wait()
             status = self.status(campaign_id)
