@@ -58,6 +58,7 @@ bench: venv system
 	-$(PY) -m bench.tracing
 	-$(PY) -m bench.sandbox
 	-$(PY) -m bench.mcp
+	-$(PY) -m bench.startup
 	-$(PY) -m bench.front
 	-$(PY) -m bench.inspect_sandbox
 	-$(PY) -m bench.campaign

@@ -71,7 +71,7 @@ from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.server.trajectory.endpoint import ServedTrajectory, serve_trajectory_endpoint
 from mcp_evalserver.server.trajectory.scoped import ScopedTrajectory
 from mcp_evalserver.server.transport.http import allowed_host_names
-from mcp_evalserver.server.transport.stdio_pipes import claim_stdio
+from mcp_evalserver.server.transport.stdio_pipes import claim_stdio, end_input_on_signal
 from mcp_evalserver.spec.campaign import CampaignSpec
 from mcp_evalserver.spec.scorers import ScorerConfig
 
@@ -658,7 +658,8 @@ def _export_tools(app: MCPServer[EvalService]) -> None:
 async def serve_stdio(
     state_dir: Path, ray_address: str | None = None, *, resume_running: bool = False
 ) -> None:
-    """Serves MCP over this process's stdin/stdout until the client closes it."""
+    """Serves MCP over this process's stdin/stdout until the client closes it or, when they
+    are pipes, SIGINT or SIGTERM arrives."""
     server = create_server(state_dir, ray_address=ray_address, resume_running=resume_running)
     with claim_stdio() as pipes:
         if pipes is None:  # not pipes (a file, a terminal): the SDK's threaded transport
@@ -666,8 +667,13 @@ async def serve_stdio(
             return
         # What `run_stdio_async` does, over streams that need no worker thread per line.
         lowlevel = server._lowlevel_server
-        async with stdio_server(*pipes) as (read_stream, write_stream):
+        async with (
+            stdio_server(*pipes) as (read_stream, write_stream),
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(end_input_on_signal, pipes[0])
             await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+            group.cancel_scope.cancel()
 
 
 def http_app(

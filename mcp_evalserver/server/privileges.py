@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel
 
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.runtime.endpoint_calls import operators_endpoints, plain_url, url_below
+from mcp_evalserver.runtime.endpoints import operators_endpoints, plain_url, url_below
 from mcp_evalserver.spec.agents import (
     CommandAgentConfig,
     MiniSweAgentConfig,
