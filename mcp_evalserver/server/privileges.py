@@ -233,8 +233,9 @@ class Privileges:
         if not self.path_roots:
             raise InvalidInput(
                 f"{what} {given!r}: this server does not let its HTTP clients name host paths; "
-                "its operator can allow directories with --allow-paths DIR..., or give tasks "
-                "inline with an `image` (docker backend)"
+                "its operator can allow directories with --allow-paths DIR..., or put it inline "
+                "in the spec (tasks as a list: a task without `path` or `image` is answered as "
+                "text, one with an `image` works in that image's container)"
             )
         real = Path(os.path.realpath(base_dir / given))
         if any(real == root or root in real.parents for root in self.path_roots):

@@ -152,6 +152,10 @@ async def test_a_token_holder_cannot_name_host_paths_without_allow_paths(
             http_client(url) as client,
         ):
             errors = [await call_error(client, "start_campaign", spec=spec) for spec in specs]
+            # What the refusal offers is true: an inline task without path or image runs.
+            inline = await call(client, "start_campaign", spec=answers(1))
+    assert inline["trajectories"] == 1
+    assert "a task without `path` or `image` is answered as text" in errors[0]
     assert "task calc: path" in errors[0]
     assert "task file" in errors[1]
     assert "predictions file" in errors[2]
@@ -159,7 +163,7 @@ async def test_a_token_holder_cannot_name_host_paths_without_allow_paths(
     for error in errors:
         assert "does not let its HTTP clients name host paths" in error, error
         assert "--allow-paths" in error, error
-    assert recorded(state_dir) == []
+    assert recorded(state_dir) == [inline["campaign_id"]], "none of the refused was recorded"
 
 
 async def test_symlinks_and_dotdot_do_not_lead_out_of_the_allowed_directories(
