@@ -25,7 +25,7 @@ caller chooses when the key is spent. What else the server's environment holds f
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from mcp_evalserver.spec.agents import (
     PredictionsAgentConfig,
     PythonAgentConfig,
 )
-from mcp_evalserver.spec.campaign import CampaignSpec, RaySandboxConfig, Task
+from mcp_evalserver.spec.campaign import CampaignSpec, RaySandboxConfig, Task, nested_configs
 from mcp_evalserver.spec.harbor import harbor_of
 from mcp_evalserver.spec.predictions import GOLD
 from mcp_evalserver.spec.scorers import LlmJudgeScorerConfig, PythonScorerConfig
@@ -160,7 +160,7 @@ class Privileges:
         """
         if self.plugins:
             return
-        for _, part in _configs(config, where):
+        for _, part in nested_configs(config, where):
             does = _PLUGINS.get(type(part))
             if does is not None:
                 self._refuse_plugin(f"the {where} {{'type': {getattr(part, 'type', '?')!r}}}", does)
@@ -175,7 +175,7 @@ class Privileges:
             InvalidInput: it would, naming the field, its value and the flag that allows it.
         """
         for where, config in (("agent", spec.agent), ("scorer", spec.scorer)):
-            for at, part in _configs(config, where):
+            for at, part in nested_configs(config, where):
                 if isinstance(part, OpenAIAgentConfig | LlmJudgeScorerConfig):
                     refused = self._endpoint_refusal(at, part.base_url) or self._key_refusal(
                         at, part.api_key_env
@@ -277,17 +277,3 @@ class Privileges:
         real = self.host_path(harbor.build_context, where, base_dir)
         kept = harbor.model_copy(update={"build_context": real}).model_dump()
         return task.model_copy(update={"metadata": {**task.metadata, "harbor": kept}})
-
-
-def _configs(config: BaseModel, at: str) -> Iterator[tuple[str, BaseModel]]:
-    """`config` and every config nested in it (a combined scorer's parts), each with its place
-    in the spec (`scorer.scorers[1]`)."""
-    yield at, config
-    for name in type(config).model_fields:
-        value = getattr(config, name)
-        items = enumerate(value) if isinstance(value, list) else [(None, value)]
-        for index, item in items:
-            if isinstance(item, BaseModel):
-                yield from _configs(
-                    item, f"{at}.{name}" if index is None else f"{at}.{name}[{index}]"
-                )

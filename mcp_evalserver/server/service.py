@@ -43,6 +43,7 @@ from mcp_evalserver.engine.runner import CampaignRunner, check_new_budget
 from mcp_evalserver.engine.state import UNGRADED_OUTCOMES, CampaignState, TrajectoryState
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import Conflict, EvalServerError, ExcInfo, NotFound
+from mcp_evalserver.runtime.endpoints import model_endpoints
 from mcp_evalserver.runtime.sandboxes import SandboxPool
 from mcp_evalserver.scoring.stats.comparison import PairedComparison
 from mcp_evalserver.scoring.stats.summary import summarise_campaign
@@ -366,6 +367,7 @@ class EvalService:
             instances=state.spec.limits.instances,
             retrying=run.runner.retrying if run is not None else 0,
             reprovisioned=[InstanceReprovisioned(**event) for event in state.reprovisioned[-20:]],
+            model_endpoints=model_endpoints(state.spec),
             endpoint_limits={key: e.limit for key, e in state.endpoint_limits.items()},
             cost_usd=state.spend.cost_usd if state.spend.records else None,
             spent_usd=state.spend.priced_usd,

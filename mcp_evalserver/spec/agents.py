@@ -49,7 +49,8 @@ class ExternalAgentConfig(_Strict):
     )
 
 
-#: Where an `openai` agent without a `base_url` sends its requests.
+#: Where a model caller sends its requests when neither its `base_url` nor $OPENAI_BASE_URL
+#: says otherwise (`runtime/endpoints.py`).
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
@@ -60,7 +61,9 @@ class OpenAIAgentConfig(_Strict):
     type: Literal["openai"] = "openai"
     model: str = Field(description="Model name as the endpoint knows it.")
     base_url: str | None = Field(
-        None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1; OpenAI's."
+        None,
+        description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1. Default: "
+        "$OPENAI_BASE_URL, else OpenAI.",
     )
     api_key_env: str | None = Field(
         "OPENAI_API_KEY",

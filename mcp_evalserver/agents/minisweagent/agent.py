@@ -27,7 +27,7 @@ from mcp_evalserver.agents.minisweagent.environment import (
     WorkspaceEnvironmentConfig,
     import_minisweagent,
 )
-from mcp_evalserver.agents.minisweagent.model import EndpointGatedModel, endpoint_key
+from mcp_evalserver.agents.minisweagent.model import EndpointGatedModel, with_endpoint
 from mcp_evalserver.errors import EvalServerError, InvalidInput
 from mcp_evalserver.runtime import tracing
 from mcp_evalserver.spec.agents import MiniSweAgentConfig
@@ -72,12 +72,12 @@ class MiniSweAgent(Agent):
         settings = copy.deepcopy(self.settings)
         try:
             env_config = WorkspaceEnvironmentConfig(**settings.get("environment", {}))
-            model_config = settings.get("model", {})
+            model_config, endpoint = with_endpoint(settings.get("model", {}))
             queried = get_model(config=model_config)
             _trace_queries(queried, str(model_config.get("model_name", "")))
             model = EndpointGatedModel(
                 queried,
-                context.limiters.endpoint(endpoint_key(model_config)),
+                context.limiters.endpoint(endpoint),
                 _on_loop,
                 self._call_threads,
             )

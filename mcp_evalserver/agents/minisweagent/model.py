@@ -16,7 +16,6 @@ trouble.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -26,17 +25,27 @@ from mcp_evalserver.agents.minisweagent.environment import LoopCall
 from mcp_evalserver.errors import InfrastructureError
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.runtime.endpoint_calls import retry_after_seconds, shorten
+from mcp_evalserver.runtime.endpoints import litellm_endpoint
 
 #: HTTP statuses that say "later": the provider's load or its own fault.
 _LOAD_STATUSES = {408, 429}
 
 
-def endpoint_key(model: Mapping[str, Any]) -> str:
-    """The limiter's key for mini-swe-agent's `model` section: its `model_kwargs.api_base` (or
-    `base_url`) when it names one, else the model name (litellm picks the provider by it)."""
+def with_endpoint(model: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """mini-swe-agent's `model` section with the endpoint rule applied, and the limiter's key.
+
+    An OpenAI model without `model_kwargs.api_base` gets the rule's endpoint as its `api_base`
+    (the spec's, else $OPENAI_BASE_URL, else OpenAI's: what the `openai` agent and the judge
+    use, and not litellm's other variables); the key is that URL. Another provider's model is
+    left to litellm, keyed by the model's name (litellm picks the provider by it).
+    """
+    endpoint = litellm_endpoint(model)
+    if endpoint is None:
+        return model, str(model.get("model_name") or "mini-swe-agent")
     kwargs = model.get("model_kwargs") or {}
-    url = kwargs.get("api_base") or kwargs.get("base_url")
-    return str(url or model.get("model_name") or "mini-swe-agent")
+    if not (kwargs.get("api_base") or kwargs.get("base_url")):
+        model = {**model, "model_kwargs": {**kwargs, "api_base": endpoint.url}}
+    return model, endpoint.url
 
 
 def load_failure(exc: BaseException) -> str | None:
