@@ -115,9 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME",
         help="--http: let clients' specs use these variables of the server's environment as "
-        "API keys (`api_key_env` of `openai` agents and `llm_judge` scorers); none by default "
-        'over HTTP (a spec gives `"api_key_env": null` for an endpoint that needs no key), '
-        "any over --stdio",
+        "API keys (`api_key_env` of `openai` agents and `llm_judge` scorers) and pass them to "
+        "`command` agents' programs (`pass_env`); none by default over HTTP (a spec gives "
+        '`"api_key_env": null` for an endpoint that needs no key), any over --stdio',
     )
     parser.add_argument(
         "--allow-endpoints",

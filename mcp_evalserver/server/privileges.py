@@ -176,12 +176,15 @@ class Privileges:
         """
         for where, config in (("agent", spec.agent), ("scorer", spec.scorer)):
             for at, part in nested_configs(config, where):
+                refused = None
                 if isinstance(part, OpenAIAgentConfig | LlmJudgeScorerConfig):
                     refused = self._endpoint_refusal(at, part.base_url) or self._key_refusal(
                         at, part.api_key_env
                     )
-                    if refused is not None:
-                        raise InvalidInput(f"{recorded_as}: {refused}" if recorded_as else refused)
+                elif isinstance(part, CommandAgentConfig):
+                    refused = next(filter(None, map(self._passed_refusal, part.pass_env)), None)
+                if refused is not None:
+                    raise InvalidInput(f"{recorded_as}: {refused}" if recorded_as else refused)
 
     def _endpoint_refusal(self, at: str, base_url: str | None) -> str | None:
         if self.endpoints is None or base_url is None:
@@ -210,6 +213,17 @@ class Privileges:
             f'as an API key (those of --allow-env: {allowed}): give `"api_key_env": null` for '
             "an endpoint that needs no key, name one of those, or ask the server's operator to "
             f"allow it with --allow-env {name}"
+        )
+
+    def _passed_refusal(self, name: str) -> str | None:
+        # As for keys: whether the server sets `name` is not the client's to learn.
+        if self.key_names is None or name in self.key_names:
+            return None
+        allowed = ", ".join(sorted(self.key_names)) or "none"
+        return (
+            f"agent.pass_env {name!r} is not a variable this server lets its HTTP clients pass "
+            f"to a program (those of --allow-env: {allowed}): give its value in `env`, name "
+            f"one of those, or ask the server's operator to allow it with --allow-env {name}"
         )
 
     def _refuse_plugin(self, what: str, does: str, also: str = "") -> None:

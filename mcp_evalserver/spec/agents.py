@@ -122,7 +122,14 @@ class CommandAgentConfig(_Strict):
         "MCP_EVALSERVER_TASK_ID, MCP_EVALSERVER_PROMPT and MCP_EVALSERVER_PROMPT_FILE."
     )
     env: dict[str, str] = Field(
-        default_factory=dict, description="Extra environment variables for the program."
+        default_factory=dict,
+        description="Extra environment variables for the program. Of the server's own it "
+        "gets only PATH, HOME, LANG, OPENAI_BASE_URL and those `pass_env` names.",
+    )
+    pass_env: list[str] = Field(
+        default_factory=list,
+        description="Names of the server's environment variables the program also gets (e.g. "
+        "an API key's); over HTTP only those of the server's --allow-env.",
     )
     cwd: str | None = Field(None, description="Where it starts; default the server's own.")
 

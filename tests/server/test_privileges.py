@@ -534,6 +534,20 @@ def test_with_allow_env_alone_the_key_goes_to_openai_and_the_operators_base_url(
         Privileges.for_http().admit(keyless, tmp_path)
 
 
+def test_a_program_gets_only_the_variables_of_allow_env_that_its_spec_names_over_http(
+    tmp_path: Path, server_secrets: None
+) -> None:
+    privileges = Privileges.for_http(allow_plugins=True, allow_env=[KEY_ENV])
+    agent: dict[str, Any] = {"type": "command", "command": ["true"], "pass_env": [KEY_ENV]}
+    allowed = CampaignSpec.model_validate(answers(1, agent=agent))
+    assert privileges.admit(allowed, tmp_path).agent == allowed.agent
+    # The cheat: a tenant's program asking for the server's other secrets by name.
+    for name in (SECRET_ENV, "OTEL_EXPORTER_OTLP_HEADERS"):
+        asking = CampaignSpec.model_validate(answers(1, agent={**agent, "pass_env": [name]}))
+        with pytest.raises(InvalidInput, match=f"agent.pass_env '{name}'.*--allow-env {name}"):
+            privileges.admit(asking, tmp_path)
+
+
 def test_an_allowed_endpoint_that_is_no_url_stops_the_server_with_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
