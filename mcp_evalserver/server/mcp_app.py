@@ -12,6 +12,7 @@ keeps serving.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import inspect
 import json
 import logging
@@ -502,9 +503,8 @@ def _logging_and_completions(app: MCPServer[EvalService]) -> None:
         ctx: ServerRequestContext[EvalService, Any], params: SetLevelRequestParams
     ) -> EmptyResult:
         # Handshake-era clients (2026-07-28 has no `logging/setLevel`: it answers "method not
-        # found", and clients opt in per request instead; see `_request_log`). The SDK gives a
-        # handler no public way to its connection, whose state outlives this request.
-        connection: Connection = ctx.session._connection
+        # found", and clients opt in per request instead; see `_request_log`).
+        connection = session_connection(ctx.session)
         following = _LOG_LEVEL in connection.state
         connection.state[_LOG_LEVEL] = params.level
         if not following:
@@ -529,6 +529,25 @@ def _logging_and_completions(app: MCPServer[EvalService]) -> None:
 
     lowlevel.add_request_handler("logging/setLevel", SetLevelRequestParams, set_level)
     lowlevel.add_request_handler("completion/complete", CompleteRequestParams, complete)
+
+
+def session_connection(session: object) -> Connection:
+    """The connection of a request's session, whose state outlives the request.
+
+    The SDK gives a handler no public way to it: this reads its private
+    `ServerSession._connection` (mcp 2.3; pyproject pins the SDK below 2.4).
+
+    Raises:
+        RuntimeError: the SDK moved it: say so, rather than fail somewhere else.
+    """
+    connection = getattr(session, "_connection", None)
+    if not isinstance(connection, Connection):
+        raise RuntimeError(
+            f"mcp {importlib.metadata.version('mcp')} keeps no `ServerSession._connection`: "
+            "logging/setLevel cannot reach its connection; install the mcp version "
+            "pyproject.toml names, or adapt `session_connection` to the SDK's public hook"
+        )
+    return connection
 
 
 def _request_log(ctx: Context[EvalService, Any]) -> Callable[[CampaignEvent], Awaitable[None]]:
