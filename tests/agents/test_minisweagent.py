@@ -175,9 +175,12 @@ async def test_a_deterministic_model_fixes_the_bug_through_the_real_loop_and_its
     (generated,) = records(directory, "generated")
     assert generated["usage"]["requests"] == 3
     assert generated["usage"]["cost_usd"] == 3.0  # DeterministicModel's 1.0 per call
-    # Its own cost is the campaign's: one record, in the report beside what it resolved.
-    (usage,) = records(directory, "model_usage")
-    assert (usage["source"], usage["cost_usd"], usage["priced_by"]) == ("agent", 3.0, "provider")
+    # Its own cost is the campaign's: a record per call as it returned, in the report beside
+    # what it resolved.
+    usage = records(directory, "model_usage")
+    assert [(u["source"], u["cost_usd"], u["priced_by"]) for u in usage] == [
+        ("agent", 1.0, "provider")
+    ] * 3
     cost = build_report(state)["cost"]
     assert (cost["cost_usd"], cost["cost_per_resolved_usd"]) == (3.0, 3.0)
     transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
@@ -272,6 +275,31 @@ async def test_its_model_calls_stay_within_the_campaigns_per_endpoint_limit(
     assert fake.max_in_flight == 2
     (counted,) = records(directory, "endpoint_calls")
     assert counted["calls"] == {fake.url: {"ok": 4}}
+
+
+@pytest.mark.anyio
+async def test_each_model_call_is_metered_as_it_returns_so_a_budget_stops_the_loop_mid_run(
+    tmp_path: Path,
+) -> None:
+    # A model that never submits: without metering per call the loop would run to its step
+    # limit (10) and be counted once, at its hand-in.
+    fake = FakeOpenAI([], then=call("bash", command="true"))
+    with serving(fake), anyio.fail_after(60):
+        prices = {"scripted-model": ModelPrice(input=1.0, output=2.0)}  # 140 µ$ per call
+        campaign = spec([_task(tmp_path)], _litellm(fake.url), budget_usd=0.00025)
+        campaign = campaign.model_copy(update={"prices": prices})
+        state, directory = await run(tmp_path / "state", campaign, CHECK_SCORER)
+
+    # The second call crossed the budget: it is paid and recorded, and no third was sent.
+    assert len(fake.seen) == 2
+    assert state.trajectories["calc@0"].outcome == "budget_exhausted"
+    usage = records(directory, "model_usage")
+    assert [(u["source"], u["input_tokens"], u["output_tokens"]) for u in usage] == [
+        ("agent", 100, 20),
+        ("agent", 100, 20),
+    ]
+    # The ledger's spend is the provider's, call for call.
+    assert state.spend.cost_usd == pytest.approx(2 * (100 * 1.0 + 20 * 2.0) / 1_000_000)
 
 
 @pytest.mark.anyio
