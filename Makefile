@@ -60,6 +60,7 @@ bench: venv system
 	-$(PY) -m bench.mcp
 	-$(PY) -m bench.surface
 	-$(PY) -m bench.search
+	-$(PY) -m bench.startup
 	-$(PY) -m bench.front
 	-$(PY) -m bench.inspect_sandbox
 	-$(PY) -m bench.campaign

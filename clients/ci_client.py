@@ -113,6 +113,11 @@ async def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_UNFINISHED
+        print(
+            f"ci_client: campaign {campaign_id} finished, "
+            f"{status['done']}/{status['trajectories']} done",
+            file=sys.stderr,
+        )
         report = await client.read_resource(f"campaign://{campaign_id}/report")
         print("".join(getattr(content, "text", "") for content in report.contents))
         scoring = await call(client, "score", campaign_id=campaign_id)

@@ -20,6 +20,16 @@ from typing import Any
 LEGACY_VERSION = "2025-11-25"
 
 
+def initialize_request(client: str, request_id: int = 1) -> dict[str, Any]:
+    """A handshake-era `initialize` request from a client named `client`."""
+    params = {
+        "protocolVersion": LEGACY_VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": client, "version": "0"},
+    }
+    return {"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": params}
+
+
 class CallFailed(Exception):
     """A request answered with an HTTP error, a JSON-RPC error or a tool error."""
 
@@ -48,12 +58,7 @@ class RawSession:
         self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         sock = self._writer.get_extra_info("socket")
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        params = {
-            "protocolVersion": LEGACY_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "rawmcp", "version": "0"},
-        }
-        await self._request("initialize", params)
+        await self._request("initialize", initialize_request("rawmcp")["params"])
         self._head += (
             f"mcp-session-id: {self.session_id}\r\nmcp-protocol-version: {LEGACY_VERSION}\r\n"
         )

@@ -2,7 +2,8 @@
 
 For each trajectory it has an MCP endpoint served (streamable HTTP on 127.0.0.1, a random port
 and a fresh bearer token) whose tools reach that trajectory's workspace only, then runs the
-program with the endpoint and the task in its environment. The endpoint comes from a factory
+program with the endpoint and the task in its environment (the least one: see
+`program_environment`). The endpoint comes from a factory
 handed in where the server is assembled (`server.trajectory_endpoint`): agents never import the
 protocol layer. What the program submits is the submission;
 a program that exits 0 without submitting hands in its workspace's diff, and one that exits
@@ -17,7 +18,7 @@ import os
 import signal
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,9 +28,14 @@ import anyio.abc
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput
+from mcp_evalserver.runtime import tracing
+from mcp_evalserver.runtime.endpoints import BASE_URL_ENV
 from mcp_evalserver.spec.agents import CommandAgentConfig
 from mcp_evalserver.spec.submission import Submission
 
+#: What every program gets of the server's environment: where to find programs, a home, a
+#: locale, and where model calls go by the one endpoint rule (`runtime/endpoints.py`).
+BASE_VARIABLES = ("PATH", "HOME", "LANG", BASE_URL_ENV)
 #: What the transcript keeps of each of the program's output streams (head and tail).
 OUTPUT_CAP = 64 << 10
 # After the program exits, how long its output pipes may stay open (a child that left its
@@ -143,7 +149,7 @@ class CommandAgent(Agent):
         with tempfile.TemporaryDirectory(prefix="mcp-evalserver-command-") as scratch:
             prompt_file = Path(scratch, "prompt.txt")
             await anyio.Path(prompt_file).write_text(context.task.prompt)
-            env = _environment(context, endpoint, prompt_file, self.config.env)
+            env = _environment(context, endpoint, prompt_file, self.config)
             stdout, stderr = _Output(), _Output()
             try:
                 process = await anyio.open_process(
@@ -176,17 +182,27 @@ class CommandAgent(Agent):
         return exit_code, stdout.text(), stderr.text()
 
 
+def program_environment(passed: Sequence[str], extra: Mapping[str, str]) -> dict[str, str]:
+    """What a program the server starts gets of the server's environment: `BASE_VARIABLES`
+    and the variables `passed` names (those set), then `extra` (the spec's values), then the
+    current trajectory's `TRACEPARENT` when it is traced. Never the rest: API keys, OTLP
+    exporter headers and the server's token stay with the server."""
+    names = [*BASE_VARIABLES, *passed]
+    inherited = {name: os.environ[name] for name in names if name in os.environ}
+    parent = tracing.traceparent()
+    return {**inherited, **extra, **({"TRACEPARENT": parent} if parent else {})}
+
+
 def _environment(
     context: TrajectoryContext,
     endpoint: TrajectoryEndpoint,
     prompt_file: Path,
-    extra: Mapping[str, str],
+    config: CommandAgentConfig,
 ) -> dict[str, str]:
-    # The server's own token variable is overwritten: the program must never see the main
-    # server's token, only its trajectory's.
+    # The trajectory's own variables last: the program must never see the main server's
+    # token, only its trajectory's, whatever the spec says.
     return {
-        **os.environ,
-        **extra,
+        **program_environment(config.pass_env, config.env),
         "MCP_EVALSERVER_URL": endpoint.url,
         "MCP_EVALSERVER_TOKEN": endpoint.token,
         "MCP_EVALSERVER_CAMPAIGN": context.campaign_id,

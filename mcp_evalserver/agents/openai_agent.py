@@ -41,9 +41,10 @@ from mcp_evalserver.runtime.endpoint_calls import (
     shorten,
     traced_chat,
 )
+from mcp_evalserver.runtime.endpoints import BASE_URL_ENV, ModelEndpoint, model_endpoint
 from mcp_evalserver.runtime.limits import RetryPolicy
 from mcp_evalserver.runtime.pricing import Meter
-from mcp_evalserver.spec.agents import DEFAULT_BASE_URL, OpenAIAgentConfig
+from mcp_evalserver.spec.agents import OpenAIAgentConfig
 from mcp_evalserver.spec.submission import Submission, Usage
 
 _T = TypeVar("_T")
@@ -95,18 +96,18 @@ class OpenAIAgent(Agent):
                 self._tls = await anyio.to_thread.run_sync(ssl.create_default_context)
             return self._tls
 
-    def _api_key(self) -> str | None:
+    def _api_key(self, endpoint: ModelEndpoint) -> str | None:
         # Local OpenAI-compatible servers (vLLM, llama.cpp, Ollama) need no key.
         name = self.config.api_key_env
         key = os.environ.get(name) if name is not None else None
-        if key or self.config.base_url is not None:
+        if key or endpoint.chosen_by != "default":
             return key or None
         raise InvalidInput(
-            f"no API key: set ${name}, or give the agent a `base_url` of a local "
-            "OpenAI-compatible server that needs none"
+            f"no API key: set ${name}, or give the agent a `base_url` (or set "
+            f"${BASE_URL_ENV}) of a local OpenAI-compatible server that needs none"
             if name is not None
             else "no API key: OpenAI's endpoint needs one; name its variable in `api_key_env`, "
-            "or give the agent a `base_url` of a server that needs none"
+            f"or give the agent a `base_url` (or set ${BASE_URL_ENV}) of a server that needs none"
         )
 
     async def generate(self, context: TrajectoryContext) -> Submission:
@@ -118,8 +119,9 @@ class OpenAIAgent(Agent):
                 retry bound, or the sandbox is gone.
         """
         config = self.config
-        api_key = self._api_key()
-        base_url = config.base_url or DEFAULT_BASE_URL
+        endpoint = model_endpoint(config.base_url)
+        api_key = self._api_key(endpoint)
+        base_url = endpoint.url
         workspace = await context.sandbox.workspace() if context.sandbox.available else None
         tools = WorkspaceTools(
             workspace,
@@ -262,8 +264,7 @@ class _Session:
                 max_completion_tokens=_or_omit(config.max_output_tokens),
             )
 
-        base_url = config.base_url or DEFAULT_BASE_URL
-        with traced_chat(base_url, config.model, messages) as span:
+        with traced_chat(limiter.endpoint, config.model, messages) as span:
 
             def retrying(reason: str, delay: float) -> None:
                 retry = {"reason": reason, "delay_s": round(delay, 3)}

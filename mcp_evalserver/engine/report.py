@@ -39,6 +39,7 @@ from mcp_evalserver.engine.state import (
 )
 from mcp_evalserver.engine.validation import render_validation_markdown, validation_report
 from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.runtime.endpoints import model_endpoints
 from mcp_evalserver.scoring.stats.clustered import cluster_robust_mean, task_clusters
 from mcp_evalserver.scoring.stats.comparison import compare_campaigns
 from mcp_evalserver.scoring.stats.paired import paired_tests
@@ -289,6 +290,7 @@ def build_report(
         "runs": state.runs,
         "rescores": state.rescores,
         "infrastructure": infrastructure_health(state),
+        "model_endpoints": model_endpoints(state.spec),
         "endpoint_limits": endpoint_limits(state),
         "judge_calibration": state.calibrations[-1] if state.calibrations else None,
         "summary": summary,
@@ -576,6 +578,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             )
             + (f"; **{retries['note']}**" if retries["flagged"] else f"; {retries['note']}")
         )
+    for caller, endpoint in report.get("model_endpoints", {}).items():
+        lines.append(f"- {caller} sends its model calls to {endpoint}")
     for endpoint, limit in report.get("endpoint_limits", {}).items():
         lines.append(
             f"- adaptive limit for {endpoint}: **{limit['limit']}** calls in flight"

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import email.utils
 import json
-import os
-import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -35,8 +33,8 @@ from pydantic import ValidationError
 from mcp_evalserver.errors import InfrastructureError
 from mcp_evalserver.runtime import tracing
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
+from mcp_evalserver.runtime.endpoints import operators_endpoints, url_below
 from mcp_evalserver.runtime.limits import RetryPolicy
-from mcp_evalserver.spec.agents import DEFAULT_BASE_URL
 from mcp_evalserver.spec.submission import ModelUsage
 
 _T = TypeVar("_T")
@@ -47,11 +45,6 @@ RetryObserver = Callable[[str, float], None]
 
 #: Sent as the key to an endpoint that needs none: the client insists on one.
 PLACEHOLDER_KEY = "not-needed"
-
-
-def operators_endpoints() -> list[str]:
-    """Where the operator's own OpenAI settings go: OpenAI's endpoint, and $OPENAI_BASE_URL."""
-    return [DEFAULT_BASE_URL, *filter(None, [os.environ.get("OPENAI_BASE_URL")])]
 
 
 def model_client(
@@ -109,25 +102,6 @@ def _only_plain_headers(
         request.headers = httpx2.Headers({**plain, **extra})
 
     return rewrite
-
-
-def url_below(url: str, prefix: str) -> bool:
-    """Whether `url` is `prefix` or below it: the same scheme, host and port (no user part),
-    and the prefix's path segments first. Text prefixes are not enough: an allowed
-    `https://api.example.com` would also admit `https://api.example.com.attacker.net`, and a
-    host is compared as written (`127.1` is not `127.0.0.1`)."""
-    given, allowed = urlsplit(url), urlsplit(prefix)
-    return (
-        plain_url(url)
-        and given.scheme.lower() == allowed.scheme.lower()
-        and given.netloc.lower() == allowed.netloc.lower()
-        and f"{given.path.rstrip('/')}/".startswith(f"{allowed.path.rstrip('/')}/")
-    )
-
-
-def plain_url(url: str) -> bool:
-    """No spaces, controls, backslashes or non-ASCII: nothing that URL parsers read apart."""
-    return re.fullmatch(r"[!-~]+", url) is not None and "\\" not in url
 
 
 def is_transient(exc: openai.APIStatusError) -> bool:

@@ -215,10 +215,12 @@ class SandboxPool:
         #: Every re-provisioning this pool did, oldest first.
         self.reprovisioned: list[Reprovisioned] = []
         # Governance: steps holding each instance, when each was last used, instances being
-        # provisioned (they count against the budget), and those to close once idle.
+        # provisioned or closed (both count against the budget: a container being removed
+        # still holds its memory), and those to close once idle.
         self._leases: dict[tuple[BackendName, str], int] = {}
         self._last_used: dict[tuple[BackendName, str], float] = {}
         self._coming: set[tuple[BackendName, str]] = set()
+        self._going = 0
         self._finished: set[tuple[BackendName, str]] = set()
         self._budget_lock = anyio.Lock()
         self._idle = anyio.Event()  # set (and replaced) whenever an instance becomes idle
@@ -350,9 +352,9 @@ class SandboxPool:
             return instance
 
     def alive(self) -> int:
-        """Instances alive now (and being provisioned), as the budget counts them."""
+        """Instances alive now (and being provisioned or closed), as the budget counts them."""
         alive = sum(instance.dead is None for instance in self._instances.values())
-        return alive + len(self._coming)
+        return alive + len(self._coming) + self._going
 
     def _lease(self, key: tuple[BackendName, str]) -> None:
         self._leases[key] = self._leases.get(key, 0) + 1
@@ -426,11 +428,14 @@ class SandboxPool:
         self._last_used.pop(key, None)
         self.closed.append(Closed(key[0], key[1], why, time.time()))
         logger.info("instance %s %s", key[1], why)
+        self._going += 1
         with anyio.CancelScope(shield=True):
             try:
                 await instance.aclose()
             except EvalServerError as exc:
                 logger.warning("instance %s: could not close it: %s", key[1], exc)
+            finally:
+                self._going -= 1
 
     def _key(self, task: Task, placement: SandboxConfig | None) -> tuple[BackendName, str]:
         name: BackendName = backend_for(task)

@@ -417,3 +417,16 @@ def input_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             )
         shaped.append({"role": role, "parts": parts})
     return shaped
+
+
+def traceparent() -> str | None:
+    """The W3C `traceparent` of the current span of a traced trajectory (for a program the
+    trajectory starts, so that its own spans join the trajectory's trace); None otherwise."""
+    if _TRAJECTORY.get() is None:
+        return None
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"

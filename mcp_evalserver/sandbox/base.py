@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -173,6 +174,49 @@ class _ClosedOnExit(ABC):
         await self.aclose()
 
 
+@dataclass(frozen=True)
+class ExecRequest:
+    """One command as `Workspace.exec` was given it, checked once for every backend.
+
+    Raises (on construction):
+        InvalidInput: the command is empty, a limit is not positive, or NUL where none may be.
+    """
+
+    cmd: str | Sequence[str]
+    timeout: float
+    stdin: bytes | str | None
+    env: Mapping[str, str] | None
+    cwd: str | None
+    output_cap: int
+    user: str | None
+    report: bool
+
+    def __post_init__(self) -> None:
+        if not self.argv or (isinstance(self.cmd, str) and not self.cmd.strip()):
+            raise errors.InvalidInput("the command is empty")
+        if self.timeout <= 0 or self.output_cap <= 0:
+            raise errors.InvalidInput("timeout and output_cap must be positive")
+        if any("\0" in a for a in self.argv) or any(
+            not k or "=" in k or "\0" in k or "\0" in v for k, v in self.variables.items()
+        ):
+            raise errors.InvalidInput("argv and env may not contain NUL; env names no '='")
+
+    @property
+    def argv(self) -> list[str]:
+        """The program and its arguments (a string command runs by `/bin/sh -c`)."""
+        cmd = self.cmd
+        return ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
+
+    @property
+    def variables(self) -> dict[str, str]:
+        return dict(self.env or {})
+
+    @property
+    def input(self) -> bytes | None:
+        """`stdin` as bytes."""
+        return self.stdin.encode() if isinstance(self.stdin, str) else self.stdin
+
+
 class Workspace(ABC):
     """A trajectory's private copy-on-write view of an instance.
 
@@ -183,7 +227,6 @@ class Workspace(ABC):
     #: The machine it lives on, for a backend that spans several (Ray's node id); else None.
     node: str | None = None
 
-    @abstractmethod
     async def exec(
         self,
         cmd: str | Sequence[str],
@@ -216,6 +259,12 @@ class Workspace(ABC):
             Conflict: `report` on a backend that cannot give one (no supervisor).
             SandboxUnavailable: the instance is gone.
         """
+        request = ExecRequest(cmd, timeout, stdin, env, cwd, output_cap, user, report)
+        return await self._exec(request)
+
+    @abstractmethod
+    async def _exec(self, request: ExecRequest) -> ExecResult:
+        """Runs a checked command: what `exec` says, as each backend does it (raises as it)."""
 
     @abstractmethod
     async def read_file(self, path: str, *, max_bytes: int = 16 << 20) -> bytes:

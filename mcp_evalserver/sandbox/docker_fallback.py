@@ -24,6 +24,7 @@ import anyio
 
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import (
+    ExecRequest,
     ExecResult,
     FileEntry,
     GlobResult,
@@ -259,41 +260,25 @@ class ContainerWorkspace(Workspace):
     def _path(self, path: str) -> str:
         return path if path.startswith("/") else f"{self.instance.spec.workdir}/{path}"
 
-    async def exec(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        timeout: float = 600.0,  # noqa: ASYNC109 (enforced by restarting the container)
-        stdin: bytes | str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        output_cap: int = 1 << 20,
-        user: str | None = None,
-        report: bool = False,
-    ) -> ExecResult:
-        if report:
+    async def _exec(self, request: ExecRequest) -> ExecResult:
+        # Its timeout is enforced by restarting the container (`_run`).
+        if request.report:
             raise errors.Conflict(
                 "this workspace runs commands by `docker exec` (the image has no python3 >= "
                 "3.8 for the supervisor), which cannot give a command a private report "
                 "channel; add python3 to the image, or grade without strict mode"
             )
-        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
-        if not argv or (isinstance(cmd, str) and not cmd.strip()):
-            raise errors.InvalidInput("the command is empty")
-        if timeout <= 0 or output_cap <= 0:
-            raise errors.InvalidInput("timeout and output_cap must be positive")
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        workdir = self.instance.spec.workdir
+        workdir, cwd = self.instance.spec.workdir, request.cwd
         result, _ = await _run(
             self.instance.engine,
             self._live(),
-            argv,
-            timeout=timeout,
-            stdin=data,
-            env=env,
+            request.argv,
+            timeout=request.timeout,
+            stdin=request.input,
+            env=request.env,
             cwd=f"{workdir}/{cwd}" if cwd and not cwd.startswith("/") else (cwd or workdir),
-            output_cap=output_cap,
-            user=user or "root",
+            output_cap=request.output_cap,
+            user=request.user or "root",
         )
         return result
 

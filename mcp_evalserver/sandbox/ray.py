@@ -30,8 +30,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -40,6 +39,7 @@ import anyio
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import (
     Backend,
+    ExecRequest,
     ExecResult,
     FileEntry,
     GlobResult,
@@ -522,29 +522,10 @@ class RayWorkspace(Workspace):
             if op == "exec":
                 placed.commands -= 1
 
-    async def exec(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        timeout: float = 600.0,  # noqa: ASYNC109 (enforced inside the sandbox)
-        stdin: bytes | str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        output_cap: int = 1 << 20,
-        user: str | None = None,
-        report: bool = False,
-    ) -> ExecResult:
-        result = await self._op(
-            "exec",
-            cmd=cmd if isinstance(cmd, str) else [str(a) for a in cmd],
-            timeout=timeout,
-            stdin=stdin,
-            env=dict(env) if env is not None else None,
-            cwd=cwd,
-            output_cap=output_cap,
-            user=user,
-            report=report,
-        )
+    async def _exec(self, request: ExecRequest) -> ExecResult:
+        # The node's workspace checks it again: `exec`'s own arguments travel.
+        cmd = request.cmd if isinstance(request.cmd, str) else request.argv
+        result = await self._op("exec", **{**asdict(request), "cmd": cmd, "env": request.variables})
         return ExecResult.model_validate(result)
 
     async def read_file(self, path: str, *, max_bytes: int = 16 << 20) -> bytes:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_evalserver import errors
-from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec, Workspace
+from mcp_evalserver.sandbox.base import Backend, ExecRequest, Instance, InstanceSpec, Workspace
 from mcp_evalserver.sandbox.client import BlockingConnection
 from mcp_evalserver.sandbox.local import LocalBackend
 from mcp_evalserver.sandbox.shipping import (
@@ -440,7 +440,7 @@ class NodeHost:
             with self._cancellable(token, give_up) as cancelled:
                 if cancelled:
                     return CANCELLED
-                result = workspace.exec_on(connection, **kwargs)
+                result = workspace.exec_on(connection, ExecRequest(**kwargs))
         except Exception as exc:
             if given_up.is_set():
                 return CANCELLED

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import (
+    ExecRequest,
     ExecResult,
     FileEntry,
     GlobResult,
@@ -32,41 +33,18 @@ SEARCH_TIMEOUT_S = float(finder.TIMEOUT_S)  # a pattern may backtrack forever: k
 CHECKPOINT_TIMEOUT_S = 300.0  # a checkpoint that squashes a deep chain copies its old layers
 
 
-def exec_args(
-    cmd: str | Sequence[str],
-    timeout: float = 600.0,
-    stdin: bytes | str | None = None,
-    env: Mapping[str, str] | None = None,
-    cwd: str | None = None,
-    output_cap: int = 1 << 20,
-    user: str | None = None,
-    report: bool = False,
-) -> dict[str, Any]:
-    """The supervisor's `exec` arguments for a workspace's `exec`.
-
-    Raises:
-        InvalidInput: the command is empty, a limit is not positive, or NUL where none may be.
-    """
-    argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
-    if not argv or (isinstance(cmd, str) and not cmd.strip()):
-        raise errors.InvalidInput("the command is empty")
-    if timeout <= 0 or output_cap <= 0:
-        raise errors.InvalidInput("timeout and output_cap must be positive")
-    env = dict(env or {})
-    if any("\0" in a for a in argv) or any(
-        not k or "=" in k or "\0" in k or "\0" in v for k, v in env.items()
-    ):
-        raise errors.InvalidInput("argv and env may not contain NUL; env names no '='")
-    data = stdin.encode() if isinstance(stdin, str) else stdin
+def exec_args(request: ExecRequest) -> dict[str, Any]:
+    """The supervisor's `exec` arguments for a checked command."""
+    data = request.input
     return {
-        "argv": argv,
-        "env": env,
-        "cwd": cwd,
+        "argv": request.argv,
+        "env": request.variables,
+        "cwd": request.cwd,
         "stdin_b64": base64.b64encode(data).decode() if data else None,
-        "timeout": timeout,
-        "output_cap": output_cap,
-        "user": user,
-        **({"report": True} if report else {}),
+        "timeout": request.timeout,
+        "output_cap": request.output_cap,
+        "user": request.user,
+        **({"report": True} if request.report else {}),
     }
 
 
@@ -205,28 +183,14 @@ class SupervisedWorkspace(Workspace):
     async def _call(self, op: Op, reply_timeout: float, **args: Any) -> dict[str, Any]:
         return await self.client.request(op, reply_timeout=reply_timeout, ws=self.name, **args)
 
-    async def exec(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        timeout: float = 600.0,  # noqa: ASYNC109 (enforced inside the sandbox)
-        stdin: bytes | str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        output_cap: int = 1 << 20,
-        user: str | None = None,
-        report: bool = False,
-    ) -> ExecResult:
-        args = exec_args(cmd, timeout, stdin, env, cwd, output_cap, user, report)
-        return exec_result(await self._call("exec", timeout + REPLY_GRACE_S, **args))
+    async def _exec(self, request: ExecRequest) -> ExecResult:
+        reply_timeout = request.timeout + REPLY_GRACE_S
+        return exec_result(await self._call("exec", reply_timeout, **exec_args(request)))
 
-    def exec_on(
-        self, connection: BlockingConnection, cmd: str | Sequence[str], **options: Any
-    ) -> ExecResult:
-        """`exec` (same options) over a connection of the caller's own, blocking its thread
-        (ray_node.py)."""
-        args = exec_args(cmd, **options)
-        reply_timeout = args["timeout"] + REPLY_GRACE_S
+    def exec_on(self, connection: BlockingConnection, request: ExecRequest) -> ExecResult:
+        """`exec` over a connection of the caller's own, blocking its thread (ray_node.py)."""
+        reply_timeout = request.timeout + REPLY_GRACE_S
+        args = exec_args(request)
         return exec_result(connection.request("exec", reply_timeout, ws=self.name, **args))
 
     async def read_file(self, path: str, *, max_bytes: int = 16 << 20) -> bytes:

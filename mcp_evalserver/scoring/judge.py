@@ -42,9 +42,9 @@ from mcp_evalserver.runtime.endpoint_calls import (
     model_client,
     traced_chat,
 )
+from mcp_evalserver.runtime.endpoints import model_endpoint
 from mcp_evalserver.runtime.limits import RetryPolicy
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext
-from mcp_evalserver.spec.agents import DEFAULT_BASE_URL
 from mcp_evalserver.spec.matchers import parse_json
 
 #: Changing the judge's instructions must not reuse verdicts given under the old ones.
@@ -91,10 +91,10 @@ class LlmJudgeScorer(Scorer):
         Raises:
             InvalidInput: no endpoint and no API key (the OpenAI default needs one).
         """
-        configured = base_url or os.environ.get("OPENAI_BASE_URL")
-        self.base_url = configured or DEFAULT_BASE_URL
+        endpoint = model_endpoint(base_url)
+        self.base_url = endpoint.url
         self.api_key = (os.environ.get(api_key_env) or None) if api_key_env is not None else None
-        if self.api_key is None and configured is None:
+        if self.api_key is None and endpoint.chosen_by == "default":
             raise InvalidInput(
                 f"llm_judge: set ${api_key_env} (or give `base_url` of a local endpoint)"
                 if api_key_env is not None

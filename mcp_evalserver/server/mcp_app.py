@@ -12,6 +12,7 @@ keeps serving.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import inspect
 import json
 import logging
@@ -86,7 +87,7 @@ from mcp_evalserver.server.trajectory.endpoint import ServedTrajectory, serve_tr
 from mcp_evalserver.server.trajectory.scoped import ScopedTrajectory
 from mcp_evalserver.server.transport.answers import JsonUnlessStreaming, answering_json
 from mcp_evalserver.server.transport.http import allowed_host_names
-from mcp_evalserver.server.transport.stdio_pipes import claim_stdio
+from mcp_evalserver.server.transport.stdio_pipes import claim_stdio, end_input_on_signal
 from mcp_evalserver.spec.campaign import spec_json_schema, validate_spec
 
 logger = logging.getLogger(__name__)
@@ -551,9 +552,8 @@ def _logging_and_completions(app: MCPServer[EvalService]) -> None:
         ctx: ServerRequestContext[EvalService, Any], params: SetLevelRequestParams
     ) -> EmptyResult:
         # Handshake-era clients (2026-07-28 has no `logging/setLevel`: it answers "method not
-        # found", and clients opt in per request instead; see `_request_log`). The SDK gives a
-        # handler no public way to its connection, whose state outlives this request.
-        connection: Connection = ctx.session._connection
+        # found", and clients opt in per request instead; see `_request_log`).
+        connection = session_connection(ctx.session)
         following = _LOG_LEVEL in connection.state
         connection.state[_LOG_LEVEL] = params.level
         if not following:
@@ -583,6 +583,25 @@ def _logging_and_completions(app: MCPServer[EvalService]) -> None:
 
     lowlevel.add_request_handler("logging/setLevel", SetLevelRequestParams, set_level)
     lowlevel.add_request_handler("completion/complete", CompleteRequestParams, complete)
+
+
+def session_connection(session: object) -> Connection:
+    """The connection of a request's session, whose state outlives the request.
+
+    The SDK gives a handler no public way to it: this reads its private
+    `ServerSession._connection` (mcp 2.3; pyproject pins the SDK below 2.4).
+
+    Raises:
+        RuntimeError: the SDK moved it: say so, rather than fail somewhere else.
+    """
+    connection = getattr(session, "_connection", None)
+    if not isinstance(connection, Connection):
+        raise RuntimeError(
+            f"mcp {importlib.metadata.version('mcp')} keeps no `ServerSession._connection`: "
+            "logging/setLevel cannot reach its connection; install the mcp version "
+            "pyproject.toml names, or adapt `session_connection` to the SDK's public hook"
+        )
+    return connection
 
 
 def _request_log(ctx: Context[EvalService, Any]) -> Callable[[CampaignEvent], Awaitable[None]]:
@@ -744,7 +763,8 @@ async def serve_stdio(
     resume_running: bool = False,
     tools: ToolProfile = "all",
 ) -> None:
-    """Serves MCP over this process's stdin/stdout until the client closes it."""
+    """Serves MCP over this process's stdin/stdout until the client closes it or, when they
+    are pipes, SIGINT or SIGTERM arrives."""
     server = create_server(
         state_dir, ray_address=ray_address, resume_running=resume_running, tools=tools
     )
@@ -754,8 +774,13 @@ async def serve_stdio(
             return
         # What `run_stdio_async` does, over streams that need no worker thread per line.
         lowlevel = server._lowlevel_server
-        async with stdio_server(*pipes) as (read_stream, write_stream):
+        async with (
+            stdio_server(*pipes) as (read_stream, write_stream),
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(end_input_on_signal, pipes[0])
             await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+            group.cancel_scope.cancel()
 
 
 def http_app(

@@ -103,6 +103,11 @@ class CampaignStatus(BaseModel):
         default_factory=list,
         description="Instances found dead and provisioned again while it ran (last 20).",
     )
+    model_endpoints: dict[str, str] = Field(
+        default_factory=dict,
+        description="Where each model caller (`agent`, `scorer`) sends its calls: its "
+        "`base_url`, else $OPENAI_BASE_URL, else OpenAI's.",
+    )
     endpoint_limits: dict[str, int] = Field(
         default_factory=dict,
         description='Adaptive per-endpoint limits now (`limits.per_endpoint: "auto"`).',

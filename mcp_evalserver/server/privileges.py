@@ -25,7 +25,7 @@ caller chooses when the key is spent. What else the server's environment holds f
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel
 
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.runtime.endpoint_calls import operators_endpoints, plain_url, url_below
+from mcp_evalserver.runtime.endpoints import operators_endpoints, plain_url, url_below
 from mcp_evalserver.spec.agents import (
     CommandAgentConfig,
     MiniSweAgentConfig,
@@ -42,7 +42,7 @@ from mcp_evalserver.spec.agents import (
     PredictionsAgentConfig,
     PythonAgentConfig,
 )
-from mcp_evalserver.spec.campaign import CampaignSpec, RaySandboxConfig, Task
+from mcp_evalserver.spec.campaign import CampaignSpec, RaySandboxConfig, Task, nested_configs
 from mcp_evalserver.spec.harbor import harbor_of
 from mcp_evalserver.spec.predictions import GOLD
 from mcp_evalserver.spec.scorers import (
@@ -170,7 +170,7 @@ class Privileges:
         """
         if self.plugins:
             return
-        for _, part in _configs(config, where):
+        for _, part in nested_configs(config, where):
             does = _PLUGINS.get(type(part))
             if does is not None:
                 self._refuse_plugin(f"the {where} {{'type': {getattr(part, 'type', '?')!r}}}", does)
@@ -185,13 +185,16 @@ class Privileges:
             InvalidInput: it would, naming the field, its value and the flag that allows it.
         """
         for where, config in (("agent", spec.agent), ("scorer", spec.scorer)):
-            for at, part in _configs(config, where):
+            for at, part in nested_configs(config, where):
+                refused = None
                 if isinstance(part, OpenAIAgentConfig | LlmJudgeScorerConfig):
                     refused = self._endpoint_refusal(at, part.base_url) or self._key_refusal(
                         at, part.api_key_env
                     )
-                    if refused is not None:
-                        raise InvalidInput(f"{recorded_as}: {refused}" if recorded_as else refused)
+                elif isinstance(part, CommandAgentConfig):
+                    refused = next(filter(None, map(self._passed_refusal, part.pass_env)), None)
+                if refused is not None:
+                    raise InvalidInput(f"{recorded_as}: {refused}" if recorded_as else refused)
 
     def _endpoint_refusal(self, at: str, base_url: str | None) -> str | None:
         if self.endpoints is None or base_url is None:
@@ -222,6 +225,17 @@ class Privileges:
             f"allow it with --allow-env {name}"
         )
 
+    def _passed_refusal(self, name: str) -> str | None:
+        # As for keys: whether the server sets `name` is not the client's to learn.
+        if self.key_names is None or name in self.key_names:
+            return None
+        allowed = ", ".join(sorted(self.key_names)) or "none"
+        return (
+            f"agent.pass_env {name!r} is not a variable this server lets its HTTP clients pass "
+            f"to a program (those of --allow-env: {allowed}): give its value in `env`, name "
+            f"one of those, or ask the server's operator to allow it with --allow-env {name}"
+        )
+
     def _refuse_plugin(self, what: str, does: str, also: str = "") -> None:
         if self.plugins:
             return
@@ -243,8 +257,9 @@ class Privileges:
         if not self.path_roots:
             raise InvalidInput(
                 f"{what} {given!r}: this server does not let its HTTP clients name host paths; "
-                "its operator can allow directories with --allow-paths DIR..., or give tasks "
-                "inline with an `image` (docker backend)"
+                "its operator can allow directories with --allow-paths DIR..., or put it inline "
+                "in the spec (tasks as a list: a task without `path` or `image` is answered as "
+                "text, one with an `image` works in that image's container)"
             )
         real = Path(os.path.realpath(base_dir / given))
         if any(real == root or root in real.parents for root in self.path_roots):
@@ -286,17 +301,3 @@ class Privileges:
         real = self.host_path(harbor.build_context, where, base_dir)
         kept = harbor.model_copy(update={"build_context": real}).model_dump()
         return task.model_copy(update={"metadata": {**task.metadata, "harbor": kept}})
-
-
-def _configs(config: BaseModel, at: str) -> Iterator[tuple[str, BaseModel]]:
-    """`config` and every config nested in it (a combined scorer's parts), each with its place
-    in the spec (`scorer.scorers[1]`)."""
-    yield at, config
-    for name in type(config).model_fields:
-        value = getattr(config, name)
-        items = enumerate(value) if isinstance(value, list) else [(None, value)]
-        for index, item in items:
-            if isinstance(item, BaseModel):
-                yield from _configs(
-                    item, f"{at}.{name}" if index is None else f"{at}.{name}[{index}]"
-                )

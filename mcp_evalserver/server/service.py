@@ -44,6 +44,7 @@ from mcp_evalserver.engine.runner import CampaignRunner, check_new_budget
 from mcp_evalserver.engine.state import CampaignState, TrajectoryState
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import Conflict, EvalServerError, ExcInfo, NotFound
+from mcp_evalserver.runtime.endpoints import model_endpoints
 from mcp_evalserver.runtime.sandboxes import SandboxPool
 from mcp_evalserver.scoring.stats.comparison import PairedComparison
 from mcp_evalserver.scoring.stats.summary import summarise_campaign
@@ -376,6 +377,7 @@ class EvalService:
             instances=state.spec.limits.instances,
             retrying=run.runner.retrying if run is not None else 0,
             reprovisioned=[InstanceReprovisioned(**event) for event in state.reprovisioned[-20:]],
+            model_endpoints=model_endpoints(state.spec),
             endpoint_limits={key: e.limit for key, e in state.endpoint_limits.items()},
             cost_usd=state.spend.cost_usd if state.spend.records else None,
             spent_usd=state.spend.priced_usd,
@@ -420,7 +422,8 @@ class EvalService:
         log: EventFn | None = None,
     ) -> CampaignStatus:
         """Waits up to `wait_s` for the campaign to stop, reporting progress on every change
-        and handing `log` each of the campaign's events.
+        while it runs (never once the answer is ready) and handing `log` each of the
+        campaign's events.
 
         Raises:
             NotFound: no such campaign.
@@ -449,13 +452,16 @@ class EvalService:
 
         while True:
             await hand_over_events()
-            # Progress must only grow within one request; re-scoring can lower `done`.
-            if status.done > last:
-                last = status.done
-                await progress(status.done, status.trajectories, _progress_line(status))
             if run is None or run.finished.is_set() or time.monotonic() >= deadline:
                 await hand_over_events()  # the run's last, if it ended meanwhile
                 return status
+            # No progress once the answer is ready (all done: the run is ending): the answer
+            # says it all, and a notification just before it races the client's end of the
+            # request (the TypeScript SDK drops the stdio session on it). Progress must only
+            # grow within one request; re-scoring can lower `done`.
+            if last < status.done < status.trajectories:
+                last = status.done
+                await progress(status.done, status.trajectories, _progress_line(status))
             with anyio.move_on_after(deadline - time.monotonic()):
                 await run.changed.wait()
             status = self.status(campaign_id)

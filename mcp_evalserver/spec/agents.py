@@ -58,7 +58,8 @@ class ExternalAgentConfig(_Strict):
     )
 
 
-#: Where an `openai` agent without a `base_url` sends its requests.
+#: Where a model caller sends its requests when neither its `base_url` nor $OPENAI_BASE_URL
+#: says otherwise (`runtime/endpoints.py`).
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
@@ -69,7 +70,9 @@ class OpenAIAgentConfig(_Strict):
     type: Literal["openai"] = "openai"
     model: str = Field(description="Model name as the endpoint knows it.")
     base_url: str | None = Field(
-        None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1; OpenAI's."
+        None,
+        description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1. Default: "
+        "$OPENAI_BASE_URL, else OpenAI.",
     )
     api_key_env: str | None = Field(
         "OPENAI_API_KEY",
@@ -128,7 +131,14 @@ class CommandAgentConfig(_Strict):
         "MCP_EVALSERVER_TASK_ID, MCP_EVALSERVER_PROMPT and MCP_EVALSERVER_PROMPT_FILE."
     )
     env: dict[str, str] = Field(
-        default_factory=dict, description="Extra environment variables for the program."
+        default_factory=dict,
+        description="Extra environment variables for the program. Of the server's own it "
+        "gets only PATH, HOME, LANG, OPENAI_BASE_URL and those `pass_env` names.",
+    )
+    pass_env: list[str] = Field(
+        default_factory=list,
+        description="Names of the server's environment variables the program also gets (e.g. "
+        "an API key's); over HTTP only those of the server's --allow-env.",
     )
     cwd: str | None = Field(None, description="Where it starts; default the server's own.")
 

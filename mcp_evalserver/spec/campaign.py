@@ -14,7 +14,7 @@ import functools
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -600,3 +600,17 @@ def spec_json_schema() -> dict[str, Any]:
 def task_json_schema() -> dict[str, Any]:
     """The JSON schema of one task (cached: do not change what it returns)."""
     return Task.model_json_schema()
+
+
+def nested_configs(config: BaseModel, at: str) -> Iterator[tuple[str, BaseModel]]:
+    """`config` and every config nested in it (a combined scorer's parts), each with its place
+    in the spec (`scorer.scorers[1]`)."""
+    yield at, config
+    for name in type(config).model_fields:
+        value = getattr(config, name)
+        items = enumerate(value) if isinstance(value, list) else [(None, value)]
+        for index, item in items:
+            if isinstance(item, BaseModel):
+                yield from nested_configs(
+                    item, f"{at}.{name}" if index is None else f"{at}.{name}[{index}]"
+                )

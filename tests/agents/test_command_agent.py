@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -175,6 +176,43 @@ async def test_a_program_answers_a_task_without_a_workspace_and_is_told_it_has_n
     transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
     assert "has no workspace" in transcript[-1]["stdout"]
     assert "submit an `answer` instead" in transcript[-1]["stdout"]
+
+
+async def test_a_program_gets_the_least_environment_and_never_a_secret_of_the_servers(
+    tmp_path: Path, notes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Planted in the server's environment: a secret nothing names, an OTLP exporter's
+    # headers (Langfuse keys travel there) and the server's own token.
+    monkeypatch.setenv("SECRET_X", "planted-secret-9f2c")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Basic bGYtc2VjcmV0")
+    monkeypatch.setenv("MCP_EVALSERVER_TOKEN", "the-servers-own-token")
+    monkeypatch.setenv("PASSED_KEY", "named-by-the-spec")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    # What it is handed, not what it could find: it runs as the server's user (a host program
+    # needs --allow-plugins over HTTP), so /proc/<server>/environ is its to read.
+    dump = f"env > {notes}/env"
+    agent = {
+        "type": "command",
+        "command": ["sh", "-c", dump],
+        "env": {"SPEC_VAR": "from the spec"},
+        "pass_env": ["PASSED_KEY", "NOT_SET_ANYWHERE"],
+    }
+    with anyio.fail_after(60):
+        await run(tmp_path / "state", spec([ANSWER_TASK], agent))
+    seen = dict(line.split("=", 1) for line in (notes / "env").read_text().splitlines())
+    everything = (notes / "env").read_text()
+    assert "planted-secret-9f2c" not in everything
+    assert "bGYtc2VjcmV0" not in everything
+    assert "the-servers-own-token" not in everything
+    assert seen["PASSED_KEY"] == "named-by-the-spec"
+    assert seen["SPEC_VAR"] == "from the spec"
+    assert seen["OPENAI_BASE_URL"] == "http://127.0.0.1:9/v1"
+    assert seen["PATH"] == os.environ["PATH"]
+    assert seen["MCP_EVALSERVER_TRAJECTORY"] == "q@0"
+    # Nothing else of the server's: the base, what the spec named or gave, the trajectory's.
+    base = {"PATH", "HOME", "LANG", "OPENAI_BASE_URL", "PASSED_KEY", "SPEC_VAR"}
+    shell = {"PWD", "SHLVL", "_", "OLDPWD"}  # what `sh` itself sets
+    assert set(seen) - base - shell == {name for name in seen if name.startswith("MCP_EVALSERVER_")}
 
 
 async def test_a_program_that_lingers_after_submitting_is_stopped_and_its_submission_stands(

@@ -8,8 +8,12 @@ workspaces (root), and the environment class on the docker backend too.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import signal
 import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,7 @@ from minisweagent.environments import get_environment
 from minisweagent.models.test_models import DeterministicModel, make_output
 
 from mcp_evalserver.engine.report import build_report
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.integrations.minisweagent import EvalserverEnvironment, close_shared
 from mcp_evalserver.scoring.factory import build_scorer
@@ -28,12 +33,13 @@ from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.spec.agents import MiniSweAgentConfig
 from mcp_evalserver.spec.prices import ModelPrice
 from mcp_evalserver.spec.scorers import CommandScorerConfig
-from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, call, serving
+from tests.agents.fake_openai import Failure, FakeOpenAI, Reply, Response, call, serving
 from tests.agents.helpers import artifact_text, records, run, spec
 from tests.litellm_sockets import LITELLM_SOCKETS
 from tests.root import require_root
 from tests.sandbox.docker_support import require_docker
 from testsupport.otlp import receiving
+from testsupport.servers import REPO
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
@@ -175,9 +181,12 @@ async def test_a_deterministic_model_fixes_the_bug_through_the_real_loop_and_its
     (generated,) = records(directory, "generated")
     assert generated["usage"]["requests"] == 3
     assert generated["usage"]["cost_usd"] == 3.0  # DeterministicModel's 1.0 per call
-    # Its own cost is the campaign's: one record, in the report beside what it resolved.
-    (usage,) = records(directory, "model_usage")
-    assert (usage["source"], usage["cost_usd"], usage["priced_by"]) == ("agent", 3.0, "provider")
+    # Its own cost is the campaign's: a record per call as it returned, in the report beside
+    # what it resolved.
+    usage = records(directory, "model_usage")
+    assert [(u["source"], u["cost_usd"], u["priced_by"]) for u in usage] == [
+        ("agent", 1.0, "provider")
+    ] * 3
     cost = build_report(state)["cost"]
     assert (cost["cost_usd"], cost["cost_per_resolved_usd"]) == (3.0, 3.0)
     transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
@@ -272,6 +281,81 @@ async def test_its_model_calls_stay_within_the_campaigns_per_endpoint_limit(
     assert fake.max_in_flight == 2
     (counted,) = records(directory, "endpoint_calls")
     assert counted["calls"] == {fake.url: {"ok": 4}}
+
+
+@pytest.mark.anyio
+async def test_each_model_call_is_metered_as_it_returns_so_a_budget_stops_the_loop_mid_run(
+    tmp_path: Path,
+) -> None:
+    # A model that never submits: without metering per call the loop would run to its step
+    # limit (10) and be counted once, at its hand-in.
+    fake = FakeOpenAI([], then=call("bash", command="true"))
+    with serving(fake), anyio.fail_after(60):
+        prices = {"scripted-model": ModelPrice(input=1.0, output=2.0)}  # 140 µ$ per call
+        campaign = spec([_task(tmp_path)], _litellm(fake.url), budget_usd=0.00025)
+        campaign = campaign.model_copy(update={"prices": prices})
+        state, directory = await run(tmp_path / "state", campaign, CHECK_SCORER)
+
+    # The second call crossed the budget: it is paid and recorded, and no third was sent.
+    assert len(fake.seen) == 2
+    assert state.trajectories["calc@0"].outcome == "budget_exhausted"
+    usage = records(directory, "model_usage")
+    assert [(u["source"], u["input_tokens"], u["output_tokens"]) for u in usage] == [
+        ("agent", 100, 20),
+        ("agent", 100, 20),
+    ]
+    # The ledger's spend is the provider's, call for call.
+    assert state.spend.cost_usd == pytest.approx(2 * (100 * 1.0 + 20 * 2.0) / 1_000_000)
+
+
+@pytest.mark.anyio
+async def test_killed_between_two_calls_then_resumed_the_ledger_holds_what_the_provider_served(
+    tmp_path: Path,
+) -> None:
+    """The real CLI, SIGKILLed once its third model call is on the wire (the second answered
+    and metered), then resumed: the ledger's tokens equal the provider's, call for call."""
+    third_sent, let_go = threading.Event(), threading.Event()
+
+    def respond(body: dict[str, Any]) -> Response:
+        if len(fake.seen) == 3:  # the first run's third call: it never gets an answer
+            third_sent.set()
+            let_go.wait(60)
+            return Failure(500, message="its client is gone")
+        if len(fake.seen) < 3:
+            return call("bash", command="true")
+        return SUBMIT
+
+    fake = FakeOpenAI([], then=respond)
+    spec_file = tmp_path / "spec.json"
+    state_dir = tmp_path / "state"
+    cli = [sys.executable, "-m", "mcp_evalserver.cli", "--state-dir", str(state_dir)]
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    with serving(fake), anyio.fail_after(180):
+        campaign = spec([_task(tmp_path)], _litellm(fake.url), retry_base_delay_s=0)
+        checked = campaign.model_copy(update={"scorer": CommandScorerConfig(command=CHECK)})
+        spec_file.write_text(checked.model_dump_json())
+        started = [*cli, "run", str(spec_file), "--id", "killed", "--no-progress"]
+        async with await anyio.open_process(started, env=environment) as first:
+            try:
+                assert await anyio.to_thread.run_sync(third_sent.wait, 120)
+            finally:
+                first.kill()
+                await first.wait()
+                let_go.set()
+        assert first.returncode == -signal.SIGKILL
+        killed = CampaignStore(state_dir).load("killed")
+        assert killed.spend.records == 2, "both answered calls were recorded before the third"
+        resume = [*cli, "resume", "killed", "--no-progress"]
+        resumed = await anyio.run_process(resume, env=environment, check=False)
+        assert resumed.returncode == 0, resumed.stderr.decode()
+
+    state = CampaignStore(state_dir).load("killed")
+    assert state.trajectories["calc@0"].outcome == "failed"  # it never fixed calc.py
+    usage = records(CampaignStore(state_dir).directory("killed"), "model_usage")
+    served = fake.reported_tokens
+    assert sum(u["input_tokens"] for u in usage) == served["prompt"] == 100 * (len(fake.seen) - 1)
+    assert sum(u["output_tokens"] for u in usage) == served["completion"]
+    assert len(usage) == len(fake.seen) - 1, "every answered call once; the unanswered none"
 
 
 @pytest.mark.anyio

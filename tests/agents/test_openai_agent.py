@@ -23,6 +23,7 @@ from mcp_evalserver.agents.openai_agent import (
     ATTEMPT_HEADER,
     IDEMPOTENCY_HEADER,
 )
+from mcp_evalserver.engine.report import build_report, render_markdown
 from mcp_evalserver.runtime.endpoint_calls import retry_after_seconds
 from mcp_evalserver.runtime.limits import Limiters
 from mcp_evalserver.runtime.sandboxes import TrajectorySandbox
@@ -214,6 +215,27 @@ async def test_the_operators_openai_settings_go_to_the_operators_endpoint_and_no
     assert to_other.authorization == f"Bearer {KEY}"
     assert to_other.headers[ATTEMPT_HEADER.lower()] == "1"
     assert to_other.body["model"] == "scripted-model"
+
+
+async def test_without_base_url_the_agent_goes_where_openai_base_url_points_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A user who points $OPENAI_BASE_URL at a local server sends nothing to OpenAI: the agent
+    # follows the same rule as the judge and the openai library. A local server needs no key.
+    monkeypatch.delenv(KEY_ENV)
+    with serving(FakeOpenAI([], then=call("submit", answer="16"))) as local, anyio.fail_after(30):
+        monkeypatch.setenv("OPENAI_BASE_URL", local.url)
+        agent = openai_agent(local.url, base_url=None, answer_from="submit")
+        state, directory = await run(tmp_path, spec([TASK], agent))
+    assert state.trajectories["t4@0"].outcome == "resolved"
+    assert local.requests == 1
+    assert local.seen[0].body["messages"][1]["content"] == TASK["prompt"]
+    report = build_report(state)
+    # Named, never shown: the value is the operator's (a tenant must not learn it).
+    assert report["model_endpoints"] == {"agent": "$OPENAI_BASE_URL (the server's)"}
+    assert "- agent sends its model calls to $OPENAI_BASE_URL" in render_markdown(report)
+    (counted,) = records(directory, "endpoint_calls")
+    assert counted["calls"] == {local.url: {"ok": 1}}
 
 
 async def test_a_redirect_is_not_followed(tmp_path: Path) -> None:

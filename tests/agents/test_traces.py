@@ -243,6 +243,30 @@ async def test_a_command_agents_tool_calls_through_its_endpoint_join_its_traject
     assert {s.attributes["gen_ai.conversation.id"] for s in tools} == {"calc@0"}
 
 
+async def test_a_command_agents_program_is_handed_the_trace_context_of_its_invoke_agent_span(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its environment is the least one (no OTLP settings of the server's), but TRACEPARENT
+    lets the program's own spans join the trajectory's trace."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    dump = f'echo "$TRACEPARENT" > {notes}/traceparent; env > {notes}/env'
+    agent = {"type": "command", "command": ["sh", "-c", dump]}
+    task = {"id": "q", "prompt": "2 + 2?", "answer": "4"}
+    with receiving() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        with anyio.fail_after(60):
+            await run(tmp_path / "state", spec([task], agent))
+        traces = _trajectory_traces(receiver)
+
+    agent_span = _one(traces["q@0"], "invoke_agent command")
+    handed = (notes / "traceparent").read_text().strip()
+    version, trace_id, span_id, flags = handed.split("-")
+    assert (version, trace_id, span_id) == ("00", agent_span.trace_id, agent_span.span_id)
+    assert int(flags, 16) & 1, "sampled"
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in (notes / "env").read_text()
+
+
 async def test_an_endpoint_without_the_otel_extra_refuses_the_run_before_it_records_anything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

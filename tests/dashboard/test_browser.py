@@ -232,7 +232,18 @@ async def test_a_mini_swe_agent_trajectory_shows_its_messages_on_the_trajectory_
             await expect(entries.last).to_contain_text("event: exit")
             transcript = page.locator("#transcript")
             await expect(transcript).to_contain_text("add() subtracts; make it add.")
-            await expect(transcript).to_contain_text("Let me look at calc.py.")
+            # Its reply reads as every agent's, its text and tool call first; litellm's raw
+            # response object (the message's `extra`) is folded after them.
+            reply = page.locator("#transcript > details.entry").nth(2)
+            await expect(reply.locator(".field .name").first).to_have_text("content")
+            await expect(reply.locator(".field pre").first).to_have_text("Let me look at calc.py.")
+            await expect(reply.locator(".field .name").nth(1)).to_have_text("tool_calls")
+            raw = reply.locator("details.raw")
+            await expect(raw.locator("summary")).to_contain_text("extra: the raw object")
+            await expect(raw.locator("pre")).to_be_hidden()
+            await expect(reply.locator(".field").last.locator("details.raw")).to_have_count(1)
+            await raw.locator("summary").click()
+            await expect(raw.locator("pre")).to_contain_text('"prompt_tokens"')
             await expect(transcript).to_contain_text('"command": "cat calc.py"')
             # What `cat` printed, as the model was shown it.
             await expect(page.locator("#transcript > details.entry").nth(3)).to_contain_text(

@@ -59,11 +59,11 @@ async def test_the_ci_client_exits_zero_above_the_threshold_and_non_zero_below_o
     assert good_run.returncode == 0, good_run.stderr.decode()
     assert "# Campaign answers-oracle-" in good_run.stdout.decode()
     assert "pass rate 1.000 (threshold 0.5): passed" in good_run.stderr.decode()
-    assert "18/18 done" in good_run.stderr.decode(), "progress notifications were streamed"
+    assert "finished, 18/18 done" in good_run.stderr.decode()
     assert "mean pass rate 1.000 (95% CI 1.000-1.000), pass@1 1.000" in good_run.stderr.decode()
     assert bad_run.returncode == 1, bad_run.stderr.decode()
     assert "pass rate 0.000 (threshold 0.5): FAILED" in bad_run.stderr.decode()
-    assert "3/3 done" in bad_run.stderr.decode(), "progress notifications were streamed"
+    assert "finished, 3/3 done" in bad_run.stderr.decode()
     assert refused_run.returncode == 2
     assert "samples" in refused_run.stderr.decode()
 

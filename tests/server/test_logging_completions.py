@@ -80,13 +80,17 @@ async def capabilities(client: Client, mode: str) -> ServerCapabilities:
     return DiscoverResult.model_validate(discovered).capabilities
 
 
-async def follow_while_answering(client: Client, campaign_id: str, count: int) -> dict[str, Any]:
+async def follow_while_answering(
+    client: Client, campaign_id: str, count: int, progressed: list[tuple[float, float | None]]
+) -> dict[str, Any]:
     """Follows the campaign with campaign_status while acting as its external agent (each
-    task's right answer); the trajectories start once the server is following."""
+    task's right answer), appending each progress notification to `progressed`; the
+    trajectories start once the server is following."""
     following = anyio.Event()
     status: dict[str, Any] = {}
 
     async def progress(progress: float, total: float | None, message: str | None) -> None:
+        progressed.append((progress, total))
         following.set()
 
     async def follow() -> None:
@@ -127,7 +131,8 @@ async def test_log_levels_and_completions_are_answered_over_stdio_and_http(
                 assert "Method not found" in str(refused.value)
             spec = answer_spec(3, agent="external")
             await call(client, "start_campaign", spec=spec, campaign_id="squares")
-            status = await follow_while_answering(client, "squares", 3)
+            progressed: list[tuple[float, float | None]] = []
+            status = await follow_while_answering(client, "squares", 3, progressed)
             # Over a connection the events come on their own; over a request, before its reply.
             await logs.stopped.wait()
             campaigns = await client.complete(REPORT, {"name": "campaign_id", "value": "sq"})
@@ -140,6 +145,10 @@ async def test_log_levels_and_completions_are_answered_over_stdio_and_http(
     assert declared.logging is not None
     assert declared.completions is not None
     assert (status["status"], status["resolved"]) == ("finished", 3)
+    # No progress once the answer is ready: a final 3/3 just before the answer races the
+    # request's end in the TypeScript SDK, which then drops a stdio session.
+    assert progressed
+    assert all(done < 3 for done, _ in progressed), progressed
     messages = logs.messages()
     for tid in ("t1@0", "t2@0", "t3@0"):
         assert ("info", f"squares: {tid} resolved") in messages
@@ -170,7 +179,7 @@ async def test_a_lower_level_adds_every_step_and_an_unknown_campaign_completes_t
             await call(
                 client, "start_campaign", spec=answer_spec(2, agent="external"), campaign_id="c"
             )
-            await follow_while_answering(client, "c", 2)
+            await follow_while_answering(client, "c", 2, [])
             await logs.stopped.wait()
             unknown = await client.complete(
                 TRAJECTORY, {"name": "trajectory_id", "value": ""}, {"campaign_id": "nope"}

@@ -152,6 +152,10 @@ async def test_a_token_holder_cannot_name_host_paths_without_allow_paths(
             http_client(url) as client,
         ):
             errors = [await call_error(client, "start_campaign", spec=spec) for spec in specs]
+            # What the refusal offers is true: an inline task without path or image runs.
+            inline = await call(client, "start_campaign", spec=answers(1))
+    assert inline["trajectories"] == 1
+    assert "a task without `path` or `image` is answered as text" in errors[0]
     assert "task calc: path" in errors[0]
     assert "task file" in errors[1]
     assert "predictions file" in errors[2]
@@ -159,7 +163,7 @@ async def test_a_token_holder_cannot_name_host_paths_without_allow_paths(
     for error in errors:
         assert "does not let its HTTP clients name host paths" in error, error
         assert "--allow-paths" in error, error
-    assert recorded(state_dir) == []
+    assert recorded(state_dir) == [inline["campaign_id"]], "none of the refused was recorded"
 
 
 async def test_symlinks_and_dotdot_do_not_lead_out_of_the_allowed_directories(
@@ -528,6 +532,20 @@ def test_with_allow_env_alone_the_key_goes_to_openai_and_the_operators_base_url(
     Privileges.for_http(allow_endpoints=["http://10.0.0.9/v1"]).admit(keyless, tmp_path)
     with pytest.raises(InvalidInput, match="is not a model endpoint"):
         Privileges.for_http().admit(keyless, tmp_path)
+
+
+def test_a_program_gets_only_the_variables_of_allow_env_that_its_spec_names_over_http(
+    tmp_path: Path, server_secrets: None
+) -> None:
+    privileges = Privileges.for_http(allow_plugins=True, allow_env=[KEY_ENV])
+    agent: dict[str, Any] = {"type": "command", "command": ["true"], "pass_env": [KEY_ENV]}
+    allowed = CampaignSpec.model_validate(answers(1, agent=agent))
+    assert privileges.admit(allowed, tmp_path).agent == allowed.agent
+    # The cheat: a tenant's program asking for the server's other secrets by name.
+    for name in (SECRET_ENV, "OTEL_EXPORTER_OTLP_HEADERS"):
+        asking = CampaignSpec.model_validate(answers(1, agent={**agent, "pass_env": [name]}))
+        with pytest.raises(InvalidInput, match=f"agent.pass_env '{name}'.*--allow-env {name}"):
+            privileges.admit(asking, tmp_path)
 
 
 def test_an_allowed_endpoint_that_is_no_url_stops_the_server_with_a_clear_error(

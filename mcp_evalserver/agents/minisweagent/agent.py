@@ -27,7 +27,11 @@ from mcp_evalserver.agents.minisweagent.environment import (
     WorkspaceEnvironmentConfig,
     import_minisweagent,
 )
-from mcp_evalserver.agents.minisweagent.model import EndpointGatedModel, endpoint_key
+from mcp_evalserver.agents.minisweagent.model import (
+    EndpointGatedModel,
+    call_usage,
+    with_endpoint,
+)
 from mcp_evalserver.errors import EvalServerError, InvalidInput
 from mcp_evalserver.runtime import tracing
 from mcp_evalserver.spec.agents import MiniSweAgentConfig
@@ -42,6 +46,8 @@ _LOOP_THREADS = 256
 
 class MiniSweAgent(Agent):
     """Runs mini-swe-agent's `DefaultAgent` with the configured model on each trajectory."""
+
+    meters_calls = True  # each query, as it returns (`EndpointGatedModel`)
 
     def __init__(self, config: MiniSweAgentConfig) -> None:
         import_minisweagent()
@@ -72,14 +78,15 @@ class MiniSweAgent(Agent):
         settings = copy.deepcopy(self.settings)
         try:
             env_config = WorkspaceEnvironmentConfig(**settings.get("environment", {}))
-            model_config = settings.get("model", {})
+            model_config, endpoint = with_endpoint(settings.get("model", {}))
             queried = get_model(config=model_config)
             _trace_queries(queried, str(model_config.get("model_name", "")))
             model = EndpointGatedModel(
                 queried,
-                context.limiters.endpoint(endpoint_key(model_config)),
+                context.limiters.endpoint(endpoint),
                 _on_loop,
                 self._call_threads,
+                context.meter,
             )
             env = WorkspaceEnvironment(workspace, _on_loop, env_config)
             agent = DefaultAgent(model, env, **settings.get("agent", {}))
@@ -220,11 +227,10 @@ def usage_of(agent: Any) -> Usage:
         model=model if isinstance(model, str) else None,
     )
     for message in agent.messages:
-        response = (message.get("extra") or {}).get("response")
-        counts = response.get("usage") if isinstance(response, dict) else None
-        if isinstance(counts, dict):
-            usage.input_tokens += int(counts.get("prompt_tokens") or 0)
-            usage.output_tokens += int(counts.get("completion_tokens") or 0)
+        if "extra" in message:
+            call = call_usage(None, message)
+            usage.input_tokens += call.input_tokens
+            usage.output_tokens += call.output_tokens
     return usage
 
 

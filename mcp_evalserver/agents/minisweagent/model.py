@@ -21,22 +21,35 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+from pydantic import ValidationError
 
 from mcp_evalserver.agents.minisweagent.environment import LoopCall
 from mcp_evalserver.errors import InfrastructureError
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.runtime.endpoint_calls import retry_after_seconds, shorten
+from mcp_evalserver.runtime.endpoints import litellm_endpoint
+from mcp_evalserver.runtime.pricing import Meter
+from mcp_evalserver.spec.submission import ModelUsage
 
 #: HTTP statuses that say "later": the provider's load or its own fault.
 _LOAD_STATUSES = {408, 429}
 
 
-def endpoint_key(model: Mapping[str, Any]) -> str:
-    """The limiter's key for mini-swe-agent's `model` section: its `model_kwargs.api_base` (or
-    `base_url`) when it names one, else the model name (litellm picks the provider by it)."""
+def with_endpoint(model: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """mini-swe-agent's `model` section with the endpoint rule applied, and the limiter's key.
+
+    An OpenAI model without `model_kwargs.api_base` gets the rule's endpoint as its `api_base`
+    (the spec's, else $OPENAI_BASE_URL, else OpenAI's: what the `openai` agent and the judge
+    use, and not litellm's other variables); the key is that URL. Another provider's model is
+    left to litellm, keyed by the model's name (litellm picks the provider by it).
+    """
+    endpoint = litellm_endpoint(model)
+    if endpoint is None:
+        return model, str(model.get("model_name") or "mini-swe-agent")
     kwargs = model.get("model_kwargs") or {}
-    url = kwargs.get("api_base") or kwargs.get("base_url")
-    return str(url or model.get("model_name") or "mini-swe-agent")
+    if not (kwargs.get("api_base") or kwargs.get("base_url")):
+        model = {**model, "model_kwargs": {**kwargs, "api_base": endpoint.url}}
+    return model, endpoint.url
 
 
 def load_failure(exc: BaseException) -> str | None:
@@ -52,16 +65,49 @@ def load_failure(exc: BaseException) -> str | None:
     return None
 
 
+def call_usage(model: str | None, message: Mapping[str, Any]) -> ModelUsage:
+    """What the model call that answered `message` used: the tokens of its response's `usage`
+    and mini-swe-agent's cost for it (litellm's price; none when 0: the runner prices the
+    tokens by the model's name)."""
+    extra = message.get("extra") or {}
+    response = extra.get("response")
+    counts = response.get("usage") if isinstance(response, dict) else None
+    counts = counts if isinstance(counts, dict) else {}
+    details = counts.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    cost = extra.get("cost")
+    cost = cost if isinstance(cost, int | float) and cost else None
+    fields: dict[str, Any] = {
+        "model": model,
+        "input_tokens": int(counts.get("prompt_tokens") or 0),
+        "output_tokens": int(counts.get("completion_tokens") or 0),
+    }
+    fields["cached_input_tokens"] = min(int(cached or 0), fields["input_tokens"])
+    try:
+        return ModelUsage(
+            **fields, cost_usd=cost if isinstance(cost, int | float) and cost else None
+        )
+    except ValidationError:
+        return ModelUsage(**fields)  # a figure no price could be: the tokens are priced
+
+
 class EndpointGatedModel:
-    """A mini-swe-agent model whose queries go through `limiter`, called from the loop thread.
+    """A mini-swe-agent model whose queries go through `limiter`, called from the loop thread;
+    each answered query is metered as it returns (`meter`), so a budget stops the loop at its
+    next call with every paid call recorded.
 
     Raises (from `query`):
         InfrastructureError: the model's query failed for load after its own retries.
-        Exception: any other failure of the wrapped model, unchanged.
+        Exception: any other failure of the wrapped model, unchanged, or the budget's stop.
     """
 
     def __init__(
-        self, model: Any, limiter: EndpointLimiter, call: LoopCall, threads: anyio.CapacityLimiter
+        self,
+        model: Any,
+        limiter: EndpointLimiter,
+        call: LoopCall,
+        threads: anyio.CapacityLimiter,
+        meter: Meter | None = None,
     ) -> None:
         self.model = model
         self.config = model.config
@@ -69,12 +115,31 @@ class EndpointGatedModel:
         self._call = call
         # Model calls wait in threads of their own: the loops' threads are all taken at peak.
         self._threads = threads
+        self._meter = meter
 
     def query(self, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
         result: dict[str, Any] = self._call(self._query, messages, kwargs)
         return result
 
     async def _query(self, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> Any:
+        try:
+            result = await self._limited(messages, kwargs)
+        except Exception as exc:
+            # A reply it could not parse was paid for all the same (mini-swe-agent's
+            # FormatError carries it).
+            paid = getattr(exc, "messages", None)
+            if isinstance(paid, list) and paid and isinstance(paid[0], dict):
+                await self._metered(paid[0])
+            raise
+        await self._metered(result)
+        return result
+
+    async def _metered(self, message: Mapping[str, Any]) -> None:
+        if self._meter is not None and "extra" in message:
+            name = getattr(self.config, "model_name", None)
+            await self._meter(call_usage(name if isinstance(name, str) else None, message), "agent")
+
+    async def _limited(self, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> Any:
         async with self._limiter.call() as slot:
             try:
                 result = await anyio.to_thread.run_sync(

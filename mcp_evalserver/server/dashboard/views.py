@@ -453,6 +453,11 @@ def _artifact_json(directory: Path, ref: Any) -> tuple[Any, str | None]:
         return None, f"the transcript is not JSON: {exc}"
 
 
+#: Fields of a message that hold what its agent keeps beside the conversation: mini-swe-agent's
+#: `extra` (litellm's whole response object, the cost, the parsed actions). Shown folded.
+RAW_FIELDS = frozenset({"extra"})
+
+
 def _entry(entry: Any) -> dict[str, Any]:
     """One transcript entry: a heading, and its fields with long texts folded."""
     if not isinstance(entry, dict):
@@ -468,18 +473,23 @@ def _entry(entry: Any) -> dict[str, Any]:
     if entry.get("name") and kind == "message":
         heading += f" ({entry['name']})"
     skip = {"role", "tool", "event"}
-    return {
-        "kind": kind,
-        "heading": heading,
-        "fields": [_field(k, v) for k, v in entry.items() if k not in skip and v is not None],
-    }
+    fields = [
+        _field(k, v, raw=kind == "message" and k in RAW_FIELDS)
+        for k, v in entry.items()
+        if k not in skip and v is not None
+    ]
+    # What a person reads first: the message's text and calls, the raw objects after them.
+    return {"kind": kind, "heading": heading, "fields": sorted(fields, key=lambda f: f["raw"])}
 
 
-def _field(name: str, value: Any) -> dict[str, Any]:
+def _field(name: str, value: Any, *, raw: bool = False) -> dict[str, Any]:
+    """A field's text; past `FOLD_CHARS` the rest folded, and all of it when `raw`."""
     text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+    if raw:
+        return {"name": name, "head": "", "rest": text, "raw": True}
     if len(text) <= FOLD_CHARS:
-        return {"name": name, "head": text, "rest": ""}
-    return {"name": name, "head": text[:FOLD_CHARS], "rest": text[FOLD_CHARS:]}
+        return {"name": name, "head": text, "rest": "", "raw": False}
+    return {"name": name, "head": text[:FOLD_CHARS], "rest": text[FOLD_CHARS:], "raw": False}
 
 
 def _diff_lines(patch: str) -> list[tuple[str, str]]:

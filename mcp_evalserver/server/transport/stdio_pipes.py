@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import os
+import signal
 import stat
 import sys
 from collections import deque
@@ -47,6 +48,14 @@ class PipeReader(AsyncFile[str]):
         self._lines: deque[str] = deque()  # complete lines, newline included
         self._partial: list[str] = []  # the line being read: pieces without a newline
         self._eof = False
+        self._waiting: anyio.CancelScope | None = None  # while waiting for the pipe
+
+    def end(self) -> None:
+        """Ends the input here, as if the client had closed it: what was read is still read,
+        then ''."""
+        self._eof = True
+        if self._waiting is not None:
+            self._waiting.cancel()
 
     async def readline(self) -> str:
         """The next line with its newline; at end of input the rest, then ''."""
@@ -57,7 +66,9 @@ class PipeReader(AsyncFile[str]):
             try:
                 data = os.read(self._fd, _CHUNK)
             except BlockingIOError:
-                await anyio.wait_readable(self._fd)
+                with anyio.CancelScope() as self._waiting:
+                    await anyio.wait_readable(self._fd)
+                self._waiting = None
                 continue
             self._eof = not data
             self._take(self._decoder.decode(data, final=self._eof))
@@ -134,3 +145,14 @@ def claim_stdio() -> Iterator[tuple[PipeReader, PipeWriter] | None]:
         os.dup2(wire_out, 1)
         os.close(wire_in)
         os.close(wire_out)
+
+
+async def end_input_on_signal(reader: PipeReader) -> None:
+    """Ends `reader`'s input at the first SIGINT or SIGTERM (how Claude Code ends a server),
+    so that a signal stops the server as cleanly as stdin's end: the requests in flight are
+    answered and the lifespan closes the campaigns. A second signal acts as Python's default
+    (the handlers are gone by then)."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            reader.end()
+            return

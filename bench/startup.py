@@ -1,0 +1,142 @@
+"""Benchmark of the stdio server's start and end, as an MCP client meets them.
+
+Run `python bench/startup.py` (`--rounds N`, default 9). Writes bench/results/startup.json:
+
+- first_answer_p50_ms: from spawning `python -m mcp_evalserver.cli --stdio` (an empty state
+  directory) to its answer to `initialize`, the first request a client sends; Claude Code
+  gives a server about 3 s before it falls back to a second handshake, and the target is 1 s.
+- python_pass_p50_ms: `python -c pass` spawned and ended (the interpreter's floor), and
+  sdk_import_p50_ms: spawning a `python` that imports `mcp.server.mcpserver` (the MCP SDK,
+  which any server on it imports) to its first printed line; first_answer_vs_python and
+  first_answer_vs_sdk, the ratios.
+- stdin_end_exit_p50_ms and sigint_exit_p50_ms: from the end of stdin (the client closed its
+  pipe), or from SIGINT (what Claude Code sends at exit), to the server's exit.
+
+The three kinds of process take turns in each round, so a change of load touches all alike.
+"""
+
+from __future__ import annotations
+
+if not __package__:  # run as a file: becomes `python -m bench.startup` (see _as_module.py)
+    import _as_module  # type: ignore[import-not-found]  # noqa: F401
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, LoadRecord, describe_load, p50, write_results
+from testsupport.rawmcp import initialize_request
+
+INITIALIZE = initialize_request("bench-startup")
+EXIT_BOUND_S = 30.0
+SDK_IMPORT = "import mcp.server.mcpserver; print(flush=True)"
+
+
+def _environment() -> dict[str, str]:
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *([path] if path else [])])}
+
+
+def _ms_to_exit(command: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, check=True, env=_environment())
+    return 1000 * (time.perf_counter() - started)
+
+
+def _ms_to_first_line(command: list[str]) -> float:
+    """Milliseconds from spawning `command` to the first line it prints (its teardown apart)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, env=_environment())
+    assert process.stdout is not None
+    process.stdout.readline()
+    printed = time.perf_counter()
+    process.wait(timeout=EXIT_BOUND_S)
+    return 1000 * (printed - started)
+
+
+def _server_round(state_dir: Path, end: str) -> tuple[float, float]:
+    """Milliseconds to the answer to `initialize`, then from `end` (closing stdin, or SIGINT)
+    to the server's exit."""
+    command = [sys.executable, "-m", "mcp_evalserver.cli", "--stdio", "--state-dir", str(state_dir)]
+    started = time.perf_counter()
+    server = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_environment()
+    )
+    assert server.stdin is not None
+    assert server.stdout is not None
+    try:
+        server.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+        server.stdin.flush()
+        answer = json.loads(server.stdout.readline())
+        answered = time.perf_counter()
+        if "result" not in answer:
+            raise RuntimeError(f"the server refused initialize: {answer}")
+        ending = time.perf_counter()
+        if end == "stdin":
+            server.stdin.close()
+        else:
+            server.send_signal(signal.SIGINT)
+        server.wait(timeout=EXIT_BOUND_S)
+        ended = time.perf_counter()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    return 1000 * (answered - started), 1000 * (ended - ending)
+
+
+def measure(rounds: int) -> dict[str, Any]:
+    load = LoadRecord()
+    floor: list[float] = []
+    sdk: list[float] = []
+    first: list[float] = []
+    exits: dict[str, list[float]] = {"stdin": [], "sigint": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for number in range(rounds):
+            floor.append(_ms_to_exit([sys.executable, "-c", "pass"]))
+            sdk.append(_ms_to_first_line([sys.executable, "-c", SDK_IMPORT]))
+            end = "stdin" if number % 2 == 0 else "sigint"
+            answered, exited = _server_round(Path(tmp) / f"state{number}", end)
+            first.append(answered)
+            exits[end].append(exited)
+    figures = {
+        "rounds": rounds,
+        "first_answer_p50_ms": p50(first),
+        "first_answer_max_ms": max(first),
+        "python_pass_p50_ms": p50(floor),
+        "sdk_import_p50_ms": p50(sdk),
+        "first_answer_vs_python": p50(first) / p50(floor),
+        "first_answer_vs_sdk": p50(first) / p50(sdk),
+        "stdin_end_exit_p50_ms": p50(exits["stdin"]),
+        "sigint_exit_p50_ms": p50(exits["sigint"]) if exits["sigint"] else None,
+    }
+    return load.finish(figures)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args()
+    figures = measure(max(args.rounds, 2))
+    path = write_results("startup", figures)
+    print(
+        f"first answer {figures['first_answer_p50_ms']:.0f} ms p50 "
+        f"(max {figures['first_answer_max_ms']:.0f}), "
+        f"{figures['first_answer_vs_python']:.1f}x `python -c pass` "
+        f"({figures['python_pass_p50_ms']:.0f} ms), "
+        f"{figures['first_answer_vs_sdk']:.2f}x the SDK's import "
+        f"({figures['sdk_import_p50_ms']:.0f} ms); exit after stdin's end "
+        f"{figures['stdin_end_exit_p50_ms']:.0f} ms, after SIGINT "
+        f"{figures['sigint_exit_p50_ms']:.0f} ms; {describe_load(figures)} -> {path}"
+    )
+
+
+if __name__ == "__main__":
+    main()
