@@ -148,12 +148,18 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
         claimed=_mcp_text("""
             Run a shell command in the claimed trajectory's private workspace, starting in the
             task's workdir, without network. Returns exit code, stdout and stderr (long output keeps
-            its head and tail). A non-zero exit code is a normal result.
+            its head and tail) once the command exits. A non-zero exit code is a normal result.
+            What it starts in the background (cmd &, nohup, setsid) keeps running for later
+            calls until the trajectory ends; its output after the command exits is not
+            returned (redirect it to a file). A timeout kills the command's process group.
         """),
         scoped=_mcp_text("""
             Run a shell command in this trajectory's private workspace, starting in the task's
             workdir, without network. Returns exit code, stdout and stderr (long output keeps its
-            head and tail). A non-zero exit code is a normal result.
+            head and tail) once the command exits. A non-zero exit code is a normal result.
+            What it starts in the background (cmd &, nohup, setsid) keeps running for later
+            calls until the trajectory ends; its output after the command exits is not
+            returned (redirect it to a file). A timeout kills the command's process group.
         """),
         effect="runs",
         parameters=(
@@ -166,7 +172,9 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
             ModelTool(
                 "exec",
                 "Run a shell command (/bin/sh -c) in the repository's directory. Returns the "
-                "exit code, stdout and stderr (long output keeps its head and tail). No network.",
+                "exit code, stdout and stderr (long output keeps its head and tail). No network. "
+                "Background processes (cmd &) keep running for later commands; their output "
+                "after the command exits is not returned (redirect it to a file).",
                 (ModelArgument("command"),),
             ),
         ),

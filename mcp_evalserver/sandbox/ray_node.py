@@ -68,6 +68,7 @@ WORKSPACE_OPS = frozenset(
         "reset",
         "checkpoint",
         "restore",
+        "end_processes",
         "export_checkpoint",
     }
 )

@@ -249,6 +249,9 @@ class SupervisedWorkspace(Workspace):
         result = await self._call("ws_restore", CHECKPOINT_TIMEOUT_S, checkpoint=checkpoint)
         self.info["holder_pid"] = result["holder_pid"]
 
+    async def end_processes(self) -> None:
+        await self._call("ws_end_processes", 60)
+
     async def fork(self, name: str, *, checkpoint: str | None = None) -> SupervisedWorkspace:
         info = await self._call("ws_fork", CHECKPOINT_TIMEOUT_S, name=name, checkpoint=checkpoint)
         self.info["holder_pid"] = info.pop("parent_holder_pid", self.info.get("holder_pid"))

@@ -4,12 +4,12 @@ supervisor runs in. holder.c applies the same lists (KEPT_CAPS, the filter it is
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import os
 import platform
 import resource
+import stat
 import struct
 from typing import Any
 
@@ -204,9 +204,7 @@ def lookup_user(user: str) -> tuple[int, int, list[int], str]:
     Called after chroot: the workspace's own files decide (a sample may add users). A uid
     absent from passwd runs with gid 0 and home /, as `docker exec --user` does.
     """
-    entries = []
-    with contextlib.suppress(OSError), open("/etc/passwd", errors="replace") as f:
-        entries = [line.rstrip("\n").split(":") for line in f]
+    entries = [line.split(":") for line in _read_regular("/etc/passwd")]
     found = next(
         (e for e in entries if len(e) >= 7 and (e[0] == user or (user.isdigit() and e[2] == user))),
         None,
@@ -219,12 +217,24 @@ def lookup_user(user: str) -> tuple[int, int, list[int], str]:
         return int(user), 0, [0], "/"
     name, uid, gid, home = found[0], int(found[2]), int(found[3]), found[5] or "/"
     groups = {gid}
-    with contextlib.suppress(OSError), open("/etc/group", errors="replace") as f:
-        for line in f:
-            fields = line.rstrip("\n").split(":")
-            if len(fields) >= 4 and fields[2].isdigit() and name in fields[3].split(","):
-                groups.add(int(fields[2]))
+    for line in _read_regular("/etc/group"):
+        fields = line.split(":")
+        if len(fields) >= 4 and fields[2].isdigit() and name in fields[3].split(","):
+            groups.add(int(fields[2]))
     return uid, gid, sorted(groups), home
+
+
+def _read_regular(path: str) -> list[str]:
+    """The lines of `path` if it is a regular file, else none: a FIFO the trajectory put at
+    /etc/passwd must not block an exec before its command exists (holder.c: open_regular)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return []
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        return f.read().decode(errors="replace").splitlines()
 
 
 def enter_user_namespace() -> None:

@@ -29,7 +29,7 @@ PROTOCOL_VERSION = 1
 Op = Literal[
     "init", "freeze",
     "ws_create", "ws_destroy", "ws_reset",
-    "ws_checkpoint", "ws_restore", "ws_fork", "ws_export",
+    "ws_checkpoint", "ws_restore", "ws_fork", "ws_export", "ws_end_processes",
     "exec", "diff", "read", "write", "list",
     "cancel", "shutdown",
 ]  # fmt: skip
@@ -305,6 +305,7 @@ MESSAGES = {
     "ws_restore": (WsRestoreArgs, HolderResult),
     "ws_fork": (WsForkArgs, WsForkResult),
     "ws_export": (WsExportArgs, WsExportResult),
+    "ws_end_processes": (WorkspaceArgs, Empty),
     "exec": (ExecArgs, ExecResult),
     "diff": (DiffArgs, DiffResult),
     "read": (ReadArgs, ReadResult),
