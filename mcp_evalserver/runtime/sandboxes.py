@@ -68,6 +68,8 @@ def instance_spec(task: Task) -> InstanceSpec:
             build_context_hash=harbor.context_hash,
             build_timeout_s=harbor.build_timeout_s,
             cpus=harbor.cpus,
+            # What Docker gives the container Harbor runs the task's commands in.
+            capabilities="container",
         )
         if harbor.memory_mb is not None:
             limits["memory_bytes"] = harbor.memory_mb << 20

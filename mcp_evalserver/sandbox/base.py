@@ -59,6 +59,13 @@ class InstanceSpec(BaseModel):
         default=None, gt=0, description="CPUs of the instance's container (docker backend)."
     )
     network: bool = Field(default=False, description="Whether commands may reach the network.")
+    capabilities: Literal["none", "container"] = Field(
+        default="none",
+        description="What uid 0 may do in a workspace: `none` (no capability), or `container`: "
+        "Docker's default set for a container (CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, "
+        "MKNOD, NET_BIND_SERVICE, NET_RAW, SETGID, SETUID, SETFCAP, SETPCAP, SYS_CHROOT, "
+        "AUDIT_WRITE), inside the workspace's namespaces (Harbor tasks).",
+    )
     pids_limit: int | None = Field(default=512, gt=0, description="Processes per workspace.")
     memory_bytes: int | None = Field(default=2 << 30, gt=0, description="Memory per workspace.")
     disk_bytes: int | None = Field(
@@ -80,6 +87,8 @@ class InstanceSpec(BaseModel):
             unkeyed = {"key", "build_context", "build_context_hash", "build_timeout_s"}
             if self.cpus is None:  # (keys of specs without stay what older ledgers hold)
                 unkeyed.add("cpus")
+            if self.capabilities == "none":  # likewise
+                unkeyed.add("capabilities")
             blob = self.model_dump_json(exclude=unkeyed).encode()
             object.__setattr__(self, "key", hashlib.sha256(blob).hexdigest()[:16])
         return self

@@ -12,7 +12,8 @@
  *
  *     holder SETTINGS_FD
  *
- * SETTINGS_FD is a memfd holding NUL-terminated CTL_FD ROOT MASK_FILE MASK_DIR, then the
+ * SETTINGS_FD is a memfd holding NUL-terminated CTL_FD ROOT MASK_FILE MASK_DIR KEPT_CAPS (the
+ * capabilities a command keeps, as a decimal mask: isolation.py's kept_mask), then the
  * seccomp filter each runner installs and its commands inherit (raw BPF, to the end).
  * CTL_FD is a SOCK_SEQPACKET socket to the supervisor; each message is one of
  *     "exec JOB" with fds stdin, stdout, stderr, info, request[, report] (SCM_RIGHTS)
@@ -62,12 +63,13 @@
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define MAX_FIELDS_BYTES (64 << 20)
 
-/* The same lists as supervisor/view.py (PROC_MASKED, PROC_READONLY), isolation.py (KEPT_CAPS). */
+/* The same lists as supervisor/view.py (PROC_MASKED, PROC_READONLY). */
 static const char *const PROC_MASKED[] = {"kcore", "keys", "timer_list", "sched_debug",
                                           "latency_stats", "acpi", "scsi"};
 static const char *const PROC_READONLY[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
-/* KEPT_CAPS as a mask of capability numbers: none (see isolation.py). */
-static const unsigned long long KEPT_CAPS = 0;
+/* What a command keeps, as a mask of capability numbers (isolation.py's KEPT_CAPS, from the
+ * settings): none, or Docker's default set for a container. */
+static unsigned long long KEPT_CAPS;
 
 static const char *root, *mask_file, *mask_dir;
 static unsigned char *seccomp_program;
@@ -865,14 +867,15 @@ static void reap(void) {
 static int read_settings(int fd) {
     struct stat st;
     if (fstat(fd, &st) || st.st_size <= 0 || st.st_size > 1 << 20) return -1;
-    char *data = malloc((size_t)st.st_size), *at = data, *end = data + st.st_size, *f[4];
+    char *data = malloc((size_t)st.st_size), *at = data, *end = data + st.st_size, *f[5];
     if (!data || pread(fd, data, (size_t)st.st_size, 0) != st.st_size) return -1;
     close(fd);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (!(f[i] = next_field(&at, end))) return -1;
     root = f[1];
     mask_file = f[2];
     mask_dir = f[3];
+    KEPT_CAPS = strtoull(f[4], NULL, 10);
     seccomp_program = (unsigned char *)at;
     seccomp_len = (size_t)(end - at);
     return atoi(f[0]);

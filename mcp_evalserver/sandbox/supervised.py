@@ -130,6 +130,7 @@ class SupervisedInstance(Instance):
             workdir=spec.workdir,
             paths=[entry.model_dump() for entry in spec.paths],
             network=spec.network,
+            capabilities=spec.capabilities,
             holder=holder,
         )
         frozen = await client.request(

@@ -25,7 +25,7 @@ import socket
 import sys
 
 from .exec_init import REPORT_FD, decode_exec_request, sandbox_init, workspace_init
-from .isolation import SECCOMP_PROGRAM, drop_bounding_set
+from .isolation import SECCOMP_PROGRAM, drop_bounding_set, kept_mask
 from .linux import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
@@ -277,7 +277,7 @@ def exec_native_holder(sup: Supervisor, ws: Workspace, ctl: socket.socket) -> No
     os.set_inheritable(ctl.fileno(), True)
     # Its settings travel in a memfd, not its argv: every exec's pid 1 starts as a copy of
     # the holder, and its command line is what `ps` shows the trajectory.
-    fields = [str(ctl.fileno()), ws.root, sup.view.mask_file, sup.view.mask_dir]
+    fields = [str(ctl.fileno()), ws.root, sup.view.mask_file, sup.view.mask_dir, str(kept_mask())]
     settings = os.memfd_create("holder-settings", 0)
     os.write(settings, b"".join(f.encode() + b"\0" for f in fields) + (SECCOMP_PROGRAM or b""))
     with contextlib.suppress(OSError):

@@ -29,10 +29,50 @@ from .linux import (
 )
 from .protocol import SupervisorError
 
-# What a trajectory keeps: no capability. uid 0 owns the tasks' files, which is all a command
-# needs; DAC_OVERRIDE (or CHOWN, FOWNER: take the file over, then open it) would open any other
-# user's private file, and DAC_READ_SEARCH escapes a chroot (open_by_handle_at).
+# What a trajectory may keep, by InstanceSpec.capabilities. "none": uid 0 owns the tasks' files,
+# which is all most commands need; DAC_OVERRIDE (or CHOWN, FOWNER: take the file over, then open
+# it) opens any other user's private file. "container": the set Docker gives a container by
+# default (moby's oci/caps/defaults.go), for tasks written for one (apt, chown, nginx, su). Never
+# DAC_READ_SEARCH (open_by_handle_at escapes a chroot), SYS_ADMIN, SYS_PTRACE, NET_ADMIN. What
+# keeps the added ones inside the workspace is in docs/design/isolation.md ("Capabilities").
+CONTAINER_CAPS = (
+    0,  # CHOWN
+    1,  # DAC_OVERRIDE
+    3,  # FOWNER
+    4,  # FSETID
+    5,  # KILL
+    6,  # SETGID
+    7,  # SETUID
+    8,  # SETPCAP
+    10,  # NET_BIND_SERVICE
+    13,  # NET_RAW
+    18,  # SYS_CHROOT (chroot(2) itself stays refused by the filter: see SECCOMP_TABLES)
+    27,  # MKNOD
+    29,  # AUDIT_WRITE
+    31,  # SETFCAP
+)
+CAPABILITY_SETS: dict[str, tuple[int, ...]] = {"none": (), "container": CONTAINER_CAPS}
+# This supervisor's set (one instance each), chosen at init (keep_capabilities).
 KEPT_CAPS: tuple[int, ...] = ()
+
+
+def keep_capabilities(name: str) -> None:
+    """Sets what every sandboxed process of this supervisor keeps (InstanceSpec.capabilities).
+
+    Raises:
+        SupervisorError: an unknown set.
+    """
+    global KEPT_CAPS
+    if name not in CAPABILITY_SETS:
+        known = ", ".join(CAPABILITY_SETS)
+        raise SupervisorError("InvalidInput", f"capabilities {name!r} unknown; known: {known}")
+    KEPT_CAPS = CAPABILITY_SETS[name]
+
+
+def kept_mask() -> int:
+    return sum(1 << c for c in KEPT_CAPS)
+
+
 # Syscalls a sandboxed process may not make even without capabilities (user namespaces make
 # unshare/clone possible for anyone); per architecture: (audit arch, {name: nr}).
 SECCOMP_TABLES = {
@@ -178,7 +218,7 @@ def drop_privileges(filter_syscalls: bool, ids: tuple[int, int, list[int]] | Non
     `ids` (uid, gid, groups; see `lookup_user`) asks for another user of the view: a non-zero
     uid keeps no capability at all.
     """
-    keep_mask = sum(1 << c for c in KEPT_CAPS)
+    keep_mask = kept_mask()
     drop_bounding_set()
     if ids is not None:
         uid, gid, groups = ids

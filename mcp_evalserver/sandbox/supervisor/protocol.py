@@ -99,6 +99,7 @@ class InitArgs(_InitRequired, total=False):
     instance: str  # host mode: the instance directory (default "/")
     workdir: str  # default "/testbed"
     network: bool  # default False: a workspace sees only its loopback
+    capabilities: Literal["none", "container"]  # default "none": see isolation.CAPABILITY_SETS
     paths: list[DeclaredPath]  # host mode: more host paths the view shows
     holder: str | None  # holder.c's binary, if it can run here
 
