@@ -68,8 +68,6 @@ def instance_spec(task: Task) -> InstanceSpec:
             build_context_hash=harbor.context_hash,
             build_timeout_s=harbor.build_timeout_s,
             cpus=harbor.cpus,
-            # What Docker gives the container Harbor runs the task's commands in.
-            capabilities="container",
         )
         if harbor.memory_mb is not None:
             limits["memory_bytes"] = harbor.memory_mb << 20
@@ -83,6 +81,8 @@ def instance_spec(task: Task) -> InstanceSpec:
             setup=tuple(task.setup),
             paths=tuple(task.paths),
             network=task.network,
+            # A Harbor task's commands expect what Docker gives the container Harbor uses.
+            capabilities=task.capabilities or ("container" if harbor is not None else "none"),
             **limits,
         )
     except ValueError as exc:

@@ -4,7 +4,7 @@
  *
  * Why compiled: an idle holder only keeps its workspace's namespaces alive, and every exec is
  * a child it clones. In Python the holder is a forked interpreter (about 2 MB of its own) and
- * each exec's init page-faults its way through that interpreter before it reaches execve;
+ * each exec's runner page-faults its way through that interpreter before it reaches execve;
  * here the holder is a few pages and the init a handful of system calls.
  *
  * The supervisor's Python holder prepares everything (cgroup, namespaces, the view at ROOT)
@@ -320,7 +320,7 @@ static void confine_runner(void) {
     }
 }
 
-/* --- the exec's init --------------------------------------------------------------------- */
+/* --- the exec's runner ------------------------------------------------------------------- */
 static void bind_readonly(const char *path) {
     if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) ||
         mount("none", path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL))
@@ -779,7 +779,7 @@ static void retire(struct runner *r, int kill_it) {
 }
 
 /* Every runner not running a command (free, or retired and not yet gone) is gone once this
- * returns, with its mount namespace: nothing of them holds the old view. */
+ * returns, with its root in the old view: nothing of them holds it. */
 static void drop_idle_runners(void) {
     for (size_t i = 0; i < nrunners; i++)
         if (runners[i].job < 0) {

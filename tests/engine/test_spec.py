@@ -50,6 +50,8 @@ def test_a_published_swe_bench_instance_is_a_valid_task() -> None:
     )
     assert instance_spec(with_image).workdir == "/testbed"
     assert instance_spec(with_image).capabilities == "none"  # only Harbor tasks get Docker's
+    asking = with_image.model_copy(update={"capabilities": "container"})
+    assert instance_spec(asking).capabilities == "container"  # unless the task asks
 
 
 def test_a_spec_without_capabilities_keeps_the_key_older_ledgers_hold() -> None:
