@@ -169,13 +169,17 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
             Run a shell command in the claimed trajectory's private workspace, starting in the
             task's workdir, without network. Answers the exit code line, then stdout, then
             stderr, as printed; each stream over max_output_chars keeps its head and tail and
-            says so. A non-zero exit code is a normal result.
+            says so. A non-zero exit code is a normal result. Background processes (cmd &,
+            nohup) keep running until the trajectory ends; their later output is not returned
+            (redirect it to a file). A timeout kills the command's process group.
         """),
         scoped=_mcp_text("""
             Run a shell command in this trajectory's private workspace, starting in the task's
             workdir, without network. Answers the exit code line, then stdout, then stderr, as
             printed; each stream over max_output_chars keeps its head and tail and says so. A
-            non-zero exit code is a normal result.
+            non-zero exit code is a normal result. Background processes (cmd &, nohup) keep
+            running until the trajectory ends; their later output is not returned (redirect it
+            to a file). A timeout kills the command's process group.
         """),
         effect="runs",
         parameters=(
@@ -205,7 +209,9 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
             ModelTool(
                 "exec",
                 "Run a shell command (/bin/sh -c) in the repository's directory. Returns the "
-                "exit code, stdout and stderr (long output keeps its head and tail). No network.",
+                "exit code, stdout and stderr (long output keeps its head and tail). No network. "
+                "Background processes (cmd &) keep running for later commands; their output "
+                "after the command exits is not returned (redirect it to a file).",
                 (ModelArgument("command"),),
             ),
         ),

@@ -81,6 +81,8 @@ def instance_spec(task: Task) -> InstanceSpec:
             setup=tuple(task.setup),
             paths=tuple(task.paths),
             network=task.network,
+            # A Harbor task's commands expect what Docker gives the container Harbor uses.
+            capabilities=task.capabilities or ("container" if harbor is not None else "none"),
             **limits,
         )
     except ValueError as exc:

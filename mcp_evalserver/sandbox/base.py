@@ -60,6 +60,13 @@ class InstanceSpec(BaseModel):
         default=None, gt=0, description="CPUs of the instance's container (docker backend)."
     )
     network: bool = Field(default=False, description="Whether commands may reach the network.")
+    capabilities: Literal["none", "container"] = Field(
+        default="none",
+        description="What uid 0 may do in a workspace: `none` (no capability), or `container`: "
+        "Docker's default set for a container (CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, "
+        "MKNOD, NET_BIND_SERVICE, NET_RAW, SETGID, SETUID, SETFCAP, SETPCAP, SYS_CHROOT, "
+        "AUDIT_WRITE), inside the workspace's namespaces (Harbor tasks).",
+    )
     pids_limit: int | None = Field(default=512, gt=0, description="Processes per workspace.")
     memory_bytes: int | None = Field(default=2 << 30, gt=0, description="Memory per workspace.")
     disk_bytes: int | None = Field(
@@ -81,6 +88,8 @@ class InstanceSpec(BaseModel):
             unkeyed = {"key", "build_context", "build_context_hash", "build_timeout_s"}
             if self.cpus is None:  # (keys of specs without stay what older ledgers hold)
                 unkeyed.add("cpus")
+            if self.capabilities == "none":  # likewise
+                unkeyed.add("capabilities")
             blob = self.model_dump_json(exclude=unkeyed).encode()
             object.__setattr__(self, "key", hashlib.sha256(blob).hexdigest()[:16])
         return self
@@ -239,10 +248,14 @@ class Workspace(ABC):
         user: str | None = None,
         report: bool = False,
     ) -> ExecResult:
-        """Runs a command (a string goes to `/bin/sh -c`) in a fresh pid/net namespace.
+        """Runs a command (a string goes to `/bin/sh -c`) in the workspace's namespaces.
 
-        Output beyond `output_cap` bytes per stream keeps its head and tail. On timeout every
-        process the command started is killed and `timed_out` is set. `user` (a name or uid
+        It returns when the command exits: what the command left running (`cmd &`, nohup,
+        setsid) keeps running until the workspace is destroyed or restored (or
+        `end_processes`), and its output after that exit is not collected. Output beyond
+        `output_cap` bytes per stream keeps its head and tail. On timeout the command's
+        process group (what it started that did not leave the group) is killed and
+        `timed_out` is set. `user` (a name or uid
         of the view's own /etc/passwd) runs it as that user, without capabilities; by default
         it runs as uid 0 with the few capabilities a workspace keeps.
 
@@ -368,12 +381,28 @@ class Workspace(ABC):
             SandboxUnavailable: the instance is gone.
         """
 
+    @abstractmethod
+    async def end_processes(self) -> None:
+        """Kills every process the workspace's commands left running; its files stay.
+
+        What a command puts in the background (`server &`, nohup, setsid, a double fork)
+        outlives its call, as in a container, until the workspace is destroyed or restored,
+        or this: a grader calls it before it runs anything it trusts.
+
+        Raises:
+            Conflict: a command is running in it.
+            NotFound: the workspace was destroyed.
+            SandboxUnavailable: the instance is gone.
+        """
+
     async def checkpoint(self) -> str:
         """Freezes the workspace's files as they are now; returns the checkpoint's id.
 
         Cheap whatever the workspace holds: the changes so far become a read-only layer and
         later writes go to a fresh one. Modes, symlinks, deletions and binary content are kept
-        exactly; running processes are not part of a checkpoint.
+        exactly; running processes are not part of a checkpoint: they keep running (the
+        changes are then copied, not frozen in place), a fork starts without them and a
+        restore ends them.
 
         Refused while a command runs: its writes would land in the layer being frozen (a
         lower layer that changes under a mounted overlay is undefined behaviour), and its

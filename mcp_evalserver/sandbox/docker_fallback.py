@@ -392,6 +392,10 @@ class ContainerWorkspace(Workspace):
             raise errors.InfrastructureError(f"git diff failed with exit code {code}")
         return out.decode("utf-8", "surrogateescape")
 
+    async def end_processes(self) -> None:
+        # Every process but the container's pid 1 and this shell itself (kill(2) skips both).
+        await self._shell("kill -9 -1 2>/dev/null; true")
+
     async def reset(self) -> None:
         old = self._live()
         self.container = None

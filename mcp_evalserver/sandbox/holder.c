@@ -4,7 +4,7 @@
  *
  * Why compiled: an idle holder only keeps its workspace's namespaces alive, and every exec is
  * a child it clones. In Python the holder is a forked interpreter (about 2 MB of its own) and
- * each exec's init page-faults its way through that interpreter before it reaches execve;
+ * each exec's runner page-faults its way through that interpreter before it reaches execve;
  * here the holder is a few pages and the init a handful of system calls.
  *
  * The supervisor's Python holder prepares everything (cgroup, namespaces, the view at ROOT)
@@ -12,18 +12,26 @@
  *
  *     holder SETTINGS_FD
  *
- * SETTINGS_FD is a memfd holding NUL-terminated CTL_FD ROOT MASK_FILE MASK_DIR, then the
+ * SETTINGS_FD is a memfd holding NUL-terminated CTL_FD ROOT MASK_FILE MASK_DIR KEPT_CAPS (the
+ * capabilities a command keeps, as a decimal mask: isolation.py's kept_mask), then the
  * seccomp filter each runner installs and its commands inherit (raw BPF, to the end).
  * CTL_FD is a SOCK_SEQPACKET socket to the supervisor; each message is one of
  *     "exec JOB" with fds stdin, stdout, stderr, info, request[, report] (SCM_RIGHTS)
- *     "kill JOB"     anything else is ignored; end of file ends the holder.
+ *     "kill JOB"     "drop spare" (answered "dropped")     "respare"
+ * anything else is ignored; end of file ends the holder.
  * The request (a memfd) is supervisor/exec_init.py's encode_exec_request: NUL-terminated fields
  *     cwd user pids memory have_nproc have_memory argc argv... envc env...
- * An exec runs on a runner: pid 1 of a pid namespace of its own, with its own /proc, which
- * forks the command, confines it exactly as exec_init.py's sandbox_init does, reaps every
- * orphan until the command exits, kills whatever it left, and writes {"status": N} (or the
- * child's {"error": ...}) on the info pipe. A runner serves one exec at a time, and exec after
- * exec (see struct runner). Killing it kills the whole pid namespace.
+ * The workspace's processes live in one pid namespace, the workspace's, whose pid 1 (its
+ * "init", see init_main) lives as long as the workspace's view and reaps every orphan: what
+ * a command leaves running (`server &`, nohup, setsid, a double fork) goes on across the
+ * trajectory's calls, and dies with the init (the holder's death kills it, and the kernel
+ * kills a pid namespace whose init dies). Its /proc is mounted in the view.
+ * An exec runs on a runner: a process outside that namespace (so no command can see or
+ * signal it) that forks the command into it, confines it exactly as exec_init.py's
+ * sandbox_init does, waits for it alone and writes {"status": N} (or the child's
+ * {"error": ...}) on the info pipe. A runner serves one exec at a time, and exec after exec
+ * (see struct runner). "kill JOB" kills the command's process group: the command, and what
+ * it started that stayed in its group (`cmd &`, pipelines; not setsid's or setpgid's).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -55,12 +63,13 @@
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define MAX_FIELDS_BYTES (64 << 20)
 
-/* The same lists as supervisor/view.py (PROC_MASKED, PROC_READONLY), isolation.py (KEPT_CAPS). */
+/* The same lists as supervisor/view.py (PROC_MASKED, PROC_READONLY). */
 static const char *const PROC_MASKED[] = {"kcore", "keys", "timer_list", "sched_debug",
                                           "latency_stats", "acpi", "scsi"};
 static const char *const PROC_READONLY[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
-/* KEPT_CAPS as a mask of capability numbers: none (see isolation.py). */
-static const unsigned long long KEPT_CAPS = 0;
+/* What a command keeps, as a mask of capability numbers (isolation.py's KEPT_CAPS, from the
+ * settings): none, or Docker's default set for a container. */
+static unsigned long long KEPT_CAPS;
 
 static const char *root, *mask_file, *mask_dir;
 static unsigned char *seccomp_program;
@@ -202,6 +211,21 @@ static int split_colons(char *line, char **fields, int max) {
     return n;
 }
 
+/* `path` for reading if it is a regular file: a FIFO the trajectory put at /etc/passwd must
+ * not block the exec before its command exists (nothing could kill it then). */
+static FILE *open_regular(const char *path) {
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) close(fd);
+    return f;
+}
+
 static int member_of(char *list, const char *name) {
     for (char *item = strtok(list, ","); item; item = strtok(NULL, ","))
         if (!strcmp(item, name)) return 1;
@@ -214,7 +238,7 @@ static int lookup_user(const char *user, uid_t *uid, gid_t *gid, gid_t *groups, 
     char line[4096], name[4096];
     char *f[8];
     int found = 0;
-    FILE *passwd = fopen("/etc/passwd", "re");
+    FILE *passwd = open_regular("/etc/passwd");
     while (passwd && fgets(line, sizeof line, passwd)) {
         if (split_colons(line, f, 8) < 7) continue;
         if (!strcmp(f[0], user) || (is_digits(user) && !strcmp(f[2], user))) {
@@ -242,7 +266,7 @@ static int lookup_user(const char *user, uid_t *uid, gid_t *gid, gid_t *groups, 
     snprintf(home, home_size, "%s", f[5][0] ? f[5] : "/");
     groups[0] = *gid;
     *ngroups = 1;
-    FILE *group = fopen("/etc/group", "re");
+    FILE *group = open_regular("/etc/group");
     while (group && fgets(line, sizeof line, group) && *ngroups < 64) {
         if (split_colons(line, f, 8) < 4 || !is_digits(f[2])) continue;
         gid_t g = (gid_t)strtoul(f[2], NULL, 10);
@@ -296,7 +320,7 @@ static void confine_runner(void) {
     }
 }
 
-/* --- the exec's init --------------------------------------------------------------------- */
+/* --- the exec's runner ------------------------------------------------------------------- */
 static void bind_readonly(const char *path) {
     if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) ||
         mount("none", path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL))
@@ -349,17 +373,20 @@ static int find_program(const char *name, const char *path, char *out, size_t si
     return denied ? 126 : 127;
 }
 
-/* What does not depend on the request: a mount namespace with this pid namespace's /proc,
- * inside the view. Done once per runner (see runner_main). */
+/* What does not depend on the request: the view as root, and the workspace's pid namespace
+ * for the commands it forks (setns'd by runner_main: `ns_error`). Done once per runner. */
+static int ns_error;
 static void enter_view(void) {
-    if (unshare(CLONE_NEWNS)) setup_failed("unshare");
+    if (ns_error) {
+        errno = ns_error;
+        setup_failed("enter the workspace's pid namespace");
+    }
     setsid(); /* no controlling terminal: /dev/tty is ENXIO, TIOCSTI has no target */
     int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (adj >= 0) { /* the holder's -1000 is not for us */
         write_all(adj, "0", 1);
         close(adj);
     }
-    mount_proc();
     if (chroot(root) || chdir("/")) setup_failed("chroot");
 }
 
@@ -470,24 +497,58 @@ static int receive(int sock, char *msg, size_t size, int *fds) {
     return nfds;
 }
 
+/* The exec this runner runs, and its command once forked: "kill JOB" reaches the runner as
+ * SIGUSR1 queued with JOB (a stale one, for the exec before, names another and is ignored). */
+static volatile long current_job = -1;
+static volatile pid_t running_command;
+static volatile sig_atomic_t kill_asked;
+
+static void kill_command(void) {
+    pid_t command = running_command;
+    if (command > 0) {
+        kill(-command, SIGKILL); /* its group: what it started there (see the top) */
+        kill(command, SIGKILL);
+    }
+}
+
+/* A killed command's group is gone before its status is told: the next exec must not find
+ * its processes still holding the workspace's pids. They are the init's children, not ours,
+ * so they are polled (a millisecond apart, at most a few seconds: a process in
+ * uninterruptible sleep outlasts any kill). */
+static void await_group(pid_t group) {
+    struct timespec ms = {0, 1000000};
+    for (int i = 0; i < 5000 && kill(-group, SIGKILL) == 0; i++) nanosleep(&ms, NULL);
+}
+
+static void on_kill(int sig, siginfo_t *info, void *context) {
+    (void)sig;
+    (void)context;
+    if (info->si_code != SI_QUEUE || info->si_value.sival_int != (int)current_job) return;
+    kill_asked = 1;
+    kill_command();
+}
+
 /* A runner's wait for its next request (the holder passes the exec's fds on): installs them. */
 static int take_request(int sock) {
     char msg[64];
     int fds[8];
+    long job = -1;
     int nfds = receive(sock, msg, sizeof msg, fds);
-    if (nfds != 5 && nfds != 6) { /* the holder is gone, or retired this runner */
+    if ((nfds != 5 && nfds != 6) || sscanf(msg, "exec %ld", &job) != 1) {
+        /* the holder is gone, or retired this runner */
         for (int i = 0; i < nfds; i++) close(fds[i]);
         return -1;
     }
+    kill_asked = 0;
+    current_job = job;
     install_fds(fds, nfds);
     return 0;
 }
 
-/* One exec on this runner: the command is its child; every orphan comes back to it (pid 1).
- * Once the command exits, whatever it left running is killed and reaped, so the next exec
- * starts in a pid namespace that holds nothing but the runner, as a new one would; then the
- * runner tells the holder it is free (before the status: the supervisor's next exec, sent
- * once it has the status, finds it free), reports the status and closes the info pipe. */
+/* One exec on this runner: the command is its child, in the workspace's pid namespace; what
+ * it leaves running goes to that namespace's init and keeps running. Once the command exits
+ * the runner tells the holder it is free (before the status: the supervisor's next exec,
+ * sent once it has the status, finds it free), reports the status and closes the info pipe. */
 static void run_job(int sock) {
     struct request r;
     if (!request_data) setup_failed("the request");
@@ -495,8 +556,7 @@ static void run_job(int sock) {
         report_error(3, "InvalidInput", "exec: a malformed request");
         _exit(127);
     }
-    /* The command must not be pid 1: the kernel drops the signals pid 1 sends itself.
-     * vfork, as posix_spawn does (and the bench's floor with it): the child borrows this
+    /* vfork, as posix_spawn does (and the bench's floor with it): the child borrows this
      * process's memory until it execs, instead of a copy it would fault page after page
      * and throw away (about 5% of the machine's CPU per `true` at 64 in flight). The runner
      * waits meanwhile. What the child writes of the runner's memory is its own statics, the
@@ -514,35 +574,34 @@ static void run_job(int sock) {
     close(1);
     close(2);
     close(REPORT_FD);
-    if (command < 0) { /* the pids limit, say */
+    if (command < 0) { /* the pids limit, or a workspace whose init died */
         report_error(3, "LimitExceeded", "cannot start a process: %s", strerror(err));
         _exit(127);
     }
+    running_command = command;
+    if (kill_asked) kill_command(); /* asked while it was being forked */
     int status;
     for (;;) {
-        pid_t pid = waitpid(-1, &status, 0);
-        if (pid < 0 && errno != EINTR) _exit(1);
+        pid_t pid = waitpid(command, &status, 0);
         if (pid == command) break;
+        if (pid < 0 && errno != EINTR) _exit(1);
     }
-    /* Every process of this namespace descends from pid 1 (orphans come back to it; none
-     * can join from outside), so no child left means nothing left: the usual case, which
-     * costs no kill(-1) (the kernel walks every process of the machine for one). A process
-     * forking as it is killed gets no child out (the kernel refuses a fork with SIGKILL
-     * pending), and one that escapes a round is in the next. */
-    for (;;) {
-        pid_t left = waitpid(-1, NULL, WNOHANG);
-        if (left < 0 && errno == ECHILD) break;
-        if (left > 0) continue;
-        kill(-1, SIGKILL);
-        if (waitpid(-1, NULL, 0) < 0 && errno == ECHILD) break;
-    }
+    running_command = 0;
+    current_job = -1;
+    if (kill_asked) await_group(command);
     write_all(sock, "idle", 4);
     report_status(status);
     close(3);
 }
 
+static int init_ns = -1; /* the workspace's pid namespace (its init's pidfd), in the holder */
+
 static void runner_main(int sock) {
     reset_signals();
+    struct sigaction on_kill_action = {.sa_sigaction = on_kill, .sa_flags = SA_SIGINFO};
+    sigaction(SIGUSR1, &on_kill_action, NULL);
+    /* Its commands are forked into the workspace's pid namespace; it stays out of it. */
+    if (init_ns < 0 || setns(init_ns, CLONE_NEWPID)) ns_error = init_ns < 0 ? ESRCH : errno;
     if (sock != RUNNER_SOCKET) {
         if (dup3(sock, RUNNER_SOCKET, O_CLOEXEC) < 0) _exit(1);
         close(sock);
@@ -553,8 +612,8 @@ static void runner_main(int sock) {
     /* The holder's death ends it (and if the holder died before this, its end of the socket
      * is closed: take_request sees the end of file). */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)) _exit(1);
-    /* Root with every capability in a namespace of commands that have a few: not dumpable,
-     * so none can open /proc/1/fd/3 (the info pipe) or ptrace it to write its own status. */
+    /* Root with every capability, forking commands that have a few: not dumpable, so none
+     * could open its fds (the info pipe) or ptrace it, even one that found it. */
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) _exit(1);
     preparing_socket = sock;
     enter_view();
@@ -566,10 +625,74 @@ static void runner_main(int sock) {
     }
 }
 
+/* --- the workspace's init ----------------------------------------------------------------- */
+/* Pid 1 of the workspace's pid namespace: mounts its /proc in the view (in the holder's mount
+ * namespace, which every runner shares), then waits for the holder's end: `lifeline` is the
+ * read end of a pipe whose write end only the holder keeps (from a new pid namespace there
+ * is no parent to check for, so PR_SET_PDEATHSIG would leave a race). Ignoring SIGCHLD makes
+ * the kernel reap every orphan that comes back to it; as pid 1 it gets no signal from its
+ * namespace that it does not handle, SIGKILL included. It needs nothing more: no capability,
+ * the filter. Its first byte says the holder holds the namespace: until then it stays
+ * dumpable, which opening /proc/PID/ns/pid needs where we lack CAP_SYS_PTRACE (docker). */
+static void init_main(int lifeline) {
+    reset_signals();
+    if (dup2(lifeline, 3) < 0) _exit(1);
+    syscall(SYS_close_range, 4, ~0u, 0);
+    char byte;
+    while (read(3, &byte, 1) < 0 && errno == EINTR) {
+    }
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) _exit(1);
+    mount_proc(); /* a failure ends it: execs then report it (they cannot be forked) */
+    if (chroot(root) || chdir("/")) _exit(1);
+    struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct none[2] = {{0, 0, 0}, {0, 0, 0}};
+    if (syscall(SYS_capset, &header, none)) _exit(1);
+    confine_runner();
+    signal(SIGCHLD, SIG_IGN);
+    while (read(3, &byte, 1) < 0 && errno == EINTR) {
+    }
+    _exit(0); /* the holder is gone: so is the workspace */
+}
+
+static pid_t init_pid = -1;
+static int init_lifeline = -1; /* the write end of the init's lifeline */
+
+/* A new workspace pid namespace and its init; init_ns refers to it (-1 if that failed: the
+ * execs say so). Its processes, if an old one had any, died with the old init. */
+static void make_init(void) {
+    int lifeline[2];
+    if (pipe2(lifeline, O_CLOEXEC)) return;
+    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
+    if (pid == 0) init_main(lifeline[0]);
+    close(lifeline[0]);
+    if (pid < 0) {
+        close(lifeline[1]);
+        return;
+    }
+    init_lifeline = lifeline[1];
+    init_pid = pid;
+    /* Not a pidfd: setns(2) through one checks ptrace access to the init each time. */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/pid", pid);
+    init_ns = open(path, O_RDONLY | O_CLOEXEC);
+    write_all(init_lifeline, "", 1); /* see init_main */
+}
+
+/* Kills the init (the kernel kills every process of its namespace) and waits for it. */
+static void end_init(void) {
+    if (init_pid > 0) {
+        kill(init_pid, SIGKILL);
+        while (waitpid(init_pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+    }
+    if (init_ns >= 0) close(init_ns);
+    if (init_lifeline >= 0) close(init_lifeline);
+    init_pid = init_ns = init_lifeline = -1;
+}
+
 /* --- the holder -------------------------------------------------------------------------- */
-/* An exec's pid 1 (a "runner"), in its own pid namespace with its /proc mounted and the view
- * its root. Making one (a copy of the view's mount table, /proc and its masks) is most of an
- * exec's own cost, so a runner serves exec after exec: one is made ahead when the holder
+/* An exec's runner, outside the workspace's pid namespace with the view its root. Making one
+ * is part of an exec's own cost, so a runner serves exec after exec: one is made ahead when the holder
  * starts (and while commands overlap, whenever none is free), and a runner whose exec ended
  * is free again. A free runner goes after SPARE_IDLE_MS without a command (an idle workspace
  * keeps no second process, pid and mount namespace, or /proc), and when the view changes (a
@@ -627,7 +750,7 @@ static size_t free_runners(void) {
 static long make_runner(void) {
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair)) return -1;
-    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
+    pid_t pid = fork();
     if (pid == 0) {
         close(pair[0]);
         runner_main(pair[1]);
@@ -656,7 +779,7 @@ static void retire(struct runner *r, int kill_it) {
 }
 
 /* Every runner not running a command (free, or retired and not yet gone) is gone once this
- * returns, with its mount namespace: nothing of them holds the old view. */
+ * returns, with its root in the old view: nothing of them holds it. */
 static void drop_idle_runners(void) {
     for (size_t i = 0; i < nrunners; i++)
         if (runners[i].job < 0) {
@@ -726,27 +849,33 @@ static void runner_said(struct runner *r) {
 
 static void reap(void) {
     pid_t pid;
-    while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
+    while ((pid = waitpid(-1, NULL, WNOHANG)) > 0) {
+        if (pid == init_pid) { /* it should never die while we live: the next exec fails */
+            init_pid = -1;
+            continue;
+        }
         for (size_t i = 0; i < nrunners; i++)
             if (runners[i].pid == pid) {
                 if (runners[i].sock >= 0) close(runners[i].sock);
                 runners[i] = runners[--nrunners];
                 break;
             }
+    }
 }
 
 /* The settings (see the top): returns the control socket's fd, or -1. */
 static int read_settings(int fd) {
     struct stat st;
     if (fstat(fd, &st) || st.st_size <= 0 || st.st_size > 1 << 20) return -1;
-    char *data = malloc((size_t)st.st_size), *at = data, *end = data + st.st_size, *f[4];
+    char *data = malloc((size_t)st.st_size), *at = data, *end = data + st.st_size, *f[5];
     if (!data || pread(fd, data, (size_t)st.st_size, 0) != st.st_size) return -1;
     close(fd);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (!(f[i] = next_field(&at, end))) return -1;
     root = f[1];
     mask_file = f[2];
     mask_dir = f[3];
+    KEPT_CAPS = strtoull(f[4], NULL, 10);
     seccomp_program = (unsigned char *)at;
     seccomp_len = (size_t)(end - at);
     return atoi(f[0]);
@@ -772,6 +901,7 @@ int main(int argc, char **argv) {
     size_t polled_size = INLINE_RUNNERS + 2;
     runners = inline_runners = first_runners;
     runners_size = INLINE_RUNNERS;
+    make_init();
     prepare_spare();
     for (;;) {
         int wait_ms = -1;
@@ -830,17 +960,26 @@ int main(int argc, char **argv) {
         for (int i = 0; i < nfds; i++) close(fds[i]);
         if (sscanf(msg, "kill %ld", &job) == 1 && job >= 0)
             for (size_t i = 0; i < nrunners; i++)
-                if (runners[i].job == job) retire(&runners[i], 1);
+                if (runners[i].job == job) {
+                    union sigval which = {.sival_int = (int)job};
+                    sigqueue(runners[i].pid, SIGUSR1, which); /* see on_kill */
+                }
         /* Around a remount of the view (checkpoints.py's remount_in_holder): the free runners'
          * copies of the old view must be gone before the old upper becomes a lower, and a
-         * busy one (there should be none) is not kept once its exec ends. */
+         * busy one (there should be none) is not kept once its exec ends. The init and the
+         * processes of the workspace go too: they run in the old view (a restore's meaning).
+         * A new init, with a /proc in the new view, comes with "respare". */
         if (!strcmp(msg, "drop spare")) {
             view_generation++;
             for (size_t i = 0; i < nrunners; i++) /* an "idle" not yet read: free, so it goes */
                 if (runners[i].sock >= 0 && runners[i].job >= 0) runner_said(&runners[i]);
             drop_idle_runners();
+            end_init();
             write_all(ctl, "dropped", 7);
         }
-        if (!strcmp(msg, "respare")) prepare_spare();
+        if (!strcmp(msg, "respare")) {
+            if (init_pid < 0) make_init();
+            prepare_spare();
+        }
     }
 }

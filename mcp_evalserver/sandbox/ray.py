@@ -568,6 +568,9 @@ class RayWorkspace(Workspace):
     async def restore(self, checkpoint: str) -> None:
         await self._op("restore", checkpoint=checkpoint)
 
+    async def end_processes(self) -> None:
+        await self._op("end_processes")
+
     async def export_checkpoint(self, checkpoint: str, *, max_bytes: int = 256 << 20) -> bytes:
         archive: bytes = await self._op(
             "export_checkpoint", checkpoint=checkpoint, max_bytes=max_bytes

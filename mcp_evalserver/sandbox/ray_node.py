@@ -70,6 +70,7 @@ WORKSPACE_OPS = frozenset(
         "reset",
         "checkpoint",
         "restore",
+        "end_processes",
         "export_checkpoint",
     }
 )

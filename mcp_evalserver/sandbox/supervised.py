@@ -118,6 +118,7 @@ class SupervisedInstance(Instance):
             workdir=spec.workdir,
             paths=[entry.model_dump() for entry in spec.paths],
             network=spec.network,
+            capabilities=spec.capabilities,
             holder=holder,
         )
         frozen = await client.request(
@@ -255,6 +256,9 @@ class SupervisedWorkspace(Workspace):
     async def restore(self, checkpoint: str) -> None:
         result = await self._call("ws_restore", CHECKPOINT_TIMEOUT_S, checkpoint=checkpoint)
         self.info["holder_pid"] = result["holder_pid"]
+
+    async def end_processes(self) -> None:
+        await self._call("ws_end_processes", 60)
 
     async def fork(self, name: str, *, checkpoint: str | None = None) -> SupervisedWorkspace:
         info = await self._call("ws_fork", CHECKPOINT_TIMEOUT_S, name=name, checkpoint=checkpoint)

@@ -257,6 +257,9 @@ class TestsScorer(Scorer):
                 outcome="error",
             )
         workspace = await context.sandbox.workspace()
+        # Processes outlive their commands: none of those already here (a workspace the agent
+        # used) may take part in grading, nor any an apply step leaves (see _run_tests).
+        await workspace.end_processes()
         # Everything, for people; only the test run's output is graded. The first line says
         # which command and parser were chosen, and why.
         log: list[str] = [f"mcp-evalserver: tests: {plan.reason}\n"]
@@ -393,6 +396,9 @@ class TestsScorer(Scorer):
         strict mode what its report channel carried."""
         path = f"{EVAL_DIR}/eval.sh"
         await workspace.write_file(path, script + "\n")
+        # What a step before ran (a probe of the interpreter, a git hook) may have left a
+        # process that would rewrite the tests or their report while they run: none lasts.
+        await workspace.end_processes()
         env = dict(PYTEST_ENV)
         if self.strict:
             strict = plugin_env(_PLUGIN_DIR, REPORT_FD)

@@ -99,6 +99,12 @@ class Task(BaseModel):
         description="Whether trajectories may reach the network, from a namespace of their own "
         "(docker backend on a bridge network; refused elsewhere).",
     )
+    capabilities: Literal["none", "container"] | None = Field(
+        None,
+        description="What root may do in a workspace: `none`, or `container` (Docker's default "
+        "capabilities: chown, setuid, port 80, raw sockets; no mounts). Default: `container` "
+        "for a Harbor task, else `none`.",
+    )
     # SWE-bench fields, as published.
     repo: str | None = None
     base_commit: str | None = None

@@ -9,6 +9,7 @@ import pytest
 
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.runtime.sandboxes import instance_spec
+from mcp_evalserver.sandbox.base import InstanceSpec
 from mcp_evalserver.spec.campaign import (
     CampaignSpec,
     RaySandboxConfig,
@@ -48,6 +49,16 @@ def test_a_published_swe_bench_instance_is_a_valid_task() -> None:
         update={"image": "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907"}
     )
     assert instance_spec(with_image).workdir == "/testbed"
+    assert instance_spec(with_image).capabilities == "none"  # only Harbor tasks get Docker's
+    asking = with_image.model_copy(update={"capabilities": "container"})
+    assert instance_spec(asking).capabilities == "container"  # unless the task asks
+
+
+def test_a_spec_without_capabilities_keeps_the_key_older_ledgers_hold() -> None:
+    plain = InstanceSpec(image="img:1", setup=("true",))
+    capable = InstanceSpec(image="img:1", setup=("true",), capabilities="container")
+    assert plain.key == "558c62455fa56f84"  # as before the field existed
+    assert capable.key != plain.key  # another instance: its commands may do more
 
 
 @pytest.mark.parametrize(

@@ -294,6 +294,39 @@ async def test_a_checkpoint_gives_a_workspace_whose_holder_died_a_new_one(
     assert restored == ["kept\n", "-"]
 
 
+async def test_a_checkpoint_keeps_the_workspaces_processes_a_fork_starts_without_them(
+    instance: Instance,
+) -> None:
+    # Processes are not files: a checkpoint lets them run on (their writes land after it, and
+    # never in it), a fork of it starts with none, a restore ends them with the view they ran
+    # in (the files they wrote are gone too).
+    arg = host_processes.marker()
+    clock = "(while :; do date +%s%N > c.tmp; mv c.tmp clock.txt; done) >/dev/null 2>&1 & "
+    with anyio.fail_after(60):
+        async with await instance.workspace("busy-bee") as ws:
+            await ws.write_file("a.txt", "before\n")
+            await ws.exec(f"{clock} sleep {arg} >/dev/null 2>&1 & echo started")
+            await conformance.wait_for_file(ws, "clock.txt")
+            checkpoint = await ws.checkpoint()
+            running = await ws.exec(f"ps -eo args= | grep -cx 'sleep {arg}'; cat a.txt")
+            await ws.write_file("a.txt", "after\n")
+            async with await ws.fork("bee-1", checkpoint=checkpoint) as first:
+                seen_first = await first.exec(
+                    f"cat a.txt clock.txt; ps -eo args= | grep -cx 'sleep {arg}'"
+                )
+            await ws.exec("sleep 0.05")  # the clock goes on in the parent meanwhile
+            async with await ws.fork("bee-2", checkpoint=checkpoint) as second:
+                seen_second = await second.exec("cat a.txt clock.txt")
+            await ws.restore(checkpoint)
+            await host_processes.wait_until_gone(arg)
+            restored = await ws.exec(f"cat a.txt; ps -eo args= | grep -c 'sleep {arg}$'")
+    assert running.stdout == "1\nbefore\n"
+    before, tick, none = seen_first.stdout.splitlines()
+    assert (before, none) == ("before", "0")
+    assert seen_second.stdout == f"before\n{tick}\n"  # the checkpoint did not move on
+    assert restored.stdout == "before\n0\n"
+
+
 # --- exported checkpoints: what outlives a supervisor ------------------------------------------
 
 # A first layer with every kind of change, then a second one over it (a hard link included).
@@ -487,7 +520,9 @@ ATTACKS: Sequence[Attack] = (
     conformance.test_a_trajectory_cannot_reach_the_network_or_the_host_loopback,
     conformance.test_host_unix_sockets_are_out_of_reach,
     conformance.test_a_trajectory_cannot_mount_unmount_or_unshare,
-    conformance.test_setsid_and_nohup_children_die_with_their_command,
+    conformance.test_a_timeout_kills_the_commands_process_group_and_what_left_it_lasts,
+    conformance.test_what_a_command_leaves_running_lasts_across_calls_until_the_workspace_goes,
+    conformance.test_a_trajectory_cannot_see_or_signal_another_trajectorys_lasting_processes,
     attacks.test_a_command_runs_in_a_session_of_its_own_without_a_terminal,
     attacks.test_calls_dockers_default_profile_refuses_are_refused,
     attacks.test_device_nodes_cannot_be_changed_and_still_work,

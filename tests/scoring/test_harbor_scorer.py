@@ -270,6 +270,7 @@ async def test_the_task_limits_become_the_instance_s_and_no_internet_means_no_ne
     task = load_tasks(EXAMPLES / "fractional")[0]
     spec = instance_spec(task)
     assert (spec.memory_bytes, spec.disk_bytes, spec.cpus) == (512 << 20, 256 << 20, 1)
+    assert spec.capabilities == "container"  # what Docker gives the container Harbor uses
     with anyio.fail_after(300):
         async with DockerBackend() as backend, await backend.instance(spec) as instance:
             assert isinstance(instance, SupervisedInstance)

@@ -201,7 +201,8 @@ async def test_a_daemon_an_agent_command_left_in_the_workspace_cannot_forge_the_
         result = await scoring.score(
             TestsScorer(strict=True), task, Submission(patch=patch), sandbox
         )
-    # The daemon died with the agent's command (its pid namespace), before any grading.
+    # The daemon outlived the agent's command, as in a container, and died before any grading
+    # step ran (the scorer ends a workspace's processes first).
     _graded_as_failing(result)
 
 

@@ -9,6 +9,7 @@ import pytest
 from mcp import Client
 
 from mcp_evalserver.server.mcp_app import create_server
+from tests.sandbox.host_processes import host_pids, marker, wait_until_gone
 from tests.server.helpers import MODES, repo_spec
 from testsupport.repos import FIXED
 from testsupport.servers import call, call_error
@@ -83,3 +84,28 @@ async def test_a_lapsed_lease_lets_another_client_take_over_the_workspace_as_it_
         stale = await call_error(client, "get_diff", claim_id=first["claim_id"])
         assert "lapsed" in stale
         assert "another client claimed it" in stale
+
+
+async def test_a_server_the_agent_started_answers_its_later_calls_and_dies_at_submit(
+    tmp_path: Path,
+) -> None:
+    # Processes outlive a call, as in a container, and end with the trajectory.
+    arg = marker()
+    serve = f"python3 -m http.server 8000 --bind 127.0.0.1 >/tmp/http.log 2>&1 & sleep {arg} &"
+    fetch = (
+        'for i in $(seq 200); do python3 -c "import urllib.request as u; '
+        "print(u.urlopen('http://127.0.0.1:8000/calc.py').status)\" 2>/dev/null && break; "
+        "sleep 0.05; done"
+    )
+    spec = repo_spec(tmp_path / "repos", 1)
+    async with Client(create_server(tmp_path / "state"), mode=MODES[-1]) as client:
+        await call(client, "start_campaign", spec=spec)
+        with anyio.fail_after(60):
+            claim_id = (await call(client, "claim_trajectory", wait_s=30))["claim_id"]
+            started = await call(client, "sandbox_exec", claim_id=claim_id, command=serve)
+            answered = await call(client, "sandbox_exec", claim_id=claim_id, command=fetch)
+            assert host_pids(arg)
+            await call(client, "submit", claim_id=claim_id)
+            await wait_until_gone(arg)
+    assert started["exit_code"] == 0
+    assert answered["stdout"] == "200\n"

@@ -26,7 +26,7 @@ One file per job, each importing only those above it:
   holders.py      a workspace's holder process (Python, or holder.c)
   instance.py     init, freeze
   workspaces.py   ws_create, ws_destroy, ws_reset; spares and workspaces made ahead
-  checkpoints.py  ws_checkpoint, ws_restore, ws_fork, ws_export
+  checkpoints.py  ws_checkpoint, ws_restore, ws_fork, ws_export, ws_end_processes
   execs.py        exec, diff
   files.py        read, write, list
   loop.py         the event loop and OPERATIONS, the table every request is dispatched by

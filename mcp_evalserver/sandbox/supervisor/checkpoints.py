@@ -11,6 +11,7 @@ from .jobs import Job
 from .layers import write_archive
 from .linux import CLONE_NEWNS, libc, setns_fd, umount
 from .protocol import (
+    Empty,
     HolderResult,
     SupervisorError,
     WorkspaceArgs,
@@ -57,19 +58,12 @@ def remount_in_holder(sup: Supervisor, ws: Workspace) -> None:
             namespace opened is its own), or the mounts failed.
     """
     assert ws.layers is not None
-    if ws.ctl is None:
-        raise OSError(errno.EPIPE, "no holder")
-    # holder.c keeps free exec inits (its runners) inside the view: they must be gone, and
-    # their copies of the old overlay with them, before the old upper becomes a lower. The
+    # The holder's runners and the workspace's processes run in the view: they must be gone,
+    # and their hold on the old overlay with them, before the old upper becomes a lower. The
     # answer also says the holder lives: one killed (its socket and namespace outlast it a
     # moment) never runs again to answer, and its pid stays ours until the loop reaps it, so
     # the namespace opened below is its own.
-    ws.ctl.settimeout(60)
-    ws.ctl.send(b"drop spare")
-    answer = ws.ctl.recv(64)
-    ws.ctl.settimeout(None)
-    if answer != b"dropped":
-        raise OSError(errno.EPIPE, f"holder answered {answer!r}")
+    drop_in_holder(ws)
     target = os.open(f"/proc/{ws.holder_pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     own = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -86,15 +80,47 @@ def remount_in_holder(sup: Supervisor, ws: Workspace) -> None:
     finally:
         for fd in (target, own, cwd):
             os.close(fd)
+    assert ws.ctl is not None  # drop_in_holder raised otherwise
     ws.ctl.send(b"respare")
 
 
+def drop_in_holder(ws: Workspace) -> None:
+    """Has the holder drop its spare runners and end the workspace's init, and with it every
+    process of the workspace; "respare" then makes them anew.
+
+    Raises:
+        OSError: the holder is gone.
+    """
+    if ws.ctl is None:
+        raise OSError(errno.EPIPE, "no holder")
+    ws.ctl.settimeout(60)
+    ws.ctl.send(b"drop spare")
+    answer = ws.ctl.recv(64)
+    ws.ctl.settimeout(None)
+    if answer != b"dropped":
+        raise OSError(errno.EPIPE, f"holder answered {answer!r}")
+
+
 def checkpoint(sup: Supervisor, ws: Workspace) -> str:
+    """A checkpoint of the workspace's files. Its processes keep running: where it has any,
+    its upper is copied (they write to the mounted one) and nothing is remounted."""
     assert ws.layers is not None
-    cid, changed = ws.layers.checkpoint()
+    cid, changed = ws.layers.checkpoint(keep_upper=has_processes(ws))
     if changed:
         remount(sup, ws)
     return cid
+
+
+def has_processes(ws: Workspace) -> bool:
+    """Whether a process runs in the workspace besides its init: its pid namespace's /proc
+    (in the view, seen through the holder's root) lists more than pid 1. Asked while no
+    command runs. If it cannot be read, the holder is dead or dying, and its processes with
+    it: the remount gives the workspace a new one."""
+    try:
+        entries = os.listdir(f"/proc/{ws.holder_pid}/root{ws.root}/proc")
+    except OSError:
+        return False
+    return any(name.isdigit() and name != "1" for name in entries)
 
 
 # --- operations ------------------------------------------------------------------------------
@@ -106,11 +132,25 @@ def ws_checkpoint(sup: Supervisor, req_id: int, args: WorkspaceArgs) -> WsCheckp
 
 
 def ws_restore(sup: Supervisor, req_id: int, args: WsRestoreArgs) -> HolderResult:
+    """The files of a checkpoint, and no process: those running go with the old view."""
     ws = sup.idle_workspace(args, "restore")
     assert ws.layers is not None
     ws.layers.restore(str(args["checkpoint"]))
     remount(sup, ws)
     return {"holder_pid": ws.holder_pid}
+
+
+def ws_end_processes(sup: Supervisor, req_id: int, args: WorkspaceArgs) -> Empty:
+    """Kills every process the workspace's commands left running (its pid namespace goes
+    with its init; the holder makes a new one). Its files stay as they are."""
+    ws = sup.idle_workspace(args, "end the processes of")
+    try:
+        drop_in_holder(ws)
+        assert ws.ctl is not None
+        ws.ctl.send(b"respare")
+    except OSError:
+        remount(sup, ws)  # a dead holder: its processes died with it; a new one
+    return {}
 
 
 def ws_fork(sup: Supervisor, req_id: int, args: WsForkArgs) -> WsForkResult:

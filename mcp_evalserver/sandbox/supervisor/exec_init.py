@@ -1,6 +1,7 @@
-"""Pid 1 of an exec, in the workspace's holder's namespaces and its own new pid namespace: it
-confines itself, spawns the command and serves as its init (see holders.Holder). holder.c
-does the same in C, reading the same exec request (encode_exec_request)."""
+"""An exec's runner and the workspace's init (see holders.Holder): the runner, outside the
+workspace's pid namespace, confines itself, spawns the command into that namespace and waits
+for it alone; the init is that namespace's pid 1, which keeps what commands leave running.
+holder.c does the same in C, reading the same exec request (encode_exec_request)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import fcntl
 import json
 import os
 import signal
+import time
 from typing import Any
 
 from .isolation import apply_rlimits, drop_privileges, lookup_user
-from .linux import CLONE_NEWNS, PR_SET_DUMPABLE, prctl, unshare, write_file
+from .linux import PR_SET_DUMPABLE, prctl, write_file
 from .protocol import SupervisorError
 from .view import View
 
@@ -97,25 +99,76 @@ def decode_exec_request(data: bytes) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def serve_as_init(command: int) -> None:
-    """Pid 1 of an exec: reaps every orphan until `command` exits, reports its status."""
+class KillSwitch:
+    """The runner's answer to the holder's SIGUSR1 ("kill" this exec): the command's process
+    group (the command and what it started there: `cmd &`, pipelines) is killed; asked before
+    the command exists, the command is killed as soon as it does."""
+
+    command = 0
+    asked = False
+
+    @classmethod
+    def arm(cls) -> None:
+        signal.signal(signal.SIGUSR1, cls.on_signal)
+
+    @classmethod
+    def on_signal(cls, signum: int, frame: Any) -> None:
+        cls.asked = True
+        cls.fire()
+
+    @classmethod
+    def fire(cls) -> None:
+        if cls.command > 0:
+            for target in (-cls.command, cls.command):  # its group, then itself
+                with contextlib.suppress(OSError):
+                    os.kill(target, signal.SIGKILL)
+
+
+def await_group(group: int) -> None:
+    """Until a killed command's group is gone (holder.c's await_group): the next exec must
+    not find its processes still holding the workspace's pids."""
+    for _ in range(5000):
+        try:
+            os.kill(-group, signal.SIGKILL)
+        except OSError:
+            return
+        time.sleep(0.001)
+
+
+def wait_for_command(command: int) -> None:
+    """Waits for `command` alone (what it left running is the workspace init's), reports its
+    status on the info pipe."""
+    KillSwitch.command = command
+    if KillSwitch.asked:
+        KillSwitch.fire()
     for fd in (0, 1, 2):  # the command's pipes end with the command, not with us
         os.close(fd)
     with contextlib.suppress(OSError):
         os.close(REPORT_FD)  # likewise its report channel, if it has one
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            os._exit(1)
-        if pid == command:
-            break
+    _, status = os.waitpid(command, 0)
+    if KillSwitch.asked:
+        await_group(command)
     os.write(3, (json.dumps({"status": status}) + "\n").encode())
-    os._exit(0)  # and the kernel kills whatever the command left running
+    os._exit(0)
+
+
+def workspace_init(view: View, root: str) -> None:
+    """Pid 1 of the workspace's pid namespace (holder.c's init_main): mounts its /proc in the
+    view, then waits for the end of its lifeline (fd 3: the holder's end); ignoring SIGCHLD
+    makes the kernel reap the orphans that come to it. Never returns."""
+    try:
+        view.mount_proc(root)
+        os.chroot(root)
+        os.chdir("/")
+        drop_privileges(True)
+    except BaseException:
+        os._exit(1)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    os.read(3, 1)  # the holder is gone: so is the workspace
+    os._exit(0)
 
 
 def sandbox_init(
-    view: View,
     root: str,
     argv: list[str],
     env: dict[str, str],
@@ -124,15 +177,14 @@ def sandbox_init(
     have: dict[str, bool],
     user: str | None = None,
 ) -> None:
-    """Pid 1 of the exec's pid namespace: sets the sandbox up, spawns the command, serves
-    as its init (see serve_as_init). Never returns."""
+    """The exec's runner, its commands' pid namespace the workspace's: sets the sandbox up,
+    spawns the command, waits for it (see wait_for_command). Never returns."""
     try:
-        unshare(CLONE_NEWNS)  # its own /proc, of this pid namespace
+        KillSwitch.arm()
         os.setsid()  # no controlling terminal: /dev/tty is ENXIO, TIOCSTI has no target
         fcntl.fcntl(3, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
         with contextlib.suppress(OSError):
             write_file("/proc/self/oom_score_adj", "0")  # the holder's -1000 is not for us
-        view.mount_proc(root)
         apply_rlimits(limits, have)
         os.chroot(root)
         try:
@@ -151,15 +203,15 @@ def sandbox_init(
             ids = identity[:3]
             env.setdefault("HOME", identity[3])
         drop_privileges(True, ids)
-        # Same uid as the command, so without this the command could open /proc/1/fd/3
-        # (or ptrace us) and write its own `status` (or an `error`) into the info pipe.
-        # The command's execve makes it dumpable again; only this init is shielded.
+        # Same uid as the command (though outside its pid namespace), so without this a
+        # command that found us could open our fd 3 (or ptrace us) and write its own
+        # `status` into the info pipe. The command's execve makes it dumpable again.
         prctl(PR_SET_DUMPABLE, 0)
     except BaseException as e:
         os.write(3, (json.dumps({"error": f"sandbox setup: {e}"}) + "\n").encode())
         os._exit(127)
-    # The command must not be pid 1 of its namespace: the kernel drops the signals pid 1
-    # sends itself (`kill $$` would do nothing) and nobody would reap orphans.
+    if KillSwitch.asked:
+        os._exit(127)  # killed before its command existed: no status (see exec_result)
     try:
         command = spawn_command(argv, env)
     except CommandNotRun as e:
@@ -167,4 +219,4 @@ def sandbox_init(
             os.write(2, f"sandbox: cannot run {e.program!r}: {e.reason}\n".encode())
             os.write(3, (json.dumps({"status": e.code << 8}) + "\n").encode())
         os._exit(0)
-    serve_as_init(command)
+    wait_for_command(command)

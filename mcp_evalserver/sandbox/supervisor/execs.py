@@ -1,5 +1,5 @@
 """Commands in a workspace: exec, and diff (git, run as the trajectory). The supervisor's side:
-the request goes to the workspace's holder, which forks the exec's init (exec_init.py)."""
+the request goes to the workspace's holder, whose runner forks the command (exec_init.py)."""
 
 from __future__ import annotations
 

@@ -6,6 +6,10 @@ the Python `Holder`. Messages on the control socket (SOCK_SEQPACKET), as holder.
 the assignment (JSON: ws, path, overlay, areas) answered "ok" or "error: ...";
 "exec ID" with the exec's fds (stdin, stdout, stderr, info, the request's memfd, and the
 report channel if asked); "kill ID"; "drop spare" answered "dropped", then "respare".
+
+The workspace's processes share one pid namespace whose pid 1 (its init) the holder keeps as
+long as the view: what a command leaves running lasts across calls and dies with the
+workspace (or a restore, which replaces the view: "drop spare" ends the init).
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ import signal
 import socket
 import sys
 
-from .exec_init import REPORT_FD, decode_exec_request, sandbox_init
-from .isolation import SECCOMP_PROGRAM, drop_bounding_set
+from .exec_init import REPORT_FD, decode_exec_request, sandbox_init, workspace_init
+from .isolation import SECCOMP_PROGRAM, drop_bounding_set, kept_mask
 from .linux import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
     CLONE_NEWPID,
     CLONE_NEWUTS,
+    PR_SET_DUMPABLE,
     PR_SET_PDEATHSIG,
     close_fds_except,
     close_fds_from,
@@ -34,6 +39,7 @@ from .linux import (
     loopback_up,
     prctl,
     reset_signals,
+    setns_fd,
     sigchld_wakeup,
     unshare,
     write_file,
@@ -47,16 +53,55 @@ from .workspace import Workspace
 class Holder:
     """A workspace's holder: keeps its namespaces and starts its execs (a tiny zygote).
 
-    Each exec is one child (in the holder's namespaces and cgroup) cloned straight into a pid
-    namespace of its own, as its pid 1: it makes its own mount namespace and /proc, confines
-    itself, `posix_spawn`s the command (no second Python fork) and serves as its init, then
-    reports the command's status on the info pipe. Killing it kills the whole pid namespace.
+    Each exec is one child (in the holder's namespaces and cgroup), its runner: it confines
+    itself, `posix_spawn`s the command (no second Python fork) into the workspace's pid
+    namespace, which it stays out of, waits for it and reports its status on the info pipe.
+    "kill" is a SIGUSR1 to the runner, which kills the command's process group.
     """
 
     def __init__(self, view: View, ws: Workspace, ctl: socket.socket) -> None:
         self.view, self.ws, self.ctl = view, ws, ctl
-        self.children: dict[int, int] = {}  # pid of C -> job (request id)
+        self.children: dict[int, int] = {}  # pid of a runner -> job (request id)
         self.broken = ""  # why execs cannot run here, if they cannot
+        self.init_pid, self.init_ns = 0, -1  # the workspace's pid 1, and its namespace
+        self.init_lifeline = -1  # see start_init
+
+    def start_init(self) -> None:
+        """A new workspace pid namespace with its init (exec_init.workspace_init), which lives
+        while the write end of its lifeline (ours alone: runners close it) is open."""
+        lifeline, self.init_lifeline = os.pipe2(os.O_CLOEXEC)
+        pid = fork_into(CLONE_NEWPID)
+        if pid == 0:
+            try:
+                reset_signals()
+                os.dup2(lifeline, 3)
+                close_fds_from(4)
+                os.read(3, 1)  # we hold its namespace: until then it must stay dumpable
+                prctl(PR_SET_DUMPABLE, 0)
+                workspace_init(self.view, self.ws.root)
+            finally:
+                os._exit(1)
+        os.close(lifeline)
+        self.init_pid = pid
+        try:  # where we lack CAP_SYS_PTRACE (docker), only while the init is dumpable
+            ns = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            os.write(self.init_lifeline, b"\0")
+        # Above the fds an exec's runner dup2s into place (0-4, and REPORT_FD + 64).
+        self.init_ns = fcntl.fcntl(ns, fcntl.F_DUPFD_CLOEXEC, REPORT_FD + 128)
+        os.close(ns)
+
+    def end_init(self) -> None:
+        """Kills the init, and with it every process of the workspace; waits for it."""
+        if self.init_pid:
+            with contextlib.suppress(OSError):
+                os.kill(self.init_pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.init_pid, 0)
+        for fd in (self.init_ns, self.init_lifeline):
+            if fd >= 0:
+                os.close(fd)
+        self.init_pid, self.init_ns, self.init_lifeline = 0, -1, -1
 
     def run(self) -> None:
         """Serves the control socket until it closes. Never returns."""
@@ -82,11 +127,15 @@ class Holder:
                 if words[:1] == [b"kill"]:
                     for pid, job in self.children.items():
                         if job == int(words[1]):
-                            os.kill(pid, signal.SIGKILL)
+                            os.kill(pid, signal.SIGUSR1)  # see exec_init.KillSwitch
                 elif words[:1] == [b"exec"] and len(fds) in (5, 6):  # sixth: a report channel
                     self.fork_exec(int(words[1]), list(fds))
-                elif msg == b"drop spare":  # holder.c's: this one keeps no exec ready
+                elif msg == b"drop spare":  # the view is replaced: its processes go
+                    self.end_init()
                     self.ctl.send(b"dropped")
+                elif msg == b"respare":
+                    if not self.init_pid:
+                        self.start_init()
                 else:
                     for fd in fds:
                         os.close(fd)
@@ -100,6 +149,8 @@ class Holder:
             if pid == 0:
                 return
             self.children.pop(pid, None)
+            if pid == self.init_pid:  # it should not die while we live: execs will fail
+                self.init_pid = 0
 
     def fork_exec(self, job: int, fds: list[int]) -> None:
         stdin, out, err, info, memfd = fds[:5]
@@ -107,7 +158,7 @@ class Holder:
         try:
             if self.broken:
                 raise SupervisorError("InfrastructureError", self.broken)
-            pid = fork_into(CLONE_NEWPID)  # pid 1 of its own pid namespace: one kill for all
+            pid = os.fork()
         except (OSError, SupervisorError) as e:
             msg = {"error": str(e), "kind": getattr(e, "kind", "LimitExceeded")}
             if isinstance(e, OSError):  # typically the workspace's pids limit
@@ -124,12 +175,14 @@ class Holder:
                 for target, fd in enumerate((stdin, out, err, info)):
                     os.dup2(fd, target)
                 request = decode_exec_request(os.pread(memfd, os.fstat(memfd).st_size, 0))
+                # Its command is forked into the workspace's pid namespace; it stays out.
+                setns_fd(self.init_ns, CLONE_NEWPID, "enter the workspace's pid namespace")
                 if report >= 0:
                     os.dup2(report, REPORT_FD)  # inheritable: the command gets it
                 close_fds_from(REPORT_FD + 1 if report >= 0 else 4)
                 prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the holder's death ends the exec
                 sandbox_init(
-                    self.view, self.ws.root, request["argv"], request["env"], request["cwd"],
+                    self.ws.root, request["argv"], request["env"], request["cwd"],
                     request["limits"], request["have"], request.get("user"),
                 )  # fmt: skip
             except BaseException as e:
@@ -209,6 +262,11 @@ def holder_main(
     drop_bounding_set()  # after the exec above: root's execve takes the bounding set
     holder = Holder(sup.view, ws, ctl)
     holder.broken = broken
+    if not broken:
+        try:
+            holder.start_init()
+        except OSError as e:
+            holder.broken = f"workspace setup failed: {e}"
     holder.run()
 
 
@@ -219,7 +277,7 @@ def exec_native_holder(sup: Supervisor, ws: Workspace, ctl: socket.socket) -> No
     os.set_inheritable(ctl.fileno(), True)
     # Its settings travel in a memfd, not its argv: every exec's pid 1 starts as a copy of
     # the holder, and its command line is what `ps` shows the trajectory.
-    fields = [str(ctl.fileno()), ws.root, sup.view.mask_file, sup.view.mask_dir]
+    fields = [str(ctl.fileno()), ws.root, sup.view.mask_file, sup.view.mask_dir, str(kept_mask())]
     settings = os.memfd_create("holder-settings", 0)
     os.write(settings, b"".join(f.encode() + b"\0" for f in fields) + (SECCOMP_PROGRAM or b""))
     with contextlib.suppress(OSError):

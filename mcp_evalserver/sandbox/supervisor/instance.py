@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from .cgroups import Cgroups
-from .isolation import SECCOMP_PROGRAM, enter_user_namespace
+from .isolation import SECCOMP_PROGRAM, enter_user_namespace, keep_capabilities
 from .jobs import Job
 from .layers import LayerStore
 from .linux import CLONE_NEWNS, MS_NODEV, MS_NOSUID, MS_PRIVATE, MS_REC, mount, unshare
@@ -46,6 +46,7 @@ def init(sup: Supervisor, req_id: int, args: InitArgs) -> InitResult:
     elif cfg.get("paths"):
         msg = "declared paths are for host directories; an image holds its files itself"
         raise SupervisorError("InvalidInput", msg)
+    keep_capabilities(str(cfg.get("capabilities") or "none"))
     if os.geteuid() != 0:
         enter_user_namespace()
         cfg["userns"] = True

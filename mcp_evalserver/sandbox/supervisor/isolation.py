@@ -4,12 +4,12 @@ supervisor runs in. holder.c applies the same lists (KEPT_CAPS, the filter it is
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import os
 import platform
 import resource
+import stat
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -32,10 +32,50 @@ from .protocol import SupervisorError
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-# What a trajectory keeps: no capability. uid 0 owns the tasks' files, which is all a command
-# needs; DAC_OVERRIDE (or CHOWN, FOWNER: take the file over, then open it) would open any other
-# user's private file, and DAC_READ_SEARCH escapes a chroot (open_by_handle_at).
+# What a trajectory may keep, by InstanceSpec.capabilities. "none": uid 0 owns the tasks' files,
+# which is all most commands need; DAC_OVERRIDE (or CHOWN, FOWNER: take the file over, then open
+# it) opens any other user's private file. "container": the set Docker gives a container by
+# default (moby's oci/caps/defaults.go), for tasks written for one (apt, chown, nginx, su). Never
+# DAC_READ_SEARCH (open_by_handle_at escapes a chroot), SYS_ADMIN, SYS_PTRACE, NET_ADMIN. What
+# keeps the added ones inside the workspace is in docs/design/isolation.md ("Capabilities").
+CONTAINER_CAPS = (
+    0,  # CHOWN
+    1,  # DAC_OVERRIDE
+    3,  # FOWNER
+    4,  # FSETID
+    5,  # KILL
+    6,  # SETGID
+    7,  # SETUID
+    8,  # SETPCAP
+    10,  # NET_BIND_SERVICE
+    13,  # NET_RAW
+    18,  # SYS_CHROOT (chroot(2) itself stays refused by the filter: see SECCOMP_TABLES)
+    27,  # MKNOD
+    29,  # AUDIT_WRITE
+    31,  # SETFCAP
+)
+CAPABILITY_SETS: dict[str, tuple[int, ...]] = {"none": (), "container": CONTAINER_CAPS}
+# This supervisor's set (one instance each), chosen at init (keep_capabilities).
 KEPT_CAPS: tuple[int, ...] = ()
+
+
+def keep_capabilities(name: str) -> None:
+    """Sets what every sandboxed process of this supervisor keeps (InstanceSpec.capabilities).
+
+    Raises:
+        SupervisorError: an unknown set.
+    """
+    global KEPT_CAPS
+    if name not in CAPABILITY_SETS:
+        known = ", ".join(CAPABILITY_SETS)
+        raise SupervisorError("InvalidInput", f"capabilities {name!r} unknown; known: {known}")
+    KEPT_CAPS = CAPABILITY_SETS[name]
+
+
+def kept_mask() -> int:
+    return sum(1 << c for c in KEPT_CAPS)
+
+
 # Syscalls a sandboxed process may not make even without capabilities (user namespaces make
 # unshare/clone possible for anyone); per architecture: (audit arch, {name: nr}).
 SECCOMP_TABLES = {
@@ -205,7 +245,7 @@ def drop_privileges(filter_syscalls: bool, ids: tuple[int, int, list[int]] | Non
     `ids` (uid, gid, groups; see `lookup_user`) asks for another user of the view: a non-zero
     uid keeps no capability at all.
     """
-    keep_mask = sum(1 << c for c in KEPT_CAPS)
+    keep_mask = kept_mask()
     drop_bounding_set()
     if ids is not None:
         uid, gid, groups = ids
@@ -231,9 +271,7 @@ def lookup_user(user: str) -> tuple[int, int, list[int], str]:
     Called after chroot: the workspace's own files decide (a sample may add users). A uid
     absent from passwd runs with gid 0 and home /, as `docker exec --user` does.
     """
-    entries = []
-    with contextlib.suppress(OSError), open("/etc/passwd", errors="replace") as f:
-        entries = [line.rstrip("\n").split(":") for line in f]
+    entries = [line.split(":") for line in _read_regular("/etc/passwd")]
     found = next(
         (e for e in entries if len(e) >= 7 and (e[0] == user or (user.isdigit() and e[2] == user))),
         None,
@@ -246,12 +284,24 @@ def lookup_user(user: str) -> tuple[int, int, list[int], str]:
         return int(user), 0, [0], "/"
     name, uid, gid, home = found[0], int(found[2]), int(found[3]), found[5] or "/"
     groups = {gid}
-    with contextlib.suppress(OSError), open("/etc/group", errors="replace") as f:
-        for line in f:
-            fields = line.rstrip("\n").split(":")
-            if len(fields) >= 4 and fields[2].isdigit() and name in fields[3].split(","):
-                groups.add(int(fields[2]))
+    for line in _read_regular("/etc/group"):
+        fields = line.split(":")
+        if len(fields) >= 4 and fields[2].isdigit() and name in fields[3].split(","):
+            groups.add(int(fields[2]))
     return uid, gid, sorted(groups), home
+
+
+def _read_regular(path: str) -> list[str]:
+    """The lines of `path` if it is a regular file, else none: a FIFO the trajectory put at
+    /etc/passwd must not block an exec before its command exists (holder.c: open_regular)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return []
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        return f.read().decode(errors="replace").splitlines()
 
 
 def enter_user_namespace() -> None:

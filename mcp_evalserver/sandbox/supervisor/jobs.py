@@ -3,7 +3,9 @@
 A job is a forked child (setup, an export, a file operation) or an exec a workspace's holder
 forked: the loop writes its stdin, captures its stdout and stderr with a byte cap, reads its
 info pipe (fd 3: JSON lines of status and errors) and, when it has exited and every pipe
-reached EOF, answers its request with `finish(job)`.
+reached EOF, answers its request with `finish(job)`. An exec ends when its command exits (its
+runner closes the info pipe): what is left in its pipes then is read, and the pipes a process
+it left running still holds go to a sink (see let_go).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ if TYPE_CHECKING:  # annotations only: the module must import on Python 3.8
 
 # The most an exec's report channel keeps (head and tail).
 REPORT_CAP = 64 << 20
+# The most read from an exec's pipes once its command exited (see Jobs.let_go): what it wrote
+# before it exited is at most a pipe's buffer; more is a process it left running writing.
+AFTER_EXIT_BYTES = 1 << 20
 
 
 # --- output capture --------------------------------------------------------------------------
@@ -196,7 +201,10 @@ class Jobs:
             job.ws.jobs.add(job.req_id)
         return job
 
-    def pump(self, job: Job, fd: int) -> None:
+    def pump(self, job: Job | None, fd: int) -> None:
+        if job is None:
+            self.sink(fd)
+            return
         if fd == job.stdin_fd:
             try:
                 n = os.write(fd, job.stdin_data[:65536])
@@ -227,26 +235,69 @@ class Jobs:
         self.sel.unregister(fd)
         os.close(fd)
         job.open_fds.discard(fd)
+        if fd == job.info_fd and not job.pid:
+            self.let_go(job)
         self.maybe_done(job)
 
-    def pump_report(self, job: Job, sock: socket.socket) -> None:
-        """Reads the report channel. With SO_PASSCRED the kernel never joins bytes of two
-        writers in one read and names each read's writer: that count is the exec's answer to
-        "did anyone but the one process that should write to it?"."""
+    def let_go(self, job: Job) -> None:
+        """An exec's runner closed the info pipe: its command exited. What the command wrote
+        is in its pipes now and is read; from here on they belong to whatever it left running
+        (`server &` holds its stdout), whose output no call collects: a sink reads it until
+        they close, so that process never dies of a broken pipe (docs: lasting processes)."""
+        for fd in sorted(job.open_fds):
+            if fd not in job.captures:
+                continue  # the report channel: read below
+            for _ in range(AFTER_EXIT_BYTES >> 16):
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    break
+                if not chunk:
+                    break
+                job.captures[fd].feed(chunk)
+            job.open_fds.discard(fd)
+            self.sel.modify(fd, selectors.EVENT_READ, (None, fd))
+        report = job.report
+        if report is not None and report.fileno() in job.open_fds:
+            for _ in range(AFTER_EXIT_BYTES >> 16):
+                if not self.pump_report(job, report):
+                    break
+            if report.fileno() in job.open_fds:  # a writer left running: no one reads on
+                self.sel.unregister(report.fileno())
+                job.open_fds.discard(report.fileno())
+                report.close()
+
+    def sink(self, fd: int) -> None:
+        """Output of a process an exec left running: read and dropped until its end."""
+        try:
+            if os.read(fd, 1 << 16):
+                return
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self.sel.unregister(fd)
+        os.close(fd)
+
+    def pump_report(self, job: Job, sock: socket.socket) -> bool:
+        """Reads the report channel; whether it read bytes. With SO_PASSCRED the kernel never
+        joins bytes of two writers in one read and names each read's writer: that count is
+        the exec's answer to "did anyone but the one process that should write to it?"."""
         try:
             chunk, ancdata, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(12))
         except BlockingIOError:
-            return
+            return False
         if chunk:
             job.report_data.feed(chunk)
             for level, kind, data in ancdata:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
                     job.report_writers.add(struct.unpack("i", data[:4])[0])
-            return
+            return True
         self.sel.unregister(sock.fileno())
         job.open_fds.discard(sock.fileno())
         sock.close()
         self.maybe_done(job)
+        return False
 
     def reap(self) -> None:
         """Reaps the children that ended. Those we expect to end (jobs, holders we killed) are

@@ -226,12 +226,29 @@ class WorkspaceLayers:
             areas.update((layer.area.path, layer.area) for layer in stack)
         return [path for path, area in areas.items() if area.mounted]
 
-    def checkpoint(self) -> tuple[str, bool]:
+    def checkpoint(self, keep_upper: bool = False) -> tuple[str, bool]:
         """Freezes the upper; (checkpoint id, whether the overlay must be mounted again).
 
         An upper with no changes freezes nothing: the checkpoint is the current stack.
+        `keep_upper` (processes of the workspace run on the mounted overlay, which must stay):
+        a copy of the upper is frozen instead, and the overlay stays as it is.
         """
         changed = bool(os.listdir(self.upper))
+        if changed and keep_upper:
+            copy = os.path.join(self.area.path, f"c{self.area.serial + 1}")
+            self.area.serial += 1
+            try:
+                _copy_tree(self.upper, copy, keep=KEPT_OVERLAY_XATTRS)
+            except OSError as e:
+                shutil.rmtree(copy, ignore_errors=True)
+                if e.errno == errno.ENOSPC:
+                    msg = "no room left in the workspace's disk to copy its changes"
+                    raise LayerError("LimitExceeded", msg) from e
+                raise
+            cid = self.store.new_checkpoint_id()
+            self.checkpoints[cid] = (self.store.freeze(copy, self.area), *self.stack)
+            self.store.hold(self.checkpoints[cid])
+            return cid, False
         if changed:
             layer = self.store.freeze(self.upper, self.area)
             stack = (layer, *self.stack)
@@ -458,20 +475,20 @@ def _remove(path: str) -> os.stat_result | None:
     return st
 
 
-def _copy_meta(src: str, dst: str, st: os.stat_result) -> None:
-    """Owner, mode, times and user-visible xattrs (never overlayfs' own)."""
+def _copy_meta(src: str, dst: str, st: os.stat_result, keep: tuple[str, ...] = ()) -> None:
+    """Owner, mode, times and user-visible xattrs (of overlayfs' own, only those in `keep`)."""
     os.chown(dst, st.st_uid, st.st_gid, follow_symlinks=False)
     if not stat.S_ISLNK(st.st_mode):
         os.chmod(dst, stat.S_IMODE(st.st_mode))
     with contextlib.suppress(OSError):
         for name in os.listxattr(src, follow_symlinks=False):
-            if not name.startswith(OVERLAY_XATTRS):
+            if name in keep or not name.startswith(OVERLAY_XATTRS):
                 os.setxattr(dst, name, os.getxattr(src, name, follow_symlinks=False),
                             follow_symlinks=False)  # fmt: skip
     os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
 
 
-def _copy_entry(src: str, dst: str, st: os.stat_result) -> None:
+def _copy_entry(src: str, dst: str, st: os.stat_result, keep: tuple[str, ...] = ()) -> None:
     """One non-directory entry, exactly (a whiteout stays a whiteout)."""
     if stat.S_ISREG(st.st_mode):
         shutil.copyfile(src, dst, follow_symlinks=False)
@@ -479,19 +496,20 @@ def _copy_entry(src: str, dst: str, st: os.stat_result) -> None:
         os.symlink(os.readlink(src), dst)
     else:  # whiteouts (0/0 character devices), fifos, sockets, devices
         os.mknod(dst, st.st_mode, st.st_rdev)
-    _copy_meta(src, dst, st)
+    _copy_meta(src, dst, st, keep)
 
 
-def _copy_tree(src: str, dst: str) -> None:
+def _copy_tree(src: str, dst: str, keep: tuple[str, ...] = ()) -> None:
+    """`src` at `dst`; `keep`: the overlayfs marks to copy (a layer copied as a layer)."""
     st = os.lstat(src)
     os.mkdir(dst, 0o700)
     for entry in os.scandir(src):
         child = os.lstat(entry.path)
         if stat.S_ISDIR(child.st_mode):
-            _copy_tree(entry.path, os.path.join(dst, entry.name))
+            _copy_tree(entry.path, os.path.join(dst, entry.name), keep)
         else:
-            _copy_entry(entry.path, os.path.join(dst, entry.name), child)
-    _copy_meta(src, dst, st)
+            _copy_entry(entry.path, os.path.join(dst, entry.name), child, keep)
+    _copy_meta(src, dst, st, keep)
 
 
 def _apply_layer(src: str, dst: str, rel: str, merged_view: Callable[[], str]) -> None:

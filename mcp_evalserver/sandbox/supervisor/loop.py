@@ -65,6 +65,7 @@ OPERATIONS: dict[Op, Handler] = {
     "ws_restore": checkpoints.ws_restore,
     "ws_fork": checkpoints.ws_fork,
     "ws_export": checkpoints.ws_export,
+    "ws_end_processes": checkpoints.ws_end_processes,
     "exec": execs.exec_,
     "diff": execs.diff,
     "read": files.read,

@@ -29,7 +29,7 @@ PROTOCOL_VERSION = 1
 Op = Literal[
     "init", "freeze",
     "ws_create", "ws_destroy", "ws_reset",
-    "ws_checkpoint", "ws_restore", "ws_fork", "ws_export",
+    "ws_checkpoint", "ws_restore", "ws_fork", "ws_export", "ws_end_processes",
     "exec", "diff", "read", "write", "list", "search", "glob",
     "cancel", "shutdown",
 ]  # fmt: skip
@@ -99,6 +99,7 @@ class InitArgs(_InitRequired, total=False):
     instance: str  # host mode: the instance directory (default "/")
     workdir: str  # default "/testbed"
     network: bool  # default False: a workspace sees only its loopback
+    capabilities: Literal["none", "container"]  # default "none": see isolation.CAPABILITY_SETS
     paths: list[DeclaredPath]  # host mode: more host paths the view shows
     holder: str | None  # holder.c's binary, if it can run here
 
@@ -343,6 +344,7 @@ MESSAGES = {
     "ws_restore": (WsRestoreArgs, HolderResult),
     "ws_fork": (WsForkArgs, WsForkResult),
     "ws_export": (WsExportArgs, WsExportResult),
+    "ws_end_processes": (WorkspaceArgs, Empty),
     "exec": (ExecArgs, ExecResult),
     "diff": (DiffArgs, DiffResult),
     "read": (ReadArgs, ReadResult),

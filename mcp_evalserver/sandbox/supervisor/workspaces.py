@@ -180,7 +180,7 @@ def wants_spares(sup: Supervisor) -> bool:
 
 def prepare_ready(sup: Supervisor) -> None:
     """Builds one fresh workspace ahead (area, layers, a holder with the view mounted and
-    its next exec's init ready) with the limits the last plain ws_create asked for, so the
+    its next exec's runner ready) with the limits the last plain ws_create asked for, so the
     next such create only names one: creating a workspace is then off the path of the
     trajectory that asks. A failure here is logged and stops this until the next plain
     create: made on demand then, the error reaches a caller."""
