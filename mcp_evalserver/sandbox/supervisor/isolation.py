@@ -4,6 +4,7 @@ supervisor runs in. holder.c applies the same lists (KEPT_CAPS, the filter it is
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
