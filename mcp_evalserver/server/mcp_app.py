@@ -79,8 +79,7 @@ from mcp_evalserver.server.surface import (
     SPEC_SCHEMA_URI,
     SpecArgument,
     ToolProfile,
-    readable_argument_errors,
-    untitled,
+    as_models_read_it,
 )
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.server.trajectory.endpoint import ServedTrajectory, serve_trajectory_endpoint
@@ -253,7 +252,7 @@ def create_server(
         _export_tools(app)
         _campaign_resources(app)
     _logging_and_completions(app)
-    _as_models_read_it(app)
+    as_models_read_it(app)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "version": __version__})
@@ -262,15 +261,6 @@ def create_server(
     app.custom_route("/healthz", methods=["GET"], include_in_schema=False)(healthz)
 
     return app
-
-
-def _as_models_read_it(app: MCPServer[Any]) -> None:
-    """Input schemas without titles, and argument errors that name the field and the choices
-    (`server/surface.py`); call it once every tool is registered."""
-    tools = app._tool_manager  # the SDK offers no public way to them
-    for tool in tools.list_tools():
-        tool.parameters = untitled(tool.parameters)
-    app.middleware.append(readable_argument_errors(tools.get_tool))
 
 
 def _campaign_resources(app: MCPServer[EvalService]) -> None:
@@ -889,7 +879,7 @@ def create_trajectory_server(trajectory: ScopedTrajectory) -> MCPServer[Any]:
         _add_workspace_tool(
             app, tool, "scoped", run, _returns(getattr(ScopedTrajectory, tool.name))
         )
-    _as_models_read_it(app)
+    as_models_read_it(app)
     return app
 
 

@@ -4,7 +4,8 @@ A model is shown every tool's name, description and input schema on every turn, 
 counts their characters like a budget (`listed_chars`), offers a smaller surface to an agent
 that only claims trajectories (`ToolProfile`), publishes the campaign spec's schema as a
 resource instead of inlining it, and drops the title pydantic gives each argument
-(`untitled`: "Claim Id" for `claim_id` says nothing the name does not). No `mcp` import here.
+(`untitled`: "Claim Id" for `claim_id` says nothing the name does not); an argument error
+names the field and the choices (`readable_argument_errors`). No `mcp` import here.
 """
 
 from __future__ import annotations
@@ -109,3 +110,12 @@ def readable_argument_errors(find_tool: FindTool) -> Middleware:
         return result
 
     return middleware
+
+
+def as_models_read_it(app: Any) -> None:
+    """Gives an MCP server (`MCPServer`) input schemas without titles and argument errors
+    that name the field and the choices; call it once every tool is registered."""
+    tools = app._tool_manager  # the SDK offers no public way to them
+    for tool in tools.list_tools():
+        tool.parameters = untitled(tool.parameters)
+    app.middleware.append(readable_argument_errors(tools.get_tool))
