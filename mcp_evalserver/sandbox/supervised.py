@@ -106,6 +106,7 @@ class SupervisedInstance(Instance):
         run_setup: bool = True,
         on_close: Callable[[], Awaitable[None]] | None = None,
         holder: str | None = None,
+        extra_paths: Sequence[Mapping[str, object]] = (),
     ) -> SupervisedInstance:
         """Initialises a started supervisor, runs the spec's setup and freezes the instance.
 
@@ -113,7 +114,8 @@ class SupervisedInstance(Instance):
         None for its Python one. `store` holds the workspaces' upper layers and must not be
         on overlayfs; with
         `store_tmpfs` the supervisor mounts a private tmpfs there itself. `run_setup=False`
-        freezes without the spec's setup (it already ran on this environment).
+        freezes without the spec's setup (it already ran on this environment). `extra_paths`
+        are host paths shown besides the spec's own (host mode), not part of its key.
 
         Raises:
             InvalidInput: the supervisor refused the spec.
@@ -128,7 +130,7 @@ class SupervisedInstance(Instance):
             store_tmpfs=store_tmpfs,
             instance=spec.path or "/",
             workdir=spec.workdir,
-            paths=[entry.model_dump() for entry in spec.paths],
+            paths=[entry.model_dump() for entry in spec.paths] + [dict(p) for p in extra_paths],
             network=spec.network,
             holder=holder,
         )

@@ -1,0 +1,273 @@
+"""Claude Code and Codex, the real binaries from npm, as agents under test (local backend).
+
+Each runs inside its trajectory's workspace; its model is a scripted fake provider on loopback
+speaking the real wire format (Anthropic Messages with SSE and `tool_use`; OpenAI Responses
+streaming function calls), reached only through the server's model bridge. The fake drives
+each CLI through a fix: run the failing test, edit the file with the CLI's own tool, run the
+test again, finish. The packages are installed into the machine's cache on first use (npm);
+without npm's registry and an empty cache these tests fail saying so, never skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mcp_evalserver.agents.cli import packages
+from mcp_evalserver.runtime.pricing import PriceTable
+from mcp_evalserver.spec.submission import ModelUsage
+from tests.agents.helpers import artifact_text, records, run, spec
+from tests.root import require_root
+from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo
+from testsupport.fake_providers import FakeAnthropic, FakeOpenAIResponses, Turn, serving
+
+pytestmark = [pytest.mark.anyio, pytest.mark.root]
+
+KEY_ENV = "EVALSERVER_TEST_PROVIDER_KEY"
+KEY = "sk-real-operator-key-9f3a"
+CLAUDE_MODEL = "claude-sonnet-4-5"
+CODEX_MODEL = "gpt-5"
+
+#: Three demo bugs: (id, file, buggy line, fixed line, test).
+BUGS = [
+    ("add", "calc.py", "return a - b", "return a + b",
+     "from calc import f\n\n\ndef test_f():\n    assert f(2, 3) == 5\n"),
+    ("mul", "calc.py", "return a + b", "return a * b",
+     "from calc import f\n\n\ndef test_f():\n    assert f(2, 3) == 6\n"),
+    ("neg", "calc.py", "return a", "return -a",
+     "from calc import f\n\n\ndef test_f():\n    assert f(2, 3) == -2\n"),
+]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _operator_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+def _tasks(root: Path) -> list[dict[str, Any]]:
+    tasks = []
+    for name, file, bug, fix, test in BUGS:
+        source = f"def f(a, b):\n    {bug}\n"
+        repo = git_repo(root / name, {file: source, "test_calc.py": test})
+        tasks.append(
+            {
+                "instance_id": name,
+                "problem_statement": f"TASK={name}: f is wrong; make test_calc.py pass.",
+                "path": str(repo),
+                "patch": diff_of(repo, {file: source.replace(bug, fix)}),
+                "FAIL_TO_PASS": json.dumps(["test_calc.py::test_f"]),
+                "PASS_TO_PASS": "[]",
+                "eval_script": f"{PYTHON_PYTEST} -rA test_calc.py",
+            }
+        )
+    return tasks
+
+
+def _task_of(body: dict[str, Any]) -> tuple[str, str, str, str]:
+    found = re.search(r"TASK=(\w+)", json.dumps(body.get("messages") or body.get("input")))
+    assert found is not None, "the prompt reaches the model"
+    name, file, bug, fix, _ = next(b for b in BUGS if b[0] == found.group(1))
+    return name, file, bug, fix
+
+
+def _results(body: dict[str, Any]) -> int:
+    """How many tool results the conversation holds: the step the CLI is at."""
+    text = json.dumps(body.get("messages") or body.get("input"))
+    return text.count('"tool_result"') + text.count('"function_call_output"')
+
+
+def claude_fix(root: Path) -> Any:
+    """Claude Code: Bash (fails), Read, Edit (it edits only what it read), Bash (passes)."""
+
+    def respond(body: dict[str, Any]) -> Turn:
+        name, file, bug, fix = _task_of(body)
+        test = f"{PYTHON_PYTEST} -q test_calc.py"
+        script = [
+            Turn(tools=(("Bash", {"command": test, "description": "run the test"}),)),
+            Turn(tools=(("Read", {"file_path": f"{root / name}/{file}"}),)),
+            Turn(tools=(("Edit", {"file_path": f"{root / name}/{file}", "old_string": bug,
+                                  "new_string": fix}),)),  # fmt: skip
+            Turn(tools=(("Bash", {"command": test, "description": "run it again"}),)),
+            Turn(text="Fixed: the test passes."),
+        ]
+        return script[min(_results(body), len(script) - 1)]
+
+    return respond
+
+
+def codex_fix(root: Path) -> Any:
+    """Codex: exec_command (fails), apply_patch through exec_command, again, done."""
+
+    def respond(body: dict[str, Any]) -> Turn:
+        name, file, bug, fix = _task_of(body)
+        test = f"{PYTHON_PYTEST} -q test_calc.py"
+        patch = (
+            f"apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: {file}\n@@\n"
+            f" def f(a, b):\n-    {bug}\n+    {fix}\n*** End Patch\nEOF\n"
+        )
+        script = [
+            Turn(tools=(("exec_command", {"cmd": test}),)),
+            Turn(tools=(("exec_command", {"cmd": patch}),)),
+            Turn(tools=(("exec_command", {"cmd": test}),)),
+            Turn(text="Fixed: the test passes."),
+        ]
+        return script[min(_results(body), len(script) - 1)]
+
+    return respond
+
+
+def _cost(fake: Any, model: str, calls: int) -> float:
+    usage = ModelUsage(
+        model=model, input_tokens=fake.input_tokens, output_tokens=fake.output_tokens,
+        requests=calls,
+    )  # fmt: skip
+    cost = PriceTable.for_campaign().price(usage).cost_usd
+    assert cost is not None
+    return cost
+
+
+def _agent(kind: str, url: str, **fields: Any) -> dict[str, Any]:
+    model = CLAUDE_MODEL if kind == "claude-code" else CODEX_MODEL
+    base = url if kind == "claude-code" else f"{url}/v1"
+    return {"type": kind, "model": model, "base_url": base, "api_key_env": KEY_ENV,
+            "timeout_s": 120} | fields  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "fake_type", "script"),
+    [("claude-code", FakeAnthropic, claude_fix), ("codex", FakeOpenAIResponses, codex_fix)],
+)
+async def test_a_cli_fixes_three_demo_bugs_through_the_bridge_and_the_report_costs_what_the_provider_served(  # noqa: E501
+    tmp_path: Path, kind: str, fake_type: Any, script: Any
+) -> None:
+    require_root()
+    tasks = _tasks(tmp_path)
+    with serving(fake_type(script(tmp_path))) as fake, anyio.fail_after(600):
+        state, directory = await run(
+            tmp_path / "state", spec(tasks, _agent(kind, fake.url), scorer={"type": "tests"})
+        )
+
+    outcomes = {t: s.outcome for t, s in state.trajectories.items()}
+    assert outcomes == {"add@0": "resolved", "mul@0": "resolved", "neg@0": "resolved"}, [
+        r for r in records(directory, "generation_failed")
+    ]
+    # What the campaign recorded is what the fake served, to the cent.
+    model = CLAUDE_MODEL if kind == "claude-code" else CODEX_MODEL
+    usage = records(directory, "model_usage")
+    assert sum(r["input_tokens"] for r in usage) == fake.input_tokens
+    assert sum(r["output_tokens"] for r in usage) == fake.output_tokens
+    assert round(state.spend.priced_usd, 2) == round(_cost(fake, model, len(usage)), 2)
+    assert abs(state.spend.priced_usd - _cost(fake, model, len(usage))) < 1e-9
+    # The CLI saw only its per-trajectory token; the operator's key went upstream only.
+    for seen in fake.seen:
+        given = seen.headers.get("x-api-key") or seen.headers.get("authorization", "")
+        assert KEY in given
+    (first, *_) = records(directory, "generated")
+    transcript = json.loads(artifact_text(directory, first["submission"]["transcript"]))
+    text = json.dumps(transcript)
+    assert KEY not in text
+    started = transcript[0]
+    assert started["version"] == ("2.1.332" if kind == "claude-code" else "0.171.0")
+    assert started["integrity"].startswith("sha512-")
+    # The CLI's own session log became messages with its tool calls.
+    names = [
+        call["function"]["name"]
+        for message in transcript
+        if message.get("role") == "assistant"
+        for call in message.get("tool_calls", [])
+    ]
+    expected = ["Bash", "Read", "Edit", "Bash"] if kind == "claude-code" else ["exec_command"] * 3
+    assert names == expected
+    assert any(m.get("role") == "tool" for m in transcript)
+
+
+async def test_the_cli_reaches_nothing_but_its_bridge_and_never_sees_the_real_key(
+    tmp_path: Path,
+) -> None:
+    """A host loopback listener is unreachable from the CLI's shell; the key is nowhere."""
+    require_root()
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    probe = (
+        f"python3 -c \"import socket,sys; s=socket.socket(); s.settimeout(3); "
+        f"print('REACHED' if s.connect_ex(('127.0.0.1', {port})) == 0 else 'UNREACHABLE')\"; "
+        "env; grep -rl -- '" + KEY + "' / --exclude-dir=proc --exclude-dir=sys 2>/dev/null; "
+        "echo SCANNED"
+    )
+    tasks = _tasks(tmp_path)[:1]
+
+    def respond(body: dict[str, Any]) -> Turn:
+        if _results(body) == 0:
+            return Turn(tools=(("Bash", {"command": probe, "description": "probe"}),))
+        return Turn(text="done")
+
+    try:
+        with serving(FakeAnthropic(respond)) as fake, anyio.fail_after(300):
+            state, directory = await run(
+                tmp_path / "state",
+                spec(tasks, _agent("claude-code", fake.url), scorer={"type": "tests"}),
+            )
+    finally:
+        listener.close()
+    (generated,) = records(directory, "generated")
+    transcript = json.loads(artifact_text(directory, generated["submission"]["transcript"]))
+    results = [m["content"] for m in transcript if m.get("role") == "tool"]
+    assert len(results) == 1
+    assert "UNREACHABLE" in results[0]
+    assert "SCANNED" in results[0]
+    assert KEY not in results[0]
+    assert "ANTHROPIC_API_KEY=mcpe-" in results[0]
+    assert KEY not in json.dumps(transcript)
+
+
+async def test_a_budget_spent_mid_run_stops_the_cli_with_what_it_paid_for_recorded(
+    tmp_path: Path,
+) -> None:
+    require_root()
+    tasks = _tasks(tmp_path)[:1]
+    # One call costs 1000 in + 100 out tokens of claude-sonnet-4-5: $0.0045; three pass $0.01.
+    with serving(FakeAnthropic(claude_fix(tmp_path))) as fake, anyio.fail_after(300):
+        state, directory = await run(
+            tmp_path / "state",
+            spec(
+                tasks,
+                _agent("claude-code", fake.url),
+                scorer={"type": "tests"},
+                budget_usd=0.01,
+            ),
+        )
+    assert state.trajectories["add@0"].outcome == "budget_exhausted"
+    usage = records(directory, "model_usage")
+    assert len(usage) == 3  # the call that crossed it was paid and recorded; no fourth
+    assert sum(r["input_tokens"] for r in usage) == fake.input_tokens
+    assert len([s for s in fake.seen if s.body.get("tools")]) == 3
+
+
+async def test_a_version_that_does_not_exist_is_an_infrastructure_error_that_says_how_to_install(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(packages.CliUnavailable) as caught:
+        await anyio.to_thread.run_sync(
+            lambda: packages.install_sync("claude-code", "@anthropic-ai/claude-code", "0.0.0-nope")
+        )
+    message = str(caught.value)
+    assert "does not exist" in message
+    assert "mcp-evalserver agents install" in message
+    assert not list(packages.agents_dir().glob("*0.0.0-nope*"))
+
+
+def test_the_pinned_packages_install_with_npms_integrity_hash() -> None:
+    node = packages.install_node_sync()
+    assert os.access(node.module(packages.NODE_PACKAGE) / "bin" / "node", os.X_OK)
+    found = packages.install_sync("claude-code", "@anthropic-ai/claude-code", "2.1.332", node=node)
+    assert found.integrity.startswith("sha512-")
