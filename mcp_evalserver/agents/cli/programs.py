@@ -80,7 +80,8 @@ def _codex_argv(
 
 
 def _codex_env(token: str) -> dict[str, str]:
-    return {"MCP_EVALSERVER_BRIDGE_TOKEN": token, "CODEX_HOME": f"{HOME}/.codex"}
+    # Its home is the default ~/.codex (a $CODEX_HOME must exist beforehand).
+    return {"MCP_EVALSERVER_BRIDGE_TOKEN": token}
 
 
 def _text(blocks: Any) -> str:
