@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 
 from mcp_evalserver import __version__
+from mcp_evalserver.cli.agents import add_agents_command, dispatch_agents
 from mcp_evalserver.cli.calibrate import add_calibrate_command, dispatch_calibrate
 from mcp_evalserver.cli.endpoints import serve_trajectory
 from mcp_evalserver.cli.export import add_export_command, dispatch_export
@@ -174,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate_command(commands)
     add_export_command(commands)
     add_plan_command(commands)
+    add_agents_command(commands)
 
     commands.add_parser("schema", help="print the JSON schema of a campaign spec")
     return parser
@@ -269,7 +271,13 @@ def _serve(args: argparse.Namespace) -> int:
 def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
     handled = dispatch_scoring(args, store, _run)
     # Each subcommand module answers its own commands and None to the others.
-    for dispatch in (dispatch_sweep, dispatch_calibrate, dispatch_export, dispatch_plan):
+    for dispatch in (
+        dispatch_sweep,
+        dispatch_calibrate,
+        dispatch_export,
+        dispatch_plan,
+        dispatch_agents,
+    ):
         if handled is None:
             handled = dispatch(args, store)
     if handled is not None:

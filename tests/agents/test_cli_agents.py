@@ -91,8 +91,18 @@ def claude_fix(root: Path) -> Any:
         script = [
             Turn(tools=(("Bash", {"command": test, "description": "run the test"}),)),
             Turn(tools=(("Read", {"file_path": f"{root / name}/{file}"}),)),
-            Turn(tools=(("Edit", {"file_path": f"{root / name}/{file}", "old_string": bug,
-                                  "new_string": fix}),)),  # fmt: skip
+            Turn(
+                tools=(
+                    (
+                        "Edit",
+                        {
+                            "file_path": f"{root / name}/{file}",
+                            "old_string": bug,
+                            "new_string": fix,
+                        },
+                    ),
+                )
+            ),  # fmt: skip
             Turn(tools=(("Bash", {"command": test, "description": "run it again"}),)),
             Turn(text="Fixed: the test passes."),
         ]
@@ -199,7 +209,7 @@ async def test_the_cli_reaches_nothing_but_its_bridge_and_never_sees_the_real_ke
     listener.listen(1)
     port = listener.getsockname()[1]
     probe = (
-        f"python3 -c \"import socket,sys; s=socket.socket(); s.settimeout(3); "
+        f'python3 -c "import socket,sys; s=socket.socket(); s.settimeout(3); '
         f"print('REACHED' if s.connect_ex(('127.0.0.1', {port})) == 0 else 'UNREACHABLE')\"; "
         # The key as a pattern that is not the key itself: the command is in the transcript.
         f"env; grep -rl -- '{KEY[:-1]}[{KEY[-1]}]' / --exclude-dir=proc --exclude-dir=sys "
