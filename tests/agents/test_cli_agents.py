@@ -287,3 +287,80 @@ def test_the_pinned_packages_install_with_npms_integrity_hash() -> None:
     assert os.access(node.module(packages.NODE_PACKAGE) / "bin" / "node", os.X_OK)
     found = packages.install_sync("claude-code", "@anthropic-ai/claude-code", "2.1.332", node=node)
     assert found.integrity.startswith("sha512-")
+
+
+async def test_a_cli_out_of_turns_is_the_agents_failure_with_its_output_kept(
+    tmp_path: Path,
+) -> None:
+    require_root()
+    tasks = _tasks(tmp_path)[:1]
+    with serving(FakeAnthropic(claude_fix(tmp_path))) as fake, anyio.fail_after(300):
+        state, directory = await run(
+            tmp_path / "state",
+            spec(tasks, _agent("claude-code", fake.url, max_turns=1), scorer={"type": "tests"}),
+        )
+    assert state.trajectories["add@0"].outcome == "error"
+    (failure,) = records(directory, "generation_failed")
+    assert failure["error"]["type"] == "CliFailed"
+    assert "claude-code exited with status 1" in failure["error"]["message"]
+    assert "error_max_turns" in failure["error"]["message"]  # its own words, from its output
+    # What it did is still paid for and recorded.
+    assert len(records(directory, "model_usage")) == len(fake.seen)
+
+
+async def test_a_server_killed_mid_run_resumes_the_attempt_with_nothing_counted_twice(
+    tmp_path: Path,
+) -> None:
+    """kill -9 while Claude Code waits on its third model call; `resume` runs the attempt
+    again: the killed attempt's two calls stay recorded once, and the ledger still equals
+    what the provider served."""
+    require_root()
+    import threading
+
+    from mcp_evalserver.engine.store import CampaignStore
+    from tests.agents.test_costs import cli
+
+    tasks = _tasks(tmp_path)[:1]
+    fix = claude_fix(tmp_path)
+    arrived, killed = threading.Event(), threading.Event()
+    calls = {"n": 0}
+
+    def respond(body: dict[str, Any]) -> Turn:
+        calls["n"] += 1
+        if calls["n"] == 3:  # the killed attempt's third call: never answered nor counted
+            arrived.set()
+            killed.wait(60)
+            raise ConnectionAbortedError("the server was killed")
+        return fix(body)
+
+    state_dir = tmp_path / "state"
+    with serving(FakeAnthropic(respond)) as fake:
+        spec_file = tmp_path / "spec.json"
+        campaign = spec(tasks, _agent("claude-code", fake.url), scorer={"type": "tests"})
+        spec_file.write_text(campaign.model_dump_json())
+        process = cli(state_dir, "run", str(spec_file), "--id", "k", "--no-progress")
+        try:
+            with anyio.fail_after(300):
+                await anyio.to_thread.run_sync(arrived.wait)
+            directory = state_dir / "campaigns" / "k"
+            with anyio.fail_after(30):  # the second call's record is durable just after it
+                while len(records(directory, "model_usage")) < 2:
+                    await anyio.sleep(0.02)
+        finally:
+            process.kill()
+            process.communicate(timeout=30)
+            killed.set()
+        assert len(records(directory, "model_usage")) == 2
+        resumed = cli(state_dir, "resume", "k", "--no-progress")
+        with anyio.fail_after(300):
+            _, err = await anyio.to_thread.run_sync(resumed.communicate)
+        assert resumed.returncode == 0, err.decode()
+
+    state = CampaignStore(state_dir).load("k")
+    assert state.trajectories["add@0"].outcome == "resolved"
+    usage = records(directory, "model_usage")
+    # Every call served is recorded once: the killed attempt's two, and the new attempt's.
+    assert sum(r["input_tokens"] for r in usage) == fake.input_tokens
+    assert sum(r["output_tokens"] for r in usage) == fake.output_tokens
+    assert len(records(directory, "generated")) == 1
+    assert [r["attempt"] for r in records(directory, "attempt_started")] == [1, 2]

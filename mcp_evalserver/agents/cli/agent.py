@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -121,6 +122,7 @@ class CliAgent(Agent):
             meter=context.meter,
         )
         workspace = await context.sandbox.workspace()
+        await _require_runtime_in_view(workspace, forwarder, program.name)
         workdir = context.task.workdir or context.task.path or "/testbed"
         prompt = deadline_prompt(context.task.prompt, config.timeout_s, workdir)
         argv = program.argv(config, node, package, prompt)
@@ -165,6 +167,21 @@ class CliAgent(Agent):
             )
         patch = await _diff(workspace)
         return Submission(patch=patch, transcript=transcript)
+
+
+async def _require_runtime_in_view(workspace: Workspace, forwarder: Path, name: str) -> None:
+    """The cache must be in the view: the local backend shows it; others do not yet.
+
+    Raises:
+        InvalidInput: it is not (a backend that does not show the CLI runtime).
+    """
+    try:
+        await workspace.read_file(str(forwarder), max_bytes=1 << 20)
+    except NotFound:
+        raise InvalidInput(
+            f"agent type {name!r} runs on the local backend only for now (tasks with a `path`): "
+            f"this workspace's view does not show the CLI runtime ({forwarder.parent})"
+        ) from None
 
 
 async def _run_until_refused(
