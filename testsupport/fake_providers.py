@@ -88,7 +88,7 @@ class FakeAnthropic(_Fake):
         out = [_sse("message_start", {"type": "message_start", "message": start})]
         index = 0
         if turn.text:
-            block = {"type": "text", "text": ""}
+            block: dict[str, Any] = {"type": "text", "text": ""}
             delta = {"type": "text_delta", "text": turn.text}
             out += [
                 _sse("content_block_start", {"type": "content_block_start", "index": index,
@@ -99,7 +99,9 @@ class FakeAnthropic(_Fake):
             ]  # fmt: skip
             index += 1
         for k, (name, arguments) in enumerate(turn.tools):
-            block = {"type": "tool_use", "id": f"toolu_{number}_{k}", "name": name, "input": {}}
+            block = {
+                "type": "tool_use", "id": f"toolu_{number}_{k}", "name": name, "input": {}
+            }  # fmt: skip
             delta = {"type": "input_json_delta", "partial_json": json.dumps(arguments)}
             out += [
                 _sse("content_block_start", {"type": "content_block_start", "index": index,

@@ -21,6 +21,7 @@ import pytest
 
 from mcp_evalserver.agents.cli import packages
 from mcp_evalserver.runtime.pricing import PriceTable
+from mcp_evalserver.sandbox.agent_paths import agents_dir
 from mcp_evalserver.spec.submission import ModelUsage
 from tests.agents.helpers import artifact_text, records, run, spec
 from tests.root import require_root
@@ -102,7 +103,7 @@ def claude_fix(root: Path) -> Any:
                         },
                     ),
                 )
-            ),  # fmt: skip
+            ),
             Turn(tools=(("Bash", {"command": test, "description": "run it again"}),)),
             Turn(text="Fixed: the test passes."),
         ]
@@ -115,7 +116,7 @@ def codex_fix(root: Path) -> Any:
     """Codex: exec_command (fails), apply_patch through exec_command, again, done."""
 
     def respond(body: dict[str, Any]) -> Turn:
-        name, file, bug, fix = _task_of(body)
+        _, file, bug, fix = _task_of(body)
         test = f"{PYTHON_PYTEST} -q test_calc.py"
         patch = (
             f"apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: {file}\n@@\n"
@@ -225,7 +226,7 @@ async def test_the_cli_reaches_nothing_but_its_bridge_and_never_sees_the_real_ke
 
     try:
         with serving(FakeAnthropic(respond)) as fake, anyio.fail_after(300):
-            state, directory = await run(
+            _, directory = await run(
                 tmp_path / "state",
                 spec(tasks, _agent("claude-code", fake.url), scorer={"type": "tests"}),
             )
@@ -279,7 +280,7 @@ async def test_a_version_that_does_not_exist_is_an_infrastructure_error_that_say
     message = str(caught.value)
     assert "does not exist" in message
     assert "mcp-evalserver agents install" in message
-    assert not list(packages.agents_dir().glob("*0.0.0-nope*"))
+    assert not list(agents_dir().glob("*0.0.0-nope*"))
 
 
 def test_the_pinned_packages_install_with_npms_integrity_hash() -> None:
@@ -331,7 +332,8 @@ async def test_a_server_killed_mid_run_resumes_the_attempt_with_nothing_counted_
             arrived.set()
             killed.wait(60)
             raise ConnectionAbortedError("the server was killed")
-        return fix(body)
+        turn: Turn = fix(body)
+        return turn
 
     state_dir = tmp_path / "state"
     with serving(FakeAnthropic(respond)) as fake:
@@ -344,7 +346,7 @@ async def test_a_server_killed_mid_run_resumes_the_attempt_with_nothing_counted_
                 await anyio.to_thread.run_sync(arrived.wait)
             directory = state_dir / "campaigns" / "k"
             with anyio.fail_after(30):  # the second call's record is durable just after it
-                while len(records(directory, "model_usage")) < 2:
+                while len(records(directory, "model_usage")) < 2:  # noqa: ASYNC110 (a file)
                     await anyio.sleep(0.02)
         finally:
             process.kill()
