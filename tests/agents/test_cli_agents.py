@@ -20,6 +20,7 @@ import anyio
 import pytest
 
 from mcp_evalserver.agents.cli import packages
+from mcp_evalserver.cli.main import main
 from mcp_evalserver.runtime.pricing import PriceTable
 from mcp_evalserver.sandbox.agent_paths import agents_dir
 from mcp_evalserver.spec.submission import ModelUsage
@@ -196,6 +197,18 @@ async def test_a_cli_fixes_three_demo_bugs_through_the_bridge_and_the_report_cos
     expected = ["Bash", "Read", "Edit", "Bash"] if kind == "claude-code" else ["exec_command"] * 3
     assert names == expected
     assert any(m.get("role") == "tool" for m in transcript)
+    # The ATIF export shows each tool call with what it returned.
+    out = tmp_path / "atif"
+    exported = ["--state-dir", str(tmp_path / "state"), "export", directory.name]
+    assert main([*exported, "--format", "atif", "--out", str(out)]) == 0
+    atif = json.loads((out / first["trajectory"] / "trajectory.json").read_text())
+    calls = [c for step in atif["steps"] for c in step.get("tool_calls", [])]
+    assert [c["function_name"] for c in calls] == expected
+    results = [
+        r["content"] for s in atif["steps"] for r in s.get("observation", {}).get("results", [])
+    ]
+    assert any("1 failed" in str(r) for r in results)
+    assert any("1 passed" in str(r) for r in results)
 
 
 async def test_the_cli_reaches_nothing_but_its_bridge_and_never_sees_the_real_key(
