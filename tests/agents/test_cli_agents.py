@@ -228,6 +228,8 @@ async def test_the_cli_reaches_nothing_but_its_bridge_and_never_sees_the_real_ke
         # The key as a pattern that is not the key itself: the command is in the transcript.
         f"env; grep -rl -- '{KEY[:-1]}[{KEY[-1]}]' / --exclude-dir=proc --exclude-dir=sys "
         "2>/dev/null; "
+        # The CLI runtime is shown read-only: nothing planted there reaches the next trajectory.
+        f"touch {agents_dir()}/planted 2>/dev/null && echo WROTE || echo READ-ONLY; "
         "echo SCANNED"
     )
     tasks = _tasks(tmp_path)[:1]
@@ -250,6 +252,8 @@ async def test_the_cli_reaches_nothing_but_its_bridge_and_never_sees_the_real_ke
     results = [m["content"] for m in transcript if m.get("role") == "tool"]
     assert len(results) == 1
     assert "UNREACHABLE" in results[0]
+    assert "READ-ONLY" in results[0]
+    assert not (agents_dir() / "planted").exists()
     assert "SCANNED" in results[0]
     assert KEY not in results[0]
     assert "ANTHROPIC_API_KEY=mcpe-" in results[0]
