@@ -313,9 +313,11 @@ class DockerEngine:
         sys_admin: bool,
         store: str | None,
         binds: dict[str, str] | None = None,
+        readonly: Sequence[str] = (),
     ) -> str:
         """Starts a detached container that idles until removed; returns its id. `binds`:
-        host directory -> where the container sees it (read-write)."""
+        host directory -> where the container sees it (read-write); `readonly`: host
+        directories the container sees read-only at their own paths."""
         host_config: dict[str, Any] = {
             "init": True,
             "mem_limit": limits.memory,
@@ -332,10 +334,10 @@ class DockerEngine:
         if store is not None:
             # Overlay uppers cannot live on the container's own overlayfs root.
             host_config["tmpfs"] = {store: f"size={limits.store_size},mode=0711"}
-        if binds:
-            host_config["volumes"] = {
-                host: {"bind": inside, "mode": "rw"} for host, inside in binds.items()
-            }
+        volumes = {host: {"bind": inside, "mode": "rw"} for host, inside in (binds or {}).items()}
+        volumes.update({host: {"bind": host, "mode": "ro"} for host in readonly})
+        if volumes:
+            host_config["volumes"] = volumes
         network_mode = await self._network_mode(network)
         name = f"mcp-evalserver-{role}-{instance_key[:12]}-{os.urandom(3).hex()}"
         container = await self.call(

@@ -383,3 +383,67 @@ async def test_a_server_killed_mid_run_resumes_the_attempt_with_nothing_counted_
     assert sum(r["output_tokens"] for r in usage) == fake.output_tokens
     assert len(records(directory, "generated")) == 1
     assert [r["attempt"] for r in records(directory, "attempt_started")] == [1, 2]
+
+
+@pytest.mark.docker
+async def test_claude_code_fixes_a_bug_in_a_docker_instance_through_the_same_bridge(
+    tmp_path: Path,
+) -> None:
+    """The docker backend binds the runtime and the bridges' directory read-only into the
+    instance container; the supervisor shows them in each workspace's view."""
+    import shlex
+
+    from tests.sandbox.docker_support import require_docker
+
+    image = require_docker()
+    source = "def f(a, b):\n    return a - b\n"
+    test = "from calc import f\n\nassert f(2, 3) == 5, f(2, 3)\nprint('1 passed')\n"
+    git = "git -c user.email=t@t -c user.name=t"
+    setup = (
+        f"mkdir -p /testbed && cd /testbed && printf %s {shlex.quote(source)} > calc.py && "
+        f"printf %s {shlex.quote(test)} > test_calc.py && git init -q . && {git} add -A && "
+        f"{git} commit -qm base"
+    )
+    task = {"id": "add", "image": image, "setup": [setup], "prompt": "TASK=add: fix f."}
+
+    def respond(body: dict[str, Any]) -> Turn:
+        run_test = {"command": "python3 test_calc.py", "description": "run the test"}
+        script = [
+            Turn(tools=(("Bash", run_test),)),
+            Turn(tools=(("Read", {"file_path": "/testbed/calc.py"}),)),
+            Turn(
+                tools=(
+                    (
+                        "Edit",
+                        {
+                            "file_path": "/testbed/calc.py",
+                            "old_string": "a - b",
+                            "new_string": "a + b",
+                        },
+                    ),
+                )
+            ),  # fmt: skip
+            Turn(tools=(("Bash", run_test),)),
+            Turn(text="Fixed."),
+        ]
+        return script[min(_results(body), len(script) - 1)]
+
+    check = "python3 test_calc.py"
+    with serving(FakeAnthropic(respond)) as fake, anyio.fail_after(600):
+        state, directory = await run(
+            tmp_path / "state",
+            spec(
+                [task],
+                _agent("claude-code", fake.url),
+                scorer={"type": "command", "command": check},
+            ),  # fmt: skip
+        )
+    assert state.trajectories["add@0"].outcome == "resolved", records(
+        directory, "generation_failed"
+    )
+    usage = records(directory, "model_usage")
+    assert sum(r["input_tokens"] for r in usage) == fake.input_tokens
+    (generated,) = records(directory, "generated")
+    patch = artifact_text(directory, generated["submission"]["patch"])
+    assert "+    return a + b" in patch
+    assert ".cache" not in patch and "claude" not in patch  # the runtime is never in the diff

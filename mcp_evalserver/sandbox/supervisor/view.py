@@ -187,6 +187,11 @@ class View:
                 if os.path.isfile(f) and os.path.isfile(root + f):
                     mount(f, root + f, None, MS_BIND)
                     mount("none", root + f, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+            for entry in cfg.get("paths") or []:  # read-only, their mount points in the lower
+                target = root + entry["path"]
+                if os.path.isdir(target):
+                    mount(entry["path"], target, None, MS_BIND | MS_REC)
+                    make_readonly_recursive(target)
         else:
             # The part every workspace shares was built once (build_skeleton); what is left is
             # this workspace's own: its private directories, then the copy-on-write paths.
