@@ -173,7 +173,12 @@ class _CliAgentConfig(_Strict):
 
     version: str = Field("", description="The npm package's version; empty: the pinned default.")
     model: str = Field(description="Model name as the endpoint knows it.")
-    max_turns: int | None = Field(None, ge=1, description="Model turns; then the CLI stops.")
+    max_turns: int | None = Field(
+        None,
+        ge=1,
+        description="Model turns (Claude Code's --max-turns; for Codex, model calls through the "
+        "bridge); running out is the agent's failure.",
+    )
     args: list[str] = Field(
         default_factory=list, description="Extra command-line flags, after the ones we pass."
     )

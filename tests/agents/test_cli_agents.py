@@ -422,7 +422,7 @@ async def test_claude_code_fixes_a_bug_in_a_docker_instance_through_the_same_bri
                         },
                     ),
                 )
-            ),  # fmt: skip
+            ),
             Turn(tools=(("Bash", run_test),)),
             Turn(text="Fixed."),
         ]
@@ -436,7 +436,7 @@ async def test_claude_code_fixes_a_bug_in_a_docker_instance_through_the_same_bri
                 [task],
                 _agent("claude-code", fake.url),
                 scorer={"type": "command", "command": check},
-            ),  # fmt: skip
+            ),
         )
     assert state.trajectories["add@0"].outcome == "resolved", records(
         directory, "generation_failed"
@@ -446,4 +446,25 @@ async def test_claude_code_fixes_a_bug_in_a_docker_instance_through_the_same_bri
     (generated,) = records(directory, "generated")
     patch = artifact_text(directory, generated["submission"]["patch"])
     assert "+    return a + b" in patch
-    assert ".cache" not in patch and "claude" not in patch  # the runtime is never in the diff
+    # The runtime, the CLI's own state: never in the diff.
+    assert ".cache" not in patch
+    assert "claude" not in patch
+
+
+async def test_codex_out_of_turns_is_stopped_at_the_bridge_as_the_agents_failure(
+    tmp_path: Path,
+) -> None:
+    """Codex has no turn limit of its own: the bridge counts its model calls."""
+    require_root()
+    tasks = _tasks(tmp_path)[:1]
+    agent = _agent("codex", "", max_turns=2)
+    with serving(FakeOpenAIResponses(codex_fix(tmp_path))) as fake, anyio.fail_after(300):
+        agent["base_url"] = f"{fake.url}/v1"
+        state, directory = await run(
+            tmp_path / "state", spec(tasks, agent, scorer={"type": "tests"})
+        )
+    assert state.trajectories["add@0"].outcome == "error"
+    (failure,) = records(directory, "generation_failed")
+    assert failure["error"]["type"] == "OutOfTurns"
+    assert "2 model calls" in failure["error"]["message"]
+    assert len(fake.seen) == len(records(directory, "model_usage"))

@@ -6,10 +6,12 @@ import anyio
 import httpx2
 import pytest
 
+from mcp_evalserver.agents.cli.agent import endpoint_of
 from mcp_evalserver.agents.cli.bridge import ModelBridge, serving
 from mcp_evalserver.errors import LimitExceeded
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.runtime.pricing import Priced
+from mcp_evalserver.spec.agents import ClaudeCodeAgentConfig, CodexAgentConfig
 from mcp_evalserver.spec.submission import ModelUsage, UsageSource
 from testsupport.fake_providers import FakeAnthropic, Turn
 from testsupport.fake_providers import serving as serving_fake
@@ -113,3 +115,20 @@ async def test_once_the_meter_refuses_every_later_call_is_refused_unrelayed() ->
     assert "budget" in refused.text
     assert len(fake.seen) == 1
     assert isinstance(bridge.failure, LimitExceeded)
+
+
+def test_the_bridge_relays_to_the_specs_base_url_else_the_operators_variable_else_the_provider(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    claude = ClaudeCodeAgentConfig(model="m")
+    codex = CodexAgentConfig(model="m")
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert endpoint_of(claude, "anthropic") == "https://api.anthropic.com"
+    assert endpoint_of(codex, "openai") == "https://api.openai.com/v1"
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:8/v1")
+    assert endpoint_of(claude, "anthropic") == "http://127.0.0.1:9"
+    assert endpoint_of(codex, "openai") == "http://127.0.0.1:8/v1"
+    named = codex.model_copy(update={"base_url": "http://127.0.0.1:7/v1"})
+    assert endpoint_of(named, "openai") == "http://127.0.0.1:7/v1"

@@ -120,6 +120,7 @@ class CliAgent(Agent):
             api_key=_api_key(config, upstream),
             limiter=context.limiters.endpoint(upstream),
             meter=context.meter,
+            max_calls=config.max_turns if program.turns_by_bridge else None,
         )
         workspace = await context.sandbox.workspace()
         await _require_runtime_in_view(workspace, forwarder, program.name)

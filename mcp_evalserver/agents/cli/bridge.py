@@ -43,6 +43,7 @@ import httpx2
 from starlette.types import Receive, Scope, Send
 
 from mcp_evalserver.agents.cli.wire import Provider, UsageReader
+from mcp_evalserver.errors import EvalServerError
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.runtime.endpoint_calls import traced_chat
 from mcp_evalserver.runtime.pricing import Meter
@@ -61,6 +62,10 @@ PASSED_RESPONSE = ("content-type", "retry-after", "retry-after-ms", "request-id"
 UPSTREAM_TIMEOUT_S = 600.0
 
 
+class OutOfTurns(EvalServerError):
+    """The CLI asked for more model calls than its `max_turns`: the agent's failure."""
+
+
 @dataclass
 class ModelBridge:
     """One trajectory attempt's bridge: its token, where it relays, what went through it."""
@@ -77,6 +82,10 @@ class ModelBridge:
     #: What the meter raised; set once, then every call is refused.
     failure: Exception | None = None
     failed: anyio.Event = field(default_factory=anyio.Event)
+    #: Model calls relayed at most (a CLI without a turn limit of its own); then the bridge
+    #: refuses, and the CLI is stopped as out of turns.
+    max_calls: int | None = None
+    relayed: int = 0
     _client: httpx2.AsyncClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -97,8 +106,18 @@ class ModelBridge:
         if self.failure is not None:
             await _error(send, 400, "invalid_request_error", f"refused: {self.failure}")
             return
+        if self.max_calls is not None and self.relayed >= self.max_calls:
+            self._fail(OutOfTurns(f"the CLI ran out of turns: {self.max_calls} model calls made"))
+            await _error(send, 400, "invalid_request_error", f"refused: {self.failure}")
+            return
+        self.relayed += 1
         body = await _read_body(receive)
         await self._relay(scope, path, headers, body, send)
+
+    def _fail(self, exc: Exception) -> None:
+        if self.failure is None:
+            self.failure = exc
+            self.failed.set()
 
     def _authorized(self, headers: dict[str, str]) -> bool:
         given = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
@@ -192,9 +211,7 @@ class ModelBridge:
                 priced = await self.meter(reader.usage(), "agent")
                 entry["cost_usd"] = priced.cost_usd
             except Exception as exc:
-                if self.failure is None:
-                    self.failure = exc
-                    self.failed.set()
+                self._fail(exc)
                 entry["refused_after"] = str(exc) or type(exc).__name__
 
 

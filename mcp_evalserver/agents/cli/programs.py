@@ -38,6 +38,8 @@ class CliProgram:
     session_glob: str
     #: the log's lines -> messages
     messages: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+    #: `max_turns` is enforced by the bridge (model calls) where the CLI has no such flag
+    turns_by_bridge: bool = False
 
 
 def _claude_argv(
@@ -172,5 +174,6 @@ PROGRAMS = {
         env=_codex_env,
         session_glob=f"{HOME}/.codex/sessions/*/*/*/rollout-*.jsonl",
         messages=codex_messages,
+        turns_by_bridge=True,
     ),
 }
