@@ -2,8 +2,9 @@
 
 `agents_dir()` holds the CLI agents' Node runtime and packages (public npm packages, nothing
 secret); `bridges_dir()` holds each running trajectory's model-bridge socket, in a directory
-named by 128 random bits, answering only that trajectory's token. Both are shown at their own
-host paths (read-only binds: a socket there can be connected to, nothing written). Here, below
+named by 128 random bits, answering only that trajectory's token. Every view shows them at
+`VIEW_AGENTS` and `VIEW_BRIDGES` (read-only binds: a socket there can be connected to, nothing
+written); the docker backend binds them into the instance container there first. Here, below
 the agents, so that the sandbox layer names them without importing the agents.
 """
 
@@ -29,10 +30,30 @@ def bridges_dir() -> Path:
     return cache_root() / "bridges"
 
 
+#: Where every view shows them (outside the workspace's private /root and /tmp).
+VIEW_AGENTS = "/opt/mcp-evalserver/agents"
+VIEW_BRIDGES = "/opt/mcp-evalserver/bridges"
+
+
 def view_paths() -> list[dict[str, object]]:
-    """The two directories as declared read-only paths of a view, made if missing."""
-    found = []
-    for path in (agents_dir(), bridges_dir()):
+    """The two directories as declared read-only paths of a view (host path, where the view
+    shows it), made if missing."""
+    found: list[dict[str, object]] = []
+    for path, target in ((agents_dir(), VIEW_AGENTS), (bridges_dir(), VIEW_BRIDGES)):
         path.mkdir(parents=True, exist_ok=True)
-        found.append({"path": os.path.realpath(path), "writable": False})
+        found.append({"path": os.path.realpath(path), "writable": False, "target": target})
     return found
+
+
+def in_view(host_path: Path) -> str:
+    """Where a view shows `host_path`, a path under `agents_dir()` or `bridges_dir()`.
+
+    Raises:
+        ValueError: it is under neither.
+    """
+    real = Path(os.path.realpath(host_path))
+    for root, target in ((agents_dir(), VIEW_AGENTS), (bridges_dir(), VIEW_BRIDGES)):
+        base = Path(os.path.realpath(root))
+        if real == base or base in real.parents:
+            return str(Path(target) / real.relative_to(base))
+    raise ValueError(f"{host_path} is not under {agents_dir()} or {bridges_dir()}")

@@ -190,11 +190,12 @@ class DockerBackend(Backend):
             store=STORE if supervised else None,
             binds={io_dir: IO_MOUNT} if io_dir else None,
             # The CLI agents' runtime and bridge sockets: shown to workspaces by the supervisor.
-            readonly=[
-                str(p["path"]) for p in await anyio.to_thread.run_sync(agent_paths.view_paths)
-            ]
+            readonly={
+                str(p["path"]): str(p["target"])
+                for p in await anyio.to_thread.run_sync(agent_paths.view_paths)
+            }
             if supervised
-            else (),
+            else None,
         )
 
     async def _provision(self, spec: InstanceSpec, image: str) -> Instance:

@@ -22,7 +22,7 @@ import pytest
 from mcp_evalserver.agents.cli import packages
 from mcp_evalserver.cli.main import main
 from mcp_evalserver.runtime.pricing import PriceTable
-from mcp_evalserver.sandbox.agent_paths import agents_dir
+from mcp_evalserver.sandbox.agent_paths import VIEW_AGENTS, agents_dir
 from mcp_evalserver.spec.submission import ModelUsage
 from tests.agents.helpers import artifact_text, records, run, spec
 from tests.root import require_root
@@ -229,7 +229,7 @@ async def test_the_cli_reaches_nothing_but_its_bridge_and_never_sees_the_real_ke
         f"env; grep -rl -- '{KEY[:-1]}[{KEY[-1]}]' / --exclude-dir=proc --exclude-dir=sys "
         "2>/dev/null; "
         # The CLI runtime is shown read-only: nothing planted there reaches the next trajectory.
-        f"touch {agents_dir()}/planted 2>/dev/null && echo WROTE || echo READ-ONLY; "
+        f"touch {VIEW_AGENTS}/planted 2>/dev/null && echo WROTE || echo READ-ONLY; "
         "echo SCANNED"
     )
     tasks = _tasks(tmp_path)[:1]

@@ -15,6 +15,7 @@ stderr; a budget spent mid-run stops the CLI and ends the trajectory `budget_exh
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -28,6 +29,7 @@ from mcp_evalserver.agents.cli import packages
 from mcp_evalserver.agents.cli.bridge import ModelBridge, serving
 from mcp_evalserver.agents.cli.programs import BRIDGE_PORT, HOME, PROGRAMS
 from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput, NotFound
+from mcp_evalserver.sandbox.agent_paths import VIEW_AGENTS, in_view
 from mcp_evalserver.sandbox.base import ExecResult, Workspace
 from mcp_evalserver.spec.agents import ANTHROPIC_BASE_URL, DEFAULT_BASE_URL, CliAgentConfig
 from mcp_evalserver.spec.submission import Submission
@@ -109,7 +111,7 @@ class CliAgent(Agent):
         if not context.sandbox.available:
             raise InvalidInput(
                 f"agent type {config.type!r} works in a repository: give the task a `path` "
-                "(local backend)"
+                "(local backend) or an `image` (docker)"
             )
         node, package = await packages.ensure(program.name, config.package, config.pinned_version)
         forwarder = await anyio.to_thread.run_sync(packages.forwarder_path)
@@ -123,15 +125,17 @@ class CliAgent(Agent):
             max_calls=config.max_turns if program.turns_by_bridge else None,
         )
         workspace = await context.sandbox.workspace()
-        await _require_runtime_in_view(workspace, forwarder, program.name)
+        await _require_runtime_in_view(workspace, in_view(forwarder), program.name)
         workdir = context.task.workdir or context.task.path or "/testbed"
         prompt = deadline_prompt(context.task.prompt, config.timeout_s, workdir)
-        argv = program.argv(config, node, package, prompt)
+        # The view shows the cache elsewhere than the host keeps it (agent_paths).
+        argv = program.argv(config, _shown(node), _shown(package), prompt)
         env = {"PATH": _PATH, "HOME": HOME, "LANG": "C.UTF-8", "TERM": "dumb",
                **program.env(bridge.token), **config.env}  # fmt: skip
         script = _WRAPPER.replace("{glob}", program.session_glob)
         async with serving(bridge) as sock:
-            wrapped = ["/bin/sh", "-c", script, "sh", str(forwarder), str(sock), str(BRIDGE_PORT)]
+            shown = [in_view(forwarder), in_view(sock), str(BRIDGE_PORT)]
+            wrapped = ["/bin/sh", "-c", script, "sh", *shown]
             result = await _run_until_refused(
                 workspace, [*wrapped, *argv], env=env, limit_s=config.timeout_s, bridge=bridge
             )
@@ -170,18 +174,24 @@ class CliAgent(Agent):
         return Submission(patch=patch, transcript=transcript)
 
 
-async def _require_runtime_in_view(workspace: Workspace, forwarder: Path, name: str) -> None:
-    """The cache must be in the view: the local backend shows it; others do not yet.
+def _shown(installed: packages.Installed) -> packages.Installed:
+    return dataclasses.replace(installed, prefix=Path(in_view(installed.prefix)))
+
+
+async def _require_runtime_in_view(workspace: Workspace, forwarder: str, name: str) -> None:
+    """The cache must be in the view: the local and docker backends show it; others do not.
 
     Raises:
-        InvalidInput: it is not (a backend that does not show the CLI runtime).
+        InvalidInput: it is not (a backend that does not show the CLI runtime, or an instance
+            container made before it did: close it to have it made again).
     """
     try:
-        await workspace.read_file(str(forwarder), max_bytes=1 << 20)
+        await workspace.read_file(forwarder, max_bytes=1 << 20)
     except NotFound:
         raise InvalidInput(
-            f"agent type {name!r} runs on the local backend only for now (tasks with a `path`): "
-            f"this workspace's view does not show the CLI runtime ({forwarder.parent})"
+            f"agent type {name!r} runs on the local and docker backends: this workspace's view "
+            f"does not show the CLI runtime ({VIEW_AGENTS}); on Ray it is not supported yet, "
+            "and a docker instance container made by an older server must be removed first"
         ) from None
 
 

@@ -22,7 +22,7 @@ from .protocol import (
     SupervisorError,
 )
 from .state import Supervisor
-from .view import View, declared_paths
+from .view import View, declared_paths, shown_at
 
 
 def init(sup: Supervisor, req_id: int, args: InitArgs) -> InitResult:
@@ -50,7 +50,7 @@ def init(sup: Supervisor, req_id: int, args: InitArgs) -> InitResult:
         if any(entry["writable"] for entry in paths):
             msg = "declared paths are for host directories; an image holds its files itself"
             raise SupervisorError("InvalidInput", msg)
-        cfg["paths"] = [entry for entry in paths if os.path.isdir(entry["path"])]
+        cfg["paths"] = [entry for entry in paths if os.path.isdir(shown_at(entry))]
     if os.geteuid() != 0:
         enter_user_namespace()
         cfg["userns"] = True
