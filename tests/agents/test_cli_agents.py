@@ -197,6 +197,11 @@ async def test_a_cli_fixes_three_demo_bugs_through_the_bridge_and_the_report_cos
     expected = ["Bash", "Read", "Edit", "Bash"] if kind == "claude-code" else ["exec_command"] * 3
     assert names == expected
     assert any(m.get("role") == "tool" for m in transcript)
+    # The bridge saw the same calls stream by (its own record, not the CLI's log).
+    bridged = [
+        n for e in transcript if e.get("event") == "model_call" for n in e.get("tool_calls", [])
+    ]
+    assert bridged == expected
     # The ATIF export shows each tool call with what it returned.
     out = tmp_path / "atif"
     exported = ["--state-dir", str(tmp_path / "state"), "export", directory.name]

@@ -125,6 +125,12 @@ class CliAgent(Agent):
             max_calls=config.max_turns if program.turns_by_bridge else None,
         )
         workspace = await context.sandbox.workspace()
+        if workspace.node is not None:
+            raise InvalidInput(
+                f"agent type {config.type!r} does not run on the Ray backend yet: its model "
+                "bridge's socket is on this machine; run the campaign on the local or docker "
+                "backend"
+            )
         await _require_runtime_in_view(workspace, in_view(forwarder), program.name)
         workdir = context.task.workdir or context.task.path or "/testbed"
         prompt = deadline_prompt(context.task.prompt, config.timeout_s, workdir)

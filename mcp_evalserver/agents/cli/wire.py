@@ -17,6 +17,7 @@ from mcp_evalserver.spec.submission import ModelUsage
 
 Provider = Literal["anthropic", "openai"]
 #: The Responses API's last event of a response, with its usage.
+_OPENAI_CALLS = ("function_call", "custom_tool_call")
 _OPENAI_FINAL = ("response.completed", "response.incomplete", "response.failed")
 
 
@@ -33,6 +34,8 @@ class UsageReader:
         self._pending = b""
         self._whole = bytearray()
         self._streaming: bool | None = None
+        #: Names of the tools the model called in this response, in order.
+        self.tool_calls: list[str] = []
 
     def feed(self, chunk: bytes, *, streaming: bool) -> None:
         self._streaming = streaming
@@ -54,6 +57,7 @@ class UsageReader:
         if not isinstance(event, dict):
             return
         kind = event.get("type")
+        self._tool_call(kind, event)
         if self.provider == "anthropic":
             if kind == "message_start" and isinstance(event.get("message"), dict):
                 self._anthropic(event["message"])
@@ -61,6 +65,18 @@ class UsageReader:
                 self._anthropic_delta(event)
         elif kind in _OPENAI_FINAL and isinstance(event.get("response"), dict):
             self._openai(event["response"])
+
+    def _tool_call(self, kind: Any, event: dict[str, Any]) -> None:
+        """The names of the tools the model called, as the provider streamed them: the
+        harness's own record (a session log is written inside the workspace)."""
+        if kind == "content_block_start":
+            block = event.get("content_block")
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                self.tool_calls.append(str(block.get("name"))[:200])
+        elif kind == "response.output_item.done":
+            item = event.get("item")
+            if isinstance(item, dict) and item.get("type") in _OPENAI_CALLS:
+                self.tool_calls.append(str(item.get("name"))[:200])
 
     def finish(self) -> None:
         """The body ended: a JSON body is read now."""
@@ -79,6 +95,9 @@ class UsageReader:
 
     def _anthropic(self, message: dict[str, Any]) -> None:
         self.model = str(message.get("model") or self.model)
+        for block in message.get("content") or []:  # a JSON (not streamed) message
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                self.tool_calls.append(str(block.get("name"))[:200])
         usage = message.get("usage")
         if isinstance(usage, dict):
             self.seen_usage = True
@@ -103,6 +122,10 @@ class UsageReader:
 
     def _openai(self, response: dict[str, Any]) -> None:
         self.model = str(response.get("model") or self.model)
+        if not self._streaming:  # streamed, its items were counted as they were done
+            for item in response.get("output") or []:
+                if isinstance(item, dict) and item.get("type") in _OPENAI_CALLS:
+                    self.tool_calls.append(str(item.get("name"))[:200])
         usage = response.get("usage")
         if isinstance(usage, dict):
             self.seen_usage = True
