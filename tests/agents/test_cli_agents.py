@@ -473,3 +473,34 @@ async def test_codex_out_of_turns_is_stopped_at_the_bridge_as_the_agents_failure
     assert failure["error"]["type"] == "OutOfTurns"
     assert "2 model calls" in failure["error"]["message"]
     assert len(fake.seen) == len(records(directory, "model_usage"))
+
+
+async def test_each_relayed_call_is_a_chat_span_of_the_trajectorys_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_root()
+    from testsupport.otlp import receiving
+
+    for name in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_SDK_DISABLED"):
+        monkeypatch.delenv(name, raising=False)
+    tasks = _tasks(tmp_path)[:1]
+    with receiving() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        with serving(FakeAnthropic(claude_fix(tmp_path))) as fake, anyio.fail_after(300):
+            state, _ = await run(
+                tmp_path / "state",
+                spec(tasks, _agent("claude-code", fake.url), scorer={"type": "tests"}),
+            )
+    assert state.trajectories["add@0"].outcome == "resolved"
+    (agent,) = [s for s in receiver.spans if s.name == "invoke_agent claude-code"]
+    chats = [
+        s for s in receiver.spans if s.parent_id == agent.span_id and s.name.startswith("chat")
+    ]
+    assert len(chats) == len(fake.seen)
+    scripted = [c for c in chats if c.attributes["gen_ai.usage.input_tokens"] == 1000]
+    assert len(scripted) == 5  # Bash, Read, Edit, Bash, done
+    for chat in chats:
+        assert chat.name == f"chat {CLAUDE_MODEL}"
+        assert chat.kind == "client"
+        assert chat.attributes["gen_ai.provider.name"] == "anthropic"
+        assert chat.attributes["server.address"] == "127.0.0.1"

@@ -155,7 +155,7 @@ class ModelBridge:
         entry: dict[str, Any] = {"event": "model_call", "model": model, "path": path}
         started = time.monotonic()
         assert self._client is not None
-        with traced_chat(self.upstream, model or "unknown", []) as span:
+        with traced_chat(self.upstream, model or "unknown", [], self.provider) as span:
             async with self.limiter.call() as slot:
                 try:
                     async with self._client.stream(
