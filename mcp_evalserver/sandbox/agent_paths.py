@@ -30,9 +30,10 @@ def bridges_dir() -> Path:
     return cache_root() / "bridges"
 
 
-#: Where every view shows them (outside the workspace's private /root and /tmp).
-VIEW_AGENTS = "/opt/mcp-evalserver/agents"
-VIEW_BRIDGES = "/opt/mcp-evalserver/bridges"
+#: Where every view shows them: outside the private /root and /tmp, and under /var, which
+#: every host-mode view already has (a new top-level directory would look like the host's).
+VIEW_AGENTS = "/var/lib/mcp-evalserver/agents"
+VIEW_BRIDGES = "/var/lib/mcp-evalserver/bridges"
 
 
 def view_paths() -> list[dict[str, object]]:

@@ -2,7 +2,7 @@
 
 One bridge per trajectory attempt: an HTTP server on a unix socket in a directory of its own
 under `bridges_dir()` (128 random bits in its name), which every view shows read-only at
-`/opt/mcp-evalserver/bridges`. Inside the workspace a forwarder (`forwarder.py`, started in the
+`/var/lib/mcp-evalserver/bridges`. Inside the workspace a forwarder (`forwarder.py`, started in the
 same exec as the CLI) listens on 127.0.0.1 in the exec's own network namespace and relays to
 that socket; the CLI's base URL is that loopback address. The workspace keeps no network.
 

@@ -3,7 +3,7 @@
 `<cache>/agents/` holds one npm prefix per pinned package (`node-<version>`, `claude-code-<v>`,
 `codex-<v>`), each with `installed.json` (package, version, npm's integrity hash), and the
 bridge's forwarder. Every workspace's view shows that directory read-only at
-`/opt/mcp-evalserver/agents` (`sandbox.agent_paths`): the CLI runs from there, never copied
+`/var/lib/mcp-evalserver/agents` (`sandbox.agent_paths`): the CLI runs from there, never copied
 into the instance, never in a diff. Installs use the machine's own npm and its configuration
 (whatever registry or mirror it names); an install goes to a scratch prefix renamed into place, so a
 crash never leaves a half-installed version behind.
