@@ -214,6 +214,18 @@ async def test_a_cli_fixes_three_demo_bugs_through_the_bridge_and_the_report_cos
     ]
     assert any("1 failed" in str(r) for r in results)
     assert any("1 passed" in str(r) for r in results)
+    # So does Inspect's own reader of the Inspect export.
+    from inspect_ai.log import read_eval_log
+
+    log_file = tmp_path / "logs" / "campaign.eval"
+    log_file.parent.mkdir()
+    assert main([*exported, "--format", "inspect", "--out", str(log_file)]) == 0
+    log = await anyio.to_thread.run_sync(read_eval_log, str(log_file))
+    assert log.samples is not None
+    assert len(log.samples) == 3
+    for sample in log.samples:
+        called = [c.function for m in sample.messages for c in getattr(m, "tool_calls", None) or []]
+        assert called == expected
 
 
 async def test_the_cli_reaches_nothing_but_its_bridge_and_never_sees_the_real_key(
