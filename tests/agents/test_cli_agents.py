@@ -516,3 +516,21 @@ async def test_each_relayed_call_is_a_chat_span_of_the_trajectorys_trace(
         assert chat.kind == "client"
         assert chat.attributes["gen_ai.provider.name"] == "anthropic"
         assert chat.attributes["server.address"] == "127.0.0.1"
+
+
+def test_an_empty_cache_with_npm_unreachable_is_an_infrastructure_error_that_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    # A registry that answers nothing (a closed loopback port), without retries.
+    monkeypatch.setenv("npm_config_registry", "http://127.0.0.1:9/")
+    monkeypatch.setenv("npm_config_fetch_retries", "0")
+    monkeypatch.setenv("npm_config_cache", str(tmp_path / "npm-cache"))
+    with pytest.raises(packages.CliUnavailable) as caught:
+        packages.install_node_sync()
+    message = str(caught.value)
+    assert "could not be installed" in message
+    assert "mcp-evalserver agents install" in message
+    assert "copy that directory" in message
+    assert str(tmp_path / "empty-cache") in message
+    assert [p.name for p in agents_dir().iterdir()] == []  # no half-installed version left
