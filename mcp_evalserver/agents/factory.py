@@ -11,6 +11,8 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.runtime.plugins import load_factory
 from mcp_evalserver.spec.agents import (
     AgentConfig,
+    ClaudeCodeAgentConfig,
+    CodexAgentConfig,
     CommandAgentConfig,
     ExternalAgentConfig,
     MiniSweAgentConfig,
@@ -67,6 +69,10 @@ def build_agent(
         from mcp_evalserver.agents.command import CommandAgent
 
         return CommandAgent(config, trajectory_endpoints)
+    if isinstance(config, ClaudeCodeAgentConfig | CodexAgentConfig):
+        from mcp_evalserver.agents.cli.agent import CliAgent
+
+        return CliAgent(config)
     if isinstance(config, MiniSweAgentConfig):
         # Imported here: mini-swe-agent is an optional extra, and brings litellm.
         from mcp_evalserver.agents.minisweagent.agent import MiniSweAgent

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from mcp_evalserver import __version__
+from mcp_evalserver.cli.agents import add_agents_command, dispatch_agents
 from mcp_evalserver.cli.calibrate import add_calibrate_command, dispatch_calibrate
 from mcp_evalserver.cli.endpoints import serve_trajectory
 from mcp_evalserver.cli.eval_sets import dispatch_eval_set
@@ -213,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_command(commands)
     add_plan_command(commands)
     add_validate_command(commands)
+    add_agents_command(commands)
 
     commands.add_parser("schema", help="print the JSON schema of a campaign spec")
     return parser
@@ -321,7 +323,13 @@ def _dispatch(args: argparse.Namespace, store: CampaignStore) -> int:
     if handled is None:
         handled = dispatch_validate(args, store, _run)
     # Each subcommand module answers its own commands and None to the others.
-    for dispatch in (dispatch_sweep, dispatch_calibrate, dispatch_export, dispatch_plan):
+    for dispatch in (
+        dispatch_sweep,
+        dispatch_calibrate,
+        dispatch_export,
+        dispatch_plan,
+        dispatch_agents,
+    ):
         if handled is None:
             handled = dispatch(args, store)
     if handled is not None:

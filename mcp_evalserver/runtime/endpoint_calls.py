@@ -161,13 +161,14 @@ async def call_with_retries(
 
 
 def traced_chat(
-    base_url: str, model: str, messages: list[dict[str, Any]]
+    base_url: str, model: str, messages: list[dict[str, Any]], provider: str = "openai"
 ) -> AbstractContextManager[tracing.SpanLike]:
-    """The `chat` span of one call (its retries included) to the endpoint at `base_url`."""
+    """The `chat` span of one call (its retries included) to the endpoint at `base_url`, which
+    speaks `provider`'s API."""
     parts = urlsplit(base_url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     server = (parts.hostname, port) if parts.hostname else None
-    return tracing.chat(model, server=server, messages=messages)
+    return tracing.chat(model, provider=provider, server=server, messages=messages)
 
 
 def describe_completion(span: tracing.SpanLike, completion: ChatCompletion) -> None:

@@ -22,7 +22,12 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
-from mcp_evalserver.spec.agents import DEFAULT_BASE_URL, MiniSweAgentConfig, OpenAIAgentConfig
+from mcp_evalserver.spec.agents import (
+    ANTHROPIC_BASE_URL,
+    DEFAULT_BASE_URL,
+    MiniSweAgentConfig,
+    OpenAIAgentConfig,
+)
 from mcp_evalserver.spec.campaign import CampaignSpec, nested_configs
 from mcp_evalserver.spec.scorers import LlmJudgeScorerConfig
 
@@ -90,8 +95,11 @@ def _described(at: str, config: BaseModel) -> dict[str, str]:
     return {}
 
 
-def operators_endpoints() -> list[str]:
-    """Where the operator's own OpenAI settings go: OpenAI's endpoint, and $OPENAI_BASE_URL."""
+def operators_endpoints(provider: str = "openai") -> list[str]:
+    """Where the operator's own settings go: OpenAI's endpoint and $OPENAI_BASE_URL, or for
+    `anthropic` Anthropic's and $ANTHROPIC_BASE_URL."""
+    if provider == "anthropic":
+        return [ANTHROPIC_BASE_URL, *filter(None, [os.environ.get("ANTHROPIC_BASE_URL")])]
     return [DEFAULT_BASE_URL, *filter(None, [os.environ.get(BASE_URL_ENV)])]
 
 

@@ -28,6 +28,7 @@ import anyio
 import anyio.abc
 
 from mcp_evalserver import errors
+from mcp_evalserver.sandbox import agent_paths
 from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec
 from mcp_evalserver.sandbox.client import SUPERVISOR_FILES, SupervisorClient
 from mcp_evalserver.sandbox.docker_engine import ContainerLimits, DockerEngine, base_image_tag
@@ -188,6 +189,13 @@ class DockerBackend(Backend):
             sys_admin=supervised,
             store=STORE if supervised else None,
             binds={io_dir: IO_MOUNT} if io_dir else None,
+            # The CLI agents' runtime and bridge sockets: shown to workspaces by the supervisor.
+            readonly={
+                str(p["path"]): str(p["target"])
+                for p in await anyio.to_thread.run_sync(agent_paths.view_paths)
+            }
+            if supervised
+            else None,
         )
 
     async def _provision(self, spec: InstanceSpec, image: str) -> Instance:
@@ -251,6 +259,7 @@ class DockerBackend(Backend):
                 store=STORE,
                 on_close=on_close,
                 holder=CONTAINER_PATH if holder is not None else None,
+                extra_paths=await anyio.to_thread.run_sync(agent_paths.view_paths),
             )
         except BaseException as exc:
             tail = stream.stderr_tail.strip() if stream is not None else ""

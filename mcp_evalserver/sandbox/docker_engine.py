@@ -347,9 +347,11 @@ class DockerEngine:
         sys_admin: bool,
         store: str | None,
         binds: dict[str, str] | None = None,
+        readonly: Mapping[str, str] | None = None,
     ) -> str:
         """Starts a detached container that idles until removed; returns its id. `binds`:
-        host directory -> where the container sees it (read-write)."""
+        host directory -> where the container sees it (read-write); `readonly`: the same,
+        read-only."""
         host_config: dict[str, Any] = {
             "init": True,
             "mem_limit": limits.memory,
@@ -366,10 +368,11 @@ class DockerEngine:
         if store is not None:
             # Overlay uppers cannot live on the container's own overlayfs root.
             host_config["tmpfs"] = {store: f"size={limits.store_size},mode=0711"}
-        if binds:
-            host_config["volumes"] = {
-                host: {"bind": inside, "mode": "rw"} for host, inside in binds.items()
-            }
+        volumes = {host: {"bind": inside, "mode": "rw"} for host, inside in (binds or {}).items()}
+        shown = (readonly or {}).items()
+        volumes.update({host: {"bind": inside, "mode": "ro"} for host, inside in shown})
+        if volumes:
+            host_config["volumes"] = volumes
         network_mode = await self._network_mode(network)
         if network and network_mode == "none":
             _log.warning(

@@ -27,6 +27,7 @@ import anyio.abc
 from anyio.streams.stapled import StapledByteStream
 
 from mcp_evalserver import errors
+from mcp_evalserver.sandbox import agent_paths
 from mcp_evalserver.sandbox.base import Backend, InstanceSpec
 from mcp_evalserver.sandbox.client import SUPERVISOR_SOURCE, SupervisorClient
 from mcp_evalserver.sandbox.native import native_holder
@@ -178,6 +179,8 @@ class LocalBackend(Backend):
                 store_tmpfs=True,
                 run_setup=spec.key not in self._set_up,
                 on_close=on_close,
+                # The CLI agents' runtime and model-bridge sockets, read-only in every view.
+                extra_paths=await anyio.to_thread.run_sync(agent_paths.view_paths),
                 holder=str(holder)
                 if (holder := await native_holder(self._python_holder))
                 else None,

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import anyio.to_thread
 
+from mcp_evalserver.sandbox.agent_paths import cache_root
+
 log = logging.getLogger(__name__)
 
 HOLDER_SOURCE = Path(__file__).with_name("holder.c")
@@ -30,8 +32,7 @@ CONTAINER_PATH = "/opt/mcp-evalserver/holder"  # where the docker backend puts i
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "mcp-evalserver"
+    return cache_root()
 
 
 def wanted() -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from mcp_evalserver import errors
@@ -94,6 +94,7 @@ class SupervisedInstance(Instance):
         run_setup: bool = True,
         on_close: Callable[[], Awaitable[None]] | None = None,
         holder: str | None = None,
+        extra_paths: Sequence[Mapping[str, object]] = (),
     ) -> SupervisedInstance:
         """Initialises a started supervisor, runs the spec's setup and freezes the instance.
 
@@ -101,7 +102,8 @@ class SupervisedInstance(Instance):
         None for its Python one. `store` holds the workspaces' upper layers and must not be
         on overlayfs; with
         `store_tmpfs` the supervisor mounts a private tmpfs there itself. `run_setup=False`
-        freezes without the spec's setup (it already ran on this environment).
+        freezes without the spec's setup (it already ran on this environment). `extra_paths`
+        are host paths shown besides the spec's own (host mode), not part of its key.
 
         Raises:
             InvalidInput: the supervisor refused the spec.
@@ -116,7 +118,7 @@ class SupervisedInstance(Instance):
             store_tmpfs=store_tmpfs,
             instance=spec.path or "/",
             workdir=spec.workdir,
-            paths=[entry.model_dump() for entry in spec.paths],
+            paths=[entry.model_dump() for entry in spec.paths] + [dict(p) for p in extra_paths],
             network=spec.network,
             capabilities=spec.capabilities,
             holder=holder,

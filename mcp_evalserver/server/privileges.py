@@ -9,10 +9,12 @@ name host paths (a task's `path` and `paths`, a task file, a predictions file) u
 directories. A path is judged by where it really leads (symlinks followed, `..` resolved), and
 the campaign records that real path, so a later symlink cannot lead it elsewhere.
 
-An `openai` agent or `llm_judge` scorer sends requests to its `base_url`, with the value of the
+An `openai`, `claude-code` or `codex` agent (the last two through their model bridge) or an
+`llm_judge` scorer sends requests to its `base_url`, with the value of the
 server's environment variable its `api_key_env` names as their bearer. Over HTTP the token
 holder is a tenant, and neither is theirs to choose freely: a `base_url` must be OpenAI's
-endpoint, the server's $OPENAI_BASE_URL or lie below a URL of `--allow-endpoints URL...`,
+endpoint, the server's $OPENAI_BASE_URL (for `claude-code`: Anthropic's, $ANTHROPIC_BASE_URL)
+or lie below a URL of `--allow-endpoints URL...`,
 keyed or not (a host is compared as written, so a loopback or link-local address is reached
 only when the operator named it); `api_key_env` must be a variable of `--allow-env NAME...`,
 or null for an endpoint that needs no key. Both are judged on the spec alone, never on the
@@ -36,6 +38,8 @@ from pydantic import BaseModel
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.runtime.endpoints import operators_endpoints, plain_url, url_below
 from mcp_evalserver.spec.agents import (
+    ClaudeCodeAgentConfig,
+    CodexAgentConfig,
     CommandAgentConfig,
     MiniSweAgentConfig,
     OpenAIAgentConfig,
@@ -187,21 +191,24 @@ class Privileges:
         for where, config in (("agent", spec.agent), ("scorer", spec.scorer)):
             for at, part in nested_configs(config, where):
                 refused = None
-                if isinstance(part, OpenAIAgentConfig | LlmJudgeScorerConfig):
-                    refused = self._endpoint_refusal(at, part.base_url) or self._key_refusal(
-                        at, part.api_key_env
-                    )
+                if isinstance(part, OpenAIAgentConfig | LlmJudgeScorerConfig | CodexAgentConfig):
+                    refused = self._endpoint_refusal(
+                        at, part.base_url, "openai"
+                    ) or self._key_refusal(at, part.api_key_env)
+                elif isinstance(part, ClaudeCodeAgentConfig):
+                    refused = self._endpoint_refusal(
+                        at, part.base_url, "anthropic"
+                    ) or self._key_refusal(at, part.api_key_env)
                 elif isinstance(part, CommandAgentConfig):
                     refused = next(filter(None, map(self._passed_refusal, part.pass_env)), None)
                 if refused is not None:
                     raise InvalidInput(f"{recorded_as}: {refused}" if recorded_as else refused)
 
-    def _endpoint_refusal(self, at: str, base_url: str | None) -> str | None:
+    def _endpoint_refusal(self, at: str, base_url: str | None, provider: str) -> str | None:
         if self.endpoints is None or base_url is None:
-            return None  # None: the default endpoint, OpenAI's or the operator's $OPENAI_BASE_URL
-        if any(
-            url_below(base_url, allowed) for allowed in [*operators_endpoints(), *self.endpoints]
-        ):
+            return None  # None: the default endpoint, the provider's or the operator's $..._URL
+        own = operators_endpoints(provider)
+        if any(url_below(base_url, allowed) for allowed in [*own, *self.endpoints]):
             return None
         # The operator's $OPENAI_BASE_URL is not named: its value is the server's, not theirs.
         allowed = ", ".join(self.endpoints) or "none"

@@ -175,6 +175,88 @@ class MiniSweAgentConfig(_Strict):
     )
 
 
+#: The CLI agents' pinned npm packages: (package, default version). A version is recorded in the
+#: ledger with the package's integrity hash from npm.
+CLI_PACKAGES: dict[str, tuple[str, str]] = {
+    "claude-code": ("@anthropic-ai/claude-code", "2.1.332"),
+    "codex": ("@openai/codex", "0.171.0"),
+}
+#: Where a CLI agent without `base_url` sends its model calls (unless the operator's
+#: $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL names another).
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+
+
+class _CliAgentConfig(_Strict):
+    """A command-line coding agent run inside the trajectory's workspace with its own tools;
+    its model calls go through the server's model bridge (docs/guides/cli-agents.md)."""
+
+    version: str = Field("", description="The npm package's version; empty: the pinned default.")
+    model: str = Field(description="Model name as the endpoint knows it.")
+    max_turns: int | None = Field(
+        None,
+        ge=1,
+        description="Model turns (Claude Code's --max-turns; for Codex, model calls through the "
+        "bridge); running out is the agent's failure.",
+    )
+    args: list[str] = Field(
+        default_factory=list, description="Extra command-line flags, after the ones we pass."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for the CLI."
+    )
+    timeout_s: float = Field(
+        1800.0, gt=0, description="Wall-clock limit of the CLI's run; it is told the deadline."
+    )
+    base_url: str | None = Field(
+        None,
+        description="Model endpoint the bridge relays to; default the operator's "
+        "$..._BASE_URL, else the provider's.",
+    )
+
+    @field_validator("version")
+    @classmethod
+    def _plain_version(cls, version: str) -> str:
+        if version and not all(c.isalnum() or c in ".-+" for c in version):
+            raise ValueError(f"`version` {version!r}: give an npm version such as 2.1.332")
+        return version
+
+    @property
+    def package(self) -> str:
+        """The npm package this CLI installs from."""
+        return CLI_PACKAGES[self.type][0]  # type: ignore[attr-defined]
+
+    @property
+    def pinned_version(self) -> str:
+        """`version`, or the pinned default."""
+        return self.version or CLI_PACKAGES[self.type][1]  # type: ignore[attr-defined]
+
+
+class ClaudeCodeAgentConfig(_CliAgentConfig):
+    """Claude Code (`claude -p`, permissions bypassed: the sandbox is the boundary)."""
+
+    type: Literal["claude-code"] = "claude-code"
+    api_key_env: str | None = Field(
+        "ANTHROPIC_API_KEY",
+        description="Variable holding the key the bridge sends (never given to the CLI); null "
+        "for an endpoint that needs none.",
+    )
+
+
+class CodexAgentConfig(_CliAgentConfig):
+    """OpenAI's Codex CLI (`codex exec`, approvals and its own sandbox off: ours is the
+    boundary), speaking the Responses API."""
+
+    type: Literal["codex"] = "codex"
+    api_key_env: str | None = Field(
+        "OPENAI_API_KEY",
+        description="Variable holding the key the bridge sends (never given to the CLI); null "
+        "for an endpoint that needs none.",
+    )
+
+
+CliAgentConfig = ClaudeCodeAgentConfig | CodexAgentConfig
+
+
 AgentConfig = Annotated[
     NoopAgentConfig
     | OracleAgentConfig
@@ -184,6 +266,8 @@ AgentConfig = Annotated[
     | PredictionsAgentConfig
     | CommandAgentConfig
     | MiniSweAgentConfig
-    | ValidationAgentConfig,
+    | ValidationAgentConfig
+    | ClaudeCodeAgentConfig
+    | CodexAgentConfig,
     Field(discriminator="type"),
 ]

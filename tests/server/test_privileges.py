@@ -554,3 +554,30 @@ def test_an_allowed_endpoint_that_is_no_url_stops_the_server_with_a_clear_error(
     argv = ["--state-dir", str(tmp_path), "--http", "--port", "0", "--token", TOKEN]
     assert main([*argv, "--allow-endpoints", "api.example.com"]) == 2
     assert "--allow-endpoints api.example.com: give an http(s) URL" in capsys.readouterr().err
+
+
+def test_a_cli_agents_bridge_follows_the_same_endpoint_and_key_rules_as_the_openai_agent(
+    tmp_path: Path, server_secrets: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+    privileges = Privileges.for_http(allow_env=[KEY_ENV])
+    for kind, base_url in (
+        ("claude-code", None),
+        ("claude-code", "https://api.anthropic.com"),
+        ("claude-code", "http://127.0.0.1:9"),
+        ("codex", "https://api.openai.com/v1"),
+    ):
+        agent = {"type": kind, "model": "m", "base_url": base_url, "api_key_env": KEY_ENV}
+        spec = CampaignSpec.model_validate(answers(1, agent=agent))
+        assert privileges.admit(spec, tmp_path).agent == spec.agent
+    for kind, base_url, refused in (
+        ("claude-code", "https://attacker.net", "is not a model endpoint"),
+        # Anthropic's endpoint is not OpenAI's: a codex agent may not name it unallowed.
+        ("codex", "https://api.anthropic.com", "is not a model endpoint"),
+    ):
+        agent = {"type": kind, "model": "m", "base_url": base_url, "api_key_env": KEY_ENV}
+        with pytest.raises(InvalidInput, match=refused):
+            privileges.admit(CampaignSpec.model_validate(answers(1, agent=agent)), tmp_path)
+    other_key = {"type": "claude-code", "model": "m", "api_key_env": "SOME_OTHER_SECRET"}
+    with pytest.raises(InvalidInput, match="--allow-env"):
+        privileges.admit(CampaignSpec.model_validate(answers(1, agent=other_key)), tmp_path)

