@@ -146,16 +146,16 @@ DEFAULT_OUTPUT_CHARS, MAX_OUTPUT_CHARS = 30_000, 1 << 20
 SEARCH_HITS: Final = 200
 LISTED_FILES: Final = 1000
 _SEARCH = (
-    f"for a Python regular expression, line by line: path:line:text per match, the first "
-    f"{SEARCH_HITS} (lines clipped to {finder.MAX_LINE_CHARS} characters), then how many "
-    f"more. Skips .git, binary files, files over {finder.MAX_FILE_BYTES >> 20} MiB and "
-    f"symlinks. Stops after {finder.TIMEOUT_S} s."
+    f"for a Python regex, line by line: path:line:text per match, the first {SEARCH_HITS} "
+    f"(clipped to {finder.MAX_LINE_CHARS} chars), then how many more. Skips .git, binary "
+    f"files, files over {finder.MAX_FILE_BYTES >> 20} MiB, symlinks; stops after "
+    f"{finder.TIMEOUT_S} s."
 )
 _LIST = (
-    f"whose path relative to `path` matches glob: sorted, relative to the workdir, the first "
+    f"whose path below it matches glob: sorted, relative to the workdir, the first "
     f"{LISTED_FILES:,}, then how many more. Skips .git; symlinks are listed, not followed."
 )
-_GLOB_SYNTAX = "** any depth, * and ? within a name, {a,b}; without /, a name at any depth"
+_GLOB_SYNTAX = "**: any depth, {a,b}; without /: a name at any depth"
 
 
 def _tokens(name: str, description: str) -> Parameter:
@@ -166,12 +166,11 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     WorkspaceTool(
         "sandbox_exec",
         claimed=_mcp_text("""
-            Run a shell command in the claimed trajectory's private workspace, starting in the
-            task's workdir, without network. Answers the exit code line, then stdout, then
-            stderr, as printed; each stream over max_output_chars keeps its head and tail and
-            says so. A non-zero exit code is a normal result. Background processes (cmd &,
-            nohup) keep running until the trajectory ends; their later output is not returned
-            (redirect it to a file). A timeout kills the command's process group.
+            Run a shell command in the claimed trajectory's workspace, from the task's workdir,
+            without network. Answers the exit code line, then stdout and stderr as printed (a
+            stream over max_output_chars keeps head and tail). Background processes (cmd &) run
+            on until the trajectory ends; their later output is not returned. A timeout kills
+            the command's process group.
         """),
         scoped=_mcp_text("""
             Run a shell command in this trajectory's private workspace, starting in the task's
@@ -187,7 +186,7 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
             Parameter(
                 "timeout_s",
                 float,
-                "Seconds before it is killed (default 120, at most 3,600).",
+                "Seconds before it is killed.",
                 default=120.0,
                 gt=0,
                 le=3600,
@@ -197,7 +196,7 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
             Parameter(
                 "max_output_chars",
                 int,
-                "Cap per stream (default 30,000, at most 1 MiB).",
+                "Characters kept per stream (head and tail).",
                 default=DEFAULT_OUTPUT_CHARS,
                 ge=1,
                 le=MAX_OUTPUT_CHARS,
@@ -219,10 +218,10 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     WorkspaceTool(
         "read_file",
         claimed=_mcp_text("""
-            Read lines of a text file in the claimed trajectory's workspace, numbered as
-            `cat -n` does: `limit` lines (default 2,000) from line `offset` (default 1), at most
-            max_bytes of them (default 256 KiB); an answer that stops early gives the next
-            offset. Lines over 2,000 characters are clipped; binary files are refused.
+            Read a text file of the claimed trajectory's workspace, lines numbered as cat -n:
+            `limit` lines (default 2,000) from `offset` (default 1), at most max_bytes (default
+            256 KiB); an answer cut short gives the next offset. Long lines are clipped; binary
+            files are refused.
         """),
         scoped=_mcp_text("""
             Read lines of a text file in this trajectory's workspace, numbered as `cat -n`
@@ -254,9 +253,9 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
         "edit_file",
         claimed=_mcp_text("""
             Replace old_text with new_text in a file of the claimed trajectory's workspace: it
-            must occur exactly once (every occurrence with replace_all), else the error gives
-            the count and lines, or the closest line. Answers the edited lines, numbered. An
-            empty old_text creates a file that does not exist.
+            must occur once (or every time, with replace_all), else the error gives the count
+            and lines, or the closest line. Answers the edited lines, numbered. An empty
+            old_text creates a new file.
         """),
         scoped=_mcp_text("""
             Replace old_text with new_text in a file of this trajectory's workspace: it must
@@ -288,9 +287,8 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     WorkspaceTool(
         "write_file",
         claimed=_mcp_text("""
-            Write (create or replace) a whole file in the claimed trajectory's workspace;
-            parent directories are created. Answers the size it replaced. Only the workspace
-            is writable; to change part of a file, use edit_file.
+            Write a whole file (created with its directories, or replaced: the answer gives the
+            old size) in the claimed trajectory's workspace. To change part of one, edit_file.
         """),
         scoped=_mcp_text("""
             Write (create or replace) a whole file in this trajectory's workspace; parent
@@ -309,13 +307,13 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     ),
     WorkspaceTool(
         "search",
-        claimed="Search the text files under `path` (a directory or file) in the claimed "
-        "trajectory's workspace " + _SEARCH,
+        claimed="Search the text files under `path` in the claimed trajectory's workspace "
+        + _SEARCH,
         scoped="Search the text files under `path` (a directory or file) in this trajectory's "
         "workspace " + _SEARCH,
         effect="reads",
         parameters=(
-            Parameter("pattern", str, "Python `re` syntax; escape ( [ . * to match them."),
+            Parameter("pattern", str, "Python `re` syntax."),
             Parameter("path", str, "Absolute, or relative to the workdir.", default="."),
             Parameter(
                 "glob", str, f"Only paths matching it, e.g. *.py ({_GLOB_SYNTAX}).", default=None
@@ -337,8 +335,7 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     ),
     WorkspaceTool(
         "list_files",
-        claimed="List the files (not directories) under `path` in the claimed trajectory's "
-        "workspace " + _LIST,
+        claimed="List the files under `path` in the claimed trajectory's workspace " + _LIST,
         scoped="List the files (not directories) under `path` in this trajectory's workspace "
         + _LIST,
         effect="reads",
@@ -373,8 +370,8 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     WorkspaceTool(
         "checkpoint",
         claimed=_mcp_text("""
-            Freeze the claimed trajectory's workspace files as they are now (milliseconds,
-            whatever their size); restore returns to them. Call it between commands.
+            Freeze the claimed trajectory's workspace files as they are now (milliseconds);
+            restore returns to them.
         """),
         scoped="Freeze this trajectory's workspace files as they are now; restore returns to them.",
         effect="adds",
@@ -390,8 +387,8 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     WorkspaceTool(
         "restore",
         claimed=_mcp_text("""
-            Return the claimed trajectory's workspace files to a checkpoint: everything
-            written after it is discarded (later checkpoints stay restorable).
+            Return the claimed trajectory's workspace files to a checkpoint; later writes are
+            discarded (later checkpoints stay).
         """),
         scoped="Return the workspace files to a checkpoint; later writes are discarded.",
         effect="overwrites",
@@ -408,11 +405,10 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     WorkspaceTool(
         "fork_trajectory",
         claimed=_mcp_text("""
-            Branch the claimed trajectory into n new trajectories of the same task, each with
-            a copy-on-write copy of the workspace as it is now and a claim_id of its own, already
-            held by you (branches beyond the campaign's free slots are listed as waiting: claim
-            them later). Each branch is submitted and scored on its own; the report groups
-            branches under their root (best of branches). The original claim stays yours.
+            Branch the claimed trajectory into n new ones of the same task, each with a
+            copy-on-write copy of the workspace and its own claim_id, held by you (those past
+            the campaign's free slots wait: claim them later). Each is submitted and scored on
+            its own; a root and its branches count once. Your claim stays yours.
         """),
         scoped=_mcp_text("""
             Branch this trajectory into n new ones of the same task: each runs this program
@@ -437,7 +433,7 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
         "submit",
         claimed=_mcp_text("""
             Finish the claimed trajectory: hands in the workspace's diff (and the answer, if
-            given) to be scored. The claim then ends; further calls with it are refused.
+            given) to be scored. The claim ends.
         """),
         scoped=_mcp_text("""
             Finish this trajectory: hands in the workspace's diff (and the answer, if given) to
@@ -466,9 +462,9 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     WorkspaceTool(
         "report_usage",
         claimed=_mcp_text("""
-            Report model calls you made for the claimed trajectory (tokens, and the cost your
-            provider gave, if any): they count toward the campaign's cost and its budget. Call
-            it after each call or batch of calls; the reply says what they cost.
+            Report model calls you made for the claimed trajectory (tokens; the provider's cost
+            if given): they count toward the campaign's cost and budget. Call it after each
+            call or batch; the reply gives their cost.
         """),
         scoped=_mcp_text("""
             Report model calls you made for this trajectory (tokens, and the cost your provider
@@ -477,15 +473,15 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
         """),
         effect="adds",
         parameters=(
-            Parameter("model", str, "The model called (priced by the campaign's table).", None),
-            _tokens("input_tokens", "Prompt tokens, cached ones included."),
-            _tokens("cached_input_tokens", "Of those, read from a cache."),
+            Parameter("model", str, "Priced by the campaign's table.", None),
+            _tokens("input_tokens", "Prompt tokens, cached included."),
+            _tokens("cached_input_tokens", "Of those, cached."),
             _tokens("output_tokens", "Completion tokens."),
             Parameter("requests", int, "Calls this report covers.", default=1, ge=0, le=1_000_000),
             Parameter(
                 "cost_usd",
                 float,
-                "What the provider said they cost (US dollars); wins over the table.",
+                "The provider's cost in USD; wins over the table.",
                 default=None,
                 ge=0,
                 le=MAX_COST_USD,

@@ -114,7 +114,7 @@ Act as the agent of evaluation trajectories: claim_trajectory gives a task's pro
 claim_id; work in its private workspace with the workspace tools, then submit."""
 
 CampaignId = Annotated[str, Field(description="A campaign id, as list_campaigns shows them.")]
-ClaimId = Annotated[str, Field(description="The claim id that claim_trajectory returned.")]
+ClaimId = Annotated[str, Field(description="From claim_trajectory.")]
 # At most 300 s: HTTP clients (the SDK's default) stop reading a silent response after that.
 WaitSeconds = Annotated[float, Field(ge=0, le=300, description="Seconds to wait at most.")]
 
@@ -623,12 +623,11 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
         ] = None,
         wait_s: WaitSeconds = 0.0,
     ) -> Annotated[CallToolResult, ClaimedTrajectory]:
-        """Claim a trajectory of a campaign whose agent is external, to act as its agent.
-        Returns the task prompt and a claim_id for sandbox_exec, read_file, write_file, get_diff
-        and submit. Each call renews the claim and a running call holds it; after lease_s
-        with no call, another client may take the trajectory over, with its workspace as it
-        was. Waits up to wait_s for one to become available. The
-        campaign's trajectory_timeout_s bounds the whole trajectory, waiting included."""
+        """Claim a trajectory of a campaign whose agent is external, to act as its agent: the
+        task prompt and a claim_id for the workspace tools and submit. Each call renews the
+        claim and a running call holds it; after lease_s with no call another client may take
+        it over, workspace as it was. Waits up to wait_s for one; the campaign's
+        trajectory_timeout_s bounds the whole trajectory."""
         service = _service(ctx)
         if campaign_id is not None:
             service.require_campaign(campaign_id)
