@@ -81,7 +81,7 @@ def test_an_invalid_spec_is_a_clear_error_naming_the_field(
     bad.write_text(json.dumps({"tasks": [{"id": "a"}], "agent": {"type": "gpt"}}))
     assert main(["--state-dir", str(tmp_path), "run", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert "agent.type: unknown 'gpt' (known: command, external, mini-swe-agent, noop," in err
+    assert "agent.type: unknown 'gpt' (known: claude-code, codex, command, external," in err
 
 
 def test_the_http_server_refuses_to_bind_beyond_loopback_without_a_token(

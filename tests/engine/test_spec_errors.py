@@ -17,7 +17,10 @@ from mcp_evalserver.engine.rescoring import parse_scorer
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.spec.campaign import validate_spec
 
-AGENTS = "command, external, mini-swe-agent, noop, openai, oracle, predictions, python"
+AGENTS = (
+    "claude-code, codex, command, external, mini-swe-agent, noop, openai, oracle, predictions, "
+    "python, validation"
+)
 TASK = {"id": "a", "prompt": "1 + 1?", "answer": "2"}
 
 
