@@ -16,7 +16,6 @@ server's side.
 
 from __future__ import annotations
 
-import textwrap
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -45,9 +44,9 @@ REQUIRED: Final = _Required()
 
 
 def _mcp_text(text: str) -> str:
-    # These texts reached MCP clients as the docstrings of the tool functions, continuation
-    # lines indented by eight spaces; they are kept byte for byte (tests/server/fixtures).
-    return textwrap.dedent(text).strip().replace("\n", "\n        ")
+    # One paragraph: line breaks and indentation are characters a model pays for and reads
+    # nothing in (server.surface makes the docstrings of the other tools the same).
+    return " ".join(text.split())
 
 
 @dataclass(frozen=True)

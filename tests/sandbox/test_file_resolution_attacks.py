@@ -192,3 +192,24 @@ async def test_the_file_tools_open_nothing_a_command_could_not_and_make_files_as
     assert tool == command, owners.stdout
     assert tool_dir == command_dir, owners.stdout
     assert key == "4242 600 6"
+
+
+async def test_the_file_tools_follow_the_view_a_checkpoint_or_a_restore_mounts_anew(
+    instance: Instance,
+) -> None:
+    """A checkpoint freezes the upper layer and mounts the view again on a new one: a file
+    tool still holding the old view would write into a frozen layer, or read the past."""
+    with anyio.fail_after(60):
+        async with await instance.workspace("layers") as ws:
+            await ws.write_file("note.txt", "first\n")
+            first = await ws.checkpoint()
+            await ws.write_file("note.txt", "second\n")
+            seen = [(await ws.read_file("note.txt")).decode()]
+            seen.append((await ws.exec("cat note.txt")).stdout)
+            await ws.restore(first)
+            seen.append((await ws.read_file("note.txt")).decode())
+            await ws.write_file("note.txt", "third\n")
+            seen.append((await ws.exec("cat note.txt")).stdout)
+            async with await ws.fork("layers-fork", checkpoint=first) as fork:
+                seen.append((await fork.read_file("note.txt")).decode())
+    assert seen == ["second\n", "second\n", "first\n", "third\n", "first\n"]

@@ -7,6 +7,7 @@ import base64
 import errno
 import os
 
+from .in_view import forget_view_dir
 from .jobs import Job
 from .layers import write_archive
 from .linux import CLONE_NEWNS, libc, setns_fd, umount
@@ -32,6 +33,7 @@ def remount(sup: Supervisor, ws: Workspace) -> None:
     one; a holder that is gone or fails is replaced by a new one. If that fails too, the
     workspace goes."""
     assert ws.layers is not None
+    forget_view_dir(ws)  # it holds the old view: file ops would read and write its old upper
     try:
         remount_in_holder(sup, ws)
         return
