@@ -429,19 +429,23 @@ async def test_a_trajectory_cannot_mount_unmount_or_unshare(instance: Instance) 
 async def test_a_command_cannot_write_the_sandboxs_report_of_its_own_exit(
     instance: Instance,
 ) -> None:
-    # The exec's init (pid 1, same uid as the command) reports the command's status on its
-    # fd 3. Were that reachable through /proc or ptrace, a test run could say it exited 0, or
-    # turn its own failure into the harness's (an infrastructure error, retried).
+    # The exec's runner (same uid as the command) reports the command's status on its fd 3.
+    # Were that reachable through /proc or ptrace, a test run could say it exited 0, or turn
+    # its own failure into the harness's (an infrastructure error, retried). The runner is
+    # outside the command's pid namespace (its parent pid reads 0), and pid 1 of that
+    # namespace, the workspace's init, is not dumpable.
     forgeries = [
         "printf '{\"status\": 0}\\n' > /proc/1/fd/3",
         'printf \'{"error": "x", "kind": "InfrastructureError"}\\n\' > /proc/1/fd/3',
         "python3 -c 'import ctypes; print(ctypes.CDLL(None).ptrace(16, 1, 0, 0))'",  # ATTACH
+        "echo $PPID; ls /proc/$PPID/fd 2>/dev/null",
     ]
     with anyio.fail_after(30):
         async with await instance.workspace("status-forger") as ws:
             results = [await ws.exec(f"{forgery}; exit 7") for forgery in forgeries]
-    assert [r.exit_code for r in results] == [7, 7, 7], [r.stderr for r in results]
+    assert [r.exit_code for r in results] == [7, 7, 7, 7], [r.stderr for r in results]
     assert results[2].stdout == "-1\n"
+    assert results[3].stdout == "0\n"
 
 
 async def test_what_a_command_leaves_running_lasts_across_calls_until_the_workspace_goes(
