@@ -29,7 +29,7 @@ from tests.root import require_root
 from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo
 from testsupport.fake_providers import FakeAnthropic, FakeOpenAIResponses, Turn, serving
 
-pytestmark = [pytest.mark.anyio, pytest.mark.root]
+pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
 
 KEY_ENV = "EVALSERVER_TEST_PROVIDER_KEY"
 KEY = "sk-real-operator-key-9f3a"
