@@ -30,6 +30,8 @@ def bridges_dir() -> Path:
     return cache_root() / "bridges"
 
 
+NOBODY = 65534
+
 #: Where every view shows them: outside the private /root and /tmp, and under /var, which
 #: every host-mode view already has (a new top-level directory would look like the host's).
 VIEW_AGENTS = "/var/lib/mcp-evalserver/agents"
@@ -43,6 +45,12 @@ def view_paths() -> list[dict[str, object]]:
     for path, target in ((agents_dir(), VIEW_AGENTS), (bridges_dir(), VIEW_BRIDGES)):
         path.mkdir(parents=True, exist_ok=True)
         found.append({"path": os.path.realpath(path), "writable": False, "target": target})
+    if os.geteuid() == 0:
+        # Sandboxed processes are uid 0 without capabilities: owned by nobody, mode 0711, the
+        # bridges' directory can be passed through to one's own socket but not listed, so a
+        # trajectory cannot even learn where the others' bridges are.
+        os.chown(bridges_dir(), NOBODY, NOBODY)
+        os.chmod(bridges_dir(), 0o711)
     return found
 
 

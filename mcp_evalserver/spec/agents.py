@@ -202,7 +202,9 @@ class _CliAgentConfig(_Strict):
         default_factory=list, description="Extra command-line flags, after the ones we pass."
     )
     env: dict[str, str] = Field(
-        default_factory=dict, description="Extra environment variables for the CLI."
+        default_factory=dict,
+        description="Extra environment variables for the CLI (the bridge's address and "
+        "token, and the telemetry switches, cannot be overridden).",
     )
     timeout_s: float = Field(
         1800.0, gt=0, description="Wall-clock limit of the CLI's run; it is told the deadline."

@@ -22,14 +22,14 @@ import pytest
 from mcp_evalserver.agents.cli import packages
 from mcp_evalserver.cli.main import main
 from mcp_evalserver.runtime.pricing import PriceTable
-from mcp_evalserver.sandbox.agent_paths import VIEW_AGENTS, agents_dir
+from mcp_evalserver.sandbox.agent_paths import VIEW_AGENTS, VIEW_BRIDGES, agents_dir
 from mcp_evalserver.spec.submission import ModelUsage
 from tests.agents.helpers import artifact_text, records, run, spec
 from tests.root import require_root
 from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo
 from testsupport.fake_providers import FakeAnthropic, FakeOpenAIResponses, Turn, serving
 
-pytestmark = [pytest.mark.anyio, pytest.mark.root]
+pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
 
 KEY_ENV = "EVALSERVER_TEST_PROVIDER_KEY"
 KEY = "sk-real-operator-key-9f3a"
@@ -247,6 +247,8 @@ async def test_the_cli_reaches_nothing_but_its_bridge_and_never_sees_the_real_ke
         "2>/dev/null; "
         # The CLI runtime is shown read-only: nothing planted there reaches the next trajectory.
         f"touch {VIEW_AGENTS}/planted 2>/dev/null && echo WROTE || echo READ-ONLY; "
+        # Other trajectories' bridges cannot even be found.
+        f"ls {VIEW_BRIDGES} >/dev/null 2>&1 && echo LISTED || echo UNLISTED; "
         "echo SCANNED"
     )
     tasks = _tasks(tmp_path)[:1]
@@ -270,6 +272,7 @@ async def test_the_cli_reaches_nothing_but_its_bridge_and_never_sees_the_real_ke
     assert len(results) == 1
     assert "UNREACHABLE" in results[0]
     assert "READ-ONLY" in results[0]
+    assert "UNLISTED" in results[0]
     assert not (agents_dir() / "planted").exists()
     assert "SCANNED" in results[0]
     assert KEY not in results[0]

@@ -136,8 +136,9 @@ class CliAgent(Agent):
         prompt = deadline_prompt(context.task.prompt, config.timeout_s, workdir)
         # The view shows the cache elsewhere than the host keeps it (agent_paths).
         argv = program.argv(config, _shown(node), _shown(package), prompt)
+        # The spec's variables first: the bridge's address and token, and telemetry off, win.
         env = {"PATH": _PATH, "HOME": HOME, "LANG": "C.UTF-8", "TERM": "dumb",
-               **program.env(bridge.token), **config.env}  # fmt: skip
+               **config.env, **program.env(bridge.token)}  # fmt: skip
         script = _WRAPPER.replace("{glob}", program.session_glob)
         async with serving(bridge) as sock:
             shown = [in_view(forwarder), in_view(sock), str(BRIDGE_PORT)]
