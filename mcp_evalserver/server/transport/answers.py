@@ -58,8 +58,8 @@ def streams(body: bytes, session: str | None, following: Container[str], log_key
 
 
 class JsonUnlessStreaming:
-    """ASGI middleware in front of the SDK's session manager: decides `answering_json()` for each POST
-    from its body, then hands the body on unchanged. `following` holds the handshake-era
+    """ASGI middleware in front of the SDK's session manager: decides `answering_json()` for
+    each POST from its body, then hands the body on unchanged. `following` holds the handshake-era
     sessions whose client set a log level; `log_key` is the `_meta` key of a 2026-07-28 log
     level."""
 
