@@ -8,8 +8,7 @@ Writes bench/results/surface.json:
   tool's name + description + the JSON of its inputSchema.
 - agent_tools_chars: the same over the tools an external agent uses (claim_trajectory and the
   workspace tools of the table).
-- agent_profile_chars: the same for the server's agent profile (`--tools agent`); null where
-  this server has none.
+- agent_profile_chars: the same for the server's agent profile (`--tools agent`).
 - bytes_per_fix, calls_per_fix: a scripted agent fixes 3 of the demo's bugs (inflection:
   ordinal-thirteen, underscore-acronym, parameterize-trailing-separator) through a real MCP
   client over stdio, the local backend: claim, read the lines of the bug, edit_file the fix,
@@ -139,6 +138,8 @@ async def measure(state_dir: Path) -> dict[str, Any]:
         "scorer": {"type": "tests", "timeout_s": 300},
         "limits": {"concurrency": len(tasks), "scoring": 1},
     }
+    async with stdio_client(state_dir, server_args=["--tools", "agent"]) as agent_client:
+        profile = (await agent_client.list_tools()).tools
     async with stdio_client(state_dir) as client:
         tools = (await client.list_tools()).tools
         agent_names = {"claim_trajectory", *(t.name for t in WORKSPACE_TOOLS)}
@@ -157,7 +158,7 @@ async def measure(state_dir: Path) -> dict[str, Any]:
         "tools_list_chars": tool_chars(tools),
         "tools": len(tools),
         "agent_tools_chars": tool_chars([t for t in tools if t.name in agent_names]),
-        "agent_profile_chars": None,  # no `--tools agent` profile on this server
+        "agent_profile_chars": tool_chars(profile),
         "fixes": len(meters),
         "bytes_per_fix": sum(m.bytes for m in meters) / len(meters),
         "calls_per_fix": sum(m.calls for m in meters) / len(meters),
