@@ -36,7 +36,7 @@ from mcp_evalserver.errors import InfrastructureError
 from mcp_evalserver.runtime import tracing
 from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.runtime.limits import RetryPolicy
-from mcp_evalserver.spec.agents import ANTHROPIC_BASE_URL, DEFAULT_BASE_URL
+from mcp_evalserver.spec.agents import ANTHROPIC_BASE_URL, DEFAULT_BASE_URL, GEMINI_BASE_URL
 from mcp_evalserver.spec.submission import ModelUsage
 
 _T = TypeVar("_T")
@@ -54,6 +54,8 @@ def operators_endpoints(provider: str = "openai") -> list[str]:
     `anthropic` Anthropic's and $ANTHROPIC_BASE_URL."""
     if provider == "anthropic":
         return [ANTHROPIC_BASE_URL, *filter(None, [os.environ.get("ANTHROPIC_BASE_URL")])]
+    if provider == "gemini":
+        return [GEMINI_BASE_URL, *filter(None, [os.environ.get("GOOGLE_GEMINI_BASE_URL")])]
     return [DEFAULT_BASE_URL, *filter(None, [os.environ.get("OPENAI_BASE_URL")])]
 
 

@@ -41,6 +41,7 @@ from mcp_evalserver.spec.agents import (
     ClaudeCodeAgentConfig,
     CodexAgentConfig,
     CommandAgentConfig,
+    GeminiCliAgentConfig,
     MiniSweAgentConfig,
     OpenAIAgentConfig,
     PredictionsAgentConfig,
@@ -184,6 +185,8 @@ class Privileges:
                     provider = "openai"
                 elif isinstance(part, ClaudeCodeAgentConfig):
                     provider = "anthropic"
+                elif isinstance(part, GeminiCliAgentConfig):
+                    provider = "gemini"
                 else:
                     continue
                 refused = self._endpoint_refusal(at, part.base_url, provider) or self._key_refusal(
