@@ -5,7 +5,9 @@ with `"stream": true` the server-sent events (`message_start`, `content_block_st
 `_delta` / `_stop` with `text_delta` and `input_json_delta`, `message_delta` with the usage,
 `message_stop`). `FakeOpenAIResponses` answers `POST /v1/responses` as OpenAI's Responses API
 streams (`response.created`, `response.output_item.added` / `.done` for messages and
-`function_call` items, `response.completed` with the usage). Both are real HTTP servers (stdlib,
+`function_call` items, `response.completed` with the usage). `FakeGemini` answers the Gemini API's
+`:streamGenerateContent?alt=sse` (one chunk: parts with `text` and `functionCall`, and
+`usageMetadata`). All are real HTTP servers (stdlib,
 in a thread), so the real CLI binaries talk to them through their own clients.
 
 Each request of the agent's main loop (one that offers tools) takes the next turn of a
@@ -178,6 +180,22 @@ class FakeOpenAIResponses(_Fake):
         return out
 
 
+class FakeGemini(_Fake):
+    """The Gemini API's `streamGenerateContent?alt=sse` (and `generateContent`), scripted."""
+
+    def chunk(self, body: dict[str, Any], turn: Turn) -> dict[str, Any]:
+        parts: list[dict[str, Any]] = [{"text": turn.text}] if turn.text else []
+        parts += [{"functionCall": {"name": name, "args": args}} for name, args in turn.tools]
+        usage = {"promptTokenCount": turn.input_tokens,
+                 "candidatesTokenCount": turn.output_tokens,
+                 "totalTokenCount": turn.input_tokens + turn.output_tokens}  # fmt: skip
+        candidate = {"content": {"role": "model", "parts": parts}, "finishReason": "STOP",
+                     "index": 0}  # fmt: skip
+        return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": self.model}
+
+    model: str = "gemini-2.5-pro"
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
@@ -195,6 +213,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?")[0]
         if isinstance(fake, FakeAnthropic) and path.endswith("/messages/count_tokens"):
             return self._json({"input_tokens": 100})
+        if isinstance(fake, FakeGemini):
+            return self._gemini(fake, path, body)
         wanted = "/messages" if isinstance(fake, FakeAnthropic) else "/responses"
         if not path.endswith(wanted):
             return self._json({"error": {"message": f"no route {path}"}}, 404)
@@ -211,6 +231,20 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(chunk)
             self.wfile.flush()
         self.close_connection = True
+
+    def _gemini(self, fake: FakeGemini, path: str, body: dict[str, Any]) -> None:
+        if path.endswith(":generateContent"):
+            return self._json(fake.chunk(body, fake.turn_for(body)))
+        if not path.endswith(":streamGenerateContent"):
+            return self._json({"error": {"message": f"no route {path}"}}, 404)
+        data = f"data: {json.dumps(fake.chunk(body, fake.turn_for(body)))}\r\n\r\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+        return None
 
     def do_GET(self) -> None:
         with self.server.fake.lock:

@@ -15,6 +15,7 @@ from mcp_evalserver.spec.agents import (
     CodexAgentConfig,
     CommandAgentConfig,
     ExternalAgentConfig,
+    GeminiCliAgentConfig,
     MiniSweAgentConfig,
     NoopAgentConfig,
     OpenAIAgentConfig,
@@ -69,7 +70,7 @@ def build_agent(
         from mcp_evalserver.agents.command import CommandAgent
 
         return CommandAgent(config, trajectory_endpoints)
-    if isinstance(config, ClaudeCodeAgentConfig | CodexAgentConfig):
+    if isinstance(config, ClaudeCodeAgentConfig | CodexAgentConfig | GeminiCliAgentConfig):
         from mcp_evalserver.agents.cli.agent import CliAgent
 
         return CliAgent(config)

@@ -13,7 +13,8 @@ from mcp_evalserver.spec.agents import CLI_PACKAGES
 def add_agents_command(commands: Any) -> None:
     """Adds `agents install NAME[@VERSION]...` to the CLI's subcommands."""
     agents = commands.add_parser(
-        "agents", help="install the command-line agents (claude-code, codex) into the cache"
+        "agents",
+        help="install the command-line agents (claude-code, codex, gemini-cli) into the cache",
     )
     verbs = agents.add_subparsers(dest="agents_command", metavar="VERB", required=True)
     install = verbs.add_parser(

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from mcp_evalserver.spec.agents import (
     ANTHROPIC_BASE_URL,
     DEFAULT_BASE_URL,
+    GEMINI_BASE_URL,
     MiniSweAgentConfig,
     OpenAIAgentConfig,
 )
@@ -97,9 +98,12 @@ def _described(at: str, config: BaseModel) -> dict[str, str]:
 
 def operators_endpoints(provider: str = "openai") -> list[str]:
     """Where the operator's own settings go: OpenAI's endpoint and $OPENAI_BASE_URL, or for
-    `anthropic` Anthropic's and $ANTHROPIC_BASE_URL."""
+    `anthropic` Anthropic's and $ANTHROPIC_BASE_URL, for `gemini` Google's and
+    $GOOGLE_GEMINI_BASE_URL."""
     if provider == "anthropic":
         return [ANTHROPIC_BASE_URL, *filter(None, [os.environ.get("ANTHROPIC_BASE_URL")])]
+    if provider == "gemini":
+        return [GEMINI_BASE_URL, *filter(None, [os.environ.get("GOOGLE_GEMINI_BASE_URL")])]
     return [DEFAULT_BASE_URL, *filter(None, [os.environ.get(BASE_URL_ENV)])]
 
 

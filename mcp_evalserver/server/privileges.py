@@ -41,6 +41,7 @@ from mcp_evalserver.spec.agents import (
     ClaudeCodeAgentConfig,
     CodexAgentConfig,
     CommandAgentConfig,
+    GeminiCliAgentConfig,
     MiniSweAgentConfig,
     OpenAIAgentConfig,
     PredictionsAgentConfig,
@@ -198,6 +199,10 @@ class Privileges:
                 elif isinstance(part, ClaudeCodeAgentConfig):
                     refused = self._endpoint_refusal(
                         at, part.base_url, "anthropic"
+                    ) or self._key_refusal(at, part.api_key_env)
+                elif isinstance(part, GeminiCliAgentConfig):
+                    refused = self._endpoint_refusal(
+                        at, part.base_url, "gemini"
                     ) or self._key_refusal(at, part.api_key_env)
                 elif isinstance(part, CommandAgentConfig):
                     refused = next(filter(None, map(self._passed_refusal, part.pass_env)), None)

@@ -180,10 +180,12 @@ class MiniSweAgentConfig(_Strict):
 CLI_PACKAGES: dict[str, tuple[str, str]] = {
     "claude-code": ("@anthropic-ai/claude-code", "2.1.332"),
     "codex": ("@openai/codex", "0.171.0"),
+    "gemini-cli": ("@google/gemini-cli", "0.61.0"),
 }
 #: Where a CLI agent without `base_url` sends its model calls (unless the operator's
 #: $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL names another).
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+GEMINI_BASE_URL = "https://generativelanguage.googleapis.com"
 
 
 class _CliAgentConfig(_Strict):
@@ -256,7 +258,19 @@ class CodexAgentConfig(_CliAgentConfig):
     )
 
 
-CliAgentConfig = ClaudeCodeAgentConfig | CodexAgentConfig
+class GeminiCliAgentConfig(_CliAgentConfig):
+    """Google's Gemini CLI (`gemini -p`, `--yolo`: the sandbox is the boundary), speaking the
+    Gemini API."""
+
+    type: Literal["gemini-cli"] = "gemini-cli"
+    api_key_env: str | None = Field(
+        "GEMINI_API_KEY",
+        description="Variable holding the key the bridge sends (never given to the CLI); null "
+        "for an endpoint that needs none.",
+    )
+
+
+CliAgentConfig = ClaudeCodeAgentConfig | CodexAgentConfig | GeminiCliAgentConfig
 
 
 AgentConfig = Annotated[
@@ -270,6 +284,7 @@ AgentConfig = Annotated[
     | MiniSweAgentConfig
     | ValidationAgentConfig
     | ClaudeCodeAgentConfig
-    | CodexAgentConfig,
+    | CodexAgentConfig
+    | GeminiCliAgentConfig,
     Field(discriminator="type"),
 ]

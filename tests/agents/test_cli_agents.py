@@ -23,11 +23,18 @@ from mcp_evalserver.agents.cli import packages
 from mcp_evalserver.cli.main import main
 from mcp_evalserver.runtime.pricing import PriceTable
 from mcp_evalserver.sandbox.agent_paths import VIEW_AGENTS, VIEW_BRIDGES, agents_dir
+from mcp_evalserver.spec.agents import CLI_PACKAGES
 from mcp_evalserver.spec.submission import ModelUsage
 from tests.agents.helpers import artifact_text, records, run, spec
 from tests.root import require_root
 from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo
-from testsupport.fake_providers import FakeAnthropic, FakeOpenAIResponses, Turn, serving
+from testsupport.fake_providers import (
+    FakeAnthropic,
+    FakeGemini,
+    FakeOpenAIResponses,
+    Turn,
+    serving,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
 
@@ -35,6 +42,7 @@ KEY_ENV = "EVALSERVER_TEST_PROVIDER_KEY"
 KEY = "sk-real-operator-key-9f3a"
 CLAUDE_MODEL = "claude-sonnet-4-5"
 CODEX_MODEL = "gpt-5"
+GEMINI_MODEL = "gemini-2.5-pro"
 
 #: Three demo bugs: (id, file, buggy line, fixed line, test).
 BUGS = [
@@ -45,6 +53,10 @@ BUGS = [
     ("neg", "calc.py", "return a", "return -a",
      "from calc import f\n\n\ndef test_f():\n    assert f(2, 3) == -2\n"),
 ]  # fmt: skip
+
+
+#: How each API names a tool's result in the conversation the CLI sends back.
+RESULT_KINDS = ("tool_result", "function_call_output", "functionResponse")
 
 
 @pytest.fixture(autouse=True)
@@ -72,16 +84,21 @@ def _tasks(root: Path) -> list[dict[str, Any]]:
 
 
 def _task_of(body: dict[str, Any]) -> tuple[str, str, str, str]:
-    found = re.search(r"TASK=(\w+)", json.dumps(body.get("messages") or body.get("input")))
+    found = re.search(r"TASK=(\w+)", json.dumps(_conversation(body)))
     assert found is not None, "the prompt reaches the model"
     name, file, bug, fix, _ = next(b for b in BUGS if b[0] == found.group(1))
     return name, file, bug, fix
 
 
+def _conversation(body: dict[str, Any]) -> Any:
+    """A request's conversation, in each API's own field."""
+    return body.get("messages") or body.get("input") or body.get("contents")
+
+
 def _results(body: dict[str, Any]) -> int:
     """How many tool results the conversation holds: the step the CLI is at."""
-    text = json.dumps(body.get("messages") or body.get("input"))
-    return text.count('"tool_result"') + text.count('"function_call_output"')
+    text = json.dumps(_conversation(body))
+    return sum(text.count(f'"{kind}"') for kind in RESULT_KINDS)
 
 
 def claude_fix(root: Path) -> Any:
@@ -134,6 +151,26 @@ def codex_fix(root: Path) -> Any:
     return respond
 
 
+def gemini_fix(root: Path) -> Any:
+    """Gemini CLI: run_shell_command (fails), read_file, replace, run it again, done."""
+
+    def respond(body: dict[str, Any]) -> Turn:
+        name, file, bug, fix = _task_of(body)
+        test = {"command": f"{PYTHON_PYTEST} -q test_calc.py", "description": "run the test"}
+        path = f"{root / name}/{file}"
+        edit = {"file_path": path, "instruction": "fix f", "old_string": bug, "new_string": fix}
+        script = [
+            Turn(tools=(("run_shell_command", test),)),
+            Turn(tools=(("read_file", {"file_path": path}),)),
+            Turn(tools=(("replace", edit),)),
+            Turn(tools=(("run_shell_command", test),)),
+            Turn(text="Fixed: the test passes."),
+        ]
+        return script[min(_results(body), len(script) - 1)]
+
+    return respond
+
+
 def _cost(fake: Any, model: str, calls: int) -> float:
     usage = ModelUsage(
         model=model, input_tokens=fake.input_tokens, output_tokens=fake.output_tokens,
@@ -144,16 +181,23 @@ def _cost(fake: Any, model: str, calls: int) -> float:
     return cost
 
 
+MODELS = {"claude-code": CLAUDE_MODEL, "codex": CODEX_MODEL, "gemini-cli": GEMINI_MODEL}
+
+
 def _agent(kind: str, url: str, **fields: Any) -> dict[str, Any]:
-    model = CLAUDE_MODEL if kind == "claude-code" else CODEX_MODEL
-    base = url if kind == "claude-code" else f"{url}/v1"
+    model = MODELS[kind]
+    base = f"{url}/v1" if kind == "codex" else url
     return {"type": kind, "model": model, "base_url": base, "api_key_env": KEY_ENV,
             "timeout_s": 120} | fields  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("kind", "fake_type", "script"),
-    [("claude-code", FakeAnthropic, claude_fix), ("codex", FakeOpenAIResponses, codex_fix)],
+    [
+        ("claude-code", FakeAnthropic, claude_fix),
+        ("codex", FakeOpenAIResponses, codex_fix),
+        ("gemini-cli", FakeGemini, gemini_fix),
+    ],
 )
 async def test_a_cli_fixes_three_demo_bugs_through_the_bridge_and_the_report_costs_what_the_provider_served(  # noqa: E501
     tmp_path: Path, kind: str, fake_type: Any, script: Any
@@ -170,7 +214,7 @@ async def test_a_cli_fixes_three_demo_bugs_through_the_bridge_and_the_report_cos
         r for r in records(directory, "generation_failed")
     ]
     # What the campaign recorded is what the fake served, to the cent.
-    model = CLAUDE_MODEL if kind == "claude-code" else CODEX_MODEL
+    model = MODELS[kind]
     usage = records(directory, "model_usage")
     assert sum(r["input_tokens"] for r in usage) == fake.input_tokens
     assert sum(r["output_tokens"] for r in usage) == fake.output_tokens
@@ -178,14 +222,17 @@ async def test_a_cli_fixes_three_demo_bugs_through_the_bridge_and_the_report_cos
     assert abs(state.spend.priced_usd - _cost(fake, model, len(usage))) < 1e-9
     # The CLI saw only its per-trajectory token; the operator's key went upstream only.
     for seen in fake.seen:
-        given = seen.headers.get("x-api-key") or seen.headers.get("authorization", "")
+        headers = {k.lower(): v for k, v in seen.headers.items()}
+        given = " ".join(
+            headers.get(h, "") for h in ("x-api-key", "authorization", "x-goog-api-key")
+        )
         assert KEY in given
     (first, *_) = records(directory, "generated")
     transcript = json.loads(artifact_text(directory, first["submission"]["transcript"]))
     text = json.dumps(transcript)
     assert KEY not in text
     started = transcript[0]
-    assert started["version"] == ("2.1.332" if kind == "claude-code" else "0.171.0")
+    assert started["version"] == CLI_PACKAGES[kind][1]
     assert started["integrity"].startswith("sha512-")
     # The CLI's own session log became messages with its tool calls.
     names = [
@@ -194,7 +241,11 @@ async def test_a_cli_fixes_three_demo_bugs_through_the_bridge_and_the_report_cos
         if message.get("role") == "assistant"
         for call in message.get("tool_calls", [])
     ]
-    expected = ["Bash", "Read", "Edit", "Bash"] if kind == "claude-code" else ["exec_command"] * 3
+    expected = {
+        "claude-code": ["Bash", "Read", "Edit", "Bash"],
+        "codex": ["exec_command"] * 3,
+        "gemini-cli": ["run_shell_command", "read_file", "replace", "run_shell_command"],
+    }[kind]
     assert names == expected
     assert any(m.get("role") == "tool" for m in transcript)
     # The bridge saw the same calls stream by (its own record, not the CLI's log).

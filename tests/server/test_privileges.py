@@ -581,3 +581,18 @@ def test_a_cli_agents_bridge_follows_the_same_endpoint_and_key_rules_as_the_open
     other_key = {"type": "claude-code", "model": "m", "api_key_env": "SOME_OTHER_SECRET"}
     with pytest.raises(InvalidInput, match="--allow-env"):
         privileges.admit(CampaignSpec.model_validate(answers(1, agent=other_key)), tmp_path)
+
+
+def test_a_gemini_cli_agents_endpoint_is_googles_the_operators_or_an_allowed_one(
+    tmp_path: Path, server_secrets: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", "http://127.0.0.1:9")
+    privileges = Privileges.for_http(allow_env=[KEY_ENV])
+    for base_url in (None, "https://generativelanguage.googleapis.com", "http://127.0.0.1:9"):
+        agent = {"type": "gemini-cli", "model": "m", "base_url": base_url, "api_key_env": KEY_ENV}
+        spec = CampaignSpec.model_validate(answers(1, agent=agent))
+        assert privileges.admit(spec, tmp_path).agent == spec.agent
+    agent = {"type": "gemini-cli", "model": "m", "base_url": "https://api.openai.com/v1",
+             "api_key_env": KEY_ENV}  # fmt: skip
+    with pytest.raises(InvalidInput, match="is not a model endpoint"):
+        privileges.admit(CampaignSpec.model_validate(answers(1, agent=agent)), tmp_path)

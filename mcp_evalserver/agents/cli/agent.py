@@ -31,7 +31,12 @@ from mcp_evalserver.agents.cli.programs import BRIDGE_PORT, HOME, PROGRAMS
 from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput, NotFound
 from mcp_evalserver.sandbox.agent_paths import VIEW_AGENTS, in_view
 from mcp_evalserver.sandbox.base import ExecResult, Workspace
-from mcp_evalserver.spec.agents import ANTHROPIC_BASE_URL, DEFAULT_BASE_URL, CliAgentConfig
+from mcp_evalserver.spec.agents import (
+    ANTHROPIC_BASE_URL,
+    DEFAULT_BASE_URL,
+    GEMINI_BASE_URL,
+    CliAgentConfig,
+)
 from mcp_evalserver.spec.submission import Submission
 
 #: Where the wrapper leaves the CLI's session log for the agent to read back.
@@ -40,6 +45,8 @@ SESSION_COPY = "/tmp/.mcp-evalserver-session.jsonl"
 FORWARDER_FAILED = 97
 #: How much of the CLI's stdout and stderr the transcript and errors keep (tail).
 OUTPUT_TAIL = 8000
+#: The providers' own endpoints: they need a key.
+_PROVIDERS_OWN = (ANTHROPIC_BASE_URL, DEFAULT_BASE_URL, GEMINI_BASE_URL)
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # $1 forwarder, $2 socket, $3 port, then the CLI's argv. The session log is copied where the
@@ -47,6 +54,7 @@ _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _WRAPPER = f"""python3 "$1" "$2" "$3" || {{ echo "mcp-evalserver: the model bridge's forwarder \
 did not start" >&2; exit {FORWARDER_FAILED}; }}
 shift 3
+{{setup}}
 "$@"
 status=$?
 cat {{glob}} > {SESSION_COPY} 2>/dev/null
@@ -65,13 +73,15 @@ def endpoint_of(config: CliAgentConfig, provider: str) -> str:
         return config.base_url
     if provider == "anthropic":
         return os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_BASE_URL
+    if provider == "gemini":
+        return os.environ.get("GOOGLE_GEMINI_BASE_URL") or GEMINI_BASE_URL
     return os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
 
 
 def _api_key(config: CliAgentConfig, upstream: str) -> str | None:
     name = config.api_key_env
     key = os.environ.get(name) if name else None
-    if key or config.base_url is not None or upstream not in (ANTHROPIC_BASE_URL, DEFAULT_BASE_URL):
+    if key or config.base_url is not None or upstream not in _PROVIDERS_OWN:
         return key or None
     raise InvalidInput(
         f"no API key for {upstream}: set ${name}, or give the agent a `base_url` that needs none"
@@ -139,7 +149,7 @@ class CliAgent(Agent):
         # The spec's variables first: the bridge's address and token, and telemetry off, win.
         env = {"PATH": _PATH, "HOME": HOME, "LANG": "C.UTF-8", "TERM": "dumb",
                **config.env, **program.env(bridge.token)}  # fmt: skip
-        script = _WRAPPER.replace("{glob}", program.session_glob)
+        script = _WRAPPER.replace("{glob}", program.session_glob).replace("{setup}", program.setup)
         async with serving(bridge) as sock:
             shown = [in_view(forwarder), in_view(sock), str(BRIDGE_PORT)]
             wrapped = ["/bin/sh", "-c", script, "sh", *shown]

@@ -10,8 +10,8 @@ Through the bridge, and only there:
 - the CLI authenticates with a token made for this trajectory (its only credential); the
   operator's key is added here, on the way out, and never enters the workspace;
 - only the provider's model paths are relayed (`/v1/messages` for Anthropic, `/v1/responses`
-  for OpenAI) to the one upstream endpoint the spec and the operator's environment name; the
-  request goes out with an allowlist of headers, and redirects are not followed;
+  for OpenAI, `generateContent` for Gemini) to the one upstream endpoint the spec and the
+  operator's environment name, with an allowlist of headers; redirects are not followed;
 - each call holds a slot of the campaign's per-endpoint limiter while it is in flight;
 - each response's usage is read as it streams by (`wire.py`) and metered: a `model_usage`
   record priced by the provider's figure or the price table, checked against the budget;
@@ -30,6 +30,7 @@ import contextlib
 import hmac
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -52,7 +53,11 @@ from mcp_evalserver.runtime.pricing import Meter
 from mcp_evalserver.sandbox.agent_paths import bridges_dir
 
 #: The paths relayed, per provider (a query string such as Anthropic's `?beta=true` passes).
-RELAYED = {"anthropic": ("/v1/messages",), "openai": ("/v1/responses",)}
+RELAYED = {
+    "anthropic": re.compile(r"/v1/messages"),
+    "openai": re.compile(r"/v1/responses"),
+    "gemini": re.compile(r"/v1beta/models/[A-Za-z0-9._-]+:(streamGenerateContent|generateContent)"),
+}
 #: Request headers passed upstream; everything else (the CLI's own identifiers, its token)
 #: stays behind.
 PASSED_REQUEST = frozenset(
@@ -101,8 +106,8 @@ class ModelBridge:
         if not self._authorized(headers):
             await _error(send, 401, "authentication_error", "this bridge takes its own token only")
             return
-        if scope["method"] != "POST" or path not in RELAYED[self.provider]:
-            allowed = ", ".join(RELAYED[self.provider])
+        if scope["method"] != "POST" or not RELAYED[self.provider].fullmatch(path):
+            allowed = RELAYED[self.provider].pattern
             await _error(send, 404, "not_found_error", f"the bridge relays POST {allowed} only")
             return
         if self.failure is not None:
@@ -122,12 +127,16 @@ class ModelBridge:
             self.failed.set()
 
     def _authorized(self, headers: dict[str, str]) -> bool:
-        given = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
+        given = (
+            headers.get("x-api-key")
+            or headers.get("x-goog-api-key")
+            or headers.get("authorization", "").removeprefix("Bearer ")
+        )
         return hmac.compare_digest(given.encode(), self.token.encode())
 
     def upstream_url(self, scope: Scope, path: str) -> str:
         # Anthropic's base URL has no /v1 (the client adds it); OpenAI's ends in /v1.
-        rest = path if self.provider == "anthropic" else path.removeprefix("/v1")
+        rest = path.removeprefix("/v1") if self.provider == "openai" else path
         query = scope.get("query_string", b"").decode("latin-1")
         return self.upstream.rstrip("/") + rest + (f"?{query}" if query else "")
 
@@ -138,6 +147,8 @@ class ModelBridge:
         if self.api_key:
             if self.provider == "anthropic":
                 out["x-api-key"] = self.api_key
+            elif self.provider == "gemini":
+                out["x-goog-api-key"] = self.api_key
             else:
                 out["authorization"] = f"Bearer {self.api_key}"
         return out

