@@ -24,12 +24,12 @@ from mcp_evalserver.engine.leaderboard import build_leaderboard, holm
 from mcp_evalserver.engine.report import build_comparison, build_report
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.runtime.sandboxes import SandboxPool, make_backend
-from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec
+from mcp_evalserver.runtime.sandboxes import SandboxPool
 from mcp_evalserver.spec.eval_set import parse_eval_set
 from mcp_evalserver.spec.submission import Submission
 from tests.sandbox.docker_support import require_docker
 from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo
+from testsupport.counting import CountingBackends
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -114,26 +114,6 @@ AGENTS = {
     "noop": {"type": "noop"},
     "fixer": {"type": "python", "factory": "tests.engine.test_eval_sets:fixer"},
 }
-
-
-class CountingBackends:
-    """Real backends whose instance provisionings are counted, by instance key."""
-
-    def __init__(self) -> None:
-        self.provisioned: list[str] = []
-        self.backends: set[str] = set()
-
-    def __call__(self, name: Any, address: str) -> Backend:
-        backend = make_backend(name, address)
-        self.backends.add(name)
-        real = backend.instance
-
-        async def instance(spec: InstanceSpec) -> Instance:
-            self.provisioned.append(spec.key)
-            return await real(spec)
-
-        backend.instance = instance  # type: ignore[method-assign]
-        return backend
 
 
 @pytest.mark.anyio
