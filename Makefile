@@ -65,6 +65,7 @@ bench: venv system
 	-$(PY) -m bench.inspect_sandbox
 	-$(PY) -m bench.campaign
 	-$(PY) -m bench.density
+	-$(PY) -m bench.eval_set
 	-$(PY) -m bench.dashboard
 	-$(PY) -m bench.scale
 	-$(PY) -m bench.swebench_scale

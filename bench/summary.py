@@ -103,6 +103,10 @@ TARGETS = [
     Target("density", "memory per idle workspace", key("idle_workspace_mb"), LE, 1, "MiB"),
     Target("campaign", "campaign vs container per trajectory",
            key("campaign_speedup_vs_container"), GE, 5, "x"),
+    Target("eval_set", "3-agent set / the 3 campaigns one after another", key("wall_ratio"),
+           LE, 0.6, "x"),
+    Target("eval_set", "containers for the set / the task count", lambda f: f[
+        "instances_provisioned_set"] / f["tasks"], LE, 1, "x"),
     Target("scheduler", "scheduler speedup at 50", key("speedup_50"), GE, 45, "x"),
     Target("scheduler", "ledger records", key("ledger_records_per_s"), GE, 5000, "/s"),
     Target("scheduler", "replay of 100k records", key("replay_100k_s"), LE, 2, "s"),

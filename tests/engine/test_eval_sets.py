@@ -8,6 +8,8 @@ samples each: `oracle` resolves every task, `noop` none, `fixer` (below) the fir
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +24,22 @@ from mcp_evalserver.engine.leaderboard import build_leaderboard, holm
 from mcp_evalserver.engine.report import build_comparison, build_report
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.runtime.sandboxes import SandboxPool, make_backend
-from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec
+from mcp_evalserver.runtime.sandboxes import SandboxPool
 from mcp_evalserver.spec.eval_set import parse_eval_set
 from mcp_evalserver.spec.submission import Submission
+from tests.sandbox.docker_support import require_docker
 from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo
+from testsupport.counting import CountingBackends
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 CODE = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
 TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"
+UNITTESTS = (
+    "import unittest\n\nimport calc\n\n\nclass TestCalc(unittest.TestCase):\n"
+    "    def test_add(self):\n        self.assertEqual(calc.add(2, 2), 4)\n"
+)
 FIXES = {"t1", "t2"}
 
 
@@ -77,6 +84,31 @@ def _set_spec(tmp_path: Path, agents: dict[str, Any], **fields: Any) -> dict[str
     }
 
 
+def _docker_tasks(tmp_path: Path) -> list[dict[str, Any]]:
+    """The same three tasks as images: the base image with the repository made by `setup`
+    (a line of its own per task, so each is its own instance)."""
+    create = (
+        "git init -q . && git config user.email t@t && git config user.name t",
+        f"printf {shlex.quote(CODE)} > calc.py && printf {shlex.quote(UNITTESTS)} > test_calc.py",
+        "git add -A && git commit -qm base",
+    )
+    gold = tmp_path / "gold"
+    gold.mkdir()
+    for command in create:
+        subprocess.run(["sh", "-c", command], cwd=gold, check=True)
+    patch = diff_of(gold, {"calc.py": FIXED})
+    return [
+        {
+            "id": name,
+            "image": require_docker(),
+            "setup": [*create, f"echo {name} > .instance && git add -A && git commit -qm n"],
+            "patch": patch,
+            "FAIL_TO_PASS": ["test_add (test_calc.TestCalc)"],
+        }
+        for name in ("t1", "t2", "t3")
+    ]
+
+
 AGENTS = {
     "oracle": {"type": "oracle"},
     "noop": {"type": "noop"},
@@ -84,30 +116,30 @@ AGENTS = {
 }
 
 
-class CountingBackends:
-    """Real backends whose instance provisionings are counted, by instance key."""
-
-    def __init__(self) -> None:
-        self.provisioned: list[str] = []
-
-    def __call__(self, name: Any, address: str) -> Backend:
-        backend = make_backend(name, address)
-        real = backend.instance
-
-        async def instance(spec: InstanceSpec) -> Instance:
-            self.provisioned.append(spec.key)
-            return await real(spec)
-
-        backend.instance = instance  # type: ignore[method-assign]
-        return backend
-
-
 @pytest.mark.anyio
 async def test_a_set_provisions_each_instance_once_and_its_leaderboard_is_its_campaigns(
     tmp_path: Path,
 ) -> None:
+    counting = await _provisions_once_and_ranks(tmp_path, _set_spec(tmp_path, AGENTS))
+    assert counting.backends == {"local"}
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_a_set_on_docker_provisions_each_container_once_for_its_three_agents(
+    tmp_path: Path,
+) -> None:
+    counting = await _provisions_once_and_ranks(
+        tmp_path, {**_set_spec(tmp_path, AGENTS), "tasks": _docker_tasks(tmp_path)}
+    )
+    assert counting.backends == {"docker"}
+
+
+async def _provisions_once_and_ranks(tmp_path: Path, spec: dict[str, Any]) -> CountingBackends:
+    """Runs the set on counting backends: one provisioning per task, the leaderboard the
+    campaigns' own reports, the pairs `compare`'s, Holm as statsmodels has it."""
     sets = EvalSetStore(CampaignStore(tmp_path / "state"))
-    evalset = await sets.create(_set_spec(tmp_path, AGENTS), None, "trio")
+    evalset = await sets.create(spec, None, "trio")
     counting = CountingBackends()
     with anyio.fail_after(600):
         async with SandboxPool(backends=counting, sharers=3) as pool:
@@ -143,6 +175,7 @@ async def test_a_set_provisions_each_instance_once_and_its_leaderboard_is_its_ca
     p_values = [p["p_value"] for p in board["pairs"]]
     expected = multipletests(p_values, method="holm")[1]
     assert [p["p_value_holm"] for p in board["pairs"]] == pytest.approx(list(expected))
+    return counting
 
 
 def test_holm_matches_statsmodels_and_leaves_untested_pairs_out() -> None:
