@@ -46,9 +46,14 @@ def require_inspect() -> None:
         ) from exc
 
 
-def write_inspect_log(state: CampaignState, items: list[ExportedTrajectory], out: Path) -> None:
+def write_inspect_log(
+    state: CampaignState,
+    items: list[ExportedTrajectory],
+    out: Path,
+    eval_set_id: str | None = None,
+) -> None:
     """Writes the campaign's log to `out` (`.eval`: Inspect's zip; `.json`: its JSON), whole
-    or not at all.
+    or not at all; `eval_set_id`: the evaluation set it belongs to.
 
     Raises:
         InvalidInput: `out` has another suffix, or Inspect AI is not installed.
@@ -62,7 +67,7 @@ def write_inspect_log(state: CampaignState, items: list[ExportedTrajectory], out
     require_inspect()
     from inspect_ai.log import write_eval_log
 
-    log = inspect_log(state, items)
+    log = inspect_log(state, items, eval_set_id)
     # Inspect writes in place; a temporary name beside `out` makes the log appear whole.
     fd, temporary = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=out.suffix, dir=out.parent)
     os.close(fd)
@@ -88,7 +93,9 @@ def inspect_log_json(state: CampaignState, items: list[ExportedTrajectory]) -> s
         return path.read_text(encoding="utf-8")
 
 
-def inspect_log(state: CampaignState, items: list[ExportedTrajectory]) -> EvalLog:
+def inspect_log(
+    state: CampaignState, items: list[ExportedTrajectory], eval_set_id: str | None = None
+) -> EvalLog:
     """The campaign as an `EvalLog` (Inspect must be installed: see `require_inspect`)."""
     from inspect_ai.log import (
         EvalConfig,
@@ -106,7 +113,7 @@ def inspect_log(state: CampaignState, items: list[ExportedTrajectory]) -> EvalLo
     )
 
     spec, scorer = state.spec, state.spec.scorer.type
-    model = _model_name(state)
+    model = model_name(state)
     agent_config = spec.agent.model_dump(mode="json")
     samples = [_sample(state, item, model) for item in items]
     values = [s.scores[scorer].value for s in samples if s.scores]
@@ -121,9 +128,10 @@ def inspect_log(state: CampaignState, items: list[ExportedTrajectory]) -> EvalLo
         version=2,
         status="success" if finished else "cancelled" if state.cancelled else "started",
         eval=EvalSpec(
+            eval_set_id=eval_set_id,
             eval_id=state.id,
             run_id=state.id,
-            created=_iso(state.created_ts),
+            created=iso_time(state.created_ts),
             task=spec.name,
             task_id=state.id,
             dataset=EvalDataset(
@@ -154,8 +162,8 @@ def inspect_log(state: CampaignState, items: list[ExportedTrajectory]) -> EvalLo
             ],
         ),
         stats=EvalStats(
-            started_at=_iso(state.created_ts),
-            completed_at=_iso(state.last_ts) if finished else "",
+            started_at=iso_time(state.created_ts),
+            completed_at=iso_time(state.last_ts) if finished else "",
             model_usage={model: usage} if usage is not None else {},
         ),
         samples=samples,
@@ -227,7 +235,7 @@ def _sample(state: CampaignState, item: ExportedTrajectory, model: str) -> Any:
         model_usage={model: usage} if usage is not None else {},
         total_time=sum(times) if times else None,
         working_time=trajectory.generation_s,
-        completed_at=_iso(trajectory.finished_ts) if trajectory.finished_ts else None,
+        completed_at=iso_time(trajectory.finished_ts) if trajectory.finished_ts else None,
         uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"mcp-evalserver:{state.id}/{trajectory.id}")),
         error=error,
     )
@@ -262,7 +270,7 @@ def _messages(turns: list[Turn], model: str) -> list[ChatMessage]:
     return messages
 
 
-def _model_name(state: CampaignState) -> str:
+def model_name(state: CampaignState) -> str:
     """Inspect names models `provider/model`: the `openai` agent's model, else the agent."""
     model = getattr(state.spec.agent, "model", None)
     if isinstance(model, str):
@@ -298,5 +306,5 @@ def _total_usage(items: list[ExportedTrajectory]) -> ModelUsage | None:
     return total
 
 
-def _iso(ts: float) -> str:
+def iso_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat()

@@ -19,6 +19,8 @@ from typing import Any
 
 from markupsafe import Markup
 
+from mcp_evalserver.engine.eval_sets import EvalSetStore
+from mcp_evalserver.engine.leaderboard import build_leaderboard
 from mcp_evalserver.engine.records import record_json
 from mcp_evalserver.engine.report import build_comparison, build_report, verdicts
 from mcp_evalserver.engine.state import (
@@ -391,6 +393,25 @@ def _endpoint_limits_plot(state: CampaignState) -> Markup | None:
 
 
 # The trajectory page.
+
+
+def set_page(cache: LedgerCache, set_id: str) -> dict[str, Any]:
+    """An evaluation set's leaderboard: each agent's row links to its campaign's page.
+
+    Raises:
+        NotFound: no such set (the message lists those there are).
+    """
+    sets = EvalSetStore(cache.store)
+    evalset = sets.load(set_id)
+    states = {agent: cache.get(cid).refresh() for agent, cid in evalset.campaigns.items()}
+    return {"board": build_leaderboard(evalset, states)}
+
+
+def set_rows(cache: LedgerCache) -> list[dict[str, Any]]:
+    """The state directory's sets, newest first: id, name and agents."""
+    sets = EvalSetStore(cache.store)
+    found = [sets.load(set_id) for set_id in reversed(sets.list_ids())]
+    return [{"id": s.id, "name": s.name, "agents": list(s.campaigns)} for s in found]
 
 
 def trajectory_page(ledger: CampaignLedger, trajectory_id: str) -> dict[str, Any]:

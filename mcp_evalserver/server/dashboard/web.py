@@ -119,7 +119,7 @@ def dashboard_routes(state_dir: Path, token: str) -> list[BaseRoute]:
         return response
 
     def campaigns(request: Request) -> Response:
-        return _page("campaigns.html", rows=views.campaign_rows(cache))
+        return _page("campaigns.html", rows=views.campaign_rows(cache), sets=views.set_rows(cache))
 
     def campaign_rows(request: Request) -> Response:
         return _fragment("campaign_rows.html", rows=views.campaign_rows(cache))
@@ -161,6 +161,10 @@ def dashboard_routes(state_dir: Path, token: str) -> list[BaseRoute]:
         result = views.comparison_page(cache, a, b)
         return _page("compare.html", ids=ids, chosen=(a, b), result=result)
 
+    @_error_page
+    def evaluation_set(request: Request) -> Response:
+        return _page("set.html", **views.set_page(cache, request.path_params["set_id"]))
+
     def api_campaigns(request: Request) -> Response:
         return JSONResponse({"campaigns": views.campaign_rows(cache)})
 
@@ -186,6 +190,7 @@ def dashboard_routes(state_dir: Path, token: str) -> list[BaseRoute]:
             methods=["GET"],
         ),
         Route("/compare", compare, methods=["GET"]),
+        Route("/sets/{set_id}", evaluation_set, methods=["GET"]),
         Route("/api/campaigns", api_campaigns, methods=["GET"]),
         Route("/api/campaigns/{campaign_id}", api_campaign, methods=["GET"]),
     ]
