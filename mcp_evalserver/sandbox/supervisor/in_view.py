@@ -50,6 +50,13 @@ def view_dir(sup: Supervisor, ws: Workspace) -> ViewDir:
     Raises:
         Elsewhere: no holder, or the kernel lacks openat2 (remembered: asked once).
     """
+    if ws.holder_pid and not os.path.exists(f"/proc/{ws.holder_pid}/ns/mnt"):
+        # A killed holder (a zombie, or gone) has no namespaces: the view is lost, and the
+        # dirfd would serve its stale mounts. The forked child fails the same way (its setns).
+        forget_view_dir(ws)
+        raise SupervisorError(
+            "InfrastructureError", "the workspace's holder died: its view is gone"
+        )
     current = ws.view_dir
     if current is not None and current.holder_pid == ws.holder_pid:
         return current
