@@ -273,7 +273,11 @@ class Loop:
             result = handler(self.sup, req_id, req.get("args") or {})
             if result is not None:
                 self.reply(req_id, result)
-        except (SupervisorError, LayerError) as e:
+        except SupervisorError as e:
+            # The errno too: an operation served in this process (files.in_process) answers
+            # with the same errors as one a child served.
+            self.fail(req_id, e.kind, str(e), e.errno_name)
+        except LayerError as e:
             self.fail(req_id, e.kind, str(e))
         except OSError as e:
             self.fail(req_id, "InfrastructureError", f"supervisor: {e}")
