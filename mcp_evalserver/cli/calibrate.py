@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 
 from mcp_evalserver.engine.calibration import calibrate_campaign, load_labels
-from mcp_evalserver.engine.report import calibration_line
+from mcp_evalserver.engine.report_markdown import calibration_line
 from mcp_evalserver.engine.store import CampaignStore
 
 

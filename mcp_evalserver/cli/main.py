@@ -30,7 +30,8 @@ from mcp_evalserver.cli.scoring import add_scoring_commands, dispatch_scoring
 from mcp_evalserver.cli.sweep import add_sweep_command, dispatch_sweep
 from mcp_evalserver.cli.validate import add_validate_command, dispatch_validate
 from mcp_evalserver.engine.parts import check_spec
-from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.report import build_report
+from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.engine.store import STATE_DIR_ENV, CampaignStore, default_state_dir, read_nodes

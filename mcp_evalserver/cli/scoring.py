@@ -18,8 +18,8 @@ from typing import Any
 import anyio
 
 from mcp_evalserver.cli.plan import add_cluster_option
+from mcp_evalserver.engine.comparison import build_comparison, render_comparison_markdown
 from mcp_evalserver.engine.parts import check_spec
-from mcp_evalserver.engine.report import build_comparison, render_comparison_markdown
 from mcp_evalserver.engine.rescoring import request_rescore
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.engine.swebench_runs import (

@@ -15,9 +15,10 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+from mcp_evalserver.engine.comparison import build_comparison
 from mcp_evalserver.engine.eval_sets import EvalSet
 from mcp_evalserver.engine.planning import build_plan
-from mcp_evalserver.engine.report import build_comparison, build_report
+from mcp_evalserver.engine.report import build_report
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.errors import InvalidInput
 

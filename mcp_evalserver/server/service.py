@@ -26,19 +26,18 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp_evalserver.agents.command import EndpointFactory
 from mcp_evalserver.agents.external import ClaimBoard
 from mcp_evalserver.agents.factory import build_agent
+from mcp_evalserver.engine.comparison import build_comparison, render_comparison_markdown
 from mcp_evalserver.engine.parts import CampaignParts
 from mcp_evalserver.engine.records import LedgerRecord, RunStarted
 from mcp_evalserver.engine.report import (
     CONFIDENCE,
     RESAMPLES,
     SEED,
-    build_comparison,
     build_report,
     pass_counts,
-    render_comparison_markdown,
-    render_markdown,
     verdicts,
 )
+from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.rescoring import request_rescore
 from mcp_evalserver.engine.runner import CampaignRunner, check_new_budget
 from mcp_evalserver.engine.state import CampaignState, TrajectoryState

@@ -13,7 +13,8 @@ from mcp import Client
 
 from mcp_evalserver.cli.main import main
 from mcp_evalserver.engine.records import LedgerRecord
-from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.report import build_report
+from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.runner import CampaignRunner, resumed_endpoints
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.engine.store import CampaignStore

@@ -23,7 +23,8 @@ from mcp_evalserver.agents.openai_agent import (
     ATTEMPT_HEADER,
     IDEMPOTENCY_HEADER,
 )
-from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.report import build_report
+from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.runtime.endpoint_calls import retry_after_seconds
 from mcp_evalserver.runtime.limits import Limiters
 from mcp_evalserver.runtime.sandboxes import TrajectorySandbox

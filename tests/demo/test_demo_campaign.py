@@ -18,7 +18,8 @@ import pytest
 from mcp import Client
 
 from demo.build_suite import DEMO_DIR, build_suite
-from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.report import build_report
+from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.spec.agents import OpenAIAgentConfig

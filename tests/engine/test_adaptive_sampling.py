@@ -23,7 +23,8 @@ from mcp_evalserver.engine.records import (
     Scored,
     encode,
 )
-from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.report import build_report
+from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.sampling import campaign_interval, next_decision
 from mcp_evalserver.engine.state import CampaignState, concerning, replay

@@ -25,7 +25,8 @@ from mcp_evalserver.engine.records import (
     GenerationFailed,
     LedgerRecord,
 )
-from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.report import build_report
+from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.engine.store import CampaignStore

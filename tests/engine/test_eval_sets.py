@@ -19,9 +19,10 @@ from statsmodels.stats.multitest import multipletests  # type: ignore[import-unt
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.cli.main import main
+from mcp_evalserver.engine.comparison import build_comparison
 from mcp_evalserver.engine.eval_sets import EvalSetStore, run_set
 from mcp_evalserver.engine.leaderboard import build_leaderboard, holm
-from mcp_evalserver.engine.report import build_comparison, build_report
+from mcp_evalserver.engine.report import build_report
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.runtime.sandboxes import SandboxPool

@@ -18,7 +18,8 @@ import pytest
 
 from demo.build_suite import DEMO_DIR
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
-from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.report import build_report
+from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.engine.store import CampaignStore

@@ -15,7 +15,8 @@ from mcp import Client
 from scipy import stats  # type: ignore[import-untyped]
 
 from mcp_evalserver.cli.main import main
-from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.report import build_report
+from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput

@@ -11,7 +11,8 @@ import anyio
 import pytest
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
-from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.report import build_report
+from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput, SandboxUnavailable

@@ -10,12 +10,9 @@ import anyio
 import pytest
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
-from mcp_evalserver.engine.report import (
-    build_comparison,
-    build_report,
-    render_comparison_markdown,
-    render_markdown,
-)
+from mcp_evalserver.engine.comparison import build_comparison, render_comparison_markdown
+from mcp_evalserver.engine.report import build_report
+from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.errors import InfrastructureError, InvalidInput
 from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission

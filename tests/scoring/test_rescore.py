@@ -14,7 +14,8 @@ import pytest
 
 from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger
 from mcp_evalserver.engine.records import LedgerRecord
-from mcp_evalserver.engine.report import build_report, render_markdown
+from mcp_evalserver.engine.report import build_report
+from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.rescoring import request_rescore
 from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.store import CampaignStore

@@ -19,10 +19,11 @@ from typing import Any
 
 from markupsafe import Markup
 
+from mcp_evalserver.engine.comparison import build_comparison
 from mcp_evalserver.engine.eval_sets import EvalSetStore
 from mcp_evalserver.engine.leaderboard import build_leaderboard
 from mcp_evalserver.engine.records import record_json
-from mcp_evalserver.engine.report import build_comparison, build_report, verdicts
+from mcp_evalserver.engine.report import build_report, verdicts
 from mcp_evalserver.engine.state import (
     INFRA_OUTCOMES,
     UNGRADED_OUTCOMES,
