@@ -24,8 +24,8 @@ from bench.common import LoadRecord, describe_load, write_results
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger
 from mcp_evalserver.engine.records import AttemptStarted
+from mcp_evalserver.engine.replay import replay
 from mcp_evalserver.engine.runner import CampaignRunner
-from mcp_evalserver.engine.state import replay
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.spec.campaign import CampaignSpec, Limits, Task, trajectory_id
 from mcp_evalserver.spec.submission import Submission

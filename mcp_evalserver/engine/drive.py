@@ -41,8 +41,9 @@ from mcp_evalserver.engine.records import (
     ScoringFailed,
     ScoringStarted,
 )
+from mcp_evalserver.engine.replay import apply_record
 from mcp_evalserver.engine.sampling import next_decision
-from mcp_evalserver.engine.state import CampaignState, TrajectoryState, apply_record
+from mcp_evalserver.engine.state import CampaignState, TrajectoryState
 from mcp_evalserver.errors import InfrastructureError, InvalidInput
 from mcp_evalserver.runtime import tracing
 from mcp_evalserver.runtime.adaptive import LimitChange

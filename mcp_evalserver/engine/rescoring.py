@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from mcp_evalserver.engine.ledger import LedgerWriter
 from mcp_evalserver.engine.parts import checked_scorer
 from mcp_evalserver.engine.records import RescoreRequested
-from mcp_evalserver.engine.state import SCORER_ADAPTER, replay, rescorable
+from mcp_evalserver.engine.replay import SCORER_ADAPTER, replay, rescorable
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput, NotFound
 from mcp_evalserver.spec.campaign import describe_validation_error

@@ -34,7 +34,8 @@ from mcp_evalserver.engine.records import (
     RetryRequested,
     RunStarted,
 )
-from mcp_evalserver.engine.state import CampaignState, replay
+from mcp_evalserver.engine.replay import replay
+from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.engine.store import NODES_FILE, CampaignStore
 from mcp_evalserver.errors import EvalServerError, InvalidInput, sole_error
 from mcp_evalserver.runtime import tracing

@@ -12,7 +12,8 @@ from typing import Any
 from mcp_evalserver.engine.ledger import LEDGER_FILE, create_ledger, live_writer_pid, read_ledger
 from mcp_evalserver.engine.parts import check_spec
 from mcp_evalserver.engine.records import CampaignCreated
-from mcp_evalserver.engine.state import CampaignState, replay
+from mcp_evalserver.engine.replay import replay
+from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.errors import InvalidInput, NotFound
 from mcp_evalserver.runtime.governance import governed
 from mcp_evalserver.scoring.base import Scorer

@@ -22,10 +22,10 @@ from mcp_evalserver.cli.main import main
 from mcp_evalserver.engine.costs import check_budget_prices, price_table
 from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
 from mcp_evalserver.engine.records import AttemptStarted, ModelUsageRecorded
+from mcp_evalserver.engine.replay import replay
 from mcp_evalserver.engine.report import build_report
 from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.runner import CampaignRunner
-from mcp_evalserver.engine.state import replay
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.runtime.pricing import PRICES_ENV, PriceTable

@@ -10,8 +10,9 @@ import pytest
 
 from mcp_evalserver.engine.ledger import LEDGER_FILE
 from mcp_evalserver.engine.records import parse_record
+from mcp_evalserver.engine.replay import replay
 from mcp_evalserver.engine.runner import CampaignRunner
-from mcp_evalserver.engine.state import CampaignState, replay
+from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import LedgerCorrupt, NotFound
 from mcp_evalserver.server.dashboard import views

@@ -12,7 +12,7 @@ import pytest
 
 from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger
 from mcp_evalserver.engine.records import RescoreRequested
-from mcp_evalserver.engine.state import replay
+from mcp_evalserver.engine.replay import replay
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.server.dashboard import views
 from mcp_evalserver.server.dashboard.ledgers import CampaignLedger, LedgerCache

@@ -23,11 +23,12 @@ from mcp_evalserver.engine.records import (
     Scored,
     encode,
 )
+from mcp_evalserver.engine.replay import concerning, replay
 from mcp_evalserver.engine.report import build_report
 from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.sampling import campaign_interval, next_decision
-from mcp_evalserver.engine.state import CampaignState, concerning, replay
+from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InvalidInput, LedgerCorrupt
 from mcp_evalserver.scoring.stats.sampling import TaskSamples, plan_samples

@@ -11,10 +11,10 @@ import pytest
 from mcp_evalserver.cli.main import main
 from mcp_evalserver.engine.ledger import LEDGER_FILE, LedgerWriter, read_ledger
 from mcp_evalserver.engine.records import LedgerRecord, TrajectoryBranched, parse_record
+from mcp_evalserver.engine.replay import concerning, replay
 from mcp_evalserver.engine.report import build_report
 from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.runner import CampaignRunner
-from mcp_evalserver.engine.state import concerning, replay
 from mcp_evalserver.errors import LedgerCorrupt
 from mcp_evalserver.spec.agents import OracleAgentConfig
 from tests.engine.helpers import campaign_of_every_kind, numbered_tasks, run_campaign, spec_of

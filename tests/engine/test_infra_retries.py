@@ -13,10 +13,10 @@ import pytest
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.cli.main import main
 from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
+from mcp_evalserver.engine.replay import replay
 from mcp_evalserver.engine.report import build_report
 from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.runner import CampaignRunner
-from mcp_evalserver.engine.state import replay
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InfrastructureError, SandboxUnavailable
 from mcp_evalserver.runtime.limits import RetryPolicy

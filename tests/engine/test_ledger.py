@@ -17,7 +17,7 @@ from mcp_evalserver.engine.records import (
     LedgerRepaired,
     RunStarted,
 )
-from mcp_evalserver.engine.state import replay
+from mcp_evalserver.engine.replay import replay
 from mcp_evalserver.errors import Conflict, LedgerCorrupt, NotFound
 from mcp_evalserver.runtime.artifacts import read_artifact
 

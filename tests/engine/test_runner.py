@@ -10,8 +10,8 @@ import pytest
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
+from mcp_evalserver.engine.replay import replay
 from mcp_evalserver.engine.runner import CampaignRunner
-from mcp_evalserver.engine.state import replay
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import InfrastructureError
 from mcp_evalserver.scoring.base import Scorer, ScoreResult, ScoringContext

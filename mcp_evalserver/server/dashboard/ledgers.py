@@ -1,7 +1,7 @@
 """Campaign ledgers as the dashboard reads them: followed incrementally, never rewritten.
 
 Each campaign's ledger is read once from the start and then only from where the last read
-stopped: the new complete lines go through `state.apply_record` (the same function replay and
+stopped: the new complete lines go through `replay.apply_record` (the same function replay and
 the live runner use), so a page polled every second while a campaign runs costs what was
 appended, not the whole ledger. The ledger file is the only source: campaigns run by this
 server, by another server or by `mcp-evalserver run` look the same.
@@ -30,7 +30,8 @@ from typing import Any
 
 from mcp_evalserver.engine.ledger import LEDGER_FILE, decode_lines
 from mcp_evalserver.engine.records import LedgerRecord, TrajectoryBranched, parse_record
-from mcp_evalserver.engine.state import CampaignState, apply_record, concerning, replay
+from mcp_evalserver.engine.replay import apply_record, concerning, replay
+from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import LedgerCorrupt, NotFound
 from mcp_evalserver.server.dashboard import summaries
@@ -168,7 +169,7 @@ class CampaignLedger:
         """A state in which this trajectory is exactly as the whole ledger leaves it.
 
         From the summary (while it matches the ledger): a replay of the records that concern
-        the trajectory (`state.concerning`), found by the summary's byte ranges. Otherwise
+        the trajectory (`replay.concerning`), found by the summary's byte ranges. Otherwise
         the whole state.
 
         Raises:

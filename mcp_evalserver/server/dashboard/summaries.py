@@ -88,12 +88,12 @@ _ADAPTER = TypeAdapter(Summary)
 @cache
 def code_fingerprint() -> str:
     """A hash of the sources that compute the figures: a summary made by other code is stale."""
-    from mcp_evalserver.engine import comparison, report, state
+    from mcp_evalserver.engine import comparison, replay, report, state
     from mcp_evalserver.scoring.stats import resampling, summary
 
     # The pages' modules by path, not by import: they import this module's callers.
     here = Path(__file__).parent
-    modules = (report, comparison, state, resampling, summary)
+    modules = (report, comparison, state, replay, resampling, summary)
     sources = [Path(str(module.__file__)) for module in modules]
     digest = hashlib.sha256()
     for source in [*sources, here / "plots.py", here / "views.py", Path(__file__)]:
