@@ -35,6 +35,7 @@ from pydantic import TypeAdapter
 from mcp_evalserver.errors import Conflict, EvalServerError, ExcInfo, InvalidInput
 from mcp_evalserver.sandbox.client import SupervisorClient
 from mcp_evalserver.sandbox.supervised import AttachedWorkspace, SupervisedWorkspace
+from mcp_evalserver.server.campaign_queries import EventFn
 from mcp_evalserver.server.events import CampaignEvent
 from mcp_evalserver.server.front.lease import DriverLease, Holder, read_holder
 from mcp_evalserver.server.front.rpc import (
@@ -45,7 +46,7 @@ from mcp_evalserver.server.front.rpc import (
     with_socket,
 )
 from mcp_evalserver.server.models import ClaimedTrajectory, Submitted
-from mcp_evalserver.server.service import EvalService, EventFn
+from mcp_evalserver.server.service import EvalService
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.server.trajectory.tools import TrajectoryTools
 from mcp_evalserver.spec.campaign import Task
