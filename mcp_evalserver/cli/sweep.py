@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 
 from mcp_evalserver.cli.endpoints import serve_trajectory
+from mcp_evalserver.engine.formatting import percent
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.engine.sweep import (
     DEFAULT_LEVELS,
@@ -85,8 +86,8 @@ def render_sweep(result: dict[str, Any]) -> str:
         lines.append(
             f"| {row['level']} | {_number(row['throughput_per_min'])} |"
             f" {_number(row.get('good_throughput_per_min'))} |"
-            f" {_percent(row['error_rate'])} | {_percent(row['task_error_rate'])} |"
-            f" {_percent(row['infra_error_rate'])} | {row['http_429']} | {row['http_5xx']} |"
+            f" {percent(row['error_rate'])} | {percent(row['task_error_rate'])} |"
+            f" {percent(row['infra_error_rate'])} | {row['http_429']} | {row['http_5xx']} |"
             f" {_number(row['latency_p50_s'], 's')} | {_number(row['latency_p95_s'], 's')} |"
             f" {_number(row['tokens_per_s'])} |"
             f" {_number(row['load_average'][0]) if row.get('load_average') else '-'} |"
@@ -102,7 +103,3 @@ def render_sweep(result: dict[str, Any]) -> str:
 
 def _number(value: float | None, unit: str = "") -> str:
     return "-" if value is None else f"{value:.2f}{unit}"
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"

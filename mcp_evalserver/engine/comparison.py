@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcp_evalserver.engine.formatting import interval, p_value, percent
 from mcp_evalserver.engine.report import CONFIDENCE, RESAMPLES, SEED, clusters_of, verdicts
-from mcp_evalserver.engine.report_markdown import _interval, _p, _percent
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.scoring.stats.comparison import compare_campaigns
 from mcp_evalserver.scoring.stats.paired import paired_tests
@@ -91,15 +91,15 @@ def render_comparison_markdown(comparison: dict[str, Any]) -> str:
         "",
         f"- shared tasks: {comparison['shared_tasks']}"
         f" (only in A: {len(comparison['only_in_a'])}, only in B: {len(comparison['only_in_b'])})",
-        f"- mean pass rate: A {_percent(comparison['mean_a'])}, B {_percent(comparison['mean_b'])}",
+        f"- mean pass rate: A {percent(comparison['mean_a'])}, B {percent(comparison['mean_b'])}",
         "- difference B − A: **"
         + ("-" if difference is None else f"{100 * difference:+.1f} points")
-        + f"** ({_interval(comparison['difference_ci'], signed=True)})",
+        + f"** ({interval(comparison['difference_ci'], signed=True)})",
         f"- B wins {comparison['wins']}, loses {comparison['losses']},"
         f" ties {comparison['ties']} task(s)",
-        f"- paired permutation test p = {_p(comparison['permutation_p_value'])}"
+        f"- paired permutation test p = {p_value(comparison['permutation_p_value'])}"
         f" ({'exact' if comparison['permutation_exact'] else 'Monte Carlo'});"
-        f" sign test p = {_p(comparison['sign_test_p_value'])}",
+        f" sign test p = {p_value(comparison['sign_test_p_value'])}",
     ]
     tests = comparison.get("tests")
     if tests and tests["difference"] is not None:
@@ -109,23 +109,24 @@ def render_comparison_markdown(comparison: dict[str, Any]) -> str:
                 f"- clustered: SE {100 * clustered['standard_error']:.1f} points,"
                 f" {100 * clustered['confidence']:.0f}% CI {100 * clustered['low']:+.1f} to"
                 f" {100 * clustered['high']:+.1f} points over {clustered['clusters']} cluster(s);"
-                f" t test p = {_p(tests['clustered_t_p_value'])}"
+                f" t test p = {p_value(tests['clustered_t_p_value'])}"
                 + (f" (**{clustered['warning']}**)" if clustered["warning"] else "")
             )
         if (mcnemar := tests["mcnemar"]) is not None:
             lines.append(
                 f"- McNemar's exact test: only A resolved {mcnemar['only_a_resolved']}, only B"
-                f" {mcnemar['only_b_resolved']}; p = {_p(mcnemar['p_value'])}"
+                f" {mcnemar['only_b_resolved']}; p = {p_value(mcnemar['p_value'])}"
             )
         if tests["cluster_permutation_p_value"] is not None:
             lines.append(
-                f"- permutation test over clusters p = {_p(tests['cluster_permutation_p_value'])}"
+                "- permutation test over clusters p ="
+                f" {p_value(tests['cluster_permutation_p_value'])}"
                 f" ({'exact' if tests['cluster_permutation_exact'] else 'Monte Carlo'})"
             )
     if tests and tests["answered_by"] is not None:
         lines.append(
             f"- **answered by {tests['answered_by'].replace('_', ' ')}: p ="
-            f" {_p(tests['p_value'])}**, because {tests['reason']}"
+            f" {p_value(tests['p_value'])}**, because {tests['reason']}"
         )
     if (power := comparison.get("power")) is not None:
         lines.append(

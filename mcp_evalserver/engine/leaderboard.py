@@ -17,6 +17,7 @@ from typing import Any
 
 from mcp_evalserver.engine.comparison import build_comparison
 from mcp_evalserver.engine.eval_sets import EvalSet
+from mcp_evalserver.engine.formatting import p_value, percent, seconds
 from mcp_evalserver.engine.planning import build_plan
 from mcp_evalserver.engine.report import build_report
 from mcp_evalserver.engine.state import CampaignState
@@ -109,11 +110,11 @@ def render_leaderboard_markdown(board: dict[str, Any]) -> str:
     ]
     for agent, row in board["agents"].items():
         ci = row["mean_pass_rate_ci"]
-        interval = f" ({_pct(ci['low'])}–{_pct(ci['high'])})" if ci else ""
+        interval = f" ({percent(ci['low'])}–{percent(ci['high'])})" if ci else ""
         lines.append(
-            f"| {agent} | {_pct(row['mean_pass_rate'])}{interval} | {row['resolved']}/"
+            f"| {agent} | {percent(row['mean_pass_rate'])}{interval} | {row['resolved']}/"
             f"{row['graded']} | {_usd(row['cost_usd'])} | {_usd(row['cost_per_resolved_usd'])}"
-            f" | {row['input_tokens']} / {row['output_tokens']} | {_secs(row['mean_time_s'])}"
+            f" | {row['input_tokens']} / {row['output_tokens']} | {seconds(row['mean_time_s'])}"
             f" | {row['campaign']} |"
         )
     if board["pairs"]:
@@ -131,14 +132,11 @@ def render_leaderboard_markdown(board: dict[str, Any]) -> str:
             lines.append(
                 f"| {pair['a']} | {pair['b']} | {pair['shared_tasks']} | "
                 f"{_signed(pair['difference'])}{interval} | {pair['wins']} / {pair['losses']} / "
-                f"{pair['ties']} | {pair['test'] or '-'} | {_p(pair['p_value'])} | "
-                f"{_p(pair['p_value_holm'])} | {pair['tasks_to_tell_apart'] or '-'} |"
+                f"{pair['ties']} | {pair['test'] or '-'} | {p_value(pair['p_value'], digits=4)}"
+                f" | {p_value(pair['p_value_holm'], digits=4)}"
+                f" | {pair['tasks_to_tell_apart'] or '-'} |"
             )
     return "\n".join(lines) + "\n"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def _signed(value: float | None) -> str:
@@ -147,11 +145,3 @@ def _signed(value: float | None) -> str:
 
 def _usd(value: float | None) -> str:
     return "-" if value is None else f"${value:.4f}"
-
-
-def _secs(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}s"
-
-
-def _p(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp_evalserver.engine.costs import cost_lines
+from mcp_evalserver.engine.formatting import interval, percent, seconds
 from mcp_evalserver.engine.validation import render_validation_markdown
 
 
@@ -24,15 +25,13 @@ def render_markdown(report: dict[str, Any]) -> str:
             for mode, count in report.get("grading_modes", {}).items()
         )
         + ")",
-        f"- pass rate: **{_percent(report['pass_rate'])}** ({report['resolved']}/"
+        f"- pass rate: **{percent(report['pass_rate'])}** ({report['resolved']}/"
         f"{report['graded']} graded trajectories; infrastructure errors excluded)"
         + (
-            f"; Wilson {_interval(summary['wilson_ci'])}"
-            if summary["wilson_ci"] is not None
-            else ""
+            f"; Wilson {interval(summary['wilson_ci'])}" if summary["wilson_ci"] is not None else ""
         ),
-        f"- mean pass rate over tasks: **{_percent(summary['mean_pass_rate'])}**"
-        f" ({_interval(summary['mean_pass_rate_ci'])} over {summary['tasks_scored']} task(s))",
+        f"- mean pass rate over tasks: **{percent(summary['mean_pass_rate'])}**"
+        f" ({interval(summary['mean_pass_rate_ci'])} over {summary['tasks_scored']} task(s))",
     ]
     if (clustered := report.get("mean_pass_rate_clustered")) is not None:
         lines.append(clustered_line(clustered))
@@ -50,8 +49,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append("- pass^k: " + _by_k(summary["pass_hat_k"]))
     lines += [
         f"- infrastructure errors: {summary['infra_errors']}"
-        f" ({_percent(summary['infra_error_rate'])} of finished trajectories; excluded from"
-        f" every rate) · task errors (error, timeout): {_percent(summary['task_error_rate'])}"
+        f" ({percent(summary['infra_error_rate'])} of finished trajectories; excluded from"
+        f" every rate) · task errors (error, timeout): {percent(summary['task_error_rate'])}"
         " of attempts",
         "- outcomes: " + ", ".join(f"{k} {v}" for k, v in report["outcomes"].items()),
     ]
@@ -73,10 +72,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     if retries and retries["retried"]:
         lines.append(
             f"- retried after an infrastructure failure: {retries['retried']} graded"
-            f" trajectory(ies) pass {_percent(retries['retried_pass_rate'])}, the other"
-            f" {retries['not_retried']} {_percent(retries['not_retried_pass_rate'])}"
+            f" trajectory(ies) pass {percent(retries['retried_pass_rate'])}, the other"
+            f" {retries['not_retried']} {percent(retries['not_retried_pass_rate'])}"
             + (
-                f" (their tasks' other samples: {_percent(e)})"
+                f" (their tasks' other samples: {percent(e)})"
                 if (e := retries["retried_expected_from_their_tasks"]) is not None
                 else ""
             )
@@ -102,10 +101,10 @@ def render_markdown(report: dict[str, Any]) -> str:
             + (f" ({partial} partially resolved, not counted)" if partial else "")
         )
     lines.append(
-        f"- latency per trajectory: p50 {_seconds(latency['p50_s'])},"
-        f" p95 {_seconds(latency['p95_s'])} (generation p50"
-        f" {_seconds(report['phases']['generation']['p50_s'])}, scoring p50"
-        f" {_seconds(report['phases']['scoring']['p50_s'])}); throughput"
+        f"- latency per trajectory: p50 {seconds(latency['p50_s'])},"
+        f" p95 {seconds(latency['p95_s'])} (generation p50"
+        f" {seconds(report['phases']['generation']['p50_s'])}, scoring p50"
+        f" {seconds(report['phases']['scoring']['p50_s'])}); throughput"
         f" {_rate(latency['throughput_per_s'])}"
     )
     if "cost" in report:
@@ -141,8 +140,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     for task_id, row in report["tasks"].items():
         lines.append(
-            f"| {task_id} | {row['samples']} | {row['resolved']} | {_percent(row['pass_rate'])}"
-            f" | {_percent(row['pass_at_k'].get('1'))} | {row['infra_errors']} |"
+            f"| {task_id} | {row['samples']} | {row['resolved']} | {percent(row['pass_rate'])}"
+            f" | {percent(row['pass_at_k'].get('1'))} | {row['infra_errors']} |"
         )
     if (sampling := report.get("sampling")) is not None:
         lines += ["", *sampling_lines(sampling)]
@@ -159,7 +158,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             "",
             f"Branches (forked trajectories; a root and its branches count once, resolved when"
             f" any is): best of branches {best['resolved']}/{best['roots']} roots"
-            f" ({_percent(best['pass_rate'])})",
+            f" ({percent(best['pass_rate'])})",
             "",
             "| root | branches | resolved branches | root resolved |",
             "|---|---:|---:|---|",
@@ -225,8 +224,8 @@ def clustered_line(clustered: dict[str, Any]) -> str:
     else:
         figures = (
             f"SE {100 * clustered['standard_error']:.1f} points,"
-            f" {100 * clustered['confidence']:.0f}% CI {_percent(clustered['low'])}–"
-            f"{_percent(clustered['high'])}, t with {clustered['degrees_of_freedom']} df"
+            f" {100 * clustered['confidence']:.0f}% CI {percent(clustered['low'])}–"
+            f"{percent(clustered['high'])}, t with {clustered['degrees_of_freedom']} df"
         )
     warning = f"; **{clustered['warning']}**" if clustered["warning"] else ""
     return f"- clustered standard error: {figures} ({grouping}){warning}"
@@ -252,38 +251,14 @@ def calibration_line(calibration: dict[str, Any]) -> str:
     return (
         f"- judge calibration ({calibration['pairs']} labelled {calibration['unit']}s):"
         f" {estimate('spearman')}, {estimate('kendall')}, agreement"
-        f" {_percent(calibration['agreement'])} at threshold {calibration['threshold']:g};"
+        f" {percent(calibration['agreement'])} at threshold {calibration['threshold']:g};"
         f" clears {calibration['target']:.2f}: **{verdict}**"
     )
 
 
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
-def _interval(interval: dict[str, Any] | None, *, signed: bool = False) -> str:
-    if interval is None:
-        return "no interval"
-    level = f"{100 * interval['confidence']:.0f}%"
-    if signed:
-        low, high = 100 * interval["low"], 100 * interval["high"]
-        return f"{level} CI {low:+.1f} to {high:+.1f} points, {interval['method']}"
-    return (
-        f"{level} CI {_percent(interval['low'])}–{_percent(interval['high'])}, {interval['method']}"
-    )
-
-
 def _by_k(values: dict[str, float]) -> str:
-    return ", ".join(f"k={k} {_percent(v)}" for k, v in values.items())
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}s"
+    return ", ".join(f"k={k} {percent(v)}" for k, v in values.items())
 
 
 def _rate(per_second: float | None) -> str:
     return "-" if per_second is None else f"{60 * per_second:.1f} trajectories/min"
-
-
-def _p(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"

@@ -29,6 +29,7 @@ import anyio
 import anyio.to_thread
 
 from mcp_evalserver.agents.command import EndpointFactory
+from mcp_evalserver.engine.formatting import percent
 from mcp_evalserver.engine.parts import check_spec
 from mcp_evalserver.engine.report import build_report
 from mcp_evalserver.engine.runner import CampaignRunner
@@ -279,16 +280,12 @@ def recommend(rows: Sequence[dict[str, Any]]) -> tuple[int, int | None, str]:
 def _describe(row: dict[str, Any]) -> str:
     throughput = row["throughput_per_min"]
     return (
-        f"error rate {_percent(row['error_rate'])} (task {_percent(row['task_error_rate'])}, "
-        f"infrastructure {_percent(row['infra_error_rate'])}), {row['http_429']} 429s and "
+        f"error rate {percent(row['error_rate'])} (task {percent(row['task_error_rate'])}, "
+        f"infrastructure {percent(row['infra_error_rate'])}), {row['http_429']} 429s and "
         f"{row['http_5xx']} 5xx in {row['requests']} calls, "
         + ("-" if throughput is None else f"{throughput:.1f}")
         + " trajectories/min"
     )
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def plot_series(result: dict[str, Any]) -> dict[str, Any]:
