@@ -469,6 +469,29 @@ class Workspace(ABC):
         await self.destroy()
 
 
+class FindsElsewhere(Workspace):
+    """A workspace whose `search` and `glob` are one operation run where it lives (a
+    container's own python3, a Ray node's workspace): it takes their arguments by name and
+    answers their result's JSON. The forwarding, written once."""
+
+    @abstractmethod
+    async def _find(self, op: Literal["search", "glob"], **arguments: Any) -> Any:
+        """`op` with `arguments`, run where the workspace lives; raises what `search` and
+        `glob` say they raise."""
+
+    async def search(
+        self, pattern: str, *, path: str = ".", glob: str | None = None, max_hits: int = 200
+    ) -> SearchResult:
+        found = await self._find("search", pattern=pattern, path=path, glob=glob, max_hits=max_hits)
+        return SearchResult.model_validate(found)
+
+    async def glob(
+        self, pattern: str = "**/*", *, path: str = ".", max_entries: int = 1000
+    ) -> GlobResult:
+        found = await self._find("glob", pattern=pattern, path=path, max_entries=max_entries)
+        return GlobResult.model_validate(found)
+
+
 class Instance(_ClosedOnExit):
     """A prepared, frozen environment shared by every workspace of one task."""
 

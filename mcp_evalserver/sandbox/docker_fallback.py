@@ -27,11 +27,9 @@ from mcp_evalserver.sandbox.base import (
     ExecRequest,
     ExecResult,
     FileEntry,
-    GlobResult,
+    FindsElsewhere,
     Instance,
     InstanceSpec,
-    SearchResult,
-    Workspace,
 )
 from mcp_evalserver.sandbox.docker_engine import ContainerLimits, DockerEngine
 from mcp_evalserver.sandbox.docker_stream import open_exec_stream
@@ -231,7 +229,7 @@ def _finder_source() -> str:
     return Path(finder.__file__).read_text()
 
 
-class ContainerWorkspace(Workspace):
+class ContainerWorkspace(FindsElsewhere):
     """A workspace that is a whole container of its own."""
 
     def __init__(self, instance: PerTrajectoryInstance, name: str) -> None:
@@ -330,18 +328,6 @@ class ContainerWorkspace(Workspace):
             for i in range(0, len(fields) - 2, 3)
         ]
         return sorted(entries, key=lambda e: e.name)
-
-    async def search(
-        self, pattern: str, *, path: str = ".", glob: str | None = None, max_hits: int = 200
-    ) -> SearchResult:
-        found = await self._find("search", pattern=pattern, path=path, glob=glob, max_hits=max_hits)
-        return SearchResult.model_validate(found)
-
-    async def glob(
-        self, pattern: str = "**/*", *, path: str = ".", max_entries: int = 1000
-    ) -> GlobResult:
-        found = await self._find("glob", pattern=pattern, path=path, max_entries=max_entries)
-        return GlobResult.model_validate(found)
 
     async def _find(self, op: str, **arguments: Any) -> Any:
         """finder.py's `op` in the workspace's container, by its python3; an alarm ends it

@@ -42,11 +42,9 @@ from mcp_evalserver.sandbox.base import (
     ExecRequest,
     ExecResult,
     FileEntry,
-    GlobResult,
+    FindsElsewhere,
     Instance,
     InstanceSpec,
-    SearchResult,
-    Workspace,
 )
 from mcp_evalserver.sandbox.ray_node import NodeHost, Reply
 from mcp_evalserver.sandbox.shipping import Shipment, identity, pack
@@ -502,7 +500,7 @@ class RayInstance(Instance):
         await self.evict()
 
 
-class RayWorkspace(Workspace):
+class RayWorkspace(FindsElsewhere):
     """A workspace on its instance's node; every operation is one actor call."""
 
     def __init__(self, instance: RayInstance, placed: _Placement, name: str) -> None:
@@ -542,17 +540,8 @@ class RayWorkspace(Workspace):
         entries = await self._op("list", path=path)
         return [FileEntry.model_validate(e) for e in entries]
 
-    async def search(
-        self, pattern: str, *, path: str = ".", glob: str | None = None, max_hits: int = 200
-    ) -> SearchResult:
-        result = await self._op("search", pattern=pattern, path=path, glob=glob, max_hits=max_hits)
-        return SearchResult.model_validate(result)
-
-    async def glob(
-        self, pattern: str = "**/*", *, path: str = ".", max_entries: int = 1000
-    ) -> GlobResult:
-        result = await self._op("glob", pattern=pattern, path=path, max_entries=max_entries)
-        return GlobResult.model_validate(result)
+    async def _find(self, op: str, **arguments: Any) -> Any:
+        return await self._op(op, **arguments)
 
     async def diff(self) -> str:
         patch: str = await self._op("diff")
