@@ -14,7 +14,7 @@ def add_agents_command(commands: Any) -> None:
     """Adds `agents install NAME[@VERSION]...` to the CLI's subcommands."""
     agents = commands.add_parser(
         "agents",
-        help="install the command-line agents (claude-code, codex, gemini-cli) into the cache",
+        help=f"install the command-line agents ({', '.join(CLI_PACKAGES)}) into the cache",
     )
     verbs = agents.add_subparsers(dest="agents_command", metavar="VERB", required=True)
     install = verbs.add_parser(

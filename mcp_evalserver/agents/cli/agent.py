@@ -1,4 +1,5 @@
-"""The `claude-code` and `codex` agents: the real CLI inside the trajectory's workspace.
+"""The CLI agents (`claude-code`, `codex`, `gemini-cli`, `opencode`): the real CLI inside the
+trajectory's workspace.
 
 Per attempt: the pinned Node runtime and CLI package are made sure of in the cache (installed
 on first use), a model bridge is served for this attempt alone (`bridge.py`), and one exec in
@@ -29,14 +30,10 @@ from mcp_evalserver.agents.cli import packages
 from mcp_evalserver.agents.cli.bridge import ModelBridge, serving
 from mcp_evalserver.agents.cli.programs import BRIDGE_PORT, HOME, PROGRAMS
 from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput, NotFound
+from mcp_evalserver.runtime.endpoints import PROVIDERS, model_endpoint
 from mcp_evalserver.sandbox.agent_paths import VIEW_AGENTS, in_view
 from mcp_evalserver.sandbox.base import ExecResult, Workspace
-from mcp_evalserver.spec.agents import (
-    ANTHROPIC_BASE_URL,
-    DEFAULT_BASE_URL,
-    GEMINI_BASE_URL,
-    CliAgentConfig,
-)
+from mcp_evalserver.spec.agents import CliAgentConfig
 from mcp_evalserver.spec.submission import Submission
 
 #: Where the wrapper leaves the CLI's session log for the agent to read back.
@@ -45,8 +42,6 @@ SESSION_COPY = "/tmp/.mcp-evalserver-session.jsonl"
 FORWARDER_FAILED = 97
 #: How much of the CLI's stdout and stderr the transcript and errors keep (tail).
 OUTPUT_TAIL = 8000
-#: The providers' own endpoints: they need a key.
-_PROVIDERS_OWN = (ANTHROPIC_BASE_URL, DEFAULT_BASE_URL, GEMINI_BASE_URL)
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # $1 forwarder, $2 socket, $3 port, then the CLI's argv. The session log is copied where the
@@ -57,7 +52,7 @@ shift 3
 {{setup}}
 "$@"
 status=$?
-cat {{glob}} > {SESSION_COPY} 2>/dev/null
+{{dump}} > {SESSION_COPY} 2>/dev/null
 exit $status
 """
 
@@ -67,21 +62,16 @@ class CliFailed(EvalServerError):
 
 
 def endpoint_of(config: CliAgentConfig, provider: str) -> str:
-    """Where the bridge relays: the spec's `base_url`, else the operator's $..._BASE_URL, else
-    the provider's own endpoint (one rule for every model caller)."""
-    if config.base_url:
-        return config.base_url
-    if provider == "anthropic":
-        return os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_BASE_URL
-    if provider == "gemini":
-        return os.environ.get("GOOGLE_GEMINI_BASE_URL") or GEMINI_BASE_URL
-    return os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    """Where the bridge relays: the rule every model caller follows (`model_endpoint`): the
+    spec's `base_url`, else the operator's $..._BASE_URL, else the provider's own endpoint."""
+    return model_endpoint(config.base_url, provider).url
 
 
 def _api_key(config: CliAgentConfig, upstream: str) -> str | None:
     name = config.api_key_env
     key = os.environ.get(name) if name else None
-    if key or config.base_url is not None or upstream not in _PROVIDERS_OWN:
+    own = [default for default, _ in PROVIDERS.values()]
+    if key or config.base_url is not None or upstream not in own:
         return key or None
     raise InvalidInput(
         f"no API key for {upstream}: set ${name}, or give the agent a `base_url` that needs none"
@@ -149,7 +139,7 @@ class CliAgent(Agent):
         # The spec's variables first: the bridge's address and token, and telemetry off, win.
         env = {"PATH": _PATH, "HOME": HOME, "LANG": "C.UTF-8", "TERM": "dumb",
                **config.env, **program.env(bridge.token)}  # fmt: skip
-        script = _WRAPPER.replace("{glob}", program.session_glob).replace("{setup}", program.setup)
+        script = _WRAPPER.replace("{dump}", program.session_dump).replace("{setup}", program.setup)
         async with serving(bridge) as sock:
             shown = [in_view(forwarder), in_view(sock), str(BRIDGE_PORT)]
             wrapped = ["/bin/sh", "-c", script, "sh", *shown]
