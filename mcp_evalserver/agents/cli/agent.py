@@ -6,7 +6,9 @@ on first use), a model bridge is served for this attempt alone (`bridge.py`), an
 the workspace starts the bridge's forwarder and then the CLI in print / exec mode with the
 task's prompt and its deadline. The CLI works with its own tools (shell, edit, ...); what the
 workspace holds when it stops is handed in as the patch. Its own session log is read back and
-converted into the transcript's messages; the raw log is kept in the transcript too.
+converted into the transcript's messages; the raw log is kept in the transcript too. The tool
+calls the `trajectory` scorer judges are the bridge's record, not that log (the agent can
+rewrite a file in its workspace, not what the provider streamed through the bridge).
 
 Failures apart: a CLI that cannot start (no runtime, unknown version, npm unreachable with an
 empty cache) is `CliUnavailable`, an infrastructure error saying how to install offline; a
@@ -35,6 +37,7 @@ from mcp_evalserver.sandbox.agent_paths import VIEW_AGENTS, in_view
 from mcp_evalserver.sandbox.base import ExecResult, Workspace
 from mcp_evalserver.spec.agents import CliAgentConfig
 from mcp_evalserver.spec.submission import Submission
+from mcp_evalserver.spec.transcript_checks import MODEL_BRIDGE
 
 #: Where the wrapper leaves the CLI's session log for the agent to read back.
 SESSION_COPY = "/tmp/.mcp-evalserver-session.jsonl"
@@ -151,7 +154,8 @@ class CliAgent(Agent):
         assert result is not None
         log = await _session_log(workspace)
         transcript: list[dict[str, Any]] = [
-            {"event": "started", "cli": program.name, "package": package.package,
+            {"event": "started", "cli": program.name, "calls_from": MODEL_BRIDGE,
+             "package": package.package,
              "version": package.version, "integrity": package.integrity,
              "node": node.version, "endpoint": upstream, "model": config.model},
             *program.messages(log),

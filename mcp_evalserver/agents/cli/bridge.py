@@ -16,8 +16,9 @@ Through the bridge, and only there:
 - each response's usage is read as it streams by (`wire.py`) and metered: a `model_usage`
   record priced by the provider's figure or the price table, checked against the budget;
 - each call is a `chat` span of the trajectory's trace (the machinery the `openai` agent uses);
-- the names of the tools the model called are read from the response as it streams by: the
-  harness's own record beside the CLI's session log (which is written inside the workspace).
+- the tools the model called (names and arguments) are read from the response as it streams
+  by: the harness's own record, which the `trajectory` scorer judges, beside the CLI's session
+  log (written inside the workspace, where the agent can rewrite it).
 
 Once the meter refuses (the budget is spent, or a cost is unknown under a budget), the bridge
 refuses every further call and sets `failed`: the agent then stops the CLI and raises what the
