@@ -191,6 +191,13 @@ def opencode_fix(root: Path) -> Any:
     return respond
 
 
+def bridged_calls(transcript: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The tool calls the bridge saw stream by (`id`, `name`, `arguments`), in order."""
+    return [
+        c for e in transcript if e.get("event") == "model_call" for c in e.get("tool_calls", [])
+    ]
+
+
 def _cost(fake: Any) -> float:
     """What the fake served, priced by the price table model by model."""
     total = 0.0
@@ -278,10 +285,9 @@ async def test_a_cli_fixes_three_demo_bugs_through_the_bridge_and_the_report_cos
     assert names == expected
     assert any(m.get("role") == "tool" for m in transcript)
     # The bridge saw the same calls stream by (its own record, not the CLI's log).
-    bridged = [
-        c for e in transcript if e.get("event") == "model_call" for c in e.get("tool_calls", [])
-    ]
+    bridged = bridged_calls(transcript)
     assert [c["name"] for c in bridged] == expected
+    assert {e["via"] for e in transcript if e.get("event") == "model_call"} == {"socket"}
     assert all(isinstance(json.loads(c["arguments"]), dict) for c in bridged)
     assert "test_calc.py" in bridged[0]["arguments"]  # the first call runs the test
     # The ATIF export shows each tool call with what it returned.

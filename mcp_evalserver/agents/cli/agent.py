@@ -18,10 +18,12 @@ stderr; a budget spent mid-run stops the CLI and ends the trajectory `budget_exh
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput, NotFo
 from mcp_evalserver.runtime.endpoints import PROVIDERS, model_endpoint
 from mcp_evalserver.sandbox.agent_paths import VIEW_AGENTS, in_view
 from mcp_evalserver.sandbox.base import ExecResult, Workspace
+from mcp_evalserver.sandbox.ray import RayWorkspace, driver_address
 from mcp_evalserver.spec.agents import CliAgentConfig
 from mcp_evalserver.spec.submission import Submission
 from mcp_evalserver.spec.transcript_checks import MODEL_BRIDGE
@@ -128,12 +131,6 @@ class CliAgent(Agent):
             max_calls=config.max_turns if program.turns_by_bridge else None,
         )
         workspace = await context.sandbox.workspace()
-        if workspace.node is not None:
-            raise InvalidInput(
-                f"agent type {config.type!r} does not run on the Ray backend yet: its model "
-                "bridge's socket is on this machine; run the campaign on the local or docker "
-                "backend"
-            )
         await _require_runtime_in_view(workspace, in_view(forwarder), program.name)
         workdir = context.task.workdir or context.task.path or "/testbed"
         prompt = deadline_prompt(context.task.prompt, config.timeout_s, workdir)
@@ -143,8 +140,13 @@ class CliAgent(Agent):
         env = {"PATH": _PATH, "HOME": HOME, "LANG": "C.UTF-8", "TERM": "dumb",
                **config.env, **program.env(bridge.token)}  # fmt: skip
         script = _WRAPPER.replace("{dump}", program.session_dump).replace("{setup}", program.setup)
-        async with serving(bridge) as sock:
-            shown = [in_view(forwarder), in_view(sock), str(BRIDGE_PORT)]
+        # On a Ray node, the bridge (here, on the driver) is reached through the node's relay.
+        on_node = isinstance(workspace, RayWorkspace)
+        async with (
+            serving(bridge, tcp_host=driver_address() if on_node else None) as sock,
+            _socket_in_view(workspace, sock, bridge) as shown_sock,
+        ):
+            shown = [in_view(forwarder), shown_sock, str(BRIDGE_PORT)]
             wrapped = ["/bin/sh", "-c", script, "sh", *shown]
             result = await _run_until_refused(
                 workspace, [*wrapped, *argv], env=env, limit_s=config.timeout_s, bridge=bridge
@@ -190,20 +192,39 @@ def _shown(installed: packages.Installed) -> packages.Installed:
 
 
 async def _require_runtime_in_view(workspace: Workspace, forwarder: str, name: str) -> None:
-    """The cache must be in the view: the local and docker backends show it; others do not.
+    """The cache must be in the view: every backend's views show the cache of the machine the
+    workspace runs on (a Ray node's own).
 
     Raises:
-        InvalidInput: it is not (a backend that does not show the CLI runtime, or an instance
+        InvalidInput: it is not (a Ray node where the CLI was not installed, or an instance
             container made before it did: close it to have it made again).
     """
     try:
         await workspace.read_file(forwarder, max_bytes=1 << 20)
     except NotFound:
         raise InvalidInput(
-            f"agent type {name!r} runs on the local and docker backends: this workspace's view "
-            f"does not show the CLI runtime ({VIEW_AGENTS}); on Ray it is not supported yet, "
-            "and a docker instance container made by an older server must be removed first"
+            f"this workspace's view does not show the CLI runtime ({VIEW_AGENTS}): on a Ray "
+            f"node, run `mcp-evalserver agents install {name}` on that node first; a docker "
+            "instance container made by an older server must be removed first"
         ) from None
+
+
+@contextlib.asynccontextmanager
+async def _socket_in_view(
+    workspace: Workspace, sock: Path, bridge: ModelBridge
+) -> AsyncIterator[str]:
+    """Where the workspace's view shows the bridge's socket: the socket itself where the
+    workspace runs on this machine, else a relay on its Ray node to the bridge's TCP port.
+
+    Raises:
+        SandboxUnavailable: the workspace's node is gone.
+    """
+    if not isinstance(workspace, RayWorkspace):
+        yield in_view(sock)
+        return
+    assert bridge.tcp_address is not None
+    async with workspace.relayed_socket(*bridge.tcp_address) as shown:
+        yield shown
 
 
 async def _run_until_refused(
