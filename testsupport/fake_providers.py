@@ -58,12 +58,19 @@ class _Fake:
     output_tokens: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     url: str = ""
+    #: Per model asked for: [input tokens, output tokens, responses] (a CLI may ask a smaller
+    #: model for a session's title).
+    by_model: dict[str, list[int]] = field(default_factory=dict)
 
-    def turn_for(self, body: dict[str, Any]) -> Turn:
+    def turn_for(self, body: dict[str, Any], model: str | None = None) -> Turn:
         turn = self.responder(body) if body.get("tools") else Turn(text="ok", input_tokens=10)
         with self.lock:
             self.input_tokens += turn.input_tokens
             self.output_tokens += turn.output_tokens
+            served = self.by_model.setdefault(model or str(body.get("model")), [0, 0, 0])
+            served[0] += turn.input_tokens
+            served[1] += turn.output_tokens
+            served[2] += 1
         return turn
 
 
@@ -233,11 +240,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def _gemini(self, fake: FakeGemini, path: str, body: dict[str, Any]) -> None:
+        model = path.rpartition("/models/")[2].partition(":")[0]  # the API names it in the path
         if path.endswith(":generateContent"):
-            return self._json(fake.chunk(body, fake.turn_for(body)))
+            return self._json(fake.chunk(body, fake.turn_for(body, model)))
         if not path.endswith(":streamGenerateContent"):
             return self._json({"error": {"message": f"no route {path}"}}, 404)
-        data = f"data: {json.dumps(fake.chunk(body, fake.turn_for(body)))}\r\n\r\n".encode()
+        turn = fake.turn_for(body, model)
+        data = f"data: {json.dumps(fake.chunk(body, turn))}\r\n\r\n".encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")

@@ -11,11 +11,9 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.runtime.plugins import load_factory
 from mcp_evalserver.spec.agents import (
     AgentConfig,
-    ClaudeCodeAgentConfig,
-    CodexAgentConfig,
+    CliAgentConfig,
     CommandAgentConfig,
     ExternalAgentConfig,
-    GeminiCliAgentConfig,
     MiniSweAgentConfig,
     NoopAgentConfig,
     OpenAIAgentConfig,
@@ -70,7 +68,7 @@ def build_agent(
         from mcp_evalserver.agents.command import CommandAgent
 
         return CommandAgent(config, trajectory_endpoints)
-    if isinstance(config, ClaudeCodeAgentConfig | CodexAgentConfig | GeminiCliAgentConfig):
+    if isinstance(config, CliAgentConfig):
         from mcp_evalserver.agents.cli.agent import CliAgent
 
         return CliAgent(config)

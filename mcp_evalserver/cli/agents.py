@@ -14,7 +14,7 @@ def add_agents_command(commands: Any) -> None:
     """Adds `agents install NAME[@VERSION]...` to the CLI's subcommands."""
     agents = commands.add_parser(
         "agents",
-        help="install the command-line agents (claude-code, codex, gemini-cli) into the cache",
+        help=f"install the command-line agents ({', '.join(CLI_PACKAGES)}) into the cache",
     )
     verbs = agents.add_subparsers(dest="agents_command", metavar="VERB", required=True)
     install = verbs.add_parser(
@@ -47,6 +47,7 @@ def dispatch_agents(args: argparse.Namespace, store: CampaignStore) -> int | Non
         wanted.append((name, *CLI_PACKAGES[name][:1], version or CLI_PACKAGES[name][1]))
     node = packages.install_node_sync()
     print(f"{packages.NODE_PACKAGE}@{node.version} {node.integrity} {node.prefix}")
+    packages.forwarder_path()  # what a Ray node's workspaces run beside the CLI, there too
     for name, package, version in wanted:
         found = packages.install_sync(name, package, version, node=node)
         print(f"{package}@{found.version} {found.integrity} {found.prefix}")

@@ -4,7 +4,9 @@ prefixes compared safely.
 The rule (`model_endpoint`), the same for the `openai` agent, the `llm_judge` scorer and
 mini-swe-agent's OpenAI models (litellm): the spec's `base_url`, else $OPENAI_BASE_URL, else
 OpenAI's endpoint. It is the `openai` library's and litellm's own rule too, so a user who points
-$OPENAI_BASE_URL at a local server never sends a prompt or a key to OpenAI by surprise.
+$OPENAI_BASE_URL at a local server never sends a prompt or a key to OpenAI by surprise. The
+CLI agents' model bridge applies the same rule per provider ($ANTHROPIC_BASE_URL,
+$GOOGLE_GEMINI_BASE_URL).
 
 Kept apart from `endpoint_calls` (which imports the `openai` library, half a second at
 start-up) so that the server's privileges and the spec checks can ask where a call would go
@@ -36,30 +38,45 @@ from mcp_evalserver.spec.scorers import LlmJudgeScorerConfig
 BASE_URL_ENV = "OPENAI_BASE_URL"
 
 
+#: Each provider's own endpoint and the variable naming the operator's other one: the
+#: providers' own clients read the same variables (the `openai` library, Claude Code, Gemini CLI).
+PROVIDERS: dict[str, tuple[str, str]] = {
+    "openai": (DEFAULT_BASE_URL, BASE_URL_ENV),
+    "anthropic": (ANTHROPIC_BASE_URL, "ANTHROPIC_BASE_URL"),
+    "gemini": (GEMINI_BASE_URL, "GOOGLE_GEMINI_BASE_URL"),
+}
+
+
 @dataclass(frozen=True)
 class ModelEndpoint:
     """Where a caller's requests go, and which part of the rule chose it."""
 
     url: str
     chosen_by: Literal["spec", "environment", "default"]
+    provider: str = "openai"
 
     def describe(self) -> str:
         """For reports and statuses. $OPENAI_BASE_URL is named, never shown: its value is the
         operator's, and a client of a shared server must not learn (or confirm) it."""
         if self.chosen_by == "environment":
-            return f"${BASE_URL_ENV} (the server's)"
+            return f"${PROVIDERS[self.provider][1]} (the server's)"
         if self.chosen_by == "default":
-            return f"OpenAI's ({self.url})"
+            return f"{_OWNER[self.provider]}'s ({self.url})"
         return self.url
 
 
-def model_endpoint(base_url: str | None) -> ModelEndpoint:
-    """The spec's `base_url`, else $OPENAI_BASE_URL, else OpenAI's endpoint."""
+_OWNER = {"openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Google"}
+
+
+def model_endpoint(base_url: str | None, provider: str = "openai") -> ModelEndpoint:
+    """The spec's `base_url`, else the operator's variable ($OPENAI_BASE_URL for `openai`,
+    $ANTHROPIC_BASE_URL, $GOOGLE_GEMINI_BASE_URL), else the provider's own endpoint."""
+    default, variable = PROVIDERS[provider]
     if base_url:
-        return ModelEndpoint(base_url, "spec")
-    if configured := os.environ.get(BASE_URL_ENV):
-        return ModelEndpoint(configured, "environment")
-    return ModelEndpoint(DEFAULT_BASE_URL, "default")
+        return ModelEndpoint(base_url, "spec", provider)
+    if configured := os.environ.get(variable):
+        return ModelEndpoint(configured, "environment", provider)
+    return ModelEndpoint(default, "default", provider)
 
 
 def litellm_endpoint(model: Mapping[str, Any]) -> ModelEndpoint | None:
@@ -97,14 +114,11 @@ def _described(at: str, config: BaseModel) -> dict[str, str]:
 
 
 def operators_endpoints(provider: str = "openai") -> list[str]:
-    """Where the operator's own settings go: OpenAI's endpoint and $OPENAI_BASE_URL, or for
-    `anthropic` Anthropic's and $ANTHROPIC_BASE_URL, for `gemini` Google's and
-    $GOOGLE_GEMINI_BASE_URL."""
-    if provider == "anthropic":
-        return [ANTHROPIC_BASE_URL, *filter(None, [os.environ.get("ANTHROPIC_BASE_URL")])]
-    if provider == "gemini":
-        return [GEMINI_BASE_URL, *filter(None, [os.environ.get("GOOGLE_GEMINI_BASE_URL")])]
-    return [DEFAULT_BASE_URL, *filter(None, [os.environ.get(BASE_URL_ENV)])]
+    """Where the operator's own settings go: the provider's own endpoint and the operator's
+    variable for it (`PROVIDERS`: $OPENAI_BASE_URL, $ANTHROPIC_BASE_URL,
+    $GOOGLE_GEMINI_BASE_URL)."""
+    default, variable = PROVIDERS[provider]
+    return [default, *filter(None, [os.environ.get(variable)])]
 
 
 def url_below(url: str, prefix: str) -> bool:

@@ -30,6 +30,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any
@@ -530,6 +531,22 @@ class RayWorkspace(FindsElsewhere):
         data: bytes = await self._op("read_file", path=path, max_bytes=max_bytes)
         return data
 
+    @contextlib.asynccontextmanager
+    async def relayed_socket(self, host: str, port: int) -> AsyncIterator[str]:
+        """For the block, a unix socket on the workspace's node that relays each connection to
+        `host:port` over TCP (`socket_relay.py`); yields where the workspace's view shows it.
+
+        Raises:
+            SandboxUnavailable: the instance (or its node) is gone.
+            InfrastructureError: the node could not make the socket.
+        """
+        path, shown = await _call(self._placed, "relay_open", host, port)
+        try:
+            yield str(shown)
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(errors.EvalServerError):
+                await _call(self._placed, "relay_close", path)
+
     async def write_file(
         self, path: str, data: bytes | str, *, mode: int | None = None
     ) -> int | None:
@@ -645,6 +662,12 @@ async def _call(placed: _Placement, method: str, *args: Any, token: str | None =
             await _stop(placed)
         raise error_class(message)
     return value
+
+
+def driver_address() -> str:
+    """The address the cluster's nodes reach this process's machine at (Ray's own choice)."""
+    address: str = import_ray().util.get_node_ip_address()
+    return address
 
 
 async def _stop(placed: _Placement) -> None:

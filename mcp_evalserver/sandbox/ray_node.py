@@ -48,6 +48,7 @@ from mcp_evalserver.sandbox.shipping import (
     registry,
     setup_ran,
 )
+from mcp_evalserver.sandbox.socket_relay import SocketRelay
 from mcp_evalserver.sandbox.supervised import SupervisedInstance, SupervisedWorkspace
 
 # What an actor call answers: ("ok", value) or ("error", (error class name, message)).
@@ -274,6 +275,7 @@ class NodeHost:
         self._hosted: dict[str, Hosted] = {}
         self._giving_up: dict[str, Callable[[], object]] = {}  # token -> how to end its call
         self._cancelled: OrderedDict[str, None] = OrderedDict()
+        self._relays: dict[str, SocketRelay] = {}  # socket path -> its relay
 
     def _on_loop(self, coro: Coroutine[Any, Any, Reply], token: str | None = None) -> Reply:
         """Runs `coro` on the actor's loop and waits; `cancel(token)` cancels it (before it
@@ -380,6 +382,29 @@ class NodeHost:
             self._on_loop(hosted.stop())
             return ("error", ("SandboxUnavailable", f"instance {key} was stopped as it started"))
         return reply
+
+    def relay_open(self, key: str, host: str, port: int) -> Reply:
+        """A socket in this node's bridges directory relaying to `host:port` (a CLI agent's
+        model bridge on the driver): its path, and where the workspaces' views show it."""
+        relay = SocketRelay(host, port)
+
+        async def opened() -> Reply:
+            try:
+                shown = await relay.open()
+            except OSError as exc:
+                relay.close()
+                return _error(exc)
+            self._relays[str(relay.path)] = relay
+            return ("ok", (str(relay.path), shown))
+
+        return self._on_loop(opened())
+
+    def relay_close(self, key: str, path: str) -> Reply:
+        """Ends the relay `relay_open` made at `path`."""
+        relay = self._relays.pop(path, None)
+        if relay is not None:
+            self._loop.call_soon_threadsafe(relay.close)
+        return ("ok", None)
 
     def ping(self, key: str) -> Reply:
         """Answers at once: the cost of an actor call itself (benchmarks, health checks)."""

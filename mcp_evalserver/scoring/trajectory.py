@@ -27,8 +27,9 @@ class TrajectoryScorer(Scorer):
         if transcript is None:
             return ScoreResult.unresolved(
                 "no_transcript",
-                "the submission has no recorded transcript (agents `openai` and `command` "
-                "record one; an external agent does not), so its calls cannot be checked",
+                "the submission has no recorded transcript (agents `openai`, `command` and the "
+                "CLI agents record one; an external agent does not), so its calls cannot be "
+                "checked",
                 outcome="error",
             )
         calls = recorded_calls(transcript)

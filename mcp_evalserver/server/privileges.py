@@ -44,6 +44,7 @@ from mcp_evalserver.spec.agents import (
     GeminiCliAgentConfig,
     MiniSweAgentConfig,
     OpenAIAgentConfig,
+    OpenCodeAgentConfig,
     PredictionsAgentConfig,
     PythonAgentConfig,
 )
@@ -196,7 +197,7 @@ class Privileges:
                     refused = self._endpoint_refusal(
                         at, part.base_url, "openai"
                     ) or self._key_refusal(at, part.api_key_env)
-                elif isinstance(part, ClaudeCodeAgentConfig):
+                elif isinstance(part, ClaudeCodeAgentConfig | OpenCodeAgentConfig):
                     refused = self._endpoint_refusal(
                         at, part.base_url, "anthropic"
                     ) or self._key_refusal(at, part.api_key_env)

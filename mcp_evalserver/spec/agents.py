@@ -181,6 +181,7 @@ CLI_PACKAGES: dict[str, tuple[str, str]] = {
     "claude-code": ("@anthropic-ai/claude-code", "2.1.332"),
     "codex": ("@openai/codex", "0.171.0"),
     "gemini-cli": ("@google/gemini-cli", "0.61.0"),
+    "opencode": ("opencode-ai", "1.18.33"),
 }
 #: Where a CLI agent without `base_url` sends its model calls (unless the operator's
 #: $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL names another).
@@ -197,8 +198,8 @@ class _CliAgentConfig(_Strict):
     max_turns: int | None = Field(
         None,
         ge=1,
-        description="Model turns (Claude Code's --max-turns; for Codex, model calls through the "
-        "bridge); running out is the agent's failure.",
+        description="Model turns (Claude Code's --max-turns; for the others, model calls "
+        "through the bridge); running out is the agent's failure.",
     )
     args: list[str] = Field(
         default_factory=list, description="Extra command-line flags, after the ones we pass."
@@ -270,7 +271,21 @@ class GeminiCliAgentConfig(_CliAgentConfig):
     )
 
 
-CliAgentConfig = ClaudeCodeAgentConfig | CodexAgentConfig | GeminiCliAgentConfig
+class OpenCodeAgentConfig(_CliAgentConfig):
+    """OpenCode (`opencode run --auto`: permissions granted, the sandbox is the boundary), its
+    `anthropic` provider speaking Anthropic's Messages API."""
+
+    type: Literal["opencode"] = "opencode"
+    api_key_env: str | None = Field(
+        "ANTHROPIC_API_KEY",
+        description="Variable holding the key the bridge sends (never given to the CLI); null "
+        "for an endpoint that needs none.",
+    )
+
+
+CliAgentConfig = (
+    ClaudeCodeAgentConfig | CodexAgentConfig | GeminiCliAgentConfig | OpenCodeAgentConfig
+)
 
 
 AgentConfig = Annotated[
@@ -285,6 +300,7 @@ AgentConfig = Annotated[
     | ValidationAgentConfig
     | ClaudeCodeAgentConfig
     | CodexAgentConfig
-    | GeminiCliAgentConfig,
+    | GeminiCliAgentConfig
+    | OpenCodeAgentConfig,
     Field(discriminator="type"),
 ]

@@ -1,8 +1,11 @@
 """Assertions over a trajectory's recorded tool calls, and how calls are read from a transcript.
 
 Only what the harness recorded counts as a call: the `tool_calls` of the `openai` agent's
-assistant messages (up to and including `submit`: calls after it in the same message never ran)
-and the `tool` entries the `command` agent's endpoint logged. Text a model or a program printed
+assistant messages (up to and including `submit`: calls after it in the same message never ran),
+the `tool` entries the `command` agent's endpoint logged, and for a CLI agent (its transcript
+starts with an event marked `calls_from: model_bridge`) the calls its model bridge saw stream by
+(`model_call` events), never the messages converted from the CLI's own session log: that log is
+written inside the workspace, where the agent can rewrite it. Text a model or a program printed
 (message content, tool results, stdout) is never parsed, so it cannot fake a call.
 
 This module imports nothing of the engine: scorer configs (and so campaign specs) use its models.
@@ -21,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from mcp_evalserver.spec.matchers import json_difference
 
 SUBMIT = "submit"
+#: A transcript whose calls are the model bridge's record (`calls_from` of an event).
+MODEL_BRIDGE = "model_bridge"
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,8 @@ class ToolCall:
 
 def recorded_calls(transcript: Sequence[Any]) -> list[ToolCall]:
     """The tool calls a transcript records, in order (see the module docstring)."""
+    if any(isinstance(e, dict) and e.get("calls_from") == MODEL_BRIDGE for e in transcript):
+        return _bridged_calls(transcript)
     calls: list[ToolCall] = []
     for entry in transcript:
         if not isinstance(entry, dict):
@@ -54,6 +61,20 @@ def recorded_calls(transcript: Sequence[Any]) -> list[ToolCall]:
             arguments = entry.get("arguments")
             raw = json.dumps(arguments if isinstance(arguments, dict) else {})
             calls.append(_call(len(calls), entry["tool"], raw))
+    return calls
+
+
+def _bridged_calls(transcript: Sequence[Any]) -> list[ToolCall]:
+    """The calls in the model's responses, as the bridge read them from the provider."""
+    calls: list[ToolCall] = []
+    for entry in transcript:
+        if not isinstance(entry, dict) or entry.get("event") != "model_call":
+            continue
+        for seen in entry.get("tool_calls") or []:
+            if isinstance(seen, dict):
+                raw = seen.get("arguments")
+                raw = raw if isinstance(raw, str) else json.dumps(raw)
+                calls.append(_call(len(calls), str(seen.get("name")), raw))
     return calls
 
 

@@ -55,3 +55,27 @@ def test_mini_swe_agents_openai_models_follow_the_rule_and_other_providers_stay_
     assert with_endpoint(other) == (other, "anthropic/claude-x")
     spec = _spec({"type": "mini-swe-agent", "model": other}, {"type": "exact"})
     assert model_endpoints(spec) == {"agent": "litellm's endpoint for anthropic/claude-x"}
+
+
+@pytest.mark.parametrize(
+    ("provider", "variable", "own"),
+    [
+        ("openai", "OPENAI_BASE_URL", "https://api.openai.com/v1"),
+        ("anthropic", "ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+        ("gemini", "GOOGLE_GEMINI_BASE_URL", "https://generativelanguage.googleapis.com"),
+    ],
+)
+def test_each_provider_takes_the_specs_url_else_its_own_variable_else_its_own_endpoint(
+    monkeypatch: pytest.MonkeyPatch, provider: str, variable: str, own: str
+) -> None:
+    from mcp_evalserver.runtime.endpoints import model_endpoint, operators_endpoints
+
+    for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "GOOGLE_GEMINI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    assert model_endpoint(None, provider).url == own
+    assert operators_endpoints(provider) == [own]
+    monkeypatch.setenv(variable, "http://127.0.0.1:9")
+    chosen = model_endpoint(None, provider)
+    assert (chosen.url, chosen.describe()) == ("http://127.0.0.1:9", f"${variable} (the server's)")
+    assert operators_endpoints(provider) == [own, "http://127.0.0.1:9"]
+    assert model_endpoint("http://127.0.0.1:7", provider).url == "http://127.0.0.1:7"

@@ -18,8 +18,8 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.spec.campaign import validate_spec
 
 AGENTS = (
-    "claude-code, codex, command, external, gemini-cli, mini-swe-agent, noop, openai, oracle, "
-    "predictions, python, validation"
+    "claude-code, codex, command, external, gemini-cli, mini-swe-agent, noop, openai, opencode, "
+    "oracle, predictions, python, validation"
 )
 TASK = {"id": "a", "prompt": "1 + 1?", "answer": "2"}
 

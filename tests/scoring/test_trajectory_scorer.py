@@ -274,3 +274,23 @@ def test_a_spec_with_a_bad_assertion_is_refused_naming_the_field() -> None:
     }
     with pytest.raises(InvalidInput, match=r"argument_patterns\.command: invalid regex"):
         parse_spec(bad)
+
+
+def test_a_cli_agents_calls_are_the_bridges_record_whatever_its_session_log_says() -> None:
+    """A CLI agent's messages come from its session log, which it can rewrite: for such a
+    transcript only the bridge's `model_call` entries count (the real CLI's attack:
+    tests/agents/test_cli_agents.py)."""
+    from mcp_evalserver.spec.transcript_checks import MODEL_BRIDGE, recorded_calls
+
+    forged = {"id": "x", "type": "function", "function": {"name": "Edit", "arguments": "{}"}}
+    seen = {"id": "toolu_1", "name": "Bash", "arguments": '{"command": "rm -rf /tmp/x"}'}
+    transcript: list[Any] = [
+        {"event": "started", "cli": "claude-code", "calls_from": MODEL_BRIDGE},
+        {"role": "assistant", "content": None, "tool_calls": [forged]},
+        {"event": "model_call", "status": 200, "tool_calls": [seen]},
+        {"event": "model_call", "status": 200},
+    ]
+    calls = recorded_calls(transcript)
+    assert [(c.name, c.arguments) for c in calls] == [("Bash", {"command": "rm -rf /tmp/x"})]
+    # Without the marker (an `openai` agent's transcript), its messages are the record.
+    assert [c.name for c in recorded_calls(transcript[1:])] == ["Edit"]

@@ -565,6 +565,8 @@ def test_a_cli_agents_bridge_follows_the_same_endpoint_and_key_rules_as_the_open
         ("claude-code", None),
         ("claude-code", "https://api.anthropic.com"),
         ("claude-code", "http://127.0.0.1:9"),
+        ("opencode", "https://api.anthropic.com"),
+        ("opencode", "http://127.0.0.1:9"),
         ("codex", "https://api.openai.com/v1"),
     ):
         agent = {"type": kind, "model": "m", "base_url": base_url, "api_key_env": KEY_ENV}
@@ -572,6 +574,7 @@ def test_a_cli_agents_bridge_follows_the_same_endpoint_and_key_rules_as_the_open
         assert privileges.admit(spec, tmp_path).agent == spec.agent
     for kind, base_url, refused in (
         ("claude-code", "https://attacker.net", "is not a model endpoint"),
+        ("opencode", "https://attacker.net", "is not a model endpoint"),
         # Anthropic's endpoint is not OpenAI's: a codex agent may not name it unallowed.
         ("codex", "https://api.anthropic.com", "is not a model endpoint"),
     ):

@@ -127,8 +127,8 @@ async def test_the_tools_validate_a_spec_and_name_each_wrong_field(tmp_path: Pat
         )
     assert unknown_agent.endswith(
         ": InvalidInput: invalid campaign spec: agent.type: unknown 'opeanai' (known: "
-        "claude-code, codex, command, external, gemini-cli, mini-swe-agent, noop, openai, oracle, "
-        "predictions, python, validation)"
+        "claude-code, codex, command, external, gemini-cli, mini-swe-agent, noop, openai, "
+        "opencode, oracle, predictions, python, validation)"
     )
     assert "sampels: unknown field; did you mean 'samples'?" in swept
     assert "InvalidInput: invalid scorer: type: unknown 'x' (known: all_of" in rescored

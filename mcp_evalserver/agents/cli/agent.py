@@ -1,11 +1,14 @@
-"""The `claude-code` and `codex` agents: the real CLI inside the trajectory's workspace.
+"""The CLI agents (`claude-code`, `codex`, `gemini-cli`, `opencode`): the real CLI inside the
+trajectory's workspace.
 
 Per attempt: the pinned Node runtime and CLI package are made sure of in the cache (installed
 on first use), a model bridge is served for this attempt alone (`bridge.py`), and one exec in
 the workspace starts the bridge's forwarder and then the CLI in print / exec mode with the
 task's prompt and its deadline. The CLI works with its own tools (shell, edit, ...); what the
 workspace holds when it stops is handed in as the patch. Its own session log is read back and
-converted into the transcript's messages; the raw log is kept in the transcript too.
+converted into the transcript's messages; the raw log is kept in the transcript too. The tool
+calls the `trajectory` scorer judges are the bridge's record, not that log (the agent can
+rewrite a file in its workspace, not what the provider streamed through the bridge).
 
 Failures apart: a CLI that cannot start (no runtime, unknown version, npm unreachable with an
 empty cache) is `CliUnavailable`, an infrastructure error saying how to install offline; a
@@ -15,10 +18,12 @@ stderr; a budget spent mid-run stops the CLI and ends the trajectory `budget_exh
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +34,13 @@ from mcp_evalserver.agents.cli import packages
 from mcp_evalserver.agents.cli.bridge import ModelBridge, serving
 from mcp_evalserver.agents.cli.programs import BRIDGE_PORT, HOME, PROGRAMS
 from mcp_evalserver.errors import Conflict, EvalServerError, InvalidInput, NotFound
+from mcp_evalserver.runtime.endpoints import PROVIDERS, model_endpoint
 from mcp_evalserver.sandbox.agent_paths import VIEW_AGENTS, in_view
 from mcp_evalserver.sandbox.base import ExecResult, Workspace
-from mcp_evalserver.spec.agents import (
-    ANTHROPIC_BASE_URL,
-    DEFAULT_BASE_URL,
-    GEMINI_BASE_URL,
-    CliAgentConfig,
-)
+from mcp_evalserver.sandbox.ray import RayWorkspace, driver_address
+from mcp_evalserver.spec.agents import CliAgentConfig
 from mcp_evalserver.spec.submission import Submission
+from mcp_evalserver.spec.transcript_checks import MODEL_BRIDGE
 
 #: Where the wrapper leaves the CLI's session log for the agent to read back.
 SESSION_COPY = "/tmp/.mcp-evalserver-session.jsonl"
@@ -45,8 +48,6 @@ SESSION_COPY = "/tmp/.mcp-evalserver-session.jsonl"
 FORWARDER_FAILED = 97
 #: How much of the CLI's stdout and stderr the transcript and errors keep (tail).
 OUTPUT_TAIL = 8000
-#: The providers' own endpoints: they need a key.
-_PROVIDERS_OWN = (ANTHROPIC_BASE_URL, DEFAULT_BASE_URL, GEMINI_BASE_URL)
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # $1 forwarder, $2 socket, $3 port, then the CLI's argv. The session log is copied where the
@@ -57,7 +58,7 @@ shift 3
 {{setup}}
 "$@"
 status=$?
-cat {{glob}} > {SESSION_COPY} 2>/dev/null
+{{dump}} > {SESSION_COPY} 2>/dev/null
 exit $status
 """
 
@@ -67,21 +68,16 @@ class CliFailed(EvalServerError):
 
 
 def endpoint_of(config: CliAgentConfig, provider: str) -> str:
-    """Where the bridge relays: the spec's `base_url`, else the operator's $..._BASE_URL, else
-    the provider's own endpoint (one rule for every model caller)."""
-    if config.base_url:
-        return config.base_url
-    if provider == "anthropic":
-        return os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_BASE_URL
-    if provider == "gemini":
-        return os.environ.get("GOOGLE_GEMINI_BASE_URL") or GEMINI_BASE_URL
-    return os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    """Where the bridge relays: the rule every model caller follows (`model_endpoint`): the
+    spec's `base_url`, else the operator's $..._BASE_URL, else the provider's own endpoint."""
+    return model_endpoint(config.base_url, provider).url
 
 
 def _api_key(config: CliAgentConfig, upstream: str) -> str | None:
     name = config.api_key_env
     key = os.environ.get(name) if name else None
-    if key or config.base_url is not None or upstream not in _PROVIDERS_OWN:
+    own = [default for default, _ in PROVIDERS.values()]
+    if key or config.base_url is not None or upstream not in own:
         return key or None
     raise InvalidInput(
         f"no API key for {upstream}: set ${name}, or give the agent a `base_url` that needs none"
@@ -135,12 +131,6 @@ class CliAgent(Agent):
             max_calls=config.max_turns if program.turns_by_bridge else None,
         )
         workspace = await context.sandbox.workspace()
-        if workspace.node is not None:
-            raise InvalidInput(
-                f"agent type {config.type!r} does not run on the Ray backend yet: its model "
-                "bridge's socket is on this machine; run the campaign on the local or docker "
-                "backend"
-            )
         await _require_runtime_in_view(workspace, in_view(forwarder), program.name)
         workdir = context.task.workdir or context.task.path or "/testbed"
         prompt = deadline_prompt(context.task.prompt, config.timeout_s, workdir)
@@ -149,9 +139,14 @@ class CliAgent(Agent):
         # The spec's variables first: the bridge's address and token, and telemetry off, win.
         env = {"PATH": _PATH, "HOME": HOME, "LANG": "C.UTF-8", "TERM": "dumb",
                **config.env, **program.env(bridge.token)}  # fmt: skip
-        script = _WRAPPER.replace("{glob}", program.session_glob).replace("{setup}", program.setup)
-        async with serving(bridge) as sock:
-            shown = [in_view(forwarder), in_view(sock), str(BRIDGE_PORT)]
+        script = _WRAPPER.replace("{dump}", program.session_dump).replace("{setup}", program.setup)
+        # On a Ray node, the bridge (here, on the driver) is reached through the node's relay.
+        on_node = isinstance(workspace, RayWorkspace)
+        async with (
+            serving(bridge, tcp_host=driver_address() if on_node else None) as sock,
+            _socket_in_view(workspace, sock, bridge) as shown_sock,
+        ):
+            shown = [in_view(forwarder), shown_sock, str(BRIDGE_PORT)]
             wrapped = ["/bin/sh", "-c", script, "sh", *shown]
             result = await _run_until_refused(
                 workspace, [*wrapped, *argv], env=env, limit_s=config.timeout_s, bridge=bridge
@@ -161,7 +156,8 @@ class CliAgent(Agent):
         assert result is not None
         log = await _session_log(workspace)
         transcript: list[dict[str, Any]] = [
-            {"event": "started", "cli": program.name, "package": package.package,
+            {"event": "started", "cli": program.name, "calls_from": MODEL_BRIDGE,
+             "package": package.package,
              "version": package.version, "integrity": package.integrity,
              "node": node.version, "endpoint": upstream, "model": config.model},
             *program.messages(log),
@@ -196,20 +192,39 @@ def _shown(installed: packages.Installed) -> packages.Installed:
 
 
 async def _require_runtime_in_view(workspace: Workspace, forwarder: str, name: str) -> None:
-    """The cache must be in the view: the local and docker backends show it; others do not.
+    """The cache must be in the view: every backend's views show the cache of the machine the
+    workspace runs on (a Ray node's own).
 
     Raises:
-        InvalidInput: it is not (a backend that does not show the CLI runtime, or an instance
+        InvalidInput: it is not (a Ray node where the CLI was not installed, or an instance
             container made before it did: close it to have it made again).
     """
     try:
         await workspace.read_file(forwarder, max_bytes=1 << 20)
     except NotFound:
         raise InvalidInput(
-            f"agent type {name!r} runs on the local and docker backends: this workspace's view "
-            f"does not show the CLI runtime ({VIEW_AGENTS}); on Ray it is not supported yet, "
-            "and a docker instance container made by an older server must be removed first"
+            f"this workspace's view does not show the CLI runtime ({VIEW_AGENTS}): on a Ray "
+            f"node, run `mcp-evalserver agents install {name}` on that node first; a docker "
+            "instance container made by an older server must be removed first"
         ) from None
+
+
+@contextlib.asynccontextmanager
+async def _socket_in_view(
+    workspace: Workspace, sock: Path, bridge: ModelBridge
+) -> AsyncIterator[str]:
+    """Where the workspace's view shows the bridge's socket: the socket itself where the
+    workspace runs on this machine, else a relay on its Ray node to the bridge's TCP port.
+
+    Raises:
+        SandboxUnavailable: the workspace's node is gone.
+    """
+    if not isinstance(workspace, RayWorkspace):
+        yield in_view(sock)
+        return
+    assert bridge.tcp_address is not None
+    async with workspace.relayed_socket(*bridge.tcp_address) as shown:
+        yield shown
 
 
 async def _run_until_refused(

@@ -16,8 +16,9 @@ Through the bridge, and only there:
 - each response's usage is read as it streams by (`wire.py`) and metered: a `model_usage`
   record priced by the provider's figure or the price table, checked against the budget;
 - each call is a `chat` span of the trajectory's trace (the machinery the `openai` agent uses);
-- the names of the tools the model called are read from the response as it streams by: the
-  harness's own record beside the CLI's session log (which is written inside the workspace).
+- the tools the model called (names and arguments) are read from the response as it streams
+  by: the harness's own record, which the `trajectory` scorer judges, beside the CLI's session
+  log (written inside the workspace, where the agent can rewrite it).
 
 Once the meter refuses (the budget is spent, or a cost is unknown under a budget), the bridge
 refuses every further call and sets `failed`: the agent then stops the CLI and raises what the
@@ -93,6 +94,8 @@ class ModelBridge:
     #: refuses, and the CLI is stopped as out of turns.
     max_calls: int | None = None
     relayed: int = 0
+    #: Where it also listens over TCP, for a node's relay (`serving(..., tcp_host=...)`).
+    tcp_address: tuple[str, int] | None = None
     _client: httpx2.AsyncClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -164,6 +167,8 @@ class ModelBridge:
         streaming = bool(isinstance(request, dict) and request.get("stream"))
         reader = UsageReader(self.provider, model)
         entry: dict[str, Any] = {"event": "model_call", "model": model, "path": path}
+        # A call that came over TCP came through a Ray node's relay (the socket has no peer).
+        entry["via"] = "node relay" if scope.get("client") else "socket"
         started = time.monotonic()
         assert self._client is not None
         with traced_chat(self.upstream, model or "unknown", [], self.provider) as span:
@@ -270,11 +275,13 @@ def _socket_dir() -> Iterator[Path]:
 
 
 @contextlib.asynccontextmanager
-async def serving(bridge: ModelBridge) -> AsyncIterator[Path]:
-    """Serves `bridge` for the block; yields its socket's host path.
+async def serving(bridge: ModelBridge, *, tcp_host: str | None = None) -> AsyncIterator[Path]:
+    """Serves `bridge` for the block; yields its socket's host path. With `tcp_host`, also on
+    a TCP port of that address (`bridge.tcp_address`), for a workspace on a Ray node, whose
+    node relays to it (`sandbox/socket_relay.py`): it answers the trajectory's token only.
 
     Raises:
-        OSError: the socket cannot be made.
+        OSError: a socket cannot be made.
     """
     import uvicorn
 
@@ -291,6 +298,11 @@ async def serving(bridge: ModelBridge) -> AsyncIterator[Path]:
         sock.bind(str(path))
         os.chmod(path, 0o666)
         sock.listen(64)
+        sockets = [sock]
+        if tcp_host is not None:
+            listener = socket.create_server((tcp_host, 0), backlog=64)
+            bridge.tcp_address = (tcp_host, listener.getsockname()[1])
+            sockets.append(listener)
         server = QuietServer(
             uvicorn.Config(
                 bridge,
@@ -309,7 +321,7 @@ async def serving(bridge: ModelBridge) -> AsyncIterator[Path]:
 
             async def serve() -> None:
                 with anyio.CancelScope(shield=True):
-                    await server.serve(sockets=[sock])
+                    await server.serve(sockets=sockets)
 
             try:
                 async with anyio.create_task_group() as group:
@@ -319,5 +331,6 @@ async def serving(bridge: ModelBridge) -> AsyncIterator[Path]:
                     finally:
                         server.should_exit = True
             finally:
-                sock.close()
+                for each in sockets:
+                    each.close()
                 bridge._client = None

