@@ -16,7 +16,10 @@ Writes bench/results/surface.json:
   exact edits) but works only through the tools. Bytes are the JSON of each `tools/call`
   request's params and of its result (text content and structuredContent both, as a client
   receives them), summed per fix, mean over the fixes; model_bytes_per_fix counts the text
-  content alone (what a client shows its model) with the requests. The campaign is then
+  content alone (what a client shows its model) with the requests, structured_bytes_per_fix
+  the structuredContent alone (compact JSON); the rest of bytes_per_fix is the protocol's own
+  (each result's `_meta` serverInfo stamp, `resultType`, `isError`, the content's wrapping,
+  the text's JSON escapes). The campaign is then
   scored and `resolved` says how many fixes the tests graded resolved.
 """
 
@@ -60,6 +63,7 @@ class Meter:
         self.calls = 0
         self.bytes = 0
         self.model_bytes = 0
+        self.structured_bytes = 0
         self.by_tool: dict[str, int] = {}
 
     async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
@@ -74,8 +78,12 @@ class Meter:
         text = "".join(getattr(block, "text", "") for block in result.content)
         self.model_bytes += asked + len(text.encode())
         structured: dict[str, Any] | None = result.structured_content
+        self.structured_bytes += len(json.dumps(structured, separators=(",", ":")).encode())
         if result.is_error or structured is None:
             raise RuntimeError(f"{tool} failed: {text}")
+        if "stdout_at" in structured:  # the output is the text's; this says where
+            start, end = structured["stdout_at"]
+            structured = {**structured, "stdout": text[start:end]}
         return structured
 
 
@@ -164,6 +172,7 @@ async def measure(state_dir: Path) -> dict[str, Any]:
         "calls_per_fix": sum(m.calls for m in meters) / len(meters),
         "bytes_by_fix": [m.bytes for m in meters],
         "model_bytes_per_fix": sum(m.model_bytes for m in meters) / len(meters),
+        "structured_bytes_per_fix": sum(m.structured_bytes for m in meters) / len(meters),
         "bytes_per_fix_by_tool": {
             tool: sum(m.by_tool.get(tool, 0) for m in meters) / len(meters)
             for tool in meters[0].by_tool

@@ -38,12 +38,18 @@ async def connect(url: str, token: str | None) -> AsyncIterator[Client]:
 
 
 async def tool(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
-    """Calls a tool; exits with the server's message if it fails."""
+    """Calls a tool; exits with the server's message if it fails. Parts of the text that the
+    structured content locates (`stdout_at: [start, end]`, `prompt_at`) are added to it by
+    name: the server sends each once, in the text."""
     result = await client.call_tool(name, arguments)
+    text = "".join(getattr(block, "text", "") for block in result.content)
     if result.is_error or result.structured_content is None:
-        text = " ".join(getattr(block, "text", "") for block in result.content)
         sys.exit(f"example_agent: {name} failed: {text}")
-    structured: dict[str, Any] = result.structured_content
+    structured: dict[str, Any] = dict(result.structured_content)
+    for key, span in list(structured.items()):
+        if key.endswith("_at"):
+            start, end = span
+            structured[key.removesuffix("_at")] = text[start:end]
     return structured
 
 

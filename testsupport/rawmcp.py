@@ -17,6 +17,8 @@ import json
 import socket
 from typing import Any
 
+from testsupport.answers import with_text_parts
+
 LEGACY_VERSION = "2025-11-25"
 
 
@@ -65,7 +67,7 @@ class RawSession:
         await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """A tool's structured result.
+        """A tool's structured result, with the parts of its text it locates.
 
         Raises:
             CallFailed: an HTTP, JSON-RPC or tool error.
@@ -75,7 +77,8 @@ class RawSession:
             text = " ".join(block.get("text", "") for block in result.get("content", []))
             raise CallFailed(f"{name}: {text}")
         structured: dict[str, Any] = result.get("structuredContent") or {}
-        return structured
+        text = "".join(block.get("text", "") for block in result.get("content", []))
+        return with_text_parts(text, structured)
 
     async def close(self) -> None:
         if self._writer is not None:

@@ -19,6 +19,7 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from testsupport.answers import with_text_parts
 from testsupport.rawmcp import RawSession
 
 #: The repository root: servers run from it, with it on PYTHONPATH.
@@ -114,13 +115,14 @@ async def sigkill(pid: int) -> None:
 
 
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
-    """Calls a tool that must succeed; returns its structured result."""
+    """Calls a tool that must succeed; returns its structured result, with the parts of its
+    text that it locates (`with_text_parts`)."""
     result = await client.call_tool(tool, arguments)
-    text = " ".join(getattr(block, "text", "") for block in result.content)
+    text = "".join(getattr(block, "text", "") for block in result.content)
     assert not result.is_error, f"{tool} failed: {text}"
     structured: dict[str, Any] | None = result.structured_content
     assert structured is not None
-    return structured
+    return with_text_parts(text, structured)
 
 
 async def call_error(client: Client, tool: str, **arguments: Any) -> str:

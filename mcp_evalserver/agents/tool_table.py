@@ -43,9 +43,10 @@ class _Required:
 REQUIRED: Final = _Required()
 
 
-def _mcp_text(text: str) -> str:
-    # One paragraph: line breaks and indentation are characters a model pays for and reads
-    # nothing in (server.surface makes the docstrings of the other tools the same).
+def one_paragraph(text: str) -> str:
+    """`text` as one paragraph: line breaks and indentation (a docstring's, a triple-quoted
+    description's) are characters a model pays for and reads nothing in. Every tool
+    description an MCP surface shows goes through it (`server.surface.as_models_read_it`)."""
     return " ".join(text.split())
 
 
@@ -164,14 +165,14 @@ def _tokens(name: str, description: str) -> Parameter:
 WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     WorkspaceTool(
         "sandbox_exec",
-        claimed=_mcp_text("""
+        claimed=one_paragraph("""
             Run a shell command in the claimed trajectory's workspace, from the task's workdir,
             without network. Answers the exit code line, then stdout and stderr as printed (a
             stream over max_output_chars keeps head and tail). Background processes (cmd &) run
             on until the trajectory ends; their later output is not returned. A timeout kills
             the command's process group.
         """),
-        scoped=_mcp_text("""
+        scoped=one_paragraph("""
             Run a shell command in this trajectory's private workspace, starting in the task's
             workdir, without network. Answers the exit code line, then stdout, then stderr, as
             printed; each stream over max_output_chars keeps its head and tail and says so. A
@@ -216,13 +217,13 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     ),
     WorkspaceTool(
         "read_file",
-        claimed=_mcp_text("""
+        claimed=one_paragraph("""
             Read a text file of the claimed trajectory's workspace, lines numbered as cat -n:
             `limit` lines (default 2,000) from `offset` (default 1), at most max_bytes (default
             256 KiB); an answer cut short gives the next offset. Long lines are clipped; binary
             files are refused.
         """),
-        scoped=_mcp_text("""
+        scoped=one_paragraph("""
             Read lines of a text file in this trajectory's workspace, numbered as `cat -n`
             does: `limit` lines (default 2,000) from line `offset` (default 1), at most
             max_bytes of them (default 256 KiB); an answer that stops early gives the next
@@ -250,13 +251,13 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     ),
     WorkspaceTool(
         "edit_file",
-        claimed=_mcp_text("""
+        claimed=one_paragraph("""
             Replace old_text with new_text in a file of the claimed trajectory's workspace: it
             must occur once (or every time, with replace_all), else the error gives the count
             and lines, or the closest line. Answers the edited lines, numbered. An empty
             old_text creates a new file.
         """),
-        scoped=_mcp_text("""
+        scoped=one_paragraph("""
             Replace old_text with new_text in a file of this trajectory's workspace: it must
             occur exactly once (every occurrence with replace_all), else the error gives the
             count and lines, or the closest line. Answers the edited lines, numbered. An empty
@@ -285,11 +286,11 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     ),
     WorkspaceTool(
         "write_file",
-        claimed=_mcp_text("""
+        claimed=one_paragraph("""
             Write a whole file (created with its directories, or replaced: the answer gives the
             old size) in the claimed trajectory's workspace. To change part of one, edit_file.
         """),
-        scoped=_mcp_text("""
+        scoped=one_paragraph("""
             Write (create or replace) a whole file in this trajectory's workspace; parent
             directories are created. Answers the size it replaced. Only the workspace is
             writable; to change part of a file, use edit_file.
@@ -356,11 +357,11 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     ),
     WorkspaceTool(
         "get_diff",
-        claimed=_mcp_text("""
+        claimed=one_paragraph("""
             The changes made in the claimed trajectory's workspace so far, as a git patch
             against the task's base commit (what submit will hand in).
         """),
-        scoped=_mcp_text("""
+        scoped=one_paragraph("""
             The changes made in this trajectory's workspace so far, as a git patch against the
             task's base commit (what submit will hand in).
         """),
@@ -368,7 +369,7 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     ),
     WorkspaceTool(
         "checkpoint",
-        claimed=_mcp_text("""
+        claimed=one_paragraph("""
             Freeze the claimed trajectory's workspace files as they are now (milliseconds);
             restore returns to them.
         """),
@@ -385,7 +386,7 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     ),
     WorkspaceTool(
         "restore",
-        claimed=_mcp_text("""
+        claimed=one_paragraph("""
             Return the claimed trajectory's workspace files to a checkpoint; later writes are
             discarded (later checkpoints stay).
         """),
@@ -403,13 +404,13 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     ),
     WorkspaceTool(
         "fork_trajectory",
-        claimed=_mcp_text("""
+        claimed=one_paragraph("""
             Branch the claimed trajectory into n new ones of the same task, each with a
             copy-on-write copy of the workspace and its own claim_id, held by you (those past
             the campaign's free slots wait: claim them later). Each is submitted and scored on
             its own; a root and its branches count once. Your claim stays yours.
         """),
-        scoped=_mcp_text("""
+        scoped=one_paragraph("""
             Branch this trajectory into n new ones of the same task: each runs this program
             again in a copy of the workspace as it is now, and is scored on its own.
         """),
@@ -430,11 +431,11 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     ),
     WorkspaceTool(
         "submit",
-        claimed=_mcp_text("""
+        claimed=one_paragraph("""
             Finish the claimed trajectory: hands in the workspace's diff (and the answer, if
             given) to be scored. The claim ends.
         """),
-        scoped=_mcp_text("""
+        scoped=one_paragraph("""
             Finish this trajectory: hands in the workspace's diff (and the answer, if given) to
             be scored. Further tool calls are refused; exit the program.
         """),
@@ -460,12 +461,12 @@ WORKSPACE_TOOLS: Final[tuple[WorkspaceTool, ...]] = (
     ),
     WorkspaceTool(
         "report_usage",
-        claimed=_mcp_text("""
+        claimed=one_paragraph("""
             Report model calls you made for the claimed trajectory (tokens; the provider's cost
             if given): they count toward the campaign's cost and budget. Call it after each
             call or batch; the reply gives their cost.
         """),
-        scoped=_mcp_text("""
+        scoped=one_paragraph("""
             Report model calls you made for this trajectory (tokens, and the cost your provider
             gave, if any): they count toward the campaign's cost and its budget. Call it after
             each call or batch of calls; the reply says what they cost.

@@ -67,11 +67,13 @@ from mcp_evalserver.server.front.service import FrontService, WorkerConfig
 from mcp_evalserver.server.models import (
     CampaignList,
     CampaignStatus,
-    ClaimedTrajectory,
+    Claim,
     Comparison,
+    Published,
     ReadByModels,
     ScoringStatus,
     SweepStatus,
+    published_model,
 )
 from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.server.service import EvalService
@@ -622,7 +624,7 @@ def _trajectory_tools(app: MCPServer[EvalService]) -> None:
             str | None, Field(description="Only from this campaign; default any.")
         ] = None,
         wait_s: WaitSeconds = 0.0,
-    ) -> Annotated[CallToolResult, ClaimedTrajectory]:
+    ) -> Annotated[CallToolResult, Claim]:
         """Claim a trajectory of a campaign whose agent is external, to act as its agent: the
         task prompt and a claim_id for the workspace tools and submit. Each call renews the
         claim and a running call holds it; after lease_s with no call another client may take
@@ -684,7 +686,7 @@ def _add_workspace_tool(
     # from its annotations), and names the schema of its arguments after it. Annotated with
     # the result model, a `CallToolResult` is the answer as built (its structured content
     # validated against the model, whose schema is the tool's output schema).
-    answers = _ANNOTATED[CallToolResult, returns]
+    answers = _ANNOTATED[CallToolResult, published_model(returns)]
     call.__name__ = tool.name
     call.__signature__ = inspect.Signature(parameters, return_annotation=answers)  # type: ignore[attr-defined]
     call.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": answers}
@@ -694,11 +696,14 @@ def _add_workspace_tool(
 
 def _answer(result: BaseModel) -> CallToolResult:
     """A workspace tool's (or a claim's) answer: what a model reads (`model_text()`: stdout as
-    printed, numbered lines) as its text, the result's JSON as its structured content."""
-    structured = result.model_dump(mode="json", by_alias=True)
+    printed, numbered lines) as its text, the result's JSON as its structured content (its
+    `published` model where its text already carries a long field)."""
     if isinstance(result, ReadByModels):
         text = result.model_text()
+        shown = result.published(text) if isinstance(result, Published) else result
+        structured = shown.model_dump(mode="json", by_alias=True)
     else:  # a result model without a text of its own: its JSON, compact
+        structured = result.model_dump(mode="json", by_alias=True)
         text = json.dumps(structured, separators=(", ", ": "))
     return CallToolResult(
         content=[TextContent(type="text", text=text)], structured_content=structured

@@ -2,13 +2,15 @@
 
 A workspace tool's result also has `model_text()`: what a model reads of it (stdout as it was
 printed, numbered file lines), sent as the answer's text while its JSON is the structured
-content (server.mcp_app).
+content (server.mcp_app). A result whose text already carries a long field (an edit's
+numbered region, a claim's prompt) publishes a smaller model (`Published`) instead of
+repeating it: every byte of an answer is paid for on every call.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -17,6 +19,9 @@ from mcp_evalserver.agents.search_text import glob_text, search_text
 from mcp_evalserver.sandbox.base import GlobResult, SearchResult
 from mcp_evalserver.scoring.stats.comparison import PairedComparison
 from mcp_evalserver.scoring.stats.summary import CampaignSummary
+
+#: A part of an answer's text: `text[start:end]` (Python's slice, in characters).
+TextSpan = tuple[int, int]
 
 
 class InstanceReprovisioned(BaseModel):
@@ -153,14 +158,28 @@ class ReadByModels(Protocol):
     def model_text(self) -> str: ...
 
 
-class ClaimedTrajectory(BaseModel):
-    """A trajectory this client now holds: name `claim_id` in every sandbox tool and `submit`."""
+@runtime_checkable
+class Published(Protocol):
+    """A result whose structured content is a smaller model than itself: what its text does
+    not already say. `PUBLISHED` is that model (the tool's output schema)."""
 
+    PUBLISHED: ClassVar[type[BaseModel]]
+
+    def published(self, text: str) -> BaseModel:
+        """The structured content that goes with `text` (this result's `model_text()`)."""
+        ...
+
+
+def published_model(returns: Any) -> Any:
+    """The output schema of a tool that returns `returns`: its published model, if any."""
+    return getattr(returns, "PUBLISHED", returns)
+
+
+class _ClaimFields(BaseModel):
     claim_id: str
     campaign_id: str
     trajectory_id: str
     task_id: str
-    prompt: str = Field(description="What to do.")
     workdir: str | None = Field(description="Where commands start; null for answer-only tasks.")
     has_workspace: bool = Field(description="Whether the sandbox tools can be used.")
     lease_s: float = Field(description="The claim lapses after this long without a call.")
@@ -173,18 +192,36 @@ class ClaimedTrajectory(BaseModel):
         "paid calls with it."
     )
 
+
+class Claim(_ClaimFields):
+    """A trajectory this client now holds: name `claim_id` in every sandbox tool and `submit`.
+    The task's prompt is in the text content, where `prompt_at` says."""
+
+    prompt_at: TextSpan = Field(
+        description="[start, end] of the task's prompt in the text content."
+    )
+
+
+class ClaimedTrajectory(_ClaimFields):
+    """A trajectory this client now holds: name `claim_id` in every sandbox tool and `submit`."""
+
+    PUBLISHED: ClassVar[type[BaseModel]] = Claim
+
+    prompt: str = Field(description="What to do.")
+
     def model_text(self) -> str:
+        # Ids and the campaign a model does not need to act are in the structured content.
         where = (
             f"workdir {self.workdir}" if self.has_workspace else "no workspace: submit an answer"
         )
-        lines = [
-            f"claim_id: {self.claim_id}",
-            f"trajectory {self.trajectory_id} of campaign {self.campaign_id}; {where}; the claim "
-            f"lapses {self.lease_s:g} s after your last call ends",
-        ]
+        lines = [f"claim_id: {self.claim_id}; {where}; lease {self.lease_s:g} s"]
         if self.reclaimed:
             lines.append("reclaimed: the workspace keeps what an earlier client changed")
         return "\n".join([*lines, "", self.prompt])
+
+    def published(self, text: str) -> Claim:
+        fields = self.model_dump(exclude={"prompt"})
+        return Claim(**fields, prompt_at=(len(text) - len(self.prompt), len(text)))
 
 
 class Checkpoint(BaseModel):
@@ -233,12 +270,8 @@ class BranchIds(BaseModel):
         return "branches: " + ", ".join(self.trajectory_ids)
 
 
-class ExecOutput(BaseModel):
-    """What a command did. A non-zero exit code is a result, not an error."""
-
+class _ExecFields(BaseModel):
     exit_code: int
-    stdout: str
-    stderr: str
     stdout_truncated: bool = Field(
         description="Longer than max_output_chars: its head and tail are kept."
     )
@@ -247,31 +280,57 @@ class ExecOutput(BaseModel):
     duration_s: float
     timeout_s: float | None = Field(None, description="The timeout it ran under.")
 
+
+class ExecResult(_ExecFields):
+    """What a command did. A non-zero exit code is a result, not an error. Its output is in
+    the text content, each stream once: stdout is text[stdout_at[0]:stdout_at[1]]."""
+
+    stdout_at: TextSpan = Field(description="[start, end] of stdout in the text content.")
+    stderr_at: TextSpan = Field(description="[start, end] of stderr in the text content.")
+
+
+class ExecOutput(_ExecFields):
+    """What a command did. A non-zero exit code is a result, not an error."""
+
+    PUBLISHED: ClassVar[type[BaseModel]] = ExecResult
+
+    stdout: str
+    stderr: str
+
     def model_text(self) -> str:
         """The exit code line, then stdout as printed, then stderr after a marker line."""
-        head = f"exit code {self.exit_code}"
+        return self._laid_out()[0]
+
+    def published(self, text: str) -> ExecResult:
+        _, stdout_at, stderr_at = self._laid_out()
+        fields = self.model_dump(exclude={"stdout", "stderr"})
+        fields["duration_s"] = round(self.duration_s, 3)  # more digits say nothing
+        return ExecResult(**fields, stdout_at=stdout_at, stderr_at=stderr_at)
+
+    def _laid_out(self) -> tuple[str, TextSpan, TextSpan]:
+        """The text, and where each stream is in it (each exactly as printed)."""
+        text = f"exit code {self.exit_code}"
         if self.timed_out:
             limit = f"{self.timeout_s:g}" if self.timeout_s is not None else "?"
-            head += f": killed after {limit} s (timeout_s={limit}; up to 3,600)"
-        parts = [head]
-        for name, text, cut in (
+            text += f": killed after {limit} s (timeout_s={limit}; up to 3,600)"
+        spans: list[TextSpan] = []
+        for name, stream, cut in (
             ("stdout", self.stdout, self.stdout_truncated),
             ("stderr", self.stderr, self.stderr_truncated),
         ):
-            if not text:
-                continue
-            if name == "stderr" or cut:
+            if stream and not text.endswith("\n"):
+                text += "\n"
+            if stream and (name == "stderr" or cut):
                 note = " (over max_output_chars: head and tail kept)" if cut else ""
-                parts.append(f"--- {name}{note} ---")
-            parts.append(text.removesuffix("\n"))
-        return "\n".join(parts)
+                text += f"--- {name}{note} ---\n"
+            spans.append((len(text), len(text) + len(stream)))
+            text += stream
+        return text, spans[0], spans[1]
 
 
-class FileContent(BaseModel):
-    """Lines of a text file of the workspace."""
+class FileRange(BaseModel):
+    """Lines of a text file of the workspace: the text content shows them, numbered."""
 
-    path: str
-    content: str = Field(description="The lines shown, exactly as in the file.")
     offset: int = Field(description="The number of the first line shown (1-based).")
     lines: int = Field(description="How many lines are shown.")
     total_lines: int = Field(description="How many lines the file has.")
@@ -279,6 +338,17 @@ class FileContent(BaseModel):
     next_offset: int | None = Field(
         description="Where to continue reading; null when the file's end is shown."
     )
+
+
+class FileContent(FileRange):
+    """Lines of a text file of the workspace."""
+
+    # The lines are the text content's; a program that needs a file's bytes whole reads
+    # them with a command (`cat`, `base64`).
+    PUBLISHED: ClassVar[type[BaseModel]] = FileRange
+
+    path: str
+    content: str = Field(description="The lines shown, exactly as in the file.")
 
     @classmethod
     def of(cls, path: str, lines: file_text.Lines) -> FileContent:
@@ -296,6 +366,9 @@ class FileContent(BaseModel):
         """The lines numbered as `cat -n` does; a note when the file goes on."""
         lines = file_text.Lines(self.content, self.offset, self.lines, self.total_lines, self.size)
         return lines.shown(self.path)
+
+    def published(self, text: str) -> FileRange:
+        return FileRange.model_validate(self.model_dump(exclude={"path", "content"}))
 
 
 class FileWritten(BaseModel):
@@ -316,15 +389,23 @@ class FileWritten(BaseModel):
         )
 
 
-class FileEdited(BaseModel):
-    """An exact replacement done in a file of the workspace."""
+class EditDone(BaseModel):
+    """An exact replacement done in a file of the workspace; the text content shows the
+    edited lines, numbered."""
 
-    path: str
     replacements: int
     first_line: int = Field(description="The first line the new text occupies.")
     last_line: int
     size: int = Field(description="The file's size in bytes after the edit.")
     created: bool = Field(description="Whether the edit created the file.")
+
+
+class FileEdited(EditDone):
+    """An exact replacement done in a file of the workspace."""
+
+    PUBLISHED: ClassVar[type[BaseModel]] = EditDone
+
+    path: str
     region: str = Field(description="The edited lines with a few around them, numbered.")
 
     @classmethod
@@ -334,6 +415,9 @@ class FileEdited(BaseModel):
     def model_text(self) -> str:
         edit = file_text.Edit(**self.model_dump(exclude={"path"}))
         return edit.shown(self.path)
+
+    def published(self, text: str) -> EditDone:
+        return EditDone.model_validate(self.model_dump(exclude={"path", "region"}))
 
 
 class SearchMatches(SearchResult):
@@ -362,22 +446,33 @@ class Diff(BaseModel):
         return self.patch or "no changes against the base commit"
 
 
-class Submitted(BaseModel):
+class HandedIn(BaseModel):
     """What was handed in; the trajectory is scored next and the claim is closed."""
 
-    campaign_id: str
     trajectory_id: str
-    answer: str | None
     patch_bytes: int
-    files: list[str]
+    files: list[str] = Field(description="Paths the patch touches.")
     warning: str | None = Field(None, description="Something the submission likely lacks.")
+
+
+class Submitted(HandedIn):
+    """What was handed in; the trajectory is scored next and the claim is closed."""
+
+    # The campaign and the answer are the caller's own: not sent back.
+    PUBLISHED: ClassVar[type[BaseModel]] = HandedIn
+
+    campaign_id: str
+    answer: str | None
 
     def model_text(self) -> str:
         handed = f"{len(self.files)} files changed ({self.patch_bytes:,} bytes of patch)"
         if self.answer is not None:
-            handed += ", and an answer"
-        text = f"submitted {self.trajectory_id}: {handed}; it is scored next"
+            handed += " and an answer"
+        text = f"submitted: {handed}; scored next"
         return f"{text}\nwarning: {self.warning}" if self.warning else text
+
+    def published(self, text: str) -> HandedIn:
+        return HandedIn.model_validate(self.model_dump(exclude={"campaign_id", "answer"}))
 
 
 class UsageReported(BaseModel):

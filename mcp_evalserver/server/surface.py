@@ -16,6 +16,7 @@ from typing import Annotated, Any, Final, Literal, Protocol, get_args
 
 from pydantic import Field, ValidationError
 
+from mcp_evalserver.agents.tool_table import one_paragraph
 from mcp_evalserver.spec.validation_errors import describe_validation_error
 
 #: What a server offers: every tool, or (`--tools agent`) what an agent that claims
@@ -148,5 +149,5 @@ def as_models_read_it(app: Any) -> None:
     for tool in tools.list_tools():
         tool.parameters = optional_unnulled(untitled(tool.parameters))
         if tool.description:
-            tool.description = " ".join(tool.description.split())
+            tool.description = one_paragraph(tool.description)
     app.middleware.append(readable_argument_errors(tools.get_tool))

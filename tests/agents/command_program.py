@@ -49,6 +49,11 @@ async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
         raise RuntimeError(f"{tool} failed: {result.content}")
     structured: dict[str, Any] | None = result.structured_content
     assert structured is not None
+    # A command's output is sent once, in the text; the structured content says where.
+    if "stdout_at" in structured:
+        text = "".join(getattr(block, "text", "") for block in result.content)
+        start, end = structured["stdout_at"]
+        structured["stdout"] = text[start:end]
     return structured
 
 
@@ -148,7 +153,10 @@ async def work(mode: str, notes: Path | None) -> int:
         seen["tools"] = {
             tool.name: sorted(tool.input_schema.get("properties", {})) for tool in tools
         }
-        seen["before"] = (await call(client, "read_file", path="calc.py"))["content"]
+        read = await client.call_tool("read_file", {"path": "calc.py"})
+        numbered = "".join(getattr(block, "text", "") for block in read.content)
+        # The lines as `cat -n` numbers them, read back as a model reads them.
+        seen["before"] = "".join(line.split("\t", 1)[1] + "\n" for line in numbered.splitlines())
         await call(client, "write_file", path="calc.py", content=FIXED)
         if mode == "edit-and-exit":
             return 0

@@ -71,6 +71,10 @@ async def read_or_refused(ws: Workspace, path: str) -> bytes:
         return b""
 
 
+#: A command that swaps `x` between a directory of the workspace and `{host}`, atomically.
+SWAP_X = "ln -sfn real x.new && mv -T x.new x; ln -sfn {host} x.new && mv -T x.new x"
+
+
 async def while_swapping(
     ws: Workspace, setup: str, swap: str, tools: Callable[[], Awaitable[None]]
 ) -> None:
@@ -108,7 +112,7 @@ async def test_a_symlink_swapped_in_while_the_tools_run_never_leads_outside_the_
     instance: Instance, host_secret: Path
 ) -> None:
     secret = (host_secret / "secret").read_bytes()
-    swap = f"ln -sfn real x.new && mv -T x.new x; ln -sfn {host_secret} x.new && mv -T x.new x"
+    swap = SWAP_X.format(host=host_secret)
     seen: set[bytes] = set()
     with anyio.fail_after(120):
         async with await instance.workspace("swapper") as ws:

@@ -5,8 +5,8 @@ Symlinks out of the workspace, `/proc/self/root` and `/proc/<pid>/root`, huge fi
 device, a pattern that backtracks forever, a directory symlink loop, and files named like the
 lines a search prints. Each runs against each param of the `backend` fixture (conftest.py); every
 wait is bounded by `anyio.fail_after`, so a hang fails the test instead of stalling it.
-(`edit_file` is a server-side read + write over these same two calls: the read and write
-attacks here are the ones it would face.)
+(`edit_file`, a read and a write over these same two calls, is attacked by name in
+test_edit_file_attacks.py.)
 """
 
 from __future__ import annotations

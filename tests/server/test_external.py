@@ -33,8 +33,8 @@ async def test_a_client_fixes_a_repository_through_the_sandbox_tools_and_is_scor
             assert listing["exit_code"] == 3
             assert "calc.py" in listing["stdout"]
             await call(client, "write_file", claim_id=claim_id, path="calc.py", content=FIXED)
-            read = await call(client, "read_file", claim_id=claim_id, path="calc.py")
-            assert read["content"] == FIXED
+            read = await call(client, "sandbox_exec", claim_id=claim_id, command="cat calc.py")
+            assert read["stdout"] == FIXED
             outside = await call_error(
                 client, "write_file", claim_id=claim_id, path="/etc/evil", content="x"
             )
@@ -79,8 +79,10 @@ async def test_a_lapsed_lease_lets_another_client_take_over_the_workspace_as_it_
         # The same generation attempt, under the same key.
         assert (second["attempt"], second["idempotency_key"]) == (1, first["idempotency_key"])
         assert len(first["idempotency_key"]) == 32
-        read = await call(client, "read_file", claim_id=second["claim_id"], path="note.txt")
-        assert read["content"] == "hi"
+        read = await call(
+            client, "sandbox_exec", claim_id=second["claim_id"], command="cat note.txt"
+        )
+        assert read["stdout"] == "hi"
         stale = await call_error(client, "get_diff", claim_id=first["claim_id"])
         assert "lapsed" in stale
         assert "another client claimed it" in stale

@@ -91,12 +91,12 @@ async def test_fork_checkpoint_and_restore_say_what_went_wrong(tmp_path: Path) -
             saved = await call(client, "checkpoint", claim_id=claim)
             await call(client, "sandbox_exec", claim_id=claim, command="rm calc.py")
             await call(client, "restore", claim_id=claim, checkpoint_id=saved["checkpoint_id"])
-            back = await call(client, "read_file", claim_id=claim, path="calc.py")
+            back = await call(client, "sandbox_exec", claim_id=claim, command="cat calc.py")
             unknown = await call_error(client, "restore", claim_id=claim, checkpoint_id="cp999")
             too_many = await call_error(client, "fork_trajectory", claim_id=claim, n=65)
             no_claim = await call_error(client, "checkpoint", claim_id="nope")
             await call(client, "submit", claim_id=claim)
-    assert back["content"] == FIXED
+    assert back["stdout"] == FIXED
     assert "NotFound" in unknown
     assert saved["checkpoint_id"] in unknown  # it lists the checkpoints there are
     assert "64" in too_many

@@ -107,8 +107,10 @@ async def test_a_client_killed_mid_call_leaves_the_server_serving_and_its_lease_
             claim = await call(client, "claim_trajectory", campaign_id=campaign_id, wait_s=30)
             assert claim["reclaimed"] is True
             assert f"claimed {claim['trajectory_id']}" in output.decode()
-            note = await call(client, "read_file", claim_id=claim["claim_id"], path="note.txt")
-            assert note["content"] == "mine"
+            note = await call(
+                client, "sandbox_exec", claim_id=claim["claim_id"], command="cat note.txt"
+            )
+            assert note["stdout"] == "mine"
             await call(client, "submit", claim_id=claim["claim_id"])
             status = await call(client, "campaign_status", campaign_id=campaign_id, wait_s=30)
     assert status["status"] == "finished"

@@ -19,6 +19,7 @@ from mcp import Client
 
 from mcp_evalserver.server.mcp_app import create_server
 from tests.sandbox.docker_support import require_docker
+from testsupport.answers import with_text_parts
 from testsupport.repos import BUGGY, make_git_repo
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root]
@@ -64,7 +65,7 @@ class Agent:
         text = "".join(getattr(block, "text", "") for block in result.content)
         assert not result.is_error, f"{tool} failed: {text}"
         assert result.structured_content is not None
-        return text, result.structured_content
+        return text, with_text_parts(text, result.structured_content)
 
     async def error(self, tool: str, **arguments: Any) -> str:
         result = await self.client.call_tool(
@@ -113,13 +114,13 @@ async def test_an_exact_edit_shows_its_lines_and_ambiguous_or_missing_text_says_
             )
             not_empty = await agent.error("edit_file", path="calc.py", old_text="", new_text="x")
             absent = await agent.error("edit_file", path="nope.py", old_text="x", new_text="y")
-            _, now = await agent.ok("read_file", path="calc.py")
+            _, now = await agent.ok("sandbox_exec", command="cat calc.py")
             # A CRLF file is edited with the text as a model writes it; its line ends stay.
             await agent.ok("write_file", path="dos.txt", content="one\r\ntwo\r\nthree\r\n")
             dos_text, _ = await agent.ok(
                 "edit_file", path="dos.txt", old_text="one\ntwo\n", new_text="1\n2\n"
             )
-            _, dos = await agent.ok("read_file", path="dos.txt")
+            _, dos = await agent.ok("sandbox_exec", command="cat dos.txt")
     assert "InvalidInput: old_text occurs 2 times in calc.py (lines 2, 6)" in twice
     assert "replace_all=true" in twice
     assert "(0 matches); the closest line is 2: '    return a - b'" in missing
@@ -128,13 +129,13 @@ async def test_an_exact_edit_shows_its_lines_and_ambiguous_or_missing_text_says_
     assert (edited["replacements"], edited["first_line"], edited["last_line"]) == (1, 1, 2)
     assert both["replacements"] == 2
     assert (
-        now["content"] == "def add(x, y):\n    return a + b\n\n\ndef sub(x, y):\n    return a - b\n"
+        now["stdout"] == "def add(x, y):\n    return a + b\n\n\ndef sub(x, y):\n    return a - b\n"
     )
     assert created["created"] is True
     assert created_text == "notes/new.txt created; lines 1-2 now:\n     1\tone\n     2\ttwo"
     assert "calc.py exists" in not_empty
     assert "NotFound: no file nope.py" in absent
-    assert dos["content"] == "1\r\n2\r\nthree\r\n"
+    assert dos["stdout"] == "1\r\n2\r\nthree\r\n"
     assert (
         dos_text
         == "dos.txt edited (1 replaced); lines 1-2 now:\n     1\t1\n     2\t2\n     3\tthree"
@@ -162,22 +163,24 @@ async def test_a_read_numbers_its_lines_gives_the_next_offset_and_refuses_a_bina
         "     1\tdef add(a, b):\n     2\t    return a - b\n     3\t\n     4\t\n"
         "     5\tdef sub(a, b):\n     6\t    return a - b"
     )
-    assert (whole["content"], whole["next_offset"], whole["total_lines"]) == (SOURCE, None, 6)
+    assert (whole["next_offset"], whole["total_lines"], whole["size"]) == (None, 6, len(SOURCE))
     assert page_text == (
         "    10\t10\n    11\t11\n    12\t12\n"
         "[lines 10-12 of 5,000 shown; the next read starts at offset=13]"
     )
-    assert (page["content"], page["offset"], page["next_offset"]) == ("10\n11\n12\n", 10, 13)
+    assert (page["offset"], page["lines"], page["next_offset"]) == (10, 3, 13)
     assert (first["lines"], first["next_offset"]) == (2000, 2001)
     assert first_text.endswith("[lines 1-2000 of 5,000 shown; the next read starts at offset=2001]")
     # max_bytes bounds what is shown: a partial read, not an error.
-    assert (capped["content"], capped["next_offset"]) == ("1\n2\n3\n4\n5\n", 6)
+    assert (capped["lines"], capped["next_offset"]) == (5, 6)
     assert "offset=6" in capped_text
     assert "InvalidInput: blob.bin is a binary file (4 bytes; not UTF-8 text)" in binary
     assert "`xxd blob.bin | head`" in binary
     assert "offset 99 is past the end of calc.py (6 lines)" in past
     assert wide_text == f"     1\t{'x' * 2000}... [line clipped: 1,000 more characters]"
-    assert wide["content"] == "x" * 3000 + "\n"  # programs get the line whole
+    # The lines are the text's alone: the structured answer is their range, not them again.
+    assert "content" not in wide
+    assert wide["lines"] == 1
 
 
 async def test_a_command_answers_its_output_as_text_within_its_cap_and_a_timeout_says_so(
@@ -192,7 +195,8 @@ async def test_a_command_answers_its_output_as_text_within_its_cap_and_a_timeout
                 "sandbox_exec", command="seq 1 100000", max_output_chars=1000
             )
             slow_text, slow = await agent.ok("sandbox_exec", command="sleep 30", timeout_s=0.5)
-    assert text == f"exit code 3\n{SOURCE.removesuffix(chr(10))}\n--- stderr ---\noops"
+    assert text == f"exit code 3\n{SOURCE}--- stderr ---\noops\n"
+    assert (plain["stdout"], plain["stderr"]) == (SOURCE, "oops\n")  # each once, in the text
     assert plain["stdout"] == SOURCE
     assert flood["stdout_truncated"] is True
     assert flood_text.startswith(

@@ -31,9 +31,11 @@ from mcp_evalserver.errors import Conflict
 from mcp_evalserver.server.front.lease import DriverLease, Holder, read_holder
 from mcp_evalserver.server.front.rpc import Peer, serve_driver
 from mcp_evalserver.server.front.service import FrontService, RemoteTrajectories, WorkerConfig
+from tests.exports.campaign import exported_over_mcp
 from tests.server.helpers import answer_spec, repo_spec
 from testsupport.processes import descendants
 from testsupport.rawmcp import CallFailed
+from testsupport.repos import FIXED
 from testsupport.servers import (
     REPO,
     TOKEN,
@@ -492,3 +494,76 @@ async def test_a_call_running_in_any_worker_holds_its_claim_past_the_lease(
             finally:
                 for session in sessions:
                     await session.close()
+
+
+async def _script(session: Any, campaign_id: str) -> None:
+    """An external agent's calls on one claim: a command, a write, an edit that fails, a read,
+    a failing command, the submit."""
+    claim = await session.call_tool("claim_trajectory", {"campaign_id": campaign_id, "wait_s": 30})
+    on = {"claim_id": claim["claim_id"]}
+    await session.call_tool("sandbox_exec", {**on, "command": "grep -n return calc.py"})
+    await session.call_tool("write_file", {**on, "path": "calc.py", "content": FIXED})
+    with contextlib.suppress(CallFailed):
+        await session.call_tool(
+            "edit_file", {**on, "path": "calc.py", "old_text": "zz", "new_text": "y"}
+        )
+    await session.call_tool("read_file", {**on, "path": "calc.py", "limit": 1})
+    await session.call_tool("sandbox_exec", {**on, "command": "exit 3", "timeout_s": 5})
+    await session.call_tool("submit", {**on, "answer": "fixed add"})
+
+
+async def _steps(url: str, campaign_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """The tool calls of the campaign's one trajectory, as its ATIF export has them."""
+    async with http_client(url, mode=MODERN) as client:
+        status: dict[str, Any] = {}
+        while status.get("status") != "finished":
+            status = await call(client, "campaign_status", campaign_id=campaign_id, wait_s=30)
+        atif, _ = await exported_over_mcp(client, campaign_id, "atif")
+    (document,) = json.loads(atif)["trajectories"]
+    return [
+        (step_call["function_name"], step_call["arguments"])
+        for step in document["steps"]
+        for step_call in step.get("tool_calls", [])
+    ]
+
+
+@pytest.mark.root
+async def test_every_worker_keeps_the_calls_it_serves_in_the_trajectorys_transcript(
+    tmp_path: Path,
+) -> None:
+    """A worker that does not drive runs workspace calls itself: each is kept in the
+    trajectory's transcript (its ATIF steps) as a server of one process (`--workers 1`)
+    keeps it, and so is the submit it relays."""
+    steps: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    allowed = ("--allow-plugins", "--allow-paths", str(tmp_path))
+    with anyio.fail_after(240):
+        async with http_server(tmp_path / "one", *allowed) as url:
+            async with http_client(url, mode=MODERN) as client:
+                spec = repo_spec(tmp_path / "repos-one", 1)
+                await call(client, "start_campaign", spec=spec, campaign_id="one")
+            (session,) = await sessions_on_each_worker(url, 1)
+            try:
+                await _script(session, "one")
+            finally:
+                await session.close()
+            steps["one"] = await _steps(url, "one")
+        async with http_server(tmp_path / "state", *allowed, workers=2) as url:
+            async with http_client(url, mode=MODERN) as client:
+                for number in range(2):
+                    spec = repo_spec(tmp_path / f"repos{number}", 1)
+                    await call(client, "start_campaign", spec=spec, campaign_id=f"kept{number}")
+            # One session on each worker, so one of them is surely not the driver.
+            sessions = await sessions_on_each_worker(url, 2)
+            try:
+                for number, session in enumerate(sessions):
+                    await _script(session, f"kept{number}")
+            finally:
+                for session in sessions:
+                    await session.close()
+            for number in range(2):
+                steps[f"kept{number}"] = await _steps(url, f"kept{number}")
+    assert [name for name, _ in steps["one"]] == [
+        "sandbox_exec", "write_file", "edit_file", "read_file", "sandbox_exec", "submit",
+    ]  # fmt: skip
+    assert steps["kept0"] == steps["one"]
+    assert steps["kept1"] == steps["one"]

@@ -47,8 +47,9 @@ from mcp_evalserver.server.front.rpc import (
 )
 from mcp_evalserver.server.models import ClaimedTrajectory, Submitted
 from mcp_evalserver.server.service import EvalService
-from mcp_evalserver.server.trajectories import ExternalTrajectories
+from mcp_evalserver.server.trajectories import TOOLS, ExternalTrajectories
 from mcp_evalserver.server.trajectory.tools import TrajectoryTools
+from mcp_evalserver.server.trajectory.transcript import call_entry, note_result
 from mcp_evalserver.spec.campaign import Task
 from mcp_evalserver.spec.submission import Submission
 
@@ -234,6 +235,7 @@ class FrontService(EvalService):
             "claim": self._serve_claim,
             "grant": self._serve_grant,
             "renew": self._serve_renew,
+            "noted": self._serve_noted,
             "submit": self._serve_submit,
             "tool": self._serve_tool,
             "connect": self._serve_connect,
@@ -520,12 +522,21 @@ class FrontService(EvalService):
         with suppress(EvalServerError):
             self.claims.renew(str(args["claim"]))
 
+    async def _serve_noted(self, peer: Peer, request_id: int, args: dict[str, Any]) -> None:
+        """A tool call a worker ran itself, for the trajectory's transcript."""
+        with suppress(EvalServerError):
+            self.claims.get(str(args["claim"])).transcript.append(dict(args["entry"]))
+
     async def _serve_submit(self, peer: Peer, request_id: int, args: dict[str, Any]) -> None:
         claim_id = str(args["claim"])
         granted = peer.grants.pop(claim_id, None)
         if granted is not None:
             granted[1].calls.discard(granted[0])
-        trajectory = self.claims.submit(claim_id, Submission.model_validate(args["submission"]))
+        submission = Submission.model_validate(args["submission"])
+        with suppress(EvalServerError):  # kept as `ExternalTrajectories.submit` keeps it
+            entry = call_entry(TOOLS["submit"], "claimed", {"answer": submission.answer})
+            self.claims.get(claim_id).transcript.append(entry)
+        trajectory = self.claims.submit(claim_id, submission)
         await trajectory.recorded()  # answered once durable, as in one process
 
     async def _serve_tool(self, peer: Peer, request_id: int, args: dict[str, Any]) -> Any:
@@ -560,16 +571,25 @@ class _InDriver(Exception):
 
 def _on_claim_here(tool: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     """A `TrajectoryTools` method as a `RemoteTrajectories` one: run here on a workspace
-    reached directly, or whole in the driver where it cannot be."""
+    reached directly, or whole in the driver where it cannot be. A call run here is kept in
+    the trajectory's transcript, in the driver, as one run there is (`_on_claim`); calls that
+    overlap on one claim are kept in the order they end."""
     name = tool.__name__
     returns = _hints(getattr(ExternalTrajectories, name))["return"]
 
     @functools.wraps(getattr(ExternalTrajectories, name))
     async def on_claim(self: RemoteTrajectories, claim_id: str, /, **arguments: Any) -> Any:
+        async def run_noted(tools: TrajectoryTools) -> Any:
+            entry = call_entry(TOOLS[name], "claimed", arguments)
+            try:
+                result = await tool(tools, **arguments)
+                note_result(entry, result)
+                return result
+            finally:
+                await self.front._driver().tell("noted", {"claim": claim_id, "entry": entry})
+
         try:
-            return await self.front.run_claimed(
-                claim_id, name, lambda tools: tool(tools, **arguments)
-            )
+            return await self.front.run_claimed(claim_id, name, run_noted)
         except _InDriver:
             return await self.in_driver(claim_id, name, arguments, returns)
 
