@@ -12,6 +12,7 @@ local and docker in tests/engine/test_eval_sets.py).
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from mcp_evalserver.engine.ledger import LEDGER_FILE
 from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.spec.submission import Submission
 from tests.server.helpers import answer_spec, repo_spec
-from testsupport.servers import call, call_error, stdio_client
+from testsupport.servers import call, call_error, http_client, http_server, stdio_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -219,3 +220,43 @@ async def test_a_set_over_mcp_shares_each_tasks_instance_and_closes_it_after_the
     assert len(closed) == 3, closed
     assert all(message.endswith(" released") for message in closed), closed
     assert len(set(closed)) == 3, closed
+
+
+async def test_a_set_cannot_smuggle_a_plugin_or_a_program_past_an_http_servers_privileges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An HTTP client may not make the server import a module or run a program: a set is one
+    # more spec, checked agent by agent, for a new set and for an extension alike.
+    imported, ran = tmp_path / "imported", tmp_path / "ran"
+    monkeypatch.setenv("MCP_EVALSERVER_TEST_IMPORT_MARKER", str(imported))
+    plugin = {"type": "python", "factory": "tests.plugins.import_marker:agent"}
+    program = {"type": "command", "command": ["touch", str(ran)]}
+    allowed = {"oracle": {"type": "oracle"}, "noop": {"type": "noop"}}
+    state = tmp_path / "state"
+    with anyio.fail_after(120):
+        async with http_server(state) as url, http_client(url) as client:
+            errors = [
+                await call_error(
+                    client, "start_eval_set", spec=set_spec(2, {**allowed, "p": plugin})
+                ),
+                await call_error(
+                    client, "start_eval_set", spec=set_spec(2, {**allowed, "c": program})
+                ),
+            ]
+            assert (await call(client, "list_campaigns"))["total"] == 0
+            started = await call(client, "start_eval_set", spec=set_spec(2, allowed), set_id="s")
+            for row in started["agents"].values():
+                await wait_for(client, row["campaign_id"])
+            errors.append(
+                await call_error(
+                    client, "start_eval_set", spec=set_spec(2, {"p": plugin}), set_id="s"
+                )
+            )
+            assert (await call(client, "list_campaigns"))["total"] == 2
+    for error in errors:
+        assert "--allow-plugins" in error, error
+    assert "agent 'p'" in errors[0]
+    assert "agent 'c'" in errors[1]
+    assert not imported.exists(), "the server imported the client's module"
+    assert not ran.exists(), "the server ran the client's program"
+    assert json.loads((state / "sets" / "s.json").read_text())["campaigns"].keys() == allowed.keys()
