@@ -16,6 +16,11 @@ Writes bench/results/eval_set.json: `instances_provisioned_set` and
 `instances_provisioned_separate` (counted from the backend: 1x and 3x the task count),
 `wall_set_s`, `wall_separate_s` and `wall_ratio` (set / separate; target <= 0.6), whether both
 runs resolved the same trajectories, and the load average at start and end.
+
+`phases_set` and `phases_separate` say where each run's time goes, in seconds from its start:
+per phase (`provision`: the backend making an instance; `generate` and `score`: a trajectory's
+attempt to its generated / scored record, waits for slots and instances included; `close`: an
+instance removed), how many, their summed time, and when the last one ended.
 """
 
 from __future__ import annotations
@@ -37,10 +42,12 @@ from bench.common import LoadRecord, describe_load, write_results
 from bench.sandbox import base_image
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.engine.eval_sets import EvalSetStore, run_set
+from mcp_evalserver.engine.ledger import LEDGER_FILE, read_ledger
 from mcp_evalserver.engine.runner import CampaignRunner
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.runtime.sandboxes import SandboxPool
+from mcp_evalserver.sandbox.base import Backend, Instance, InstanceSpec
 from mcp_evalserver.spec.campaign import parse_spec
 from mcp_evalserver.spec.eval_set import parse_eval_set
 from mcp_evalserver.spec.submission import Submission
@@ -111,6 +118,71 @@ def set_spec(image: str, patch: str, tasks: int, samples: int) -> dict[str, Any]
     }
 
 
+class TimedBackends(CountingBackends):
+    """Counting backends that also time each provisioning and each instance's removal."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = time.time()
+        self.spans: list[tuple[str, float, float]] = []
+
+    def __call__(self, name: Any, address: str) -> Backend:
+        backend = super().__call__(name, address)
+        counted = backend.instance
+
+        async def instance(spec: InstanceSpec) -> Instance:
+            began = time.time()
+            made = await counted(spec)
+            self.spans.append(("provision", began, time.time()))
+            close = made.aclose
+            closed = False
+
+            async def aclose() -> None:
+                nonlocal closed
+                began = time.time()
+                await close()
+                if not closed:  # the backend closes what the pool closed again, at once
+                    closed = True
+                    self.spans.append(("close", began, time.time()))
+
+            made.aclose = aclose  # type: ignore[method-assign]
+            return made
+
+        backend.instance = instance  # type: ignore[method-assign]
+        return backend
+
+    def phases(self, store: CampaignStore, campaign_ids: list[str]) -> dict[str, Any]:
+        """Per phase: how many, their summed seconds, when the last ended (from the start)."""
+        spans = list(self.spans)
+        for campaign_id in campaign_ids:
+            spans += _ledger_spans(store.directory(campaign_id) / LEDGER_FILE)
+        phases: dict[str, Any] = {}
+        for phase in ("provision", "generate", "score", "close"):
+            mine = [(began, ended) for name, began, ended in spans if name == phase]
+            phases[phase] = {
+                "n": len(mine),
+                "sum_s": sum(ended - began for began, ended in mine),
+                "last_end_s": max((e - self.started for _, e in mine), default=0.0),
+            }
+        return phases
+
+
+def _ledger_spans(path: Path) -> list[tuple[str, float, float]]:
+    """Each trajectory's generation and scoring, from its start record to its end record."""
+    ends = {"generated": "attempt_started", "generation_failed": "attempt_started",
+            "scored": "scoring_started", "scoring_failed": "scoring_started"}  # fmt: skip
+    began: dict[tuple[str, str | None], float] = {}
+    spans = []
+    for record in read_ledger(path).records:
+        trajectory = getattr(record, "trajectory", None)
+        if record.kind in ("attempt_started", "scoring_started"):
+            began[(record.kind, trajectory)] = record.ts
+        elif record.kind in ends and (start := began.pop((ends[record.kind], trajectory), None)):
+            spans.append(("generate" if ends[record.kind] == "attempt_started" else "score",
+                          start, record.ts))  # fmt: skip
+    return spans
+
+
 def outcomes(states: dict[str, CampaignState]) -> dict[str, dict[str, str | None]]:
     return {
         agent: {tid: t.outcome for tid, t in sorted(state.trajectories.items())}
@@ -118,22 +190,26 @@ def outcomes(states: dict[str, CampaignState]) -> dict[str, dict[str, str | None
     }
 
 
-async def as_set(state_dir: Path, spec: dict[str, Any]) -> tuple[float, int, dict[str, Any]]:
+Run = tuple[float, int, dict[str, Any], dict[str, Any]]
+
+
+async def as_set(state_dir: Path, spec: dict[str, Any]) -> Run:
     sets = EvalSetStore(CampaignStore(state_dir))
     evalset = await sets.create(spec, None, "set")
-    counting = CountingBackends()
+    counting = TimedBackends()
     started = time.perf_counter()
     async with SandboxPool(backends=counting, sharers=len(AGENTS)) as pool:
         states = await run_set(sets, evalset, pool=pool)
     wall = time.perf_counter() - started
     assert counting.backends == {"docker"}, counting.backends
-    return wall, len(counting.provisioned), outcomes(states)
+    phases = counting.phases(sets.campaigns, list(evalset.campaigns.values()))
+    return wall, len(counting.provisioned), outcomes(states), phases
 
 
-async def separately(state_dir: Path, spec: dict[str, Any]) -> tuple[float, int, dict[str, Any]]:
+async def separately(state_dir: Path, spec: dict[str, Any]) -> Run:
     store = CampaignStore(state_dir)
     _, per_agent = parse_eval_set(spec)
-    counting = CountingBackends()
+    counting = TimedBackends()
     states: dict[str, CampaignState] = {}
     started = time.perf_counter()
     for agent, data in per_agent.items():
@@ -143,7 +219,8 @@ async def separately(state_dir: Path, spec: dict[str, Any]) -> tuple[float, int,
         states[agent] = store.load(campaign_id)
     wall = time.perf_counter() - started
     assert counting.backends == {"docker"}, counting.backends
-    return wall, len(counting.provisioned), outcomes(states)
+    phases = counting.phases(store, [state.id for state in states.values()])
+    return wall, len(counting.provisioned), outcomes(states), phases
 
 
 async def main(tasks: int, samples: int) -> dict[str, Any]:
@@ -151,8 +228,10 @@ async def main(tasks: int, samples: int) -> dict[str, Any]:
     load = LoadRecord()
     with tempfile.TemporaryDirectory(prefix="bench-eval-set-") as scratch:
         spec = set_spec(image, gold_patch(Path(scratch) / "gold"), tasks, samples)
-        wall_set, provisioned_set, set_outcomes = await as_set(Path(scratch) / "set", spec)
-        wall_alone, provisioned_alone, alone_outcomes = await separately(
+        wall_set, provisioned_set, set_outcomes, phases_set = await as_set(
+            Path(scratch) / "set", spec
+        )
+        wall_alone, provisioned_alone, alone_outcomes, phases_alone = await separately(
             Path(scratch) / "alone", spec
         )
     resolved = {
@@ -171,6 +250,8 @@ async def main(tasks: int, samples: int) -> dict[str, Any]:
             "wall_set_s": wall_set,
             "wall_separate_s": wall_alone,
             "wall_ratio": wall_set / wall_alone,
+            "phases_set": phases_set,
+            "phases_separate": phases_alone,
         }
     )
 

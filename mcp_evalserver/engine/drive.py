@@ -54,6 +54,7 @@ from mcp_evalserver.runtime.sandboxes import (
     InstanceCheck,
     Reprovisioned,
     SandboxPool,
+    Slot,
     TrajectorySandbox,
     workspace_name,
 )
@@ -263,15 +264,15 @@ class RunDrive(Branching):
         instance = self.limiters.instance(task.instance_key) if has_instance else nullcontext()
         try:
             while trajectory.phase in ("pending", "generating"):
-                async with instance, self.limiters.trajectories:
-                    delay = await self._generate_once(trajectory, task)
+                async with instance, Slot(self.limiters.trajectories) as slot:
+                    delay = await self._generate_once(trajectory, task, slot)
                 if delay:
                     await anyio.sleep(delay)
             # Evaluations have a limit of their own: queued behind the instance's pending
             # generations (FIFO), they would wait until every generation had started.
             while trajectory.phase in ("generated", "scoring"):
-                async with self.limiters.scoring:
-                    delay = await self._score_once(trajectory, task)
+                async with Slot(self.limiters.scoring) as slot:
+                    delay = await self._score_once(trajectory, task, slot)
                 if delay:
                     await anyio.sleep(delay)
         finally:
@@ -305,8 +306,8 @@ class RunDrive(Branching):
         if not growing and all(t.done for t in sharing):
             await self.sandboxes.release(task, self.state.spec.sandbox, by=self.state.id)
 
-    async def _generate_once(self, trajectory: TrajectoryState, task: Task) -> float:
-        """One generation attempt; returns the backoff delay before the next, if any."""
+    async def _generate_once(self, trajectory: TrajectoryState, task: Task, slot: Slot) -> float:
+        """One generation attempt (in `slot`); returns the backoff delay before the next."""
         attempt = trajectory.attempts + 1
         tid = trajectory.id
         if self.over_budget:
@@ -314,7 +315,7 @@ class RunDrive(Branching):
             return 0.0
         await self.record(AttemptStarted(trajectory=tid, attempt=attempt), durable=False)
         self.metered.discard(tid)
-        sandbox = self._sandbox(task, tid, f"a{attempt}")
+        sandbox = self._sandbox(task, tid, f"a{attempt}", slot)
         restart = False
         if (fork := self.forks.pop(tid, None)) is not None:
             sandbox.adopt(fork)  # a branch starts from its parent's checkpoint
@@ -416,8 +417,8 @@ class RunDrive(Branching):
         )
         await self.record(generated)
 
-    async def _score_once(self, trajectory: TrajectoryState, task: Task) -> float:
-        """One scoring attempt; returns the backoff delay before the next, if any."""
+    async def _score_once(self, trajectory: TrajectoryState, task: Task, slot: Slot) -> float:
+        """One scoring attempt (in `slot`); returns the backoff delay before the next."""
         tid = trajectory.id
         await self.record(ScoringStarted(trajectory=tid), durable=False)
         # Scored straight from memory when this run generated it; from its artifacts on resume.
@@ -425,7 +426,7 @@ class RunDrive(Branching):
         if submission is None:
             submission = await anyio.to_thread.run_sync(self._load_submission, trajectory)
         kept = self.kept.sandboxes.pop(tid, None)
-        sandbox = kept or self._sandbox(task, tid, f"eval{trajectory.scoring_failures}")
+        sandbox = kept or self._sandbox(task, tid, f"eval{trajectory.scoring_failures}", slot)
         files = AgentFiles()
         if self.scorer.agent_state(task) != "none":
             if tid in self.kept.files:  # generated in this run
@@ -547,7 +548,7 @@ class RunDrive(Branching):
                 # handed in.
                 logger.warning("trajectory %s: %s", trajectory_id, exc)
 
-    def _sandbox(self, task: Task, trajectory_id: str, step: str) -> TrajectorySandbox:
+    def _sandbox(self, task: Task, trajectory_id: str, step: str, slot: Slot) -> TrajectorySandbox:
         name = workspace_name(self.state.id, trajectory_id, step)
         provisioning = self.limiters.provisioning
         return TrajectorySandbox(
@@ -559,6 +560,7 @@ class RunDrive(Branching):
             self.state.spec.sandbox,
             self.instance_checks.get(task.id),
             self.state.spec.limits.instances,
+            slot,
         )
 
     async def _reprovisioned(self, event: Reprovisioned) -> None:

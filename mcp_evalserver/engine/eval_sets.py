@@ -91,16 +91,22 @@ class EvalSetStore:
         return {agent: self.campaigns.load(cid) for agent, cid in evalset.campaigns.items()}
 
     async def create(
-        self, data: Mapping[str, Any], base_dir: Path | None, set_id: str | None = None
+        self,
+        data: Mapping[str, Any],
+        base_dir: Path | None,
+        set_id: str | None = None,
+        *,
+        admit: Callable[[CampaignSpec], CampaignSpec] | None = None,
     ) -> EvalSet:
         """Creates a set from spec data, or extends set `set_id` with the agents it lacks.
 
         Every agent's campaign spec is checked before anything is recorded: an invalid agent,
         an agent of an existing name with another config, or agents that would need other
-        tasks, samples or a scorer than the set's are refused with the field named.
+        tasks, samples or a scorer than the set's are refused with the field named. `admit`
+        checks (and may resolve) each new agent's campaign spec too: a server's privileges.
 
         Raises:
-            InvalidInput: as said above, or the set id is malformed.
+            InvalidInput: as said above, or the set id is malformed; what `admit` raises.
         """
         spec, per_agent = parse_eval_set(dict(data))
         existing = self.load(set_id) if set_id is not None and self.exists(set_id) else None
@@ -117,6 +123,7 @@ class EvalSetStore:
         for agent, campaign_data in per_agent.items():
             try:
                 campaign = parse_spec(campaign_data, base_dir)
+                campaign = campaign if admit is None else admit(campaign)
             except InvalidInput as exc:
                 raise InvalidInput(f"set: agent {agent!r}: {exc}") from exc
             if agent in evalset.campaigns:

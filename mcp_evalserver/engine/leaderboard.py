@@ -105,8 +105,8 @@ def render_leaderboard_markdown(board: dict[str, Any]) -> str:
         f"# Evaluation set {board['set']}",
         "",
         "| agent | mean pass rate (95% CI) | resolved / graded | cost | cost per resolved "
-        "| tokens in / out | mean time | campaign |",
-        "|---|---|---|---|---|---|---|---|",
+        "| tokens in / out | mean time | campaign | status |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for agent, row in board["agents"].items():
         ci = row["mean_pass_rate_ci"]
@@ -115,7 +115,7 @@ def render_leaderboard_markdown(board: dict[str, Any]) -> str:
             f"| {agent} | {percent(row['mean_pass_rate'])}{interval} | {row['resolved']}/"
             f"{row['graded']} | {_usd(row['cost_usd'])} | {_usd(row['cost_per_resolved_usd'])}"
             f" | {row['input_tokens']} / {row['output_tokens']} | {seconds(row['mean_time_s'])}"
-            f" | {row['campaign']} |"
+            f" | {row['campaign']} | {row['status']} |"
         )
     if board["pairs"]:
         lines += [

@@ -27,7 +27,8 @@ import hashlib
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
@@ -353,6 +354,11 @@ class SandboxPool:
                     await on_reprovisioned(event)
             return instance
 
+    def ready(self, task: Task, placement: SandboxConfig | None = None) -> bool:
+        """Whether the task's instance is alive now (using it needs no provisioning)."""
+        instance = self._instances.get(self._key(task, placement))
+        return instance is not None and instance.dead is None
+
     def alive(self) -> int:
         """Instances alive now (and being provisioned or closed), as the budget counts them."""
         alive = sum(instance.dead is None for instance in self._instances.values())
@@ -471,6 +477,57 @@ class SandboxPool:
         self._checked.add(checked)
 
 
+class Slot:
+    """One step's token of a limiter it runs under (its trajectory or scoring slot), borrowed
+    by this object rather than by a task: the step hands it back while it waits for its
+    instance to be provisioned (`given_back`), whichever task asks for the workspace.
+
+    Held through a wait for provisioning, the slots of an evaluation set went to steps whose
+    instances were not made yet while steps whose instances were ready queued behind them
+    (bench/eval_set.py: a fixer's scorings of provisioned tasks waited 9 s for oracle's).
+    """
+
+    def __init__(self, limiter: anyio.CapacityLimiter) -> None:
+        self._limiter = limiter
+        self._entered = False  # between the step's `async with` and its end
+        self._held = False
+
+    async def __aenter__(self) -> Self:
+        await self._limiter.acquire_on_behalf_of(self)
+        self._entered = self._held = True
+        return self
+
+    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
+        self._entered = False
+        self._release()
+
+    def _release_if_ended(self) -> None:
+        if not self._entered:
+            self._release()
+
+    def _release(self) -> None:
+        if self._held:
+            self._held = False
+            self._limiter.release_on_behalf_of(self)
+
+    @asynccontextmanager
+    async def given_back(self) -> AsyncIterator[None]:
+        """Hands the token back for the block (if held) and takes it again after (shielded:
+        the step's end releases what it holds)."""
+        if not self._held:
+            yield
+            return
+        self._release()
+        try:
+            yield
+        finally:
+            if self._entered:
+                with anyio.CancelScope(shield=True):
+                    await self._limiter.acquire_on_behalf_of(self)
+                self._held = True
+                self._release_if_ended()  # the step may have ended while this waited
+
+
 class TrajectorySandbox:
     """One step's access to its private workspace (created on first use, destroyed at close)."""
 
@@ -484,8 +541,11 @@ class TrajectorySandbox:
         placement: SandboxConfig | None = None,
         check: InstanceCheck | None = None,
         budget: int | None = None,
+        slot: Slot | None = None,
     ) -> None:
+        """`slot`: the step's slot, handed back while its instance is being provisioned."""
         self._pool = pool
+        self._slot = slot
         self._budget = budget
         self._leased = False  # whether this step holds a lease on its instance
         self._placement = placement
@@ -504,7 +564,7 @@ class TrajectorySandbox:
         name = f"{self._name}-p{number}"
         return TrajectorySandbox(
             self._pool, self._task, name, self._provisioning, self._on_reprovisioned,
-            self._placement, self._check, self._budget,
+            self._placement, self._check, self._budget, self._slot,
         )  # fmt: skip
 
     @property
@@ -546,10 +606,12 @@ class TrajectorySandbox:
     async def _instance(self) -> Instance:
         if self._pool is None:
             raise InvalidInput("this run has no sandbox pool; tasks cannot use workspaces")
-        instance = await self._pool.instance(
-            self._task, self._provisioning, self._on_reprovisioned, self._placement, self._check,
-            self._budget,
-        )  # fmt: skip
+        waiting = self._slot is not None and not self._pool.ready(self._task, self._placement)
+        async with self._slot.given_back() if waiting and self._slot else nullcontext():
+            instance = await self._pool.instance(
+                self._task, self._provisioning, self._on_reprovisioned, self._placement,
+                self._check, self._budget,
+            )  # fmt: skip
         self._leased = True
         return instance
 

@@ -77,6 +77,7 @@ from mcp_evalserver.server.models import (
 )
 from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.server.service import EvalService
+from mcp_evalserver.server.set_tools import LEADERBOARD_URI, SET_TOOLS, ServiceTool, leaderboard
 from mcp_evalserver.server.surface import (
     SPEC_SCHEMA_URI,
     SpecArgument,
@@ -105,6 +106,7 @@ workspaces, recorded in a crash-safe ledger.
 To evaluate: start_campaign (the spec's schema is the resource mcp-evalserver://schema/campaign), \
 then campaign_status with wait_s to follow progress, then read campaign://<id>/report or call \
 score.
+To compare several agents on one task set: start_eval_set, then read set://<id>/leaderboard.
 To act as the agent of a campaign whose agent is {"type": "external"}: claim_trajectory, work \
 with sandbox_exec / read_file / edit_file / write_file / search / list_files / get_diff, then \
 submit. checkpoint / restore roll a workspace back; fork_trajectory branches a trajectory into \
@@ -253,6 +255,7 @@ def create_server(
     if tools == "all":
         _export_tools(app)
         _campaign_resources(app)
+        _add_service_tools(app, SET_TOOLS)
     _logging_and_completions(app)
     as_models_read_it(app)
 
@@ -297,6 +300,44 @@ def _campaign_resources(app: MCPServer[EvalService]) -> None:
         with _resource_errors():
             found = await _call(ctx, EvalService.task, campaign_id=campaign_id, task_id=task_id)
             return json.dumps(found, indent=2)
+
+    @app.resource(LEADERBOARD_URI, mime_type="text/markdown")
+    def set_leaderboard(set_id: str, ctx: Context[EvalService, Any]) -> str:
+        """An evaluation set's leaderboard: per agent status, pass rate with its interval,
+        cost, tokens, time; every pair's paired difference with Holm-adjusted p-values."""
+        with _resource_errors():
+            return leaderboard(_service(ctx), set_id)
+
+
+def _add_service_tools(app: MCPServer[EvalService], tools: Sequence[ServiceTool]) -> None:
+    """Registers tools declared as functions over the service (`ServiceTool`): the service
+    comes from the request's context, every other parameter is the tool's."""
+    for declared in tools:
+        run = declared.run
+        # Resolved here: the SDK evaluates string annotations in this module, not in theirs.
+        signature = inspect.signature(run, eval_str=True)
+        ctx = inspect.Parameter("ctx", _KEYWORD, annotation=Context[EvalService, Any])
+        rest = list(signature.parameters.values())[1:]
+        parameters = [ctx, *(p.replace(kind=_KEYWORD) for p in rest)]
+
+        call = _on_service(run)
+        call.__name__ = run.__name__
+        call.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        call.__annotations__ = {p.name: p.annotation for p in parameters} | {
+            "return": signature.return_annotation
+        }
+        description = inspect.cleandoc(run.__doc__ or "").split("\n\n")[0]
+        annotations = _SETS if declared.idempotent else _MUTATES
+        app.add_tool(tool_errors(call), description=description, annotations=annotations)
+
+
+def _on_service(run: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """`run` (a function over the service) on the service of the server that serves `ctx`."""
+
+    async def on_service(ctx: Context[EvalService, Any], **arguments: Any) -> Any:
+        return await run(_service(ctx), **arguments)
+
+    return on_service
 
 
 def _campaign_tools(app: MCPServer[EvalService]) -> None:

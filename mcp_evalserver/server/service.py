@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import secrets
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Self
@@ -30,6 +30,7 @@ from mcp_evalserver.engine.runner import CampaignRunner, check_new_budget
 from mcp_evalserver.engine.state import CampaignState
 from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.errors import Conflict, EvalServerError, ExcInfo
+from mcp_evalserver.runtime.limits import Limiters
 from mcp_evalserver.runtime.sandboxes import SandboxPool
 from mcp_evalserver.scoring.stats.summary import summarise_campaign
 from mcp_evalserver.server.campaign_queries import CampaignQueries, CampaignRun, EventFn
@@ -371,11 +372,14 @@ class EvalService(CampaignQueries):
         parts: CampaignParts | None = None,
         *,
         budget_usd: float | None = None,
+        sandboxes: SandboxPool | None = None,
+        capacity: Limiters | None = None,
     ) -> None:
         """Starts a run in the server's task group and waits until it has opened its ledger.
 
         `parts`: what a new campaign's spec built (else the agent is built here and the runner
         builds the scorer from the spec its ledger holds). `budget_usd`: its budget from now on.
+        `sandboxes` and `capacity`: an evaluation set's pool and limits (`launch_together`).
 
         Raises:
             Conflict: the server is shutting down, or another process runs the campaign.
@@ -406,9 +410,10 @@ class EvalService(CampaignQueries):
             campaign_id,
             agent=agent,
             scorer=scorer,
-            sandboxes=self._pool,
+            sandboxes=sandboxes or self._pool,
             on_record=on_record,
             budget_usd=budget_usd,
+            capacity=capacity,
         )
         self._runs[campaign_id] = run
         self._group.start_soon(self._drive, run)
@@ -424,6 +429,37 @@ class EvalService(CampaignQueries):
         if run.error is not None and not run.started.is_set():
             self._runs.pop(campaign_id, None)
             raise Conflict(f"campaign {campaign_id} could not start: {run.error}")
+
+    async def launch_together(self, campaign_ids: Sequence[str]) -> None:
+        """Runs campaigns as one evaluation set, each as `resume` would: on a sandbox pool of
+        their own that provisions each task's instance once for all of them and closes it when
+        the last has finished with it, under the first one's limits shared by all (so they
+        interleave); returns once each has started.
+
+        Raises:
+            Conflict: the server is stopping, or a campaign cannot start (those before it run).
+            InvalidInput: as `_launch`.
+        """
+        if self._group is None:
+            raise Conflict("the server is not running campaigns (it is starting or stopping)")
+        capacity = Limiters(self._load(campaign_ids[0]).spec.limits)
+        launched: list[CampaignRun] = []
+        launching = anyio.Event()
+
+        async def host(*, task_status: anyio.abc.TaskStatus[SandboxPool]) -> None:
+            async with SandboxPool(self._ray_address, sharers=len(campaign_ids)) as pool:
+                task_status.started(pool)
+                await launching.wait()
+                for run in launched:
+                    await run.finished.wait()
+
+        pool = await self._group.start(host)
+        try:
+            for campaign_id in campaign_ids:
+                await self._launch(campaign_id, sandboxes=pool, capacity=capacity)
+                launched.append(self._runs[campaign_id])
+        finally:
+            launching.set()
 
     async def _drive(self, run: CampaignRun) -> None:
         campaign_id = run.runner.campaign_id

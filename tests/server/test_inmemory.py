@@ -22,7 +22,7 @@ TOOLS = {
     "list_files", "get_diff", "submit", "score", "compare_campaigns", "sweep_concurrency",
     "sweep_status",
     "calibrate_judge", "checkpoint", "restore", "fork_trajectory", "export_results",
-    "plan_sample_size", "report_usage",
+    "plan_sample_size", "report_usage", "start_eval_set", "cancel_eval_set",
 }  # fmt: skip
 
 

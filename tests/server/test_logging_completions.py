@@ -27,6 +27,7 @@ from mcp_types import (
 
 from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.server.mcp_app import create_server, create_trajectory_server
+from mcp_evalserver.server.set_tools import LEADERBOARD_URI
 from mcp_evalserver.server.trajectory.scoped import ScopedTrajectory
 from tests.server.helpers import MODES, answer_spec
 from testsupport.servers import call, http_client, http_server, stdio_client
@@ -205,7 +206,7 @@ async def test_the_trajectory_and_task_resources_show_verdicts_and_never_the_ans
         task = await client.read_resource("campaign://c/tasks/t2")
         with pytest.raises(MCPError) as missing:
             await client.read_resource("campaign://c/tasks/t9")
-    assert templates == {REPORT.uri, TRAJECTORY.uri, TASK.uri}
+    assert templates == {REPORT.uri, TRAJECTORY.uri, TASK.uri, LEADERBOARD_URI}
     shown = json.loads(getattr(trajectory.contents[0], "text", ""))
     assert shown["outcome"] == "resolved"
     assert shown["sample"] == 1
