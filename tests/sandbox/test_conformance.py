@@ -448,6 +448,37 @@ async def test_a_command_cannot_write_the_sandboxs_report_of_its_own_exit(
     assert results[3].stdout == "0\n"
 
 
+async def test_a_commands_stdio_blocks_though_the_sandboxs_ends_of_its_pipes_do_not(
+    instance: Instance,
+) -> None:
+    # The supervisor reads and writes its ends of an exec's pipes without blocking; the
+    # command's ends must still block, or a program writing more than a pipe holds (a test
+    # suite's output) would fail with EAGAIN, and a status line forged on its own stdout
+    # must stay output. The command reports its ends' flags, floods both streams past a pipe's
+    # 64 KiB, reads a stdin larger than a pipe holds, and prints a status line of its own.
+    script = (
+        "import fcntl, os, sys\n"
+        "flags = [fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK for fd in (0, 1, 2)]\n"
+        "data = sys.stdin.buffer.read()\n"
+        "os.write(2, b'e' * (1 << 18))\n"
+        "sys.stdout.write(repr((flags, len(data))) + '\\n' + 'o' * (1 << 18) + '\\n')\n"
+        "sys.stdout.write('{\"status\": 0}\\n')\n"
+        "sys.exit(3)\n"
+    )
+    with anyio.fail_after(30):
+        async with await instance.workspace("blocking-stdio") as ws:
+            result = await ws.exec(["python3", "-c", script], stdin=b"i" * (1 << 18))
+    assert result.exit_code == 3, result.stderr[-500:]
+    first, flood, forged, rest = result.stdout.split("\n")
+    assert (first, len(flood), forged, rest) == (
+        f"([0, 0, 0], {1 << 18})",
+        1 << 18,
+        '{"status": 0}',
+        "",
+    )
+    assert result.stderr == "e" * (1 << 18)
+
+
 async def test_what_a_command_leaves_running_lasts_across_calls_until_the_workspace_goes(
     instance: Instance,
 ) -> None:

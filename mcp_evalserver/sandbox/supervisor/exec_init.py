@@ -80,7 +80,7 @@ def encode_exec_request(request: dict[str, Any]) -> bytes:
               str(limits.get("memory_bytes") or ""), "1" if have.get("nproc") else "0",
               "1" if have.get("memory") else "0", str(len(request["argv"])), *request["argv"],
               str(len(env)), *(f"{k}={v}" for k, v in env.items())]  # fmt: skip
-    return b"".join(field.encode("utf-8", "surrogateescape") + b"\0" for field in fields)
+    return ("\0".join(fields) + "\0").encode("utf-8", "surrogateescape")
 
 
 def decode_exec_request(data: bytes) -> dict[str, Any]:

@@ -66,10 +66,11 @@ def exec_result(job: Job) -> dict[str, Any]:
     Raises:
         SupervisorError: it could not be run, or its workspace lost its holder meanwhile.
     """
-    for msg in job.messages():
+    messages = job.messages()
+    for msg in messages:
         if "error" in msg and not job.timed_out:
             raise SupervisorError(error_type(msg.get("kind")), msg["error"])
-    raw = next((m["status"] for m in job.messages() if "status" in m), job.status)
+    raw = next((m["status"] for m in messages if "status" in m), job.status)
     if raw is None and not job.killed and job.ws is not None:
         # Its parent died before reporting and we did not kill it: the holder died (its
         # execs die with it) or was killed from outside. Not the command's doing, so not a

@@ -11,6 +11,7 @@ it left running still holds go to a sink (see let_go).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import selectors
@@ -36,6 +37,12 @@ REPORT_CAP = 64 << 20
 # The most read from an exec's pipes once its command exited (see Jobs.let_go): what it wrote
 # before it exited is at most a pipe's buffer; more is a process it left running writing.
 AFTER_EXIT_BYTES = 1 << 20
+
+
+def _non_blocking(fd: int) -> None:
+    """O_NONBLOCK on our end of a fresh pipe (no other status flag set there to keep: one
+    fcntl where os.set_blocking reads the flags first)."""
+    fcntl.fcntl(fd, fcntl.F_SETFL, os.O_NONBLOCK)
 
 
 # --- output capture --------------------------------------------------------------------------
@@ -175,14 +182,14 @@ class Jobs:
         job.deadline = time.monotonic() + timeout if timeout else None
         job.stdin_fd, job.stdin_data = pipes[0][1], stdin or b""
         job.out_fd, job.err_fd = pipes[1][0], pipes[2][0]
-        os.set_blocking(job.stdin_fd, False)
         if job.stdin_data:
+            _non_blocking(job.stdin_fd)
             self.sel.register(job.stdin_fd, selectors.EVENT_WRITE, (job, job.stdin_fd))
         else:
             os.close(job.stdin_fd)
             job.stdin_fd = -1
         for i, (r, _) in enumerate(pipes[1:], start=1):
-            os.set_blocking(r, False)
+            _non_blocking(r)
             if i < 3:
                 job.captures[r] = Capture(cap or 1)
             else:
@@ -224,13 +231,18 @@ class Jobs:
             return
         try:
             chunk = os.read(fd, 1 << 16)
+            if chunk and fd == job.info_fd:
+                job.info += chunk
+                # Its writer closes it right after its last line (an exec's status): that
+                # end is read now rather than after another turn of the loop.
+                chunk = os.read(fd, 1 << 16)
+                if chunk:
+                    job.info += chunk
+                    return
         except BlockingIOError:
             return
         if chunk:
-            if fd == job.info_fd:
-                job.info += chunk
-            else:
-                job.captures[fd].feed(chunk)
+            job.captures[fd].feed(chunk)
             return
         self.sel.unregister(fd)
         os.close(fd)
