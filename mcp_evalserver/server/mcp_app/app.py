@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -16,18 +16,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mcp_evalserver import __version__
-from mcp_evalserver.server.front.service import FrontService, WorkerConfig
-from mcp_evalserver.server.mcp_app.campaign_tools import campaign_tools, export_tools
+from mcp_evalserver.server.mcp_app.first_use import LoadOnFirstUse, ServiceSlot
 from mcp_evalserver.server.mcp_app.json_answers import answer_json_unless_streaming
 from mcp_evalserver.server.mcp_app.log_notifications import logging_and_completions
-from mcp_evalserver.server.mcp_app.resources import campaign_resources
-from mcp_evalserver.server.mcp_app.trajectory_server import serve_trajectory
-from mcp_evalserver.server.mcp_app.workspace_adapter import trajectory_tools
-from mcp_evalserver.server.privileges import Privileges
-from mcp_evalserver.server.service import EvalService
 from mcp_evalserver.server.surface import ToolProfile, as_models_read_it
 from mcp_evalserver.server.transport.http import allowed_host_names
 from mcp_evalserver.server.transport.stdio_pipes import claim_stdio, end_input_on_signal
+
+if TYPE_CHECKING:
+    from mcp_evalserver.server.front.service import WorkerConfig
+    from mcp_evalserver.server.privileges import Privileges
+    from mcp_evalserver.server.service import EvalService
 
 INSTRUCTIONS = """\
 Runs evaluation campaigns for AI agents: tasks x samples x one agent x one scorer, in isolated \
@@ -55,20 +54,29 @@ def create_server(
     privileges: Privileges | None = None,
     worker: WorkerConfig | None = None,
     tools: ToolProfile = "all",
-) -> MCPServer[EvalService]:
+    service_at_start: bool = False,
+) -> MCPServer[ServiceSlot]:
     """The MCP server; its lifespan owns an `EvalService` over `state_dir` (as `worker` of
     `--workers N`, a `FrontService`).
 
+    It answers `initialize` with neither: the first other message registers the tools and
+    starts the service (`first_use`), unless `service_at_start` starts the service with the
+    lifespan (HTTP: a worker is ready once its service is).
+
     `base_dir` resolves relative task file paths in specs (default: the working directory);
     with `ray_address`, instances run on that Ray cluster unless a campaign says otherwise;
-    with `resume_running`, campaigns that were interrupted resume when the server starts;
+    with `resume_running`, campaigns that were interrupted resume when the service starts;
     `privileges` says what clients may make it do on its host (default: everything, as for
     the user's own process over stdio). `tools`: every tool, or (`agent`) only what an agent
     that claims trajectories needs.
     """
 
-    @asynccontextmanager
-    async def lifespan(_: MCPServer[EvalService]) -> AsyncIterator[EvalService]:
+    def start_service() -> AbstractAsyncContextManager[EvalService]:
+        # Imported here: the engine is what the first answer does without.
+        from mcp_evalserver.server.front.service import FrontService
+        from mcp_evalserver.server.mcp_app.trajectory_server import serve_trajectory
+        from mcp_evalserver.server.service import EvalService
+
         options: dict[str, Any] = {
             "base_dir": base_dir,
             "ray_address": ray_address,
@@ -76,25 +84,29 @@ def create_server(
             "privileges": privileges,
             "trajectory_endpoints": serve_trajectory,
         }
-        service = (
-            EvalService(state_dir, **options)
-            if worker is None
-            else FrontService(state_dir, worker=worker, **options)
-        )
-        async with service:
-            yield service
+        if worker is None:
+            return EvalService(state_dir, **options)
+        return FrontService(state_dir, worker=worker, **options)
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer[ServiceSlot]) -> AsyncIterator[ServiceSlot]:
+        async with ServiceSlot(start_service) as slot:
+            if service_at_start:
+                await slot.service()
+            yield slot
+
+    def register(app: MCPServer[Any]) -> None:
+        from mcp_evalserver.server.mcp_app.registration import register_tools
+
+        register_tools(app, tools)
 
     instructions = AGENT_INSTRUCTIONS if tools == "agent" else INSTRUCTIONS
-    app: MCPServer[EvalService] = MCPServer(
+    app: MCPServer[ServiceSlot] = MCPServer(
         "mcp-evalserver", version=__version__, instructions=instructions, lifespan=lifespan
     )
-    if tools == "all":
-        campaign_tools(app)
-    trajectory_tools(app)
-    if tools == "all":
-        export_tools(app)
-        campaign_resources(app)
+    # Eager: the capabilities `initialize` answers with come from the handlers registered.
     logging_and_completions(app)
+    app.middleware.append(LoadOnFirstUse(app, register))
     as_models_read_it(app)
 
     async def healthz(request: Request) -> Response:
@@ -153,6 +165,8 @@ def http_app(
     `privileges` (default: no plugins, no host paths; see `privileges.py`) and the `tools`
     profile.
     """
+    from mcp_evalserver.server.privileges import Privileges  # the HTTP server's alone
+
     hosts = allowed_host_names(host, allowed_hosts)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
@@ -166,6 +180,7 @@ def http_app(
         privileges=privileges or Privileges.for_http(),
         worker=worker,
         tools=tools,
+        service_at_start=True,
     )
     # As many idle sessions (agents whose model thinks) as the machine holds, not the SDK's
     # 10,000: each costs a few kilobytes (bench/front.py); 30 minutes idle still ends one.

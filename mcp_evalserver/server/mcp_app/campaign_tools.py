@@ -31,7 +31,7 @@ from mcp_evalserver.server.surface import SPEC_SCHEMA_URI, SpecArgument
 from mcp_evalserver.spec.campaign import validate_spec
 
 
-def campaign_tools(app: MCPServer[EvalService]) -> None:
+def campaign_tools(app: MCPServer[Any]) -> None:
     @app.tool(annotations=MUTATES)
     @tool_errors
     async def start_campaign(
@@ -257,7 +257,7 @@ def campaign_tools(app: MCPServer[EvalService]) -> None:
         return {**plan, "markdown": render_plan_markdown(plan)}
 
 
-def export_tools(app: MCPServer[EvalService]) -> None:
+def export_tools(app: MCPServer[Any]) -> None:
     @app.tool(annotations=READ_ONLY)
     @tool_errors
     async def export_results(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from collections.abc import Awaitable, Callable
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from mcp.server.connection import Connection, allowed_log_levels
 from mcp.server.context import ServerRequestContext
@@ -22,9 +22,11 @@ from mcp_types import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcp_evalserver.server.events import CampaignEvent
 from mcp_evalserver.server.mcp_app.json_answers import PerRequestSessions
-from mcp_evalserver.server.service import EvalService
+
+if TYPE_CHECKING:
+    from mcp_evalserver.server.events import CampaignEvent
+    from mcp_evalserver.server.service import EvalService
 
 #: MCP's log levels, lowest first.
 _LEVELS: tuple[LoggingLevel, ...] = get_args(LoggingLevel)
@@ -39,7 +41,7 @@ def _log_params(event: CampaignEvent) -> dict[str, Any]:
     return {"level": event.level, "logger": LOGGER, "data": event.data}
 
 
-def logging_and_completions(app: MCPServer[EvalService]) -> None:
+def logging_and_completions(app: MCPServer[Any]) -> None:
     """Serves `logging/setLevel` (campaign events as log notifications) and
     `completion/complete` (campaign, trajectory and task ids).
 

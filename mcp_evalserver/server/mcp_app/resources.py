@@ -14,7 +14,7 @@ from mcp_evalserver.server.surface import SPEC_SCHEMA_URI
 from mcp_evalserver.spec.campaign import spec_json_schema
 
 
-def campaign_resources(app: MCPServer[EvalService]) -> None:
+def campaign_resources(app: MCPServer[Any]) -> None:
     @app.resource(SPEC_SCHEMA_URI, mime_type="application/schema+json")
     def campaign_schema() -> str:
         """The JSON schema of a campaign spec: what start_campaign and sweep_concurrency take

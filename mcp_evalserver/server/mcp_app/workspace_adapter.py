@@ -27,7 +27,7 @@ _KEYWORD = inspect.Parameter.KEYWORD_ONLY
 _ANNOTATED: Any = Annotated
 
 
-def trajectory_tools(app: MCPServer[EvalService]) -> None:
+def trajectory_tools(app: MCPServer[Any]) -> None:
     @app.tool(annotations=MUTATES)
     @tool_errors
     async def claim_trajectory(
