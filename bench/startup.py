@@ -9,6 +9,9 @@ Run `python bench/startup.py` (`--rounds N`, default 9). Writes bench/results/st
   sdk_import_p50_ms: spawning a `python` that imports `mcp.server.mcpserver` (the MCP SDK,
   which any server on it imports) to its first printed line; first_answer_vs_python and
   first_answer_vs_sdk, the ratios.
+- the same three as CPU time (user + system, 10 ms ticks), which a loaded machine stretches
+  far less than wall time: first_answer_cpu_p50_ms (the server's CPU until its answer),
+  python_pass_cpu_p50_ms, sdk_import_cpu_p50_ms, and first_answer_cpu_vs_sdk.
 - stdin_end_exit_p50_ms and sigint_exit_p50_ms: from the end of stdin (the client closed its
   pipe), or from SIGINT (what Claude Code sends at exit), to the server's exit.
 
@@ -31,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, LoadRecord, describe_load, p50, write_results
+from bench.common import REPO, LoadRecord, describe_load, p50, process_cpu_seconds, write_results
 from testsupport.rawmcp import initialize_request
 
 INITIALIZE = initialize_request("bench-startup")
@@ -44,26 +47,34 @@ def _environment() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *([path] if path else [])])}
 
 
-def _ms_to_exit(command: list[str]) -> float:
+def _ms_to_exit(command: list[str]) -> tuple[float, float]:
+    """Milliseconds from spawning `command` to its exit, and the CPU milliseconds it spent."""
     started = time.perf_counter()
-    subprocess.run(command, check=True, env=_environment())
-    return 1000 * (time.perf_counter() - started)
+    process = subprocess.Popen(command, env=_environment())
+    _, status, usage = os.wait4(process.pid, 0)
+    ended = time.perf_counter()
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"{command} exited {process.returncode}")
+    return 1000 * (ended - started), 1000 * (usage.ru_utime + usage.ru_stime)
 
 
-def _ms_to_first_line(command: list[str]) -> float:
-    """Milliseconds from spawning `command` to the first line it prints (its teardown apart)."""
+def _ms_to_first_line(command: list[str]) -> tuple[float, float]:
+    """Milliseconds from spawning `command` to the first line it prints (its teardown apart),
+    and the CPU milliseconds it had spent then."""
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, env=_environment())
     assert process.stdout is not None
     process.stdout.readline()
     printed = time.perf_counter()
+    cpu = process_cpu_seconds(process.pid)  # exiting, not yet reaped: its figures stay
     process.wait(timeout=EXIT_BOUND_S)
-    return 1000 * (printed - started)
+    return 1000 * (printed - started), 1000 * cpu
 
 
-def _server_round(state_dir: Path, end: str) -> tuple[float, float]:
-    """Milliseconds to the answer to `initialize`, then from `end` (closing stdin, or SIGINT)
-    to the server's exit."""
+def _server_round(state_dir: Path, end: str) -> tuple[float, float, float]:
+    """Milliseconds to the answer to `initialize`, the CPU milliseconds the server had spent
+    then, and the milliseconds from `end` (closing stdin, or SIGINT) to the server's exit."""
     command = [sys.executable, "-m", "mcp_evalserver.cli", "--stdio", "--state-dir", str(state_dir)]
     started = time.perf_counter()
     server = subprocess.Popen(
@@ -76,6 +87,7 @@ def _server_round(state_dir: Path, end: str) -> tuple[float, float]:
         server.stdin.flush()
         answer = json.loads(server.stdout.readline())
         answered = time.perf_counter()
+        cpu = process_cpu_seconds(server.pid)
         if "result" not in answer:
             raise RuntimeError(f"the server refused initialize: {answer}")
         ending = time.perf_counter()
@@ -89,7 +101,7 @@ def _server_round(state_dir: Path, end: str) -> tuple[float, float]:
         if server.poll() is None:
             server.kill()
             server.wait()
-    return 1000 * (answered - started), 1000 * (ended - ending)
+    return 1000 * (answered - started), 1000 * cpu, 1000 * (ended - ending)
 
 
 def measure(rounds: int) -> dict[str, Any]:
@@ -97,14 +109,20 @@ def measure(rounds: int) -> dict[str, Any]:
     floor: list[float] = []
     sdk: list[float] = []
     first: list[float] = []
+    cpu: dict[str, list[float]] = {"floor": [], "sdk": [], "first": []}
     exits: dict[str, list[float]] = {"stdin": [], "sigint": []}
     with tempfile.TemporaryDirectory() as tmp:
         for number in range(rounds):
-            floor.append(_ms_to_exit([sys.executable, "-c", "pass"]))
-            sdk.append(_ms_to_first_line([sys.executable, "-c", SDK_IMPORT]))
+            for kind, (wall_ms, cpu_ms) in (
+                ("floor", _ms_to_exit([sys.executable, "-c", "pass"])),
+                ("sdk", _ms_to_first_line([sys.executable, "-c", SDK_IMPORT])),
+            ):
+                (floor if kind == "floor" else sdk).append(wall_ms)
+                cpu[kind].append(cpu_ms)
             end = "stdin" if number % 2 == 0 else "sigint"
-            answered, exited = _server_round(Path(tmp) / f"state{number}", end)
+            answered, answer_cpu, exited = _server_round(Path(tmp) / f"state{number}", end)
             first.append(answered)
+            cpu["first"].append(answer_cpu)
             exits[end].append(exited)
     figures = {
         "rounds": rounds,
@@ -114,6 +132,10 @@ def measure(rounds: int) -> dict[str, Any]:
         "sdk_import_p50_ms": p50(sdk),
         "first_answer_vs_python": p50(first) / p50(floor),
         "first_answer_vs_sdk": p50(first) / p50(sdk),
+        "first_answer_cpu_p50_ms": p50(cpu["first"]),
+        "python_pass_cpu_p50_ms": p50(cpu["floor"]),
+        "sdk_import_cpu_p50_ms": p50(cpu["sdk"]),
+        "first_answer_cpu_vs_sdk": p50(cpu["first"]) / p50(cpu["sdk"]),
         "stdin_end_exit_p50_ms": p50(exits["stdin"]),
         "sigint_exit_p50_ms": p50(exits["sigint"]) if exits["sigint"] else None,
     }
@@ -132,7 +154,9 @@ def main() -> None:
         f"{figures['first_answer_vs_python']:.1f}x `python -c pass` "
         f"({figures['python_pass_p50_ms']:.0f} ms), "
         f"{figures['first_answer_vs_sdk']:.2f}x the SDK's import "
-        f"({figures['sdk_import_p50_ms']:.0f} ms); exit after stdin's end "
+        f"({figures['sdk_import_p50_ms']:.0f} ms); CPU to the answer "
+        f"{figures['first_answer_cpu_p50_ms']:.0f} ms, {figures['first_answer_cpu_vs_sdk']:.2f}x "
+        f"the SDK's import ({figures['sdk_import_cpu_p50_ms']:.0f} ms); exit after stdin's end "
         f"{figures['stdin_end_exit_p50_ms']:.0f} ms, after SIGINT "
         f"{figures['sigint_exit_p50_ms']:.0f} ms; {describe_load(figures)} -> {path}"
     )

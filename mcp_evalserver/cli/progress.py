@@ -45,9 +45,11 @@ def _clock(seconds: float) -> str:
 
 
 async def show_progress(
-    runner: CampaignRunner, stream: TextIO = sys.stderr, *, interval_s: float = 0.2
+    runner: CampaignRunner, stream: TextIO | None = None, *, interval_s: float = 0.2
 ) -> None:
-    """Redraws the line while the runner runs (every 5 s as a new line when not a terminal)."""
+    """Redraws the line while the runner runs (every 5 s as a new line when not a terminal),
+    on `stream` (default: `sys.stderr` as it is when called, not when this module loaded)."""
+    stream = stream or sys.stderr
     live = stream.isatty()
     period = interval_s if live else 5.0
     last = ""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 from pathlib import Path
@@ -19,17 +18,8 @@ from mcp_evalserver.runtime.governance import governed
 from mcp_evalserver.scoring.base import Scorer
 from mcp_evalserver.spec.campaign import CampaignSpec
 
-STATE_DIR_ENV = "MCP_EVALSERVER_STATE_DIR"
 #: Where a run on a cluster keeps the nodes its sandbox work runs on now (for `status`).
 NODES_FILE = "nodes.json"
-
-
-def default_state_dir() -> Path:
-    """`$MCP_EVALSERVER_STATE_DIR`, else `$XDG_DATA_HOME/mcp-evalserver`, else ~/.local/share."""
-    if configured := os.environ.get(STATE_DIR_ENV):
-        return Path(configured)
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "mcp-evalserver"
 
 
 class CampaignStore:

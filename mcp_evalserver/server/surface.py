@@ -144,10 +144,15 @@ def as_models_read_it(app: Any) -> None:
     """Gives an MCP server (`MCPServer`) input schemas without titles, descriptions as one
     paragraph (a docstring's line breaks and indentation are characters a model pays for and
     reads nothing in), and argument errors that name the field and the choices; call it once
-    every tool is registered."""
-    tools = app._tool_manager  # the SDK offers no public way to them
-    for tool in tools.list_tools():
+    every tool is registered (or, for tools registered later, `tidy_for_models` then)."""
+    tidy_for_models(app)
+    app.middleware.append(readable_argument_errors(app._tool_manager.get_tool))
+
+
+def tidy_for_models(app: Any) -> None:
+    """The input schemas and descriptions of the tools `app` has now, as `as_models_read_it`
+    says; again, it changes nothing."""
+    for tool in app._tool_manager.list_tools():  # the SDK offers no public way to them
         tool.parameters = optional_unnulled(untitled(tool.parameters))
         if tool.description:
             tool.description = one_paragraph(tool.description)
-    app.middleware.append(readable_argument_errors(tools.get_tool))

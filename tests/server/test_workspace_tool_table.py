@@ -19,8 +19,12 @@ from mcp_evalserver.agents import workspace_tools
 from mcp_evalserver.agents.base import TrajectoryContext
 from mcp_evalserver.agents.tool_table import WORKSPACE_TOOLS, Audience, WorkspaceTool
 from mcp_evalserver.agents.workspace_tools import tool_schemas
-from mcp_evalserver.server import mcp_app
-from mcp_evalserver.server.mcp_app import create_server, create_trajectory_server
+from mcp_evalserver.server.mcp_app import (
+    create_server,
+    create_trajectory_server,
+    trajectory_server,
+    workspace_adapter,
+)
 from mcp_evalserver.server.trajectories import ExternalTrajectories
 from mcp_evalserver.server.trajectory.scoped import ScopedTrajectory
 
@@ -102,7 +106,8 @@ async def test_a_change_to_the_table_shows_on_all_three_surfaces(
         )
 
     table = tuple(reworded(tool) for tool in WORKSPACE_TOOLS)
-    monkeypatch.setattr(mcp_app, "WORKSPACE_TOOLS", table)
+    monkeypatch.setattr(workspace_adapter, "WORKSPACE_TOOLS", table)
+    monkeypatch.setattr(trajectory_server, "WORKSPACE_TOOLS", table)
     monkeypatch.setattr(workspace_tools, "WORKSPACE_TOOLS", table)
 
     now = await surfaces(tmp_path)

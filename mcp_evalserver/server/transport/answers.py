@@ -7,7 +7,8 @@ SDK's CPU per call (bench/front.py's `bare_sdk_cpu_ms`), and every MCP client ac
 the choice is made per request: a request that asked for progress (`_meta.progressToken`) or
 for log events (`_meta` naming a log level, 2026-07-28), or comes in a handshake-era session
 whose client set a log level (`logging/setLevel`), keeps SSE; every other one is answered with
-JSON. mcp_app.py points the SDK's session manager and its transports at `answering_json()`.
+JSON. mcp_app/json_answers.py points the SDK's session manager and its transports at
+`answering_json()`.
 
 A request answered with JSON carries only its response: the SDK drops (2026-07-28) or cannot
 frame what relates to it, so nothing may send such a request a notification it did not ask

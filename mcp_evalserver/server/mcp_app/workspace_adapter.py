@@ -1,0 +1,122 @@
+"""The workspace tools, made from their one declaration (`agents.tool_table`): registered
+over `ExternalTrajectories` with a claim id (and `claim_trajectory`), or for one trajectory
+(`trajectory_server`). Each answers in text a model reads, its JSON as structured content."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import typing
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import CallToolResult, TextContent
+from pydantic import BaseModel, Field
+
+from mcp_evalserver.agents.tool_table import WORKSPACE_TOOLS, Audience, WorkspaceTool
+from mcp_evalserver.server.mcp_app.calls import ClaimId, WaitSeconds, service_of
+from mcp_evalserver.server.mcp_app.failures import tool_errors
+from mcp_evalserver.server.mcp_app.hints import EFFECTS, MUTATES
+from mcp_evalserver.server.models import Claim, Published, ReadByModels, published_model
+from mcp_evalserver.server.service import EvalService
+from mcp_evalserver.server.trajectories import ExternalTrajectories
+
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+# Subscripted with a type made at run time: a value to the type checker, not a type expression.
+_ANNOTATED: Any = Annotated
+
+
+def trajectory_tools(app: MCPServer[Any]) -> None:
+    @app.tool(annotations=MUTATES)
+    @tool_errors
+    async def claim_trajectory(
+        ctx: Context[EvalService, Any],
+        campaign_id: Annotated[
+            str | None, Field(description="Only from this campaign; default any.")
+        ] = None,
+        wait_s: WaitSeconds = 0.0,
+    ) -> Annotated[CallToolResult, Claim]:
+        """Claim a trajectory of a campaign whose agent is external, to act as its agent: the
+        task prompt and a claim_id for the workspace tools and submit. Each call renews the
+        claim and a running call holds it; after lease_s with no call another client may take
+        it over, workspace as it was. Waits up to wait_s for one; the campaign's
+        trajectory_timeout_s bounds the whole trajectory."""
+        service = service_of(ctx)
+        if campaign_id is not None:
+            service.require_campaign(campaign_id)
+        return answer(await service.trajectories().claim(campaign_id, wait_s))
+
+    for tool in WORKSPACE_TOOLS:
+        method = getattr(ExternalTrajectories, tool.name)
+        add_workspace_tool(app, tool, "claimed", _on_claim(tool.name), returns_of(method))
+
+
+def _on_claim(name: str) -> Callable[..., Awaitable[Any]]:
+    """The `ExternalTrajectories` method `name`, on the claims of the server that serves `ctx`."""
+
+    async def on_claim(ctx: Context[EvalService, Any], claim_id: str, **arguments: Any) -> Any:
+        return await getattr(service_of(ctx).trajectories(), name)(claim_id, **arguments)
+
+    return on_claim
+
+
+def returns_of(method: Callable[..., Any]) -> Any:
+    """What `method` returns: the output schema of the tool it serves."""
+    return typing.get_type_hints(method)["return"]
+
+
+def add_workspace_tool(
+    app: MCPServer[Any],
+    tool: WorkspaceTool,
+    audience: Audience,
+    run: Callable[..., Awaitable[Any]],
+    returns: Any,
+) -> None:
+    """Registers `tool` as `WORKSPACE_TOOLS` declares it for `audience`.
+
+    `run` does the work, called with the tool's arguments by name (for `claimed`, also `ctx`
+    and `claim_id`); `returns`, what it returns, is the tool's output schema.
+    """
+    leading = (
+        {"claim_id": ClaimId, "ctx": Context[EvalService, Any]} if audience == "claimed" else {}
+    )
+    parameters = [inspect.Parameter(n, _KEYWORD, annotation=a) for n, a in leading.items()]
+    for p in tool.parameters_for(audience):
+        nullable: Any = p.type | None if p.default is None else p.type
+        field = Field(description=p.description, ge=p.ge, gt=p.gt, le=p.le)
+        annotation = _ANNOTATED[nullable, field]
+        default = inspect.Parameter.empty if p.required else p.default
+        parameters.append(
+            inspect.Parameter(p.name, _KEYWORD, annotation=annotation, default=default)
+        )
+
+    async def call(**arguments: Any) -> CallToolResult:
+        return answer(await run(**arguments))
+
+    # The SDK reads a tool's parameters and output from its signature (the context parameter
+    # from its annotations), and names the schema of its arguments after it. Annotated with
+    # the result model, a `CallToolResult` is the answer as built (its structured content
+    # validated against the model, whose schema is the tool's output schema).
+    answers = _ANNOTATED[CallToolResult, published_model(returns)]
+    call.__name__ = tool.name
+    call.__signature__ = inspect.Signature(parameters, return_annotation=answers)  # type: ignore[attr-defined]
+    call.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": answers}
+    annotations = EFFECTS[tool.effect]
+    app.add_tool(tool_errors(call), description=tool.description(audience), annotations=annotations)
+
+
+def answer(result: BaseModel) -> CallToolResult:
+    """A workspace tool's (or a claim's) answer: what a model reads (`model_text()`: stdout as
+    printed, numbered lines) as its text, the result's JSON as its structured content (its
+    `published` model where its text already carries a long field)."""
+    if isinstance(result, ReadByModels):
+        text = result.model_text()
+        shown = result.published(text) if isinstance(result, Published) else result
+        structured = shown.model_dump(mode="json", by_alias=True)
+    else:  # a result model without a text of its own: its JSON, compact
+        structured = result.model_dump(mode="json", by_alias=True)
+        text = json.dumps(structured, separators=(", ", ": "))
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=structured
+    )
