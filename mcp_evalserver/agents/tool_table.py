@@ -21,6 +21,7 @@ from typing import Final, Literal
 
 from mcp_evalserver.agents.file_text import DEFAULT_LINES, MAX_FILE_BYTES
 from mcp_evalserver.sandbox.supervisor import finder
+from mcp_evalserver.spec.prose import one_paragraph
 from mcp_evalserver.spec.submission import MAX_COST_USD, MAX_TOKENS
 
 #: The two MCP surfaces: tools that name a claim id, and tools bound to one trajectory.
@@ -41,13 +42,6 @@ class _Required:
 
 #: The default of a parameter that callers must give.
 REQUIRED: Final = _Required()
-
-
-def one_paragraph(text: str) -> str:
-    """`text` as one paragraph: line breaks and indentation (a docstring's, a triple-quoted
-    description's) are characters a model pays for and reads nothing in. Every tool
-    description an MCP surface shows goes through it (`server.surface.as_models_read_it`)."""
-    return " ".join(text.split())
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Final, Literal, Protocol, get_args
 
 from pydantic import Field, ValidationError
 
-from mcp_evalserver.agents.tool_table import one_paragraph
+from mcp_evalserver.spec.prose import one_paragraph
 from mcp_evalserver.spec.validation_errors import describe_validation_error
 
 #: What a server offers: every tool, or (`--tools agent`) what an agent that claims

@@ -35,7 +35,8 @@ FIRST_ANSWER_NEEDS = {
     "mcp_evalserver.server.surface", "mcp_evalserver.server.transport",
     "mcp_evalserver.server.transport.answers", "mcp_evalserver.server.transport.http",
     "mcp_evalserver.server.transport.stdio_pipes", "mcp_evalserver.spec",
-    "mcp_evalserver.spec.validation_errors", "mcp_evalserver.server.mcp_app",
+    "mcp_evalserver.spec.validation_errors", "mcp_evalserver.spec.prose",
+    "mcp_evalserver.server.mcp_app",
     "mcp_evalserver.server.mcp_app.app", "mcp_evalserver.server.mcp_app.first_use",
     "mcp_evalserver.server.mcp_app.json_answers", "mcp_evalserver.server.mcp_app.log_notifications",
 }  # fmt: skip
