@@ -193,20 +193,23 @@ class _Handler(BaseHTTPRequestHandler):
         accepted = self.fake.arrived()
         try:
             if not accepted:
-                self._fail(self.fake.over_capacity)
-                return
-            if self.fake.service_s:
-                # The provider at work (see the module docstring), in the server's own thread.
-                time.sleep(self.fake.service_s)
-            response = self.fake.next_response(
-                body, {name.lower(): value for name, value in self.headers.items()}
-            )
-            if isinstance(response, Failure):
-                self._fail(response)
+                response: Response = self.fake.over_capacity
             else:
-                self._send(200, self.fake.completion(response, str(body.get("model"))), {})
+                if self.fake.service_s:
+                    # The provider at work (see the module docstring), in the server's own thread.
+                    time.sleep(self.fake.service_s)
+                response = self.fake.next_response(
+                    body, {name.lower(): value for name, value in self.headers.items()}
+                )
         finally:
+            # Counted out before its answer is written: once the client has read it, it may
+            # send its next request at once, and that one must not find this one still open
+            # (under load this thread can run long after the client has moved on).
             self.fake.left()
+        if isinstance(response, Failure):
+            self._fail(response)
+        else:
+            self._send(200, self.fake.completion(response, str(body.get("model"))), {})
 
     def _fail(self, failure: Failure) -> None:
         error = {"message": failure.message, "type": "scripted", "code": failure.status}
