@@ -339,6 +339,7 @@ class RunDrive(Branching):
             sandbox=sandbox,
             branch=branch,
             meter=functools.partial(self.meter, tid),
+            budgeted=self.state.budget_usd is not None,
             recorded=recorded,
         )
 
