@@ -178,6 +178,30 @@ async def test_parallel_calls_under_a_budget_overshoot_it_by_one_call_at_most() 
     assert sum(u.output_tokens for u in meter.seen) == fake.output_tokens
 
 
+async def test_a_call_after_another_trajectory_spent_the_budget_is_refused_unrelayed() -> None:
+    # The CLI was running a tool when the campaign's budget was spent elsewhere: its next call
+    # must not reach the provider, though no call of its own crossed the budget.
+    spent = False
+
+    def admit() -> None:
+        if spent:
+            raise LimitExceeded("the campaign's budget is spent")
+
+    meter = Meter()
+    with serving_fake(FakeAnthropic(lambda body: Turn(text="hi"))) as fake:
+        bridge = _bridge(fake.url, meter)
+        bridge.admit = admit
+        async with serving(bridge) as sock:
+            with anyio.fail_after(30):
+                assert (await _post(str(sock), bridge.token)).status_code == 200
+                spent = True
+                refused = await _post(str(sock), bridge.token)
+    assert refused.status_code == 400
+    assert "budget" in refused.text
+    assert len(fake.seen) == len(meter.seen) == 1
+    assert isinstance(bridge.failure, LimitExceeded)
+
+
 async def test_without_a_budget_parallel_calls_are_relayed_in_parallel() -> None:
     meter = Meter()
     parallel = 4

@@ -43,7 +43,7 @@ import shutil
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +103,9 @@ class ModelBridge:
     #: Relays one call at a time, each metered before the next starts (the campaign has a
     #: budget): parallel calls then cannot together overshoot it by more than one call.
     one_at_a_time: bool = False
+    #: Asked before each call is relayed; what it raises refuses the call and ends the run
+    #: as the meter's refusal does (`TrajectoryContext.admit`).
+    admit: Callable[[], None] | None = None
     #: Where it also listens over TCP, for a node's relay (`serving(..., tcp_host=...)`).
     tcp_address: tuple[str, int] | None = None
     _client: httpx2.AsyncClient | None = None
@@ -139,6 +142,13 @@ class ModelBridge:
                 self._fail(OutOfTurns(f"the CLI ran out of turns: {made}"))
                 await _error(send, 400, "invalid_request_error", f"refused: {self.failure}")
                 return
+            if self.admit is not None:
+                try:
+                    self.admit()
+                except Exception as exc:
+                    self._fail(exc)
+                    await _error(send, 400, "invalid_request_error", f"refused: {exc}")
+                    return
             self.relayed += 1
             await self._relay(scope, path, headers, body, send)
 
