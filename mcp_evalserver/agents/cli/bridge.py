@@ -20,9 +20,10 @@ Through the bridge, and only there:
   by: the harness's own record, which the `trajectory` scorer judges, beside the CLI's session
   log (written inside the workspace, where the agent can rewrite it).
 
-Once the meter refuses (the budget is spent, or a cost is unknown under a budget), the bridge
-refuses every further call and sets `failed`: the agent then stops the CLI and raises what the
-meter raised, so the trajectory ends `budget_exhausted` with what it paid for recorded.
+Once the meter refuses (the budget is spent, or a cost is unknown under a budget), or `admit`
+does before a call is relayed (another trajectory spent the budget), the bridge refuses this
+and every further call and sets `failed`: the agent then stops the CLI and raises what was
+raised, so the trajectory ends `budget_exhausted` with what it paid for recorded.
 
 Under a budget (`one_at_a_time`) the calls go one at a time, each metered before the next
 starts, as the `openai` and mini-swe-agent loops make theirs: a call is priced only once its
