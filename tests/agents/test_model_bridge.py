@@ -1,4 +1,4 @@
-"""The model bridge as a CLI under test would attack it: its socket, its token, its paths."""
+"""The model bridge as a CLI under test would attack it: socket, token, paths and budget."""
 
 from __future__ import annotations
 
