@@ -99,6 +99,12 @@ class TrajectoryContext:
     #: its budget is checked against); None where nothing records it. An agent that meters
     #: none of its calls may give the whole in its submission's `usage` instead.
     meter: Meter | None = None
+    #: Whether the campaign has a budget: an agent whose calls could run in parallel then
+    #: makes them one at a time, each metered before the next starts.
+    budgeted: bool = False
+    #: Raises once the campaign's budget is spent: an agent that meters its calls asks before
+    #: each, so none starts after the budget was reached (by this trajectory or another).
+    admit: Callable[[], None] | None = None
     #: Settled by the runner once this attempt's submission is durable in the ledger, or
     #: cannot be; None where nothing records it (a test's context).
     recorded: Recorded | None = None

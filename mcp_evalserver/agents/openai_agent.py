@@ -144,7 +144,9 @@ class OpenAIAgent(Agent):
         transcript: list[dict[str, Any]] = [dict(m) for m in messages]
         usage = Usage()
         schemas = [] if reply_is_answer else tool_schemas(workspace is not None, config.checkpoints)
-        session = _Session(config, self.policy, schemas, transcript, usage, context.meter)
+        session = _Session(
+            config, self.policy, schemas, transcript, usage, context.meter, context.admit
+        )
         limiter = context.limiters.endpoint(base_url)
         # A client per trajectory, closed with it: no connection outlives the campaign run.
         async with model_client(
@@ -228,6 +230,7 @@ class _Session:
         transcript: list[dict[str, Any]],
         usage: Usage,
         meter: Meter | None = None,
+        admit: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.policy = policy
@@ -235,6 +238,7 @@ class _Session:
         self.transcript = transcript
         self.usage = usage
         self.meter = meter
+        self.admit = admit
 
     async def complete(
         self,
@@ -248,8 +252,11 @@ class _Session:
         Raises:
             InvalidInput: a 4xx other than 429 (bad model name, key, or request).
             InfrastructureError: still failing after `retry_attempts` requests.
+            Exception: what `admit` raised (the campaign's budget is spent).
         """
         config = self.config
+        if self.admit is not None:
+            self.admit()  # no call starts once the campaign's budget is spent
         started = time.monotonic()
 
         async def request() -> ChatCompletion:

@@ -184,6 +184,15 @@ class RunDrive(Branching):
         budget = self.state.budget_usd
         return budget is not None and self.state.spend.priced_usd + self.unapplied_usd >= budget
 
+    def admit(self) -> None:
+        """Lets a model call of an agent that meters its calls start, unless the budget is spent.
+
+        Raises:
+            _BudgetStop: the ledger's running total has reached the budget.
+        """
+        if self.over_budget:
+            raise _BudgetStop("the campaign's budget is spent")
+
     async def meter(self, trajectory_id: str, usage: ModelUsage, source: UsageSource) -> Priced:
         """Records model usage of a trajectory and what it cost; once the total reaches the
         budget, stops every generation: an agent that meters its calls at its next call (here:
@@ -339,6 +348,8 @@ class RunDrive(Branching):
             sandbox=sandbox,
             branch=branch,
             meter=functools.partial(self.meter, tid),
+            budgeted=self.state.budget_usd is not None,
+            admit=self.admit,
             recorded=recorded,
         )
 

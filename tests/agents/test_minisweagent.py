@@ -16,18 +16,22 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 from minisweagent.agents.default import DefaultAgent
 from minisweagent.environments import get_environment
+from minisweagent.models import get_model
 from minisweagent.models.test_models import DeterministicModel, make_output
 
+from mcp_evalserver.agents.minisweagent.environment import LoopCall
+from mcp_evalserver.agents.minisweagent.model import EndpointGatedModel
 from mcp_evalserver.engine.report import build_report
 from mcp_evalserver.engine.store import CampaignStore
-from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.errors import InvalidInput, LimitExceeded
 from mcp_evalserver.integrations.minisweagent import EvalserverEnvironment, close_shared
+from mcp_evalserver.runtime.adaptive import EndpointLimiter
 from mcp_evalserver.scoring.factory import build_scorer
 from mcp_evalserver.server.privileges import Privileges
 from mcp_evalserver.spec.agents import MiniSweAgentConfig
@@ -306,6 +310,27 @@ async def test_each_model_call_is_metered_as_it_returns_so_a_budget_stops_the_lo
     ]
     # The ledger's spend is the provider's, call for call.
     assert state.spend.cost_usd == pytest.approx(2 * (100 * 1.0 + 20 * 2.0) / 1_000_000)
+
+
+@pytest.mark.anyio
+async def test_no_model_call_starts_once_the_campaigns_budget_is_spent() -> None:
+    def spent() -> None:
+        raise LimitExceeded("the campaign's budget is spent")
+
+    fake = FakeOpenAI([], then=call("bash", command="true"))
+    with serving(fake), anyio.fail_after(30):
+        queried = get_model(config=_litellm(fake.url)["model"])
+        model = EndpointGatedModel(
+            queried,
+            EndpointLimiter(fake.url, 1),
+            cast("LoopCall", anyio.from_thread.run),
+            anyio.CapacityLimiter(1),
+            admit=spent,
+        )
+        messages = [{"role": "user", "content": "hi"}]
+        with pytest.raises(LimitExceeded):
+            await anyio.to_thread.run_sync(model.query, messages)
+    assert fake.seen == []
 
 
 @pytest.mark.anyio

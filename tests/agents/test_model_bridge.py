@@ -1,6 +1,9 @@
-"""The model bridge as a CLI under test would attack it: its socket, its token, its paths."""
+"""The model bridge as a CLI under test would attack it: socket, token, paths and budget."""
 
 from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
 
 import anyio
 import httpx2
@@ -41,17 +44,42 @@ async def _post(
     sock: str, token: str, path: str = "/v1/messages", **headers: str
 ) -> httpx2.Response:
     transport = httpx2.AsyncHTTPTransport(uds=sock)
-    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+    # A call may wait at the bridge for the calls before it (under a budget): the default 5 s
+    # is too short on a loaded machine.
+    async with httpx2.AsyncClient(
+        transport=transport, base_url="http://127.0.0.1", timeout=30
+    ) as client:
         return await client.post(path, json=BODY, headers={"x-api-key": token, **headers})
 
 
-def _bridge(url: str, meter: Meter) -> ModelBridge:
+async def _in_parallel(
+    bridge: ModelBridge,
+    sock: str,
+    calls: int,
+    meanwhile: Callable[[], Awaitable[None]] | None = None,
+) -> list[int]:
+    """The statuses of `calls` calls sent at once, with `meanwhile` run beside them."""
+    statuses: list[int] = []
+
+    async def call() -> None:
+        statuses.append((await _post(sock, bridge.token)).status_code)
+
+    async with anyio.create_task_group() as group:
+        for _ in range(calls):
+            group.start_soon(call)
+        if meanwhile is not None:
+            await meanwhile()
+    return statuses
+
+
+def _bridge(url: str, meter: Meter, *, one_at_a_time: bool = False) -> ModelBridge:
     return ModelBridge(
         provider="anthropic",
         upstream=url,
         api_key=REAL_KEY,
-        limiter=EndpointLimiter(url, 4),
+        limiter=EndpointLimiter(url, 8),
         meter=meter,
+        one_at_a_time=one_at_a_time,
     )
 
 
@@ -115,6 +143,82 @@ async def test_once_the_meter_refuses_every_later_call_is_refused_unrelayed() ->
     assert "budget" in refused.text
     assert len(fake.seen) == 1
     assert isinstance(bridge.failure, LimitExceeded)
+
+
+async def test_parallel_calls_under_a_budget_overshoot_it_by_one_call_at_most() -> None:
+    # The attack: while the provider is slow to answer, the CLI fires more calls, hoping they
+    # are all relayed before the first is priced. The budget is crossed at the 3rd call.
+    meter = Meter(limit=3)
+    release = threading.Event()
+
+    def slow(body: object) -> Turn:
+        release.wait(30)
+        return Turn(text="hi")
+
+    parallel = 6
+    with serving_fake(FakeAnthropic(slow)) as fake:
+        bridge = _bridge(fake.url, meter, one_at_a_time=True)
+
+        async def once_all_sent() -> None:
+            # Neither tells anyone when a call arrives: look until one is at the provider and
+            # the rest wait at the bridge.
+            while bridge.waiting < parallel - 1 or not fake.seen:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+            assert len(fake.seen) == 1  # none of those waiting reached the provider
+            release.set()
+
+        async with serving(bridge) as sock:
+            with anyio.fail_after(30):
+                statuses = await _in_parallel(bridge, str(sock), parallel, once_all_sent)
+    assert sorted(statuses) == [200] * 3 + [400] * 3
+    assert len(fake.seen) == bridge.relayed == 3
+    assert isinstance(bridge.failure, LimitExceeded)
+    # What was metered is what the provider served, the call that crossed the budget included.
+    assert sum(u.input_tokens for u in meter.seen) == fake.input_tokens
+    assert sum(u.output_tokens for u in meter.seen) == fake.output_tokens
+
+
+async def test_a_call_after_another_trajectory_spent_the_budget_is_refused_unrelayed() -> None:
+    # The CLI was running a tool when the campaign's budget was spent elsewhere: its next call
+    # must not reach the provider, though no call of its own crossed the budget.
+    spent = False
+
+    def admit() -> None:
+        if spent:
+            raise LimitExceeded("the campaign's budget is spent")
+
+    meter = Meter()
+    with serving_fake(FakeAnthropic(lambda body: Turn(text="hi"))) as fake:
+        bridge = _bridge(fake.url, meter)
+        bridge.admit = admit
+        async with serving(bridge) as sock:
+            with anyio.fail_after(30):
+                assert (await _post(str(sock), bridge.token)).status_code == 200
+                spent = True
+                refused = await _post(str(sock), bridge.token)
+    assert refused.status_code == 400
+    assert "budget" in refused.text
+    assert len(fake.seen) == len(meter.seen) == 1
+    assert isinstance(bridge.failure, LimitExceeded)
+
+
+async def test_without_a_budget_parallel_calls_are_relayed_in_parallel() -> None:
+    meter = Meter()
+    parallel = 4
+    # Each answer waits for all of them to have reached the provider: one at a time, it breaks.
+    together = threading.Barrier(parallel, timeout=30)
+
+    def together_only(body: object) -> Turn:
+        together.wait()
+        return Turn(text="hi")
+
+    with serving_fake(FakeAnthropic(together_only)) as fake:
+        bridge = _bridge(fake.url, meter)
+        async with serving(bridge) as sock:
+            with anyio.fail_after(30):
+                statuses = await _in_parallel(bridge, str(sock), parallel)
+    assert statuses == [200] * parallel
+    assert len(meter.seen) == parallel
 
 
 def test_the_bridge_relays_to_the_specs_base_url_else_the_operators_variable_else_the_provider(

@@ -11,6 +11,7 @@ import email.utils
 import json
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -25,6 +26,7 @@ from mcp_evalserver.agents.openai_agent import (
 )
 from mcp_evalserver.engine.report import build_report
 from mcp_evalserver.engine.report_markdown import render_markdown
+from mcp_evalserver.errors import LimitExceeded
 from mcp_evalserver.runtime.endpoint_calls import retry_after_seconds
 from mcp_evalserver.runtime.limits import Limiters
 from mcp_evalserver.runtime.sandboxes import TrajectorySandbox
@@ -345,18 +347,8 @@ async def test_the_agent_waits_for_its_endpoints_limiter_before_each_request(
     tmp_path: Path,
 ) -> None:
     limiters = Limiters(Limits(per_endpoint=1))
-    task = Task.model_validate(TASK)
     with serving(FakeOpenAI([call("submit", answer="16")])) as fake, anyio.fail_after(30):
-        context = TrajectoryContext(
-            campaign_id="c",
-            trajectory_id="t4@0",
-            task=task,
-            sample=0,
-            attempt=1,
-            campaign_dir=tmp_path,
-            limiters=limiters,
-            sandbox=TrajectorySandbox(None, task, "w", limiters.provisioning),
-        )
+        context = _context(tmp_path, limiters)
         agent = build_agent(OpenAIAgentConfig.model_validate(openai_agent(fake.url)))
         endpoint = limiters.endpoint(fake.url)
         submissions: list[Submission] = []
@@ -371,6 +363,36 @@ async def test_the_agent_waits_for_its_endpoints_limiter_before_each_request(
             assert fake.requests == 0
         assert fake.requests == 1
     assert submissions[0].answer == "16"
+
+
+async def test_no_request_starts_once_the_campaigns_budget_is_spent(tmp_path: Path) -> None:
+    def spent() -> None:
+        raise LimitExceeded("the campaign's budget is spent")
+
+    with serving(FakeOpenAI([call("submit", answer="16")])) as fake, anyio.fail_after(30):
+        context = _context(tmp_path, Limiters(Limits()), admit=spent)
+        agent = build_agent(OpenAIAgentConfig.model_validate(openai_agent(fake.url)))
+        with pytest.raises(LimitExceeded):
+            await agent.generate(context)
+    assert fake.requests == 0
+
+
+def _context(
+    tmp_path: Path, limiters: Limiters, admit: Callable[[], None] | None = None
+) -> TrajectoryContext:
+    """A context for TASK with no campaign around it."""
+    task = Task.model_validate(TASK)
+    return TrajectoryContext(
+        campaign_id="c",
+        trajectory_id="t4@0",
+        task=task,
+        sample=0,
+        attempt=1,
+        campaign_dir=tmp_path,
+        limiters=limiters,
+        sandbox=TrajectorySandbox(None, task, "w", limiters.provisioning),
+        admit=admit,
+    )
 
 
 def test_retry_after_is_read_in_milliseconds_seconds_or_as_an_http_date() -> None:

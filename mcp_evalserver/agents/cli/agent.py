@@ -129,6 +129,8 @@ class CliAgent(Agent):
             limiter=context.limiters.endpoint(upstream),
             meter=context.meter,
             max_calls=config.max_turns if program.turns_by_bridge else None,
+            one_at_a_time=context.budgeted,
+            admit=context.admit,
         )
         workspace = await context.sandbox.workspace()
         await _require_runtime_in_view(workspace, in_view(forwarder), program.name)

@@ -20,9 +20,16 @@ Through the bridge, and only there:
   by: the harness's own record, which the `trajectory` scorer judges, beside the CLI's session
   log (written inside the workspace, where the agent can rewrite it).
 
-Once the meter refuses (the budget is spent, or a cost is unknown under a budget), the bridge
-refuses every further call and sets `failed`: the agent then stops the CLI and raises what the
-meter raised, so the trajectory ends `budget_exhausted` with what it paid for recorded.
+Once the meter refuses (the budget is spent, or a cost is unknown under a budget), or `admit`
+does before a call is relayed (another trajectory spent the budget), the bridge refuses this
+and every further call and sets `failed`: the agent then stops the CLI and raises what was
+raised, so the trajectory ends `budget_exhausted` with what it paid for recorded.
+
+Under a budget (`one_at_a_time`) the calls go one at a time, each metered before the next
+starts, as the `openai` and mini-swe-agent loops make theirs: a call is priced only once its
+response has streamed, so a CLI that sends calls in parallel (Claude Code asks for a title
+beside its main call) would otherwise have them all relayed after the budget was spent. A
+trajectory then overshoots its campaign's budget by at most the one call that crossed it.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import shutil
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,9 +101,21 @@ class ModelBridge:
     #: refuses, and the CLI is stopped as out of turns.
     max_calls: int | None = None
     relayed: int = 0
+    #: Relays one call at a time, each metered before the next starts (the campaign has a
+    #: budget): parallel calls then cannot together overshoot it by more than one call.
+    one_at_a_time: bool = False
+    #: Asked before each call is relayed; what it raises refuses the call and ends the run
+    #: as the meter's refusal does (`TrajectoryContext.admit`).
+    admit: Callable[[], None] | None = None
     #: Where it also listens over TCP, for a node's relay (`serving(..., tcp_host=...)`).
     tcp_address: tuple[str, int] | None = None
     _client: httpx2.AsyncClient | None = None
+    _turn: anyio.Lock = field(default_factory=anyio.Lock)
+
+    @property
+    def waiting(self) -> int:
+        """Calls waiting for the call in flight to be metered (`one_at_a_time`)."""
+        return self._turn.statistics().tasks_waiting
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -113,16 +132,26 @@ class ModelBridge:
             allowed = RELAYED[self.provider].pattern
             await _error(send, 404, "not_found_error", f"the bridge relays POST {allowed} only")
             return
-        if self.failure is not None:
-            await _error(send, 400, "invalid_request_error", f"refused: {self.failure}")
-            return
-        if self.max_calls is not None and self.relayed >= self.max_calls:
-            self._fail(OutOfTurns(f"the CLI ran out of turns: {self.max_calls} model calls made"))
-            await _error(send, 400, "invalid_request_error", f"refused: {self.failure}")
-            return
-        self.relayed += 1
         body = await _read_body(receive)
-        await self._relay(scope, path, headers, body, send)
+        async with self._turn if self.one_at_a_time else contextlib.nullcontext():
+            # Checked once it is this call's turn: the call before may have spent the budget.
+            if self.failure is not None:
+                await _error(send, 400, "invalid_request_error", f"refused: {self.failure}")
+                return
+            if self.max_calls is not None and self.relayed >= self.max_calls:
+                made = f"{self.max_calls} model calls made"
+                self._fail(OutOfTurns(f"the CLI ran out of turns: {made}"))
+                await _error(send, 400, "invalid_request_error", f"refused: {self.failure}")
+                return
+            if self.admit is not None:
+                try:
+                    self.admit()
+                except Exception as exc:
+                    self._fail(exc)
+                    await _error(send, 400, "invalid_request_error", f"refused: {exc}")
+                    return
+            self.relayed += 1
+            await self._relay(scope, path, headers, body, send)
 
     def _fail(self, exc: Exception) -> None:
         if self.failure is None:

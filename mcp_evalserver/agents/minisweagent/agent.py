@@ -87,6 +87,7 @@ class MiniSweAgent(Agent):
                 _on_loop,
                 self._call_threads,
                 context.meter,
+                context.admit,
             )
             env = WorkspaceEnvironment(workspace, _on_loop, env_config)
             agent = DefaultAgent(model, env, **settings.get("agent", {}))

@@ -16,7 +16,7 @@ trouble.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -108,6 +108,7 @@ class EndpointGatedModel:
         call: LoopCall,
         threads: anyio.CapacityLimiter,
         meter: Meter | None = None,
+        admit: Callable[[], None] | None = None,
     ) -> None:
         self.model = model
         self.config = model.config
@@ -116,12 +117,15 @@ class EndpointGatedModel:
         # Model calls wait in threads of their own: the loops' threads are all taken at peak.
         self._threads = threads
         self._meter = meter
+        self._admit = admit
 
     def query(self, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
         result: dict[str, Any] = self._call(self._query, messages, kwargs)
         return result
 
     async def _query(self, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> Any:
+        if self._admit is not None:
+            self._admit()  # no call starts once the campaign's budget is spent
         try:
             result = await self._limited(messages, kwargs)
         except Exception as exc:
