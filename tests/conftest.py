@@ -6,6 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
+# Tests marked with LITELLM_SOCKETS use this fixture to close litellm's cached clients.
+from tests.litellm_sockets import close_litellm_clients  # noqa: F401
+
 # Tests marked `ray` run in a child pytest inside a loopback-only network namespace.
 from tests.ray.rerun import pytest_collection_modifyitems  # noqa: F401
 from tests.root import require_root

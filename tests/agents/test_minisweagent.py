@@ -51,7 +51,7 @@ CHECK = "python3 -c 'import calc; assert calc.add(2, 2) == 4'"
 CHECK_SCORER = build_scorer(CommandScorerConfig(command=CHECK))
 FIX = "sed -i 's/a - b/a + b/' calc.py"
 # Local-backend workspaces need root; the docker cases run with the rest.
-pytestmark = [pytest.mark.root, LITELLM_SOCKETS]
+pytestmark = [pytest.mark.root, *LITELLM_SOCKETS]
 
 SUBMIT_DIFF = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff"
 ENVIRONMENT_CLASS = "mcp_evalserver.integrations.minisweagent.EvalserverEnvironment"

@@ -25,7 +25,7 @@ from tests.dashboard.helpers import (
     log_in,
     screenshot,
 )
-from tests.litellm_sockets import LITELLM_SOCKETS
+from tests.litellm_sockets import litellm_sockets
 from tests.root import require_root
 from tests.scoring.sandboxed import PYTHON_PYTEST, diff_of, git_repo
 from testsupport.repos import BUGGY, FIXED
@@ -187,7 +187,7 @@ async def test_a_trajectory_page_shows_its_transcript_patch_and_marked_test_log(
 
 
 @pytest.mark.root
-@LITELLM_SOCKETS
+@litellm_sockets
 async def test_a_mini_swe_agent_trajectory_shows_its_messages_on_the_trajectory_page(
     tmp_path: Path,
 ) -> None:

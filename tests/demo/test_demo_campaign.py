@@ -28,7 +28,7 @@ from tests.agents.fake_openai import FakeOpenAI, Reply, serving
 from tests.agents.fake_openai import call as call_tool
 from tests.agents.helpers import records
 from tests.engine.helpers import run_campaign
-from tests.litellm_sockets import LITELLM_SOCKETS
+from tests.litellm_sockets import litellm_sockets
 from testsupport.servers import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
@@ -167,7 +167,7 @@ class Engineer:
         return steps[replies]
 
 
-@LITELLM_SOCKETS
+@litellm_sockets
 async def test_mini_swe_agent_investigates_and_fixes_each_demo_task_through_its_own_loop(
     subset_file: Path, tmp_path: Path
 ) -> None:
