@@ -30,8 +30,12 @@ async def _fix_and_submit(session: RawSession, campaign_id: str) -> str:
     listing = await session.call_tool("sandbox_exec", claim_id | {"command": "ls; exit 3"})
     assert (listing["exit_code"], listing["stdout"]) == (3, "calc.py\n")
     await session.call_tool("write_file", claim_id | {"path": "calc.py", "content": FIXED})
+    # read_file's structured answer is the range read (its numbered lines are the text):
+    # the file itself comes back through a command.
     read = await session.call_tool("read_file", claim_id | {"path": "calc.py"})
-    assert read["content"] == FIXED
+    assert read["size"] == len(FIXED.encode())
+    shown = await session.call_tool("sandbox_exec", claim_id | {"command": "cat calc.py"})
+    assert shown["stdout"] == FIXED
     diff = await session.call_tool("get_diff", claim_id)
     assert diff["files"] == ["calc.py"]
     submitted = await session.call_tool("submit", claim_id)
