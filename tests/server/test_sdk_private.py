@@ -1,9 +1,11 @@
-"""The one private name of the MCP SDK the server reads, pinned and watched.
+"""The MCP SDK's private names the server reads, pinned and watched.
 
 `logging/setLevel` needs its request's connection (where the level outlives the request), and
 mcp 2.3 gives a handler no public way to it: `session_connection` reads
-`ServerSession._connection`. pyproject pins the SDK below 2.4; these tests fail, naming the
-cause, the day an installed SDK moves it.
+`ServerSession._connection`. The server also reads `MCPServer._lowlevel_server` (its session
+manager, the tool-input-schema hook loaded on first use) and `MCPServer._tool_manager` (the
+tools' schemas tidied for models), which every MCP test exercises. pyproject pins the SDK
+below 2.4; these tests fail, naming the cause, the day an installed SDK moves the first.
 """
 
 from __future__ import annotations
