@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from mcp_evalserver.runtime.artifacts import read_artifact
+from tests.sandbox.host_processes import marker, wait_until_gone, wait_until_running
 from testsupport.repos import git_repo
 from testsupport.servers import REPO, TOKEN, call, http_client, http_server
 
@@ -82,13 +83,16 @@ async def test_a_client_killed_mid_call_leaves_the_server_serving_and_its_lease_
     tmp_path: Path,
 ) -> None:
     repo = git_repo(tmp_path / "repo")
+    sleep = marker()
     async with (
         http_server(tmp_path / "state", *_PRIVILEGES, str(tmp_path)) as url,
         http_client(url) as client,
     ):
         started = await call(client, "start_campaign", spec=_spec(repo, 1, 1.0))
         campaign_id = started["campaign_id"]
-        command = [sys.executable, "-m", "tests.server.killed_client", url, TOKEN, campaign_id]
+        command = [
+            sys.executable, "-m", "tests.server.killed_client", url, TOKEN, campaign_id, sleep
+        ]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         with anyio.fail_after(60):
             async with await anyio.open_process(
@@ -98,12 +102,16 @@ async def test_a_client_killed_mid_call_leaves_the_server_serving_and_its_lease_
                 output = b""
                 while b"calling\n" not in output:
                     output += await victim.stdout.receive()
+                # Killed while its call runs: its command is running in the workspace.
+                await wait_until_running(sleep)
                 victim.kill()
                 await victim.wait()
             # The server serves other clients while the dead client's call is pending...
             listed = await call(client, "list_campaigns")
             assert listed["total"] == 1
-            # ...and once the lease lapses the trajectory is claimable, its workspace kept.
+            # ...and the call is cancelled with its connection (its command killed), so once
+            # the lease lapses the trajectory is claimable, its workspace kept.
+            await wait_until_gone(sleep)
             claim = await call(client, "claim_trajectory", campaign_id=campaign_id, wait_s=30)
             assert claim["reclaimed"] is True
             assert f"claimed {claim['trajectory_id']}" in output.decode()

@@ -22,6 +22,7 @@ import json
 from collections.abc import Container
 from contextvars import ContextVar
 
+import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: The task serving a POST that is answered with one JSON response. A task, not a flag: the
@@ -87,13 +88,47 @@ class JsonUnlessStreaming:
         session = next((v.decode("latin-1") for k, v in scope["headers"] if k == SESSION_HEADER),
                        None)  # fmt: skip
         pending = [first or {"type": "http.request", "body": body, "more_body": False}]
-
-        async def replay() -> Message:
-            return pending.pop() if pending else await receive()
-
         json_only = not streams(body, session, self.following, self.log_key)
         answering = _ANSWERING_JSON.set(asyncio.current_task() if json_only else None)
         try:
-            await self.app(scope, replay, send)
+            if json_only and session is None and first is None:
+                await _cancelled_if_the_client_leaves(self.app, scope, pending, receive, send)
+            else:
+
+                async def replay() -> Message:
+                    return pending.pop() if pending else await receive()
+
+                await self.app(scope, replay, send)
         finally:
             _ANSWERING_JSON.reset(answering)
+
+
+async def _cancelled_if_the_client_leaves(
+    app: ASGIApp, scope: Scope, pending: list[Message], receive: Receive, send: Send
+) -> None:
+    """Runs a 2026-07-28 request answered with JSON, cancelled if its client disconnects first.
+
+    The SDK cancels such a request's handler when its SSE stream's client leaves, but answers
+    JSON without watching (there, a dead client's `sleep 600` would run its whole timeout and
+    hold its claim meanwhile: agents/external.py). A handshake-era request is left running, as
+    that era's spec asks (a disconnection is not a cancellation; the client sends one).
+    """
+    left = anyio.Event()
+
+    async def replay() -> Message:
+        if pending:
+            return pending.pop()
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            left.set()
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        await app(scope, replay, send)
+        group.cancel_scope.cancel()
