@@ -27,4 +27,4 @@ async def main(url: str, token: str, campaign_id: str, seconds: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:5])
+    anyio.run(main, sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4])
