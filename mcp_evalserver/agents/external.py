@@ -220,7 +220,8 @@ class ClaimBoard:
             )
             for scope in trajectory.calls:
                 scope.cancel()
-        claim_id = secrets.token_urlsafe(18)
+        # 96 random bits: unguessable, and sent in every call of the claim (each byte costs).
+        claim_id = secrets.token_urlsafe(12)
         trajectory.claim_id = claim_id
         trajectory.expires_at = now + trajectory.lease_s
         unclaimed = self._unclaimed.get(trajectory.campaign_id, {})

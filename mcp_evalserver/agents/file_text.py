@@ -23,8 +23,9 @@ DEFAULT_READ_BYTES = 256 << 10
 MAX_FILE_BYTES = 16 << 20
 #: A line longer than this is clipped where a model reads it.
 MAX_LINE_CHARS = 2000
-#: Lines of context shown around an edit.
-_CONTEXT = 3
+#: Lines of context shown around an edit: enough to see it landed where meant (the edit itself
+#: is the text the caller sent); each line more costs every edit's answer ~40 bytes.
+_CONTEXT = 2
 #: Lines an edit's answer shows at most.
 _REGION_LINES = 40
 
@@ -54,8 +55,7 @@ class Lines:
         if self.next_offset is not None:
             last = self.first + self.count - 1
             text += (
-                f"\n[lines {self.first}-{last} of {self.total:,} shown; the next read starts "
-                f"at offset={self.next_offset}]"
+                f"\n[lines {self.first}-{last} of {self.total:,}; next: offset={self.next_offset}]"
             )
         return text
 

@@ -74,7 +74,7 @@ async def test_a_model_that_fixes_the_bug_and_submits_hands_in_its_workspace_dif
     # A long file shows its first lines, numbered, within the agent's output cap, and where
     # to read on.
     assert told[3].startswith("     1\t1\n     2\t2\n     3\t3\n")
-    assert told[3].endswith("[lines 1-102 of 5,000 shown; the next read starts at offset=103]")
+    assert told[3].endswith("[lines 1-102 of 5,000; next: offset=103]")
     assert told[4] == f"wrote {len(FIXED)} bytes to calc.py (it replaced {len(BUGGY)} bytes)"
     # An edit that matches nothing says which line came closest; one that matches shows it.
     assert told[5].startswith("error: old_text is not in calc.py (0 matches); the closest line")

@@ -166,11 +166,11 @@ async def test_a_read_numbers_its_lines_gives_the_next_offset_and_refuses_a_bina
     assert (whole["next_offset"], whole["total_lines"], whole["size"]) == (None, 6, len(SOURCE))
     assert page_text == (
         "    10\t10\n    11\t11\n    12\t12\n"
-        "[lines 10-12 of 5,000 shown; the next read starts at offset=13]"
+        "[lines 10-12 of 5,000; next: offset=13]"
     )
     assert (page["offset"], page["lines"], page["next_offset"]) == (10, 3, 13)
     assert (first["lines"], first["next_offset"]) == (2000, 2001)
-    assert first_text.endswith("[lines 1-2000 of 5,000 shown; the next read starts at offset=2001]")
+    assert first_text.endswith("[lines 1-2000 of 5,000; next: offset=2001]")
     # max_bytes bounds what is shown: a partial read, not an error.
     assert (capped["lines"], capped["next_offset"]) == (5, 6)
     assert "offset=6" in capped_text
