@@ -15,12 +15,17 @@ Writes bench/results/surface.json:
   run the tests, submit. It knows the fix (the task's gold patch, applied hunk by hunk as
   exact edits) but works only through the tools. Bytes are the JSON of each `tools/call`
   request's params and of its result (text content and structuredContent both, as a client
-  receives them), summed per fix, mean over the fixes; model_bytes_per_fix counts the text
-  content alone (what a client shows its model) with the requests, structured_bytes_per_fix
-  the structuredContent alone (compact JSON); the rest of bytes_per_fix is the protocol's own
-  (each result's `_meta` serverInfo stamp, `resultType`, `isError`, the content's wrapping,
-  the text's JSON escapes). The campaign is then
-  scored and `resolved` says how many fixes the tests graded resolved.
+  receives them), summed per fix, mean over the fixes, for a 2026-07-28 client;
+  model_bytes_per_fix counts the text content alone (what a client shows its model) with the
+  requests, structured_bytes_per_fix the structuredContent alone (compact JSON).
+- envelope_bytes_per_fix: the part of bytes_per_fix that the protocol puts around every result
+  whatever the server answers (2026-07-28 stamps each with `_meta` serverInfo, spec #3002, and
+  a `resultType`; plus `isError` and the keys that wrap the content);
+  server_bytes_per_fix = bytes_per_fix - envelope_bytes_per_fix, what this server's tools
+  choose to send and receive. bytes_per_fix_handshake: the same 3 fixes again, in a campaign
+  of their own, through a handshake-era client (`initialize`), which gets no stamp.
+- Each campaign is then scored: `resolved` (and `resolved_handshake`) say how many fixes the
+  tests graded resolved.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import json
 import re
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +70,7 @@ class Meter:
         self.bytes = 0
         self.model_bytes = 0
         self.structured_bytes = 0
+        self.envelope_bytes = 0
         self.by_tool: dict[str, int] = {}
 
     async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
@@ -73,6 +80,7 @@ class Meter:
         answer = result.model_dump_json(by_alias=True, exclude_none=True)
         asked = len(json.dumps(request).encode())
         spent = asked + len(answer.encode())
+        self.envelope_bytes += len(answer.encode()) - len(_own_part(answer))
         self.bytes += spent
         self.by_tool[tool] = self.by_tool.get(tool, 0) + spent
         text = "".join(getattr(block, "text", "") for block in result.content)
@@ -85,6 +93,14 @@ class Meter:
             start, end = structured["stdout_at"]
             structured = {**structured, "stdout": text[start:end]}
         return structured
+
+
+def _own_part(answer: str) -> bytes:
+    """The JSON of a result's content and structuredContent alone, serialized as the whole
+    result was (the rest of it is the protocol's envelope)."""
+    dumped = json.loads(answer)
+    kept = {k: dumped[k] for k in ("content", "structuredContent") if k in dumped}
+    return json.dumps(kept, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def edits(patch: str) -> list[tuple[str, int, int, str, str]]:
@@ -137,8 +153,11 @@ def build_tasks() -> list[dict[str, Any]]:
     return [task for line in lines if (task := json.loads(line))["id"] in wanted]
 
 
-async def measure(state_dir: Path) -> dict[str, Any]:
-    tasks = build_tasks()
+async def fixed_by(
+    client: Client, tasks: list[dict[str, Any]]
+) -> tuple[list[Meter], dict[str, Any]]:
+    """A campaign of `tasks` started and every trajectory fixed through `client`; its meters
+    and final status."""
     spec = {
         "name": "surface",
         "tasks": tasks,
@@ -146,38 +165,55 @@ async def measure(state_dir: Path) -> dict[str, Any]:
         "scorer": {"type": "tests", "timeout_s": 300},
         "limits": {"concurrency": len(tasks), "scoring": 1},
     }
+    started = await client.call_tool("start_campaign", {"spec": spec})
+    campaign_id = (started.structured_content or {})["campaign_id"]
+    by_id = {task["id"]: task for task in tasks}
+    meters = [await fix(client, campaign_id, by_id) for _ in tasks]
+    status: dict[str, Any] = {}
+    with anyio.fail_after(900):
+        while status.get("status") != "finished":
+            done = await client.call_tool(
+                "campaign_status", {"campaign_id": campaign_id, "wait_s": 120}
+            )
+            status = done.structured_content or {}
+    return meters, status
+
+
+async def measure(state_dir: Path) -> dict[str, Any]:
+    tasks = build_tasks()
     async with stdio_client(state_dir, server_args=["--tools", "agent"]) as agent_client:
         profile = (await agent_client.list_tools()).tools
-    async with stdio_client(state_dir) as client:
+    async with stdio_client(state_dir, mode="2026-07-28") as client:
         tools = (await client.list_tools()).tools
-        agent_names = {"claim_trajectory", *(t.name for t in WORKSPACE_TOOLS)}
-        started = await client.call_tool("start_campaign", {"spec": spec})
-        campaign_id = (started.structured_content or {})["campaign_id"]
-        by_id = {task["id"]: task for task in tasks}
-        meters = [await fix(client, campaign_id, by_id) for _ in tasks]
-        status: dict[str, Any] = {}
-        with anyio.fail_after(900):
-            while status.get("status") != "finished":
-                done = await client.call_tool(
-                    "campaign_status", {"campaign_id": campaign_id, "wait_s": 120}
-                )
-                status = done.structured_content or {}
+        meters, status = await fixed_by(client, tasks)
+    async with stdio_client(state_dir, mode="legacy") as handshake_client:
+        handshake, handshake_status = await fixed_by(handshake_client, tasks)
+    agent_names = {"claim_trajectory", *(t.name for t in WORKSPACE_TOOLS)}
+
+    def mean(figure: Callable[[Meter], float], of: list[Meter] = meters) -> float:
+        return round(sum(figure(m) for m in of) / len(of), 1)
+
     return {
         "tools_list_chars": tool_chars(tools),
         "tools": len(tools),
         "agent_tools_chars": tool_chars([t for t in tools if t.name in agent_names]),
         "agent_profile_chars": tool_chars(profile),
         "fixes": len(meters),
-        "bytes_per_fix": sum(m.bytes for m in meters) / len(meters),
-        "calls_per_fix": sum(m.calls for m in meters) / len(meters),
+        "bytes_per_fix": mean(lambda m: m.bytes),
+        "calls_per_fix": mean(lambda m: m.calls),
         "bytes_by_fix": [m.bytes for m in meters],
-        "model_bytes_per_fix": sum(m.model_bytes for m in meters) / len(meters),
-        "structured_bytes_per_fix": sum(m.structured_bytes for m in meters) / len(meters),
+        "model_bytes_per_fix": mean(lambda m: m.model_bytes),
+        "structured_bytes_per_fix": mean(lambda m: m.structured_bytes),
+        "envelope_bytes_per_fix": mean(lambda m: m.envelope_bytes),
+        "server_bytes_per_fix": mean(lambda m: m.bytes - m.envelope_bytes),
+        "bytes_per_fix_handshake": mean(lambda m: m.bytes, handshake),
+        "envelope_bytes_per_fix_handshake": mean(lambda m: m.envelope_bytes, handshake),
         "bytes_per_fix_by_tool": {
-            tool: sum(m.by_tool.get(tool, 0) for m in meters) / len(meters)
+            tool: round(sum(m.by_tool.get(tool, 0) for m in meters) / len(meters), 1)
             for tool in meters[0].by_tool
         },
         "resolved": status.get("resolved"),
+        "resolved_handshake": handshake_status.get("resolved"),
     }
 
 
@@ -189,8 +225,10 @@ def main() -> int:
     print(
         f"tools/list {figures['tools_list_chars']:,} chars over {figures['tools']} tools "
         f"(an external agent's: {figures['agent_tools_chars']:,}); a fix: "
-        f"{figures['bytes_per_fix']:,.0f} bytes ({figures['model_bytes_per_fix']:,.0f} read by "
-        f"a model) in {figures['calls_per_fix']:g} calls "
+        f"{figures['bytes_per_fix']:,.0f} bytes ({figures['server_bytes_per_fix']:,.0f} the "
+        f"server's own, {figures['model_bytes_per_fix']:,.0f} read by a model; "
+        f"{figures['bytes_per_fix_handshake']:,.0f} for a handshake-era client) in "
+        f"{figures['calls_per_fix']:g} calls "
         f"({figures['resolved']}/{figures['fixes']} resolved); {describe_load(figures)}"
     )
     print(f"wrote {path}")
