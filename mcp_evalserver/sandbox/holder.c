@@ -498,8 +498,11 @@ static int receive(int sock, char *msg, size_t size, int *fds) {
 }
 
 /* The exec this runner runs, and its command once forked: "kill JOB" reaches the runner as
- * SIGUSR1 queued with JOB (a stale one, for the exec before, names another and is ignored). */
+ * SIGUSR1 queued with JOB (a stale one, for the exec before, names another and is ignored).
+ * The holder may send it before this runner has taken JOB's request (a client that gave up
+ * as soon as it asked): the job it named is kept, and take_request honours it. */
 static volatile long current_job = -1;
+static volatile long kill_named = -1;
 static volatile pid_t running_command;
 static volatile sig_atomic_t kill_asked;
 
@@ -523,7 +526,9 @@ static void await_group(pid_t group) {
 static void on_kill(int sig, siginfo_t *info, void *context) {
     (void)sig;
     (void)context;
-    if (info->si_code != SI_QUEUE || info->si_value.sival_int != (int)current_job) return;
+    if (info->si_code != SI_QUEUE) return;
+    kill_named = info->si_value.sival_int;
+    if (kill_named != (int)current_job) return;
     kill_asked = 1;
     kill_command();
 }
@@ -541,6 +546,8 @@ static int take_request(int sock) {
     }
     kill_asked = 0;
     current_job = job;
+    /* After current_job is set, a kill for it is on_kill's; before, it left its job here. */
+    if (kill_named == (int)job) kill_asked = 1;
     install_fds(fds, nfds);
     return 0;
 }

@@ -759,6 +759,48 @@ async def test_cancelling_an_exec_kills_its_processes(instance: Instance) -> Non
 
 
 @pytest.mark.backends("local", "docker")  # the backends that speak through a SupervisorClient
+async def test_a_command_cancelled_right_behind_its_exec_never_runs_on(instance: Instance) -> None:
+    """A cancel sent right behind its exec (a client that gave up as soon as it asked) may
+    reach the workspace's holder before the runner it handed the exec to has taken it: the
+    command is still killed (or never started), never left to run out its timeout. Each round
+    sends exec, cancel and a second exec in one write, and waits for the second's answer."""
+    client = supervisor_client(instance)
+    if getattr(instance, "info", {}).get("transport") == "exec stream":
+        return  # no socket passes dockerd: the cancel follows its exec on the one stream
+    sock = await client.pass_connection()
+    ids = iter(range(1, 1_000_000))
+    markers = []
+
+    def round_trip(ws_name: str, arg: str) -> None:
+        sleeper, cancel, echo = next(ids), next(ids), next(ids)
+        lines = [
+            {"id": sleeper, "op": "exec",
+             "args": {"ws": ws_name, "argv": ["sleep", arg], "timeout": 300}},
+            {"id": cancel, "op": "cancel", "args": {"target": sleeper}},
+            {"id": echo, "op": "exec", "args": {"ws": ws_name, "argv": ["true"], "timeout": 30}},
+        ]  # fmt: skip
+        sock.sendall(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+        buffer = b""
+        while True:
+            data = sock.recv(65536)
+            assert data, "the supervisor closed the connection"
+            buffer += data
+            replies = [json.loads(line) for line in buffer.split(b"\n")[:-1]]
+            if any(reply.get("id") == echo for reply in replies):
+                assert all(reply.get("id") != sleeper for reply in replies)  # cancelled: no reply
+                return
+
+    with sock, anyio.fail_after(120):
+        async with await instance.workspace("hasty") as ws:
+            for _ in range(30):
+                markers.append(marker())
+                await anyio.to_thread.run_sync(round_trip, ws.name, markers[-1])
+            with anyio.fail_after(20):  # a command that escaped its cancel would run for 300 s
+                for arg in markers:
+                    await wait_until_gone(arg)
+
+
+@pytest.mark.backends("local", "docker")  # the backends that speak through a SupervisorClient
 async def test_a_reply_that_takes_too_long_is_a_timeout_and_its_command_is_cancelled(
     instance: Instance,
 ) -> None:

@@ -90,10 +90,8 @@ async def test_a_client_killed_mid_call_leaves_the_server_serving_and_its_lease_
     ):
         started = await call(client, "start_campaign", spec=_spec(repo, 1, 1.0))
         campaign_id = started["campaign_id"]
-        command = [
-            sys.executable, "-m", "tests.server.killed_client", url, TOKEN, campaign_id, sleep
-        ]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        command = [sys.executable, "-m", "tests.server.killed_client", url, TOKEN, campaign_id]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "SLEEP_SECONDS": sleep}
         with anyio.fail_after(60):
             async with await anyio.open_process(
                 command, cwd=REPO, env=env, stderr=subprocess.DEVNULL
