@@ -34,7 +34,6 @@ import array
 import contextlib
 import itertools
 import json
-import math
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -111,7 +110,9 @@ class SupervisorClient:
         self._reader = BufferedByteReceiveStream(stream)
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
-        self._send_lock = anyio.Lock()
+        # Only keeps two lines from interleaving: taken without a pass through the event loop
+        # when free (the send that follows is a checkpoint already).
+        self._send_lock = anyio.Lock(fast_acquire=True)
         self._dead: str | None = None
         self._stopped = anyio.Event()
         self._own_group: anyio.abc.TaskGroup | None = None
@@ -149,8 +150,11 @@ class SupervisorClient:
         line = _encode({"id": req_id, "op": op, "args": args})
         try:
             await self._send(line)
-            with anyio.fail_after(math.inf if reply_timeout is None else reply_timeout):
+            if reply_timeout is None:  # no scope of its own: a caller's cancels the wait
                 await pending.done.wait()
+            else:
+                with anyio.fail_after(reply_timeout):
+                    await pending.done.wait()
         except TimeoutError:
             await self._cancel_remote(req_id)
             msg = f"supervisor gave no answer to {op!r} in {reply_timeout}s"
