@@ -581,6 +581,8 @@ class TrajectorySandbox:
             InvalidInput: the task has no environment.
             SandboxUnavailable: the instance or its backend is gone.
         """
+        if self._workspace is not None:  # made already: no lock (a pass through the loop)
+            return self._workspace
         async with self._lock:
             if self._workspace is None:
                 instance = await self._instance()

@@ -7,7 +7,7 @@ a byte stream to its stdin/stdout):
 
     stream = ...                                  # anyio.abc.ByteStream to the supervisor's stdio
     client = SupervisorClient(stream)
-    await client.start(task_group)                # reader task lives in the backend's group
+    await client.start(task_group)                # reader and writer tasks in the backend's group
     instance = await SupervisedInstance.open(client, spec, mode="container", store="/trajs")
     ...
     await instance.aclose()                       # destroys workspaces, shuts down, closes stream
@@ -43,6 +43,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from mcp_evalserver import errors
 from mcp_evalserver.errors import ExcInfo
@@ -111,7 +112,10 @@ class SupervisorClient:
         self._reader = BufferedByteReceiveStream(stream)
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
-        self._send_lock = anyio.Lock()
+        # Keeps the writer's lines and a passed socket's blank line from interleaving.
+        self._send_lock = anyio.Lock(fast_acquire=True)
+        # Requests' lines, for the writer task (`_write_requests`); made by `start`.
+        self._outbox: MemoryObjectSendStream[bytes] | None = None
         self._dead: str | None = None
         self._stopped = anyio.Event()
         self._own_group: anyio.abc.TaskGroup | None = None
@@ -126,8 +130,11 @@ class SupervisorClient:
         return self._dead
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
-        """Starts reading replies in `task_group` (which must outlive this client)."""
+        """Starts reading replies and writing requests in `task_group` (which must outlive
+        this client)."""
+        self._outbox, outgoing = anyio.create_memory_object_stream[bytes](math.inf)
         task_group.start_soon(self._read_replies)
+        task_group.start_soon(self._write_requests, outgoing)
 
     async def request(
         self, op: Op, reply_timeout: float | None = None, **args: Any
@@ -148,15 +155,18 @@ class SupervisorClient:
         pending = self._pending[req_id] = _Pending()
         line = _encode({"id": req_id, "op": op, "args": args})
         try:
-            await self._send(line)
-            with anyio.fail_after(math.inf if reply_timeout is None else reply_timeout):
+            self._post(line)
+            if reply_timeout is None:  # no scope of its own: a caller's cancels the wait
                 await pending.done.wait()
+            else:
+                with anyio.fail_after(reply_timeout):
+                    await pending.done.wait()
         except TimeoutError:
-            await self._cancel_remote(req_id)
+            self._cancel_remote(req_id)
             msg = f"supervisor gave no answer to {op!r} in {reply_timeout}s"
             raise errors.Timeout(msg) from None
         except anyio.get_cancelled_exc_class():
-            await self._cancel_remote(req_id)
+            self._cancel_remote(req_id)
             raise
         finally:
             self._pending.pop(req_id, None)
@@ -211,6 +221,8 @@ class SupervisorClient:
     async def aclose(self) -> None:
         """Closes the stream; pending requests fail with SandboxUnavailable."""
         self._fail_all("supervisor connection closed")
+        if self._outbox is not None:
+            self._outbox.close()
         if self._channel is not None:
             self._channel.close()
         with anyio.CancelScope(shield=True):
@@ -227,21 +239,41 @@ class SupervisorClient:
         assert self._own_group is not None
         await self._own_group.__aexit__(*exc_info)
 
-    async def _send(self, line: str) -> None:
+    def _post(self, line: str) -> None:
+        """Queues a request's line for the writer: the request's task never waits on the
+        stream (a pass through the event loop with its whole chain of awaits), and the lines
+        of requests made meanwhile go out in one write, which the supervisor reads at once.
+
+        Raises:
+            SandboxUnavailable: the supervisor is gone, or the client was never started.
+        """
+        if self._outbox is None:
+            raise errors.SandboxUnavailable("supervisor client not started")
         try:
-            async with self._send_lock:
-                await self._stream.send(line.encode() + b"\n")
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as e:
-            self._fail_all(f"supervisor stream broken: {e!r}")
+            self._outbox.send_nowait(line.encode() + b"\n")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as e:
             raise errors.SandboxUnavailable(self._dead or "supervisor gone") from e
 
-    async def _cancel_remote(self, req_id: int) -> None:
+    async def _write_requests(self, outgoing: MemoryObjectReceiveStream[bytes]) -> None:
+        """Writes the queued lines, all of those waiting in one send, until the client
+        closes or its stream breaks."""
+        with outgoing:
+            try:
+                async for line in outgoing:
+                    lines = [line]
+                    with contextlib.suppress(anyio.WouldBlock):
+                        while True:
+                            lines.append(outgoing.receive_nowait())
+                    async with self._send_lock:
+                        await self._stream.send(b"".join(lines))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as e:
+                self._fail_all(f"supervisor stream broken: {e!r}")
+
+    def _cancel_remote(self, req_id: int) -> None:
         if self._dead is None:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                cancel: CancelArgs = {"target": req_id}
-                line = _encode({"id": 0, "op": "cancel", "args": cancel})
-                with contextlib.suppress(errors.SandboxUnavailable):
-                    await self._send(line)
+            cancel: CancelArgs = {"target": req_id}
+            with contextlib.suppress(errors.SandboxUnavailable):
+                self._post(_encode({"id": 0, "op": "cancel", "args": cancel}))
 
     async def _read_replies(self) -> None:
         reason = "supervisor closed its output"
@@ -259,6 +291,8 @@ class SupervisorClient:
             reason = f"supervisor stream broken: {e!r}"
         finally:
             self._fail_all(reason)
+            if self._outbox is not None:
+                self._outbox.close()  # the writer ends with what it had
             self._stopped.set()
 
     def _dispatch(self, line: bytes) -> None:

@@ -44,7 +44,8 @@ def _on_claim(
         self: ExternalTrajectories, claim_id: str, /, *args: _P.args, **kwargs: _P.kwargs
     ) -> _R:
         async with self.board.use(claim_id) as trajectory:
-            arguments = signature.bind_partial(None, *args, **kwargs).arguments
+            # By name, as the MCP tools call it: no binding needed to name the arguments.
+            arguments = signature.bind_partial(None, *args, **kwargs).arguments if args else kwargs
             entry = call_entry(declared, "claimed", arguments)
             trajectory.transcript.append(entry)
             result = await tool(TrajectoryTools(trajectory.context), *args, **kwargs)

@@ -13,6 +13,7 @@ can be passed (instances on Ray nodes), the whole tool call runs in the driver i
 
 from __future__ import annotations
 
+import asyncio
 import collections.abc
 import functools
 import logging
@@ -382,20 +383,10 @@ class FrontService(EvalService):
             self._renew(claim_id, grant)
         return result
 
-    def _hold(self, claim_id: str, grant: _Grant) -> anyio.CancelScope:
-        """Keeps renewing the claim's lease, a quarter of a lease apart, until the scope it
-        returns is cancelled: a call running here holds its claim, as one in the driver does."""
-        holding = anyio.CancelScope()
-
-        async def renew_while_running() -> None:
-            with holding:
-                while True:
-                    await anyio.sleep(grant.lease_s / 4)
-                    self._renew(claim_id, grant)
-
-        if self._front_group is not None:
-            self._front_group.start_soon(renew_while_running)
-        return holding
+    def _hold(self, claim_id: str, grant: _Grant) -> _Holding:
+        """Keeps renewing the claim's lease, a quarter of a lease apart, until what it returns
+        is cancelled: a call running here holds its claim, as one in the driver does."""
+        return _Holding(lambda: self._renew(claim_id, grant), grant.lease_s / 4)
 
     def _renew(self, claim_id: str, grant: _Grant) -> None:
         """Renews the claim's lease in the driver, once a quarter of a lease at most."""
@@ -559,6 +550,26 @@ class FrontService(EvalService):
         for grantee, trajectory in peer.grants.values():
             trajectory.calls.discard(grantee)
         peer.grants.clear()
+
+
+class _Holding:
+    """Calls `renew` every `period` seconds until cancelled, from the event loop's timers (the
+    server runs on asyncio): almost every call ends long before its first renewal, and a task
+    started and cancelled around each one cost it a tenth of its work (cProfile of a worker
+    that does not drive, `read_file`: 2,403 function calls per call with the task, 2,127
+    with timers)."""
+
+    def __init__(self, renew: Callable[[], None], period: float) -> None:
+        self._renew, self._period = renew, period
+        self._loop = asyncio.get_running_loop()
+        self._timer = self._loop.call_later(period, self._due)
+
+    def _due(self) -> None:
+        self._timer = self._loop.call_later(self._period, self._due)
+        self._renew()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 class _InDriver(Exception):
