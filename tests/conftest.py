@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -12,12 +13,21 @@ from tests.litellm_sockets import close_litellm_clients  # noqa: F401
 # Tests marked `ray` run in a child pytest inside a loopback-only network namespace.
 from tests.ray.rerun import pytest_collection_modifyitems  # noqa: F401
 from tests.root import require_root
+from testsupport.memory_dirs import memory_dir
 from testsupport.ray_cluster import LoopbackCluster, loopback_cluster
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def memory_path(tmp_path: Path) -> Iterator[Path]:
+    """`tmp_path` on tmpfs, for tests that append thousands of ledger records: their fsyncs
+    wait for no disk (see testsupport/memory_dirs.py). Never an instance's path."""
+    with memory_dir(tmp_path) as directory:
+        yield directory
 
 
 @pytest.fixture(autouse=True)

@@ -174,16 +174,18 @@ def test_the_planner_adds_no_more_than_the_target_needs_beyond_a_minimal_round()
 
 
 async def test_adaptive_sampling_reaches_the_fixed_max_width_with_fewer_trajectories(
-    tmp_path: Path,
+    memory_path: Path,
 ) -> None:
-    _, fixed = await run_campaign(tmp_path / "fixed", spec(MAX), ScriptedAgent({}), flaky_scorer())
+    _, fixed = await run_campaign(
+        memory_path / "fixed", spec(MAX), ScriptedAgent({}), flaky_scorer()
+    )
     fixed_interval = campaign_interval(fixed)
     assert fixed_interval is not None
     assert fixed_interval.method == "bootstrap"
     width = fixed_interval.half_width
 
     runner, state = await run_campaign(
-        tmp_path / "adaptive", spec(adaptive(round(width, 4))), ScriptedAgent({}), flaky_scorer()
+        memory_path / "adaptive", spec(adaptive(round(width, 4))), ScriptedAgent({}), flaky_scorer()
     )
     assert state.status == "finished"
     assert state.sampling is not None
@@ -207,9 +209,9 @@ async def test_adaptive_sampling_reaches_the_fixed_max_width_with_fewer_trajecto
     assert next_decision(replayed) is None
 
 
-async def test_a_target_out_of_reach_stops_when_every_task_is_at_max(tmp_path: Path) -> None:
+async def test_a_target_out_of_reach_stops_when_every_task_is_at_max(memory_path: Path) -> None:
     _, state = await run_campaign(
-        tmp_path, spec(adaptive(0.01, high=4), tasks=10), ScriptedAgent({}), flaky_scorer()
+        memory_path, spec(adaptive(0.01, high=4), tasks=10), ScriptedAgent({}), flaky_scorer()
     )
     assert state.sampling is not None
     assert state.sampling.stopped is not None
@@ -219,8 +221,10 @@ async def test_a_target_out_of_reach_stops_when_every_task_is_at_max(tmp_path: P
     assert all(t.done for t in state.trajectories.values())
 
 
-async def test_the_report_says_how_many_samples_each_task_got_and_why(tmp_path: Path) -> None:
-    _, state = await run_campaign(tmp_path, spec(adaptive(0.12)), ScriptedAgent({}), flaky_scorer())
+async def test_the_report_says_how_many_samples_each_task_got_and_why(memory_path: Path) -> None:
+    _, state = await run_campaign(
+        memory_path, spec(adaptive(0.12)), ScriptedAgent({}), flaky_scorer()
+    )
     report = build_report(state)
     sampling = report["sampling"]
     assert sampling["stopped"]["reason"] == "target_reached"
@@ -238,12 +242,12 @@ async def test_the_report_says_how_many_samples_each_task_got_and_why(tmp_path: 
     assert "resolved: its outcomes" in text
 
 
-async def test_the_plan_does_not_depend_on_timing_only_on_outcomes(tmp_path: Path) -> None:
+async def test_the_plan_does_not_depend_on_timing_only_on_outcomes(memory_path: Path) -> None:
     first, _ = await run_campaign(
-        tmp_path / "a", spec(adaptive(0.12), concurrency=1), ScriptedAgent({}), flaky_scorer()
+        memory_path / "a", spec(adaptive(0.12), concurrency=1), ScriptedAgent({}), flaky_scorer()
     )
     second, _ = await run_campaign(
-        tmp_path / "b", spec(adaptive(0.12), concurrency=64), ScriptedAgent({}), flaky_scorer()
+        memory_path / "b", spec(adaptive(0.12), concurrency=64), ScriptedAgent({}), flaky_scorer()
     )
     plan = decisions(first.store.state_dir, first.campaign_id)
     assert len(plan) >= 2
@@ -264,13 +268,13 @@ class HostileAgent(Agent):
         return Submission(answer=answer, transcript=transcript)
 
 
-async def test_a_cheating_agent_moves_the_plan_only_through_its_outcomes(tmp_path: Path) -> None:
+async def test_a_cheating_agent_moves_the_plan_only_through_its_outcomes(memory_path: Path) -> None:
     # Every task's verdict comes from the flaky grader alone, whatever the answer says.
     honest, _ = await run_campaign(
-        tmp_path / "honest", spec(adaptive(0.12)), ScriptedAgent({}), flaky_scorer()
+        memory_path / "honest", spec(adaptive(0.12)), ScriptedAgent({}), flaky_scorer()
     )
     hostile, state = await run_campaign(
-        tmp_path / "hostile", spec(adaptive(0.12)), HostileAgent(), flaky_scorer()
+        memory_path / "hostile", spec(adaptive(0.12)), HostileAgent(), flaky_scorer()
     )
     plan = decisions(hostile.store.state_dir, hostile.campaign_id)
     assert plan == decisions(honest.store.state_dir, honest.campaign_id)
@@ -286,10 +290,10 @@ async def test_a_cheating_agent_moves_the_plan_only_through_its_outcomes(tmp_pat
 
 
 async def test_a_run_that_ends_between_rounds_is_not_finished_and_resumes_to_the_same_plan(
-    tmp_path: Path,
+    memory_path: Path,
 ) -> None:
     reference, _ = await run_campaign(
-        tmp_path / "ref", spec(adaptive(0.12)), ScriptedAgent({}), flaky_scorer()
+        memory_path / "ref", spec(adaptive(0.12)), ScriptedAgent({}), flaky_scorer()
     )
     records = ledger_records(reference.store.state_dir, reference.campaign_id)
     first_plan = next(i for i, r in enumerate(records) if isinstance(r, SamplesPlanned))
@@ -306,7 +310,7 @@ async def test_a_run_that_ends_between_rounds_is_not_finished_and_resumes_to_the
     assert decided.model_dump(exclude=fields) == records[first_plan].model_dump(exclude=fields)
 
     # And resuming that ledger runs the rest to the reference's plan, nothing twice.
-    store = CampaignStore(tmp_path / "cut")
+    store = CampaignStore(memory_path / "cut")
     directory = store.directory("c")
     directory.mkdir(parents=True)
     created = cut[0]
@@ -360,7 +364,7 @@ def test_a_plan_replays_into_pending_trajectories_named_after_the_samples() -> N
 
 
 async def test_clustered_tasks_are_measured_by_the_cluster_robust_interval(
-    tmp_path: Path,
+    memory_path: Path,
 ) -> None:
     tasks = numbered_tasks(TASKS)
     for n, task in enumerate(tasks):
@@ -371,7 +375,7 @@ async def test_clustered_tasks_are_measured_by_the_cluster_robust_interval(
         samples=adaptive(0.12) | {"cluster_by": "family"},
         limits=Limits(retry_base_delay_s=0, concurrency=32),
     )
-    _, state = await run_campaign(tmp_path, clustered, ScriptedAgent({}), flaky_scorer())
+    _, state = await run_campaign(memory_path, clustered, ScriptedAgent({}), flaky_scorer())
     assert state.sampling is not None
     rounds = state.sampling.rounds
     assert rounds
@@ -387,10 +391,10 @@ async def test_clustered_tasks_are_measured_by_the_cluster_robust_interval(
 
 
 async def test_one_trajectorys_records_replay_it_as_the_whole_adaptive_ledger_does(
-    tmp_path: Path,
+    memory_path: Path,
 ) -> None:
     runner, whole = await run_campaign(
-        tmp_path, spec(adaptive(0.12)), ScriptedAgent({}), flaky_scorer()
+        memory_path, spec(adaptive(0.12)), ScriptedAgent({}), flaky_scorer()
     )
     records = ledger_records(runner.store.state_dir, runner.campaign_id)
     grown = [t for t in whole.trajectories.values() if t.sample >= 2]
@@ -421,19 +425,19 @@ def test_a_follower_reads_each_decision_as_one_line() -> None:
 
 @pytest.mark.slow
 async def test_over_eight_seeds_adaptive_sampling_halves_the_trajectories_near_the_max_width(
-    tmp_path: Path,
+    memory_path: Path,
 ) -> None:
     # Within 5% of the fixed-max width: every seed needs fewer trajectories, about half in all.
     fixed_total = adaptive_total = 0
     for seed in range(1, 9):
         _, fixed = await run_campaign(
-            tmp_path / f"fixed{seed}", spec(MAX), ScriptedAgent({}), flaky_scorer(seed)
+            memory_path / f"fixed{seed}", spec(MAX), ScriptedAgent({}), flaky_scorer(seed)
         )
         width = campaign_interval(fixed)
         assert width is not None
         target = round(1.05 * width.half_width, 4)
         _, state = await run_campaign(
-            tmp_path / f"adaptive{seed}", spec(adaptive(target)), ScriptedAgent({}),
+            memory_path / f"adaptive{seed}", spec(adaptive(target)), ScriptedAgent({}),
             flaky_scorer(seed),
         )  # fmt: skip
         reached = campaign_interval(state)

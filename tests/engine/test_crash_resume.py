@@ -80,13 +80,13 @@ def _results(state_dir: Path, campaign_id: str) -> dict[str, Any]:
 
 
 async def test_a_campaign_killed_at_several_points_resumes_to_the_uninterrupted_result(
-    tmp_path: Path,
+    memory_path: Path,
 ) -> None:
     # The uninterrupted reference run.
-    reference_control = tmp_path / "reference-control"
+    reference_control = memory_path / "reference-control"
     reference_control.mkdir()
-    reference_state = tmp_path / "reference-state"
-    spec = _write_spec(tmp_path / "reference-control", reference_control)
+    reference_state = memory_path / "reference-state"
+    spec = _write_spec(memory_path / "reference-control", reference_control)
     _finish(reference_state, "run", str(spec), "--id", "ref", "--no-progress")
     expected = _results(reference_state, "ref")
     assert Counter(outcome for outcome, _, _ in expected.values()) == {
@@ -94,11 +94,11 @@ async def test_a_campaign_killed_at_several_points_resumes_to_the_uninterrupted_
         "failed": 8,
     }
 
-    control = tmp_path / "control"
+    control = memory_path / "control"
     control.mkdir()
     os.mkfifo(control / "events")
-    state_dir = tmp_path / "state"
-    spec = _write_spec(tmp_path, control)
+    state_dir = memory_path / "state"
+    spec = _write_spec(memory_path, control)
 
     # 1. Killed in the middle of a generation.
     (control / "block-generate-t5@1").touch()

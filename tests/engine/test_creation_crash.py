@@ -85,12 +85,12 @@ async def _kill_at(point: str, state_dir: Path, spec: Path, fifo: Path) -> None:
 
 @pytest.mark.parametrize("point", POINTS)
 async def test_a_campaign_killed_at_any_point_of_its_creation_is_finished_by_resume_or_run_id(
-    tmp_path: Path, point: str
+    memory_path: Path, point: str
 ) -> None:
-    fifo = tmp_path / "events"
+    fifo = memory_path / "events"
     os.mkfifo(fifo)
-    state_dir = tmp_path / "state"
-    spec = _spec(tmp_path)
+    state_dir = memory_path / "state"
+    spec = _spec(memory_path)
 
     await _kill_at(point, state_dir, spec, fifo)
 

@@ -67,14 +67,14 @@ def _kinds_per_trajectory(state_dir: Path, agent: str) -> Counter[tuple[str, str
 
 
 async def test_a_set_killed_mid_run_resumes_every_campaign_without_running_anything_twice(
-    tmp_path: Path,
+    memory_path: Path,
 ) -> None:
-    controls = {agent: tmp_path / f"control-{agent}" for agent in AGENTS}
+    controls = {agent: memory_path / f"control-{agent}" for agent in AGENTS}
     for control in controls.values():
         control.mkdir()
         os.mkfifo(control / "events")
-    state_dir = tmp_path / "state"
-    spec = _write_set(tmp_path, controls)
+    state_dir = memory_path / "state"
+    spec = _write_set(memory_path, controls)
 
     # 1. Killed while each of the three agents is generating its t2@1 (the set's concurrency
     # of 4 holds all three at once: the agents interleave rather than wait for one another).

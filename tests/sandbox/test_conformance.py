@@ -896,6 +896,9 @@ async def test_cancels_on_another_connection_reach_none_of_the_first_connections
     mine, theirs = marker(), marker()
     asked = range(1, 21)
     tried = range(1, 3001)  # past any id the first connection has used in this module
+    # Long beside the cancels sent in the same write, short beside fail_after: on docker a
+    # command cancelled while its runner is handed the request can live until this timeout.
+    mine_timeout = 10
     with anyio.fail_after(60):
         async with await instance.workspace("cancel-here") as ws:
             async with anyio.create_task_group() as tg:
@@ -905,7 +908,7 @@ async def test_cancels_on_another_connection_reach_none_of_the_first_connections
                     {
                         "id": n,
                         "op": "exec",
-                        "args": {"ws": ws.name, "timeout": 50, "argv": ["sleep", mine]},
+                        "args": {"ws": ws.name, "timeout": mine_timeout, "argv": ["sleep", mine]},
                     }
                     for n in asked
                 ] + [{"id": 10_000 + n, "op": "cancel", "args": {"target": n}} for n in tried]
