@@ -12,8 +12,6 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 
 from mcp_evalserver import __version__
 from mcp_evalserver.server.mcp_app.first_use import LoadOnFirstUse, ServiceSlot
@@ -24,7 +22,7 @@ from mcp_evalserver.server.transport.http import allowed_host_names
 from mcp_evalserver.server.transport.stdio_pipes import claim_stdio, end_input_on_signal
 
 if TYPE_CHECKING:
-    from mcp_evalserver.server.front.service import WorkerConfig
+    from mcp_evalserver.server.front.worker_config import WorkerConfig
     from mcp_evalserver.server.privileges import Privileges
     from mcp_evalserver.server.service import EvalService
 
@@ -109,13 +107,6 @@ def create_server(
     logging_and_completions(app)
     app.middleware.append(LoadOnFirstUse(app, register))
     as_models_read_it(app)
-
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "version": __version__})
-
-    # Called, not decorated: the SDK's decorator is untyped.
-    app.custom_route("/healthz", methods=["GET"], include_in_schema=False)(healthz)
-
     return app
 
 
@@ -157,7 +148,7 @@ def http_app(
     worker: WorkerConfig | None = None,
     tools: ToolProfile = "all",
 ) -> Starlette:
-    """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on;
+    """The streamable-HTTP app (MCP at `/mcp`), DNS-rebinding protection on;
     as `worker` of `--workers N`, one worker's.
 
     Requests must name a loopback host, the bound host, or one of `allowed_hosts` (`name` or
