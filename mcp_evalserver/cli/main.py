@@ -56,7 +56,9 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
     server = parser.add_mutually_exclusive_group()
     server.add_argument("--stdio", action="store_true", help="serve MCP over stdin/stdout")
     server.add_argument(
-        "--http", action="store_true", help="serve MCP over streamable HTTP at /mcp (+ /healthz)"
+        "--http",
+        action="store_true",
+        help="serve MCP over streamable HTTP at /mcp (+ /healthz at once, /readyz once loaded)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="--http: address (default loopback)")
     parser.add_argument("--port", type=int, default=8765, help="--http: port (0: any free one)")
