@@ -25,7 +25,7 @@ from mcp_evalserver.cli.exits import EXIT_OK, EXIT_USAGE
 from mcp_evalserver.engine.state_dir import STATE_DIR_ENV, default_state_dir
 from mcp_evalserver.errors import EvalServerError, InvalidInput
 from mcp_evalserver.sandbox.docker_engine import BUILD_NETWORK_ENV, NETWORK_ENV
-from mcp_evalserver.server.surface import TOOL_PROFILES
+from mcp_evalserver.server.tool_profiles import TOOL_PROFILES
 from mcp_evalserver.server.transport.http import TOKEN_ENV
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from mcp_evalserver.server.front.sessions import PinnedSessions
 from mcp_evalserver.server.front.worker_config import WorkerConfig
 from mcp_evalserver.server.mcp_app import http_app
 from mcp_evalserver.server.privileges import Privileges
-from mcp_evalserver.server.surface import ToolProfile
+from mcp_evalserver.server.tool_profiles import ToolProfile
 from mcp_evalserver.server.transport.http import BearerAuth, HostGuard, allowed_host_names
 
 

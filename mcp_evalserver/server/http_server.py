@@ -20,8 +20,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from mcp_evalserver import __version__
-from mcp_evalserver.server.front.sessions import worker_socket
-from mcp_evalserver.server.front.worker_config import WorkerConfig
+from mcp_evalserver.server.front.worker_config import WorkerConfig, worker_socket
 from mcp_evalserver.server.transport.http import (
     BACKLOG,
     listening_socket,
@@ -32,7 +31,7 @@ from mcp_evalserver.server.transport.starting import LoadAfterListening
 
 if TYPE_CHECKING:
     from mcp_evalserver.server.privileges import Privileges
-    from mcp_evalserver.server.surface import ToolProfile
+    from mcp_evalserver.server.tool_profiles import ToolProfile
 
 
 @dataclass(frozen=True)

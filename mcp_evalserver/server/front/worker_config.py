@@ -15,3 +15,8 @@ class WorkerConfig:
     workers: int
     run_dir: Path
     server: str
+
+
+def worker_socket(run_dir: Path, index: int) -> Path:
+    """Where worker `index` answers the requests other workers pass it."""
+    return run_dir / f"worker-{index}.sock"

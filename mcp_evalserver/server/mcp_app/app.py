@@ -17,7 +17,8 @@ from mcp_evalserver import __version__
 from mcp_evalserver.server.mcp_app.first_use import LoadOnFirstUse, ServiceSlot
 from mcp_evalserver.server.mcp_app.json_answers import answer_json_unless_streaming
 from mcp_evalserver.server.mcp_app.log_notifications import logging_and_completions
-from mcp_evalserver.server.surface import ToolProfile, as_models_read_it
+from mcp_evalserver.server.surface import as_models_read_it
+from mcp_evalserver.server.tool_profiles import ToolProfile
 from mcp_evalserver.server.transport.http import allowed_host_names
 from mcp_evalserver.server.transport.stdio_pipes import claim_stdio, end_input_on_signal
 
