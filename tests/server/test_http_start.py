@@ -116,7 +116,7 @@ async def held_server(tmp_path: Path, workers: int, *options: str) -> AsyncItera
                 with anyio.CancelScope(shield=True):
                     if process.returncode is None:
                         process.terminate()
-                    with anyio.move_on_after(30):
+                    with anyio.move_on_after(15):
                         await process.wait()
                     if process.returncode is None:
                         process.kill()
