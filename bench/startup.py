@@ -170,8 +170,9 @@ def _http_round(state_dir: Path, workers: int) -> tuple[float, float]:
         if status != 200 or b'"result"' not in body:
             raise RuntimeError(f"initialize answered {status}: {body[:200]!r}")
     finally:
-        # Its end is not measured: a `--workers` parent can outlast SIGTERM (its workers spin
-        # after their shutdown, seen 2026-11-28 on main too), and SIGKILL takes the workers.
+        # Its end is not measured: one still there 5 s after SIGTERM is killed (main's
+        # `--workers` parent at 817d588 never ended, its workers spinning), SIGKILL taking the
+        # workers with it.
         server.terminate()
         try:
             server.wait(timeout=HTTP_END_S)

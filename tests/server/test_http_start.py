@@ -225,3 +225,20 @@ async def test_a_server_whose_app_fails_to_load_answers_503_stops_and_says_why(
         assert status == 503, body
         assert b"failed to start" in body
     assert code == 2, server.output.text
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["workers1", "workers2"])
+async def test_a_loaded_server_ends_on_sigterm(tmp_path: Path, workers: int) -> None:
+    """The loaded app's lifespan is asked to end, not cancelled (a `--workers` parent on main
+    817d588 never ended: its workers spun after SIGTERM)."""
+    async with held_server(tmp_path, workers) as server:
+        server.release()
+        with anyio.fail_after(120):
+            status, _ = await _response(await _post(server.port, initialize_request("x"), TOKEN))
+            if workers > 1:  # every worker loaded
+                await server.output.said("workers on that port")
+        assert status == 200
+        server.process.terminate()
+        with anyio.fail_after(30):
+            await server.process.wait()
+        assert "Traceback" not in server.output.text, server.output.text

@@ -49,6 +49,7 @@ class LoadAfterListening:
         self._on_ready = on_ready
         self._on_failure = on_failure
         self._app: ASGIApp | None = None
+        self._started_app: _AppLifespan | None = None
         self.failure: BaseException | None = None
         self._settled = anyio.Event()  # set once the app is ready or failed to be
 
@@ -86,37 +87,37 @@ class LoadAfterListening:
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = await receive()
         assert message["type"] == "lifespan.startup"
+        loading = anyio.CancelScope()
         async with anyio.create_task_group() as group:
-            group.start_soon(self._load_and_run, scope)
+            group.start_soon(self._load_and_start, scope, group, loading)
             await send({"type": "lifespan.startup.complete"})
             message = await receive()
             assert message["type"] == "lifespan.shutdown"
-            group.cancel_scope.cancel()
+            # A load still under way is abandoned (its import ends in its thread, unused); a
+            # started app is asked to end, not cancelled: its service records the shutdown.
+            loading.cancel()
+            if self._started_app is not None:
+                await self._started_app.stop()
         await send({"type": "lifespan.shutdown.complete"})
 
-    async def _load_and_run(self, scope: Scope) -> None:
-        """Loads the app, runs its lifespan until cancelled (the server's shutdown), then ends
-        it as the server would have."""
-        lifespan: _AppLifespan | None = None
-        try:
-            # Abandoned on shutdown: the import finishes in its thread, unused.
-            app = await anyio.to_thread.run_sync(self._load, abandon_on_cancel=True)
-            lifespan = _AppLifespan(app, scope)
-            async with anyio.create_task_group() as group:
-                await lifespan.start(group)
-                self._app = app
+    async def _load_and_start(
+        self, scope: Scope, group: anyio.abc.TaskGroup, loading: anyio.CancelScope
+    ) -> None:
+        """Loads the app and starts its lifespan in `group` (where it runs until the server's
+        shutdown ends it); `loading` cancels the load."""
+        with loading:
+            try:
+                app = await anyio.to_thread.run_sync(self._load, abandon_on_cancel=True)
+                self._started_app = _AppLifespan(app, scope)
+                await self._started_app.start(group)
+            except Exception as exc:
+                self.failure = exc
                 self._settled.set()
-                self._on_ready()
-                await anyio.sleep_forever()
-        except anyio.get_cancelled_exc_class():
-            if lifespan is not None:
-                with anyio.CancelScope(shield=True):
-                    await lifespan.stop()
-            raise
-        except Exception as exc:
-            self.failure = exc
+                self._on_failure(exc)
+                return
+            self._app = app
             self._settled.set()
-            self._on_failure(exc)
+            self._on_ready()
 
 
 class LifespanFailed(RuntimeError):
@@ -131,7 +132,7 @@ class _AppLifespan:
         self._scope = scope
         self._to_app, self._app_inbox = anyio.create_memory_object_stream[Message](1)
         self._from_app, self._outbox = anyio.create_memory_object_stream[Message](1)
-        self._started = False
+        self._begun = self._started = self._stopped = False
         self._error: Exception | None = None
 
     async def start(self, group: anyio.abc.TaskGroup) -> None:
@@ -141,22 +142,26 @@ class _AppLifespan:
             Exception: what the app's start raised; `LifespanFailed` if it only said so.
         """
         group.start_soon(self._run)
+        self._begun = True
         await self._to_app.send({"type": "lifespan.startup"})
         answer = await self._answer()
         if answer.get("type") == "lifespan.startup.complete":
             self._started = True
             return
+        self._stopped = True
         await self._answer()  # the app's end: what it raised is known then
         if self._error is not None:
             raise self._error
         raise LifespanFailed(answer.get("message") or "the app ended its lifespan unstarted")
 
     async def stop(self) -> None:
-        """Ends a started lifespan and waits until the app says it ended (or returns)."""
-        if self._started:
-            self._started = False
+        """Asks the app's lifespan to end (after its start, if that is still under way) and
+        waits until the app returns."""
+        if self._begun and not self._stopped:
+            self._stopped = True
             await self._to_app.send({"type": "lifespan.shutdown"})
-            await self._answer()
+            while await self._answer():
+                pass
 
     async def _answer(self) -> Message:
         try:
