@@ -70,6 +70,7 @@ TARGETS = [
            "bytes"),
     Target("surface", "a demo bug fixed: tool calls", key("calls_per_fix"), LE, 6, ""),
     Target("startup", "stdio server's first answer", key("first_answer_p50_ms"), LE, 1000, "ms"),
+    Target("startup", "HTTP server's first /healthz", key("http_healthz_p50_ms"), LE, 1000, "ms"),
     Target("startup", "stdio server's exit after SIGINT", key("sigint_exit_p50_ms"), LE, 300,
            "ms"),
     Target("front", "2 workers over 1 (raw client, 32 sessions)", key("speedup_2_workers"), GE,

@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import anyio
 
@@ -25,8 +25,12 @@ from mcp_evalserver.cli.exits import EXIT_OK, EXIT_USAGE
 from mcp_evalserver.engine.state_dir import STATE_DIR_ENV, default_state_dir
 from mcp_evalserver.errors import EvalServerError, InvalidInput
 from mcp_evalserver.sandbox.docker_engine import BUILD_NETWORK_ENV, NETWORK_ENV
-from mcp_evalserver.server.surface import TOOL_PROFILES
+from mcp_evalserver.server.tool_profiles import TOOL_PROFILES
 from mcp_evalserver.server.transport.http import TOKEN_ENV
+
+if TYPE_CHECKING:
+    from mcp_evalserver.server.front.worker_config import WorkerConfig
+    from mcp_evalserver.server.privileges import Privileges
 
 PROG = "mcp-evalserver"
 
@@ -52,7 +56,9 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
     server = parser.add_mutually_exclusive_group()
     server.add_argument("--stdio", action="store_true", help="serve MCP over stdin/stdout")
     server.add_argument(
-        "--http", action="store_true", help="serve MCP over streamable HTTP at /mcp (+ /healthz)"
+        "--http",
+        action="store_true",
+        help="serve MCP over streamable HTTP at /mcp (+ /healthz at once, /readyz once loaded)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="--http: address (default loopback)")
     parser.add_argument("--port", type=int, default=8765, help="--http: port (0: any free one)")
@@ -246,39 +252,42 @@ def _serve(args: argparse.Namespace) -> int:
         with _long_lived_objects(), contextlib.suppress(KeyboardInterrupt):
             anyio.run(serve)
         return EXIT_OK
-    from mcp_evalserver.server.front.service import WorkerConfig
+    # Only what listening needs: the app, its engine and its privileges' checks load in
+    # the background once the socket answers (server/http_server.py).
     from mcp_evalserver.server.front.workers import default_workers, serve_workers
-    from mcp_evalserver.server.http_app import serve_http, serve_worker
-    from mcp_evalserver.server.privileges import Privileges
+    from mcp_evalserver.server.http_server import HttpOptions, serve_http, serve_worker
     from mcp_evalserver.server.transport.http import resolve_token
 
-    token = resolve_token(args.token, args.host)
-    privileges = Privileges.for_http(
-        allow_plugins=args.allow_plugins,
-        allow_paths=args.allow_paths,
-        allow_env=args.allow_env,
-        allow_endpoints=args.allow_endpoints,
+    def privileges() -> Privileges:
+        from mcp_evalserver.server.privileges import Privileges
+
+        return Privileges.for_http(
+            allow_plugins=args.allow_plugins,
+            allow_paths=args.allow_paths,
+            allow_env=args.allow_env,
+            allow_endpoints=args.allow_endpoints,
+        )
+
+    options = HttpOptions(
+        host=args.host,
+        token=resolve_token(args.token, args.host),
+        privileges=privileges,
+        allowed_hosts=args.allow_host,
+        ray_address=args.ray,
+        resume_running=args.resume_running,
+        tools=args.tools,
     )
-    options: dict[str, Any] = {
-        "host": args.host,
-        "token": token,
-        "allowed_hosts": args.allow_host,
-        "ray_address": args.ray,
-        "resume_running": args.resume_running,
-        "privileges": privileges,
-        "tools": args.tools,
-    }
     workers = default_workers() if args.workers is None else args.workers
     if workers < 1:
         raise InvalidInput("--workers must be at least 1")
     if workers > 1:
 
         def run_worker(config: WorkerConfig, port: int, ready: Callable[[], None]) -> None:
-            serve_worker(config, state_dir, port=port, ready=ready, **options)
+            serve_worker(config, state_dir, options, port=port, ready=ready)
 
         return serve_workers(args.host, args.port, workers, run_worker)
     with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(functools.partial(serve_http, state_dir, port=args.port, **options))
+        anyio.run(functools.partial(serve_http, state_dir, options, port=args.port))
     return EXIT_OK
 
 

@@ -2,8 +2,8 @@
 
 A model is shown every tool's name, description and input schema on every turn, so the server
 counts their characters like a budget (`listed_chars`), offers a smaller surface to an agent
-that only claims trajectories (`ToolProfile`), publishes the campaign spec's schema as a
-resource instead of inlining it, and drops the title pydantic gives each argument
+that only claims trajectories (`tool_profiles.ToolProfile`), publishes the campaign spec's
+schema as a resource instead of inlining it, and drops the title pydantic gives each argument
 (`untitled`: "Claim Id" for `claim_id` says nothing the name does not); an argument error
 names the field and the choices (`readable_argument_errors`). No `mcp` import here.
 """
@@ -12,17 +12,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
-from typing import Annotated, Any, Final, Literal, Protocol, get_args
+from typing import Annotated, Any, Final, Protocol
 
 from pydantic import Field, ValidationError
 
 from mcp_evalserver.spec.prose import one_paragraph
 from mcp_evalserver.spec.validation_errors import describe_validation_error
 
-#: What a server offers: every tool, or (`--tools agent`) what an agent that claims
-#: trajectories needs: claim_trajectory and the workspace tools.
-ToolProfile = Literal["all", "agent"]
-TOOL_PROFILES: Final[tuple[str, ...]] = get_args(ToolProfile)
 #: The most characters `listed_chars` may count for each profile (tests/server/test_surface_size).
 BUDGETS: Final[dict[str, int]] = {"all": 20_000, "agent": 8_000}
 

@@ -30,7 +30,8 @@ from mcp_evalserver.agents.external import ClaimBoard, ExternalTrajectory
 from mcp_evalserver.errors import Conflict
 from mcp_evalserver.server.front.lease import DriverLease, Holder, read_holder
 from mcp_evalserver.server.front.rpc import Peer, serve_driver
-from mcp_evalserver.server.front.service import FrontService, RemoteTrajectories, WorkerConfig
+from mcp_evalserver.server.front.service import FrontService, RemoteTrajectories
+from mcp_evalserver.server.front.worker_config import WorkerConfig
 from tests.exports.campaign import exported_over_mcp
 from tests.server.helpers import answer_spec, repo_spec
 from testsupport.processes import descendants

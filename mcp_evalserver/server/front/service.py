@@ -46,6 +46,7 @@ from mcp_evalserver.server.front.rpc import (
     serve_driver,
     with_socket,
 )
+from mcp_evalserver.server.front.worker_config import WorkerConfig
 from mcp_evalserver.server.models import ClaimedTrajectory, Submitted
 from mcp_evalserver.server.service import EvalService
 from mcp_evalserver.server.trajectories import TOOLS, ExternalTrajectories
@@ -85,16 +86,6 @@ def _driver_stopped(tool: str, context: _RemoteContext | None = None) -> str:
 
 #: Claims a worker remembers (which trajectory each holds); older ones are asked again.
 _CLAIMS_KEPT = 100_000
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    """Which worker this process is, of which server: `run_dir` holds the workers' sockets."""
-
-    index: int
-    workers: int
-    run_dir: Path
-    server: str
 
 
 @functools.cache

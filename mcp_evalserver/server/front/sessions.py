@@ -20,14 +20,11 @@ import anyio.abc
 import h11
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mcp_evalserver.server.front.worker_config import worker_socket
+
 SESSION_HEADER = b"mcp-session-id"
 _HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"upgrade", b"te"}
 _NOT_FOUND = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}'
-
-
-def worker_socket(run_dir: Path, index: int) -> Path:
-    """Where worker `index` answers the requests other workers pass it."""
-    return run_dir / f"worker-{index}.sock"
 
 
 class PinnedSessions:

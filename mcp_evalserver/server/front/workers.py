@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TextIO
 
 from mcp_evalserver.errors import InvalidInput
-from mcp_evalserver.server.front.service import WorkerConfig
+from mcp_evalserver.server.front.worker_config import WorkerConfig
 from mcp_evalserver.server.transport.http import bound_socket
 
 #: The most workers `--workers` takes by default.

@@ -12,19 +12,18 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 
 from mcp_evalserver import __version__
 from mcp_evalserver.server.mcp_app.first_use import LoadOnFirstUse, ServiceSlot
 from mcp_evalserver.server.mcp_app.json_answers import answer_json_unless_streaming
 from mcp_evalserver.server.mcp_app.log_notifications import logging_and_completions
-from mcp_evalserver.server.surface import ToolProfile, as_models_read_it
+from mcp_evalserver.server.surface import as_models_read_it
+from mcp_evalserver.server.tool_profiles import ToolProfile
 from mcp_evalserver.server.transport.http import allowed_host_names
 from mcp_evalserver.server.transport.stdio_pipes import claim_stdio, end_input_on_signal
 
 if TYPE_CHECKING:
-    from mcp_evalserver.server.front.service import WorkerConfig
+    from mcp_evalserver.server.front.worker_config import WorkerConfig
     from mcp_evalserver.server.privileges import Privileges
     from mcp_evalserver.server.service import EvalService
 
@@ -109,13 +108,6 @@ def create_server(
     logging_and_completions(app)
     app.middleware.append(LoadOnFirstUse(app, register))
     as_models_read_it(app)
-
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "version": __version__})
-
-    # Called, not decorated: the SDK's decorator is untyped.
-    app.custom_route("/healthz", methods=["GET"], include_in_schema=False)(healthz)
-
     return app
 
 
@@ -157,7 +149,7 @@ def http_app(
     worker: WorkerConfig | None = None,
     tools: ToolProfile = "all",
 ) -> Starlette:
-    """The streamable-HTTP app (MCP at `/mcp`, `/healthz`), DNS-rebinding protection on;
+    """The streamable-HTTP app (MCP at `/mcp`), DNS-rebinding protection on;
     as `worker` of `--workers N`, one worker's.
 
     Requests must name a loopback host, the bound host, or one of `allowed_hosts` (`name` or

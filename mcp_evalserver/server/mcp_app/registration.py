@@ -12,7 +12,8 @@ from mcp_evalserver.server.mcp_app.resources import campaign_resources
 from mcp_evalserver.server.mcp_app.service_tools import service_tools
 from mcp_evalserver.server.mcp_app.workspace_adapter import trajectory_tools
 from mcp_evalserver.server.set_tools import SET_TOOLS
-from mcp_evalserver.server.surface import ToolProfile, tidy_for_models
+from mcp_evalserver.server.surface import tidy_for_models
+from mcp_evalserver.server.tool_profiles import ToolProfile
 
 
 def register_tools(app: MCPServer[Any], tools: ToolProfile) -> None:

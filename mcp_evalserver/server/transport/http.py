@@ -8,8 +8,9 @@ token printed on a shared machine's terminal is not a secret worth trusting the 
 A browser cannot send a bearer header with a page load, so the dashboard's login form trades
 the token for an HttpOnly, SameSite=Strict session cookie whose value is derived from the token
 (never the token itself, never in a URL). The cookie opens the dashboard's pages only; `/mcp`
-takes the bearer header alone. Every path but `/healthz` answers only requests whose Host (and
-Origin, when sent) names this server: DNS-rebinding protection, as the MCP transport has it.
+takes the bearer header alone. Every path but `/healthz` and `/readyz` answers only requests
+whose Host (and Origin, when sent) names this server: DNS-rebinding protection, as the MCP
+transport has it.
 """
 
 from __future__ import annotations
@@ -33,8 +34,12 @@ from mcp_evalserver.errors import InvalidInput
 
 TOKEN_ENV = "MCP_EVALSERVER_TOKEN"
 
+#: Liveness: 200 while the process serves, from the moment it listens (`starting.py`).
+HEALTH_PATH = "/healthz"
+#: Readiness: 200 once the app has loaded and its service started, 503 until then.
+READY_PATH = "/readyz"
 #: Paths answered without a token (a load balancer's health check carries none).
-OPEN_PATHS = frozenset({"/healthz"})
+OPEN_PATHS = frozenset({HEALTH_PATH, READY_PATH})
 #: Paths answered without a token but behind the Host check: the dashboard's login form.
 LOGIN_PATH = "/login"
 #: The dashboard's session cookie; its value is `session_value(token)`.
