@@ -165,8 +165,7 @@ async def test_a_read_numbers_its_lines_gives_the_next_offset_and_refuses_a_bina
     )
     assert (whole["next_offset"], whole["total_lines"], whole["size"]) == (None, 6, len(SOURCE))
     assert page_text == (
-        "    10\t10\n    11\t11\n    12\t12\n"
-        "[lines 10-12 of 5,000; next: offset=13]"
+        "    10\t10\n    11\t11\n    12\t12\n[lines 10-12 of 5,000; next: offset=13]"
     )
     assert (page["offset"], page["lines"], page["next_offset"]) == (10, 3, 13)
     assert (first["lines"], first["next_offset"]) == (2000, 2001)
