@@ -78,7 +78,8 @@ class Meter:
         self.calls += 1
         request = {"name": tool, "arguments": arguments}
         answer = result.model_dump_json(by_alias=True, exclude_none=True)
-        asked = len(json.dumps(request).encode())
+        # As a client sends it: compact JSON (the SDK serializes with pydantic).
+        asked = len(json.dumps(request, separators=(",", ":"), ensure_ascii=False).encode())
         spent = asked + len(answer.encode())
         self.envelope_bytes += len(answer.encode()) - len(_own_part(answer))
         self.bytes += spent

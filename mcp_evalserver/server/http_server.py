@@ -50,7 +50,7 @@ class HttpOptions:
 
 
 async def serve_http(
-    state_dir: Path, options: HttpOptions, *, port: int = 8765, stderr: TextIO = sys.stderr
+    state_dir: Path, options: HttpOptions, *, port: int = 8765, stderr: TextIO | None = None
 ) -> None:
     """Serves until cancelled or signalled; prints the URL once listening (port 0 = any free).
 
@@ -58,6 +58,7 @@ async def serve_http(
         InvalidInput: the address cannot be bound.
         Exception: what loading the app or starting its service raised (the server stopped).
     """
+    stderr = stderr or sys.stderr  # read when called: a test's capture replaces it
     raise_fd_limit()
     sock = listening_socket(options.host, port)
     bound_port = sock.getsockname()[1]
