@@ -72,9 +72,10 @@ class Edit:
     created: bool
 
     def shown(self, path: str) -> str:
-        """What a model reads: what was done, and the edited lines as they are now."""
+        """What a model reads: what was done, and the edited lines as they are now (not the
+        path: the call named it, and every edit's answer would repeat it)."""
         done = "created" if self.created else f"edited ({self.replacements} replaced)"
-        return f"{path} {done}; lines {self.first_line}-{self.last_line} now:\n{self.region}"
+        return f"{done}; lines {self.first_line}-{self.last_line} now:\n{self.region}"
 
 
 def split_lines(text: str) -> list[str]:

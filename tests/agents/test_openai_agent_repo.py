@@ -79,7 +79,7 @@ async def test_a_model_that_fixes_the_bug_and_submits_hands_in_its_workspace_dif
     # An edit that matches nothing says which line came closest; one that matches shows it.
     assert told[5].startswith("error: old_text is not in calc.py (0 matches); the closest line")
     assert told[6] == (
-        "calc.py edited (1 replaced); lines 1-1 now:\n"
+        "edited (1 replaced); lines 1-1 now:\n"
         "     1\tdef add(a, b):  # fixed\n     2\t    return a + b"
     )
     assert told[7].startswith("exit code: 0")

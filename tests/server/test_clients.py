@@ -86,7 +86,7 @@ async def test_the_example_agent_fixes_a_trajectory_through_the_tools(tmp_path: 
         )  # fmt: skip
         assert agent.returncode == 0, agent.stderr.decode()
         assert "check exited 0" in agent.stdout.decode()
-        assert "calc.py edited (1 replaced)" in agent.stdout.decode()
+        assert "edited (1 replaced); lines" in agent.stdout.decode()
         with anyio.fail_after(30):
             status = await call(
                 client, "campaign_status", campaign_id=started["campaign_id"], wait_s=20

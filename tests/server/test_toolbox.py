@@ -124,7 +124,7 @@ async def test_an_exact_edit_shows_its_lines_and_ambiguous_or_missing_text_says_
     assert "InvalidInput: old_text occurs 2 times in calc.py (lines 2, 6)" in twice
     assert "replace_all=true" in twice
     assert "(0 matches); the closest line is 2: '    return a - b'" in missing
-    assert text.startswith("calc.py edited (1 replaced); lines 1-2 now:\n")
+    assert text.startswith("edited (1 replaced); lines 1-2 now:\n")
     assert "     2\t    return a + b\n" in text
     assert (edited["replacements"], edited["first_line"], edited["last_line"]) == (1, 1, 2)
     assert both["replacements"] == 2
@@ -132,14 +132,11 @@ async def test_an_exact_edit_shows_its_lines_and_ambiguous_or_missing_text_says_
         now["stdout"] == "def add(x, y):\n    return a + b\n\n\ndef sub(x, y):\n    return a - b\n"
     )
     assert created["created"] is True
-    assert created_text == "notes/new.txt created; lines 1-2 now:\n     1\tone\n     2\ttwo"
+    assert created_text == "created; lines 1-2 now:\n     1\tone\n     2\ttwo"
     assert "calc.py exists" in not_empty
     assert "NotFound: no file nope.py" in absent
     assert dos["stdout"] == "1\r\n2\r\nthree\r\n"
-    assert (
-        dos_text
-        == "dos.txt edited (1 replaced); lines 1-2 now:\n     1\t1\n     2\t2\n     3\tthree"
-    )
+    assert dos_text == "edited (1 replaced); lines 1-2 now:\n     1\t1\n     2\t2\n     3\tthree"
 
 
 async def test_a_read_numbers_its_lines_gives_the_next_offset_and_refuses_a_binary_file(
