@@ -281,23 +281,19 @@ async def test_over_stdio_plugins_and_any_path_stay_on(tmp_path: Path, marker: P
     assert status["resolved"] == 1
 
 
+def _in_process_http(state_dir: Path) -> list[str]:
+    """`main`'s arguments for an HTTP server of one worker: its app loads in this process,
+    whose stderr capsys reads (a worker's goes to the real one: test_http_start.py checks that
+    case on a real process)."""
+    return ["--state-dir", str(state_dir), "--http", "--port", "0", "--workers", "1",
+            "--token", TOKEN]  # fmt: skip
+
+
 def test_an_allowed_path_that_is_no_directory_stops_the_server_with_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     missing = tmp_path / "no-such-dir"
-    # One worker: the app loads in this process, whose stderr capsys reads (a worker's own
-    # goes to the real one; test_http_start.py checks that case on a real process).
-    argv = [
-        "--state-dir",
-        str(tmp_path),
-        "--http",
-        "--port",
-        "0",
-        "--workers",
-        "1",
-        "--token",
-        TOKEN,
-    ]
+    argv = _in_process_http(tmp_path)
     assert main([*argv, "--allow-paths", str(missing)]) == 2
     assert f"--allow-paths {missing}: not a directory" in capsys.readouterr().err
 
@@ -563,19 +559,7 @@ def test_a_program_gets_only_the_variables_of_allow_env_that_its_spec_names_over
 def test_an_allowed_endpoint_that_is_no_url_stops_the_server_with_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # One worker: the app loads in this process, whose stderr capsys reads (a worker's own
-    # goes to the real one; test_http_start.py checks that case on a real process).
-    argv = [
-        "--state-dir",
-        str(tmp_path),
-        "--http",
-        "--port",
-        "0",
-        "--workers",
-        "1",
-        "--token",
-        TOKEN,
-    ]
+    argv = _in_process_http(tmp_path)
     assert main([*argv, "--allow-endpoints", "api.example.com"]) == 2
     assert "--allow-endpoints api.example.com: give an http(s) URL" in capsys.readouterr().err
 
