@@ -91,15 +91,21 @@ async def http_server(
                 await found.wait()
             yield url[0]
         finally:
-            with anyio.CancelScope(shield=True):
-                if process.returncode is None:
-                    process.terminate()
-                with anyio.move_on_after(15):
-                    await process.wait()
-                if process.returncode is None:
-                    process.kill()
-                    await process.wait()
+            await stop_process(process)
             group.cancel_scope.cancel()
+
+
+async def stop_process(process: anyio.abc.Process) -> None:
+    """SIGTERM, and SIGKILL if it still runs 15 s later; waits for its end (shielded: it runs
+    in a `finally` whatever cancelled the test)."""
+    with anyio.CancelScope(shield=True):
+        if process.returncode is None:
+            process.terminate()
+        with anyio.move_on_after(15):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
 
 
 async def sigkill(pid: int) -> None:

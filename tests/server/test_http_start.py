@@ -26,7 +26,7 @@ import httpx2
 import pytest
 
 from testsupport.rawmcp import RawSession, initialize_request
-from testsupport.servers import REPO, TOKEN
+from testsupport.servers import REPO, TOKEN, stop_process
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -113,14 +113,7 @@ async def held_server(tmp_path: Path, workers: int, *options: str) -> AsyncItera
             finally:
                 server.release()  # never leave a process held
                 os.close(reached_r)
-                with anyio.CancelScope(shield=True):
-                    if process.returncode is None:
-                        process.terminate()
-                    with anyio.move_on_after(15):
-                        await process.wait()
-                    if process.returncode is None:
-                        process.kill()
-                        await process.wait()
+                await stop_process(process)
 
 
 async def _post(port: int, message: dict[str, Any], token: str | None) -> anyio.abc.SocketStream:
