@@ -255,7 +255,8 @@ def _serve(args: argparse.Namespace) -> int:
     # Only what listening needs: the app, its engine and its privileges' checks load in
     # the background once the socket answers (server/http_server.py).
     from mcp_evalserver.server.front.workers import default_workers, serve_workers
-    from mcp_evalserver.server.http_server import HttpOptions, serve_http, serve_worker
+    from mcp_evalserver.server.http_options import HttpOptions
+    from mcp_evalserver.server.http_server import serve_http, serve_worker
     from mcp_evalserver.server.transport.http import resolve_token
 
     def privileges() -> Privileges:

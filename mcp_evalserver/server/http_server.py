@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 import anyio
 import uvicorn
@@ -21,6 +20,7 @@ from starlette.types import ASGIApp
 
 from mcp_evalserver import __version__
 from mcp_evalserver.server.front.worker_config import WorkerConfig, worker_socket
+from mcp_evalserver.server.http_options import HttpOptions
 from mcp_evalserver.server.transport.http import (
     BACKLOG,
     listening_socket,
@@ -28,25 +28,6 @@ from mcp_evalserver.server.transport.http import (
     unix_listening_socket,
 )
 from mcp_evalserver.server.transport.starting import LoadAfterListening
-
-if TYPE_CHECKING:
-    from mcp_evalserver.server.privileges import Privileges
-    from mcp_evalserver.server.tool_profiles import ToolProfile
-
-
-@dataclass(frozen=True)
-class HttpOptions:
-    """What every process serving over HTTP is told: `privileges` is made as the app loads
-    (the module that checks specs imports the campaign models), the rest as `build_http_app`
-    takes it."""
-
-    host: str
-    token: str
-    privileges: Callable[[], Privileges]
-    allowed_hosts: Sequence[str] = ()
-    ray_address: str | None = None
-    resume_running: bool = False
-    tools: ToolProfile = "all"
 
 
 async def serve_http(
@@ -126,17 +107,7 @@ def _load(state_dir: Path, options: HttpOptions, worker: WorkerConfig | None) ->
     these imports."""
     from mcp_evalserver.server.http_app import build_http_app
 
-    return build_http_app(
-        state_dir,
-        host=options.host,
-        token=options.token,
-        allowed_hosts=options.allowed_hosts,
-        ray_address=options.ray_address,
-        resume_running=options.resume_running,
-        privileges=options.privileges(),
-        worker=worker,
-        tools=options.tools,
-    )
+    return build_http_app(state_dir, options, worker)
 
 
 def _config(app: ASGIApp) -> uvicorn.Config:

@@ -15,6 +15,7 @@ from playwright.async_api import Browser, Page, async_playwright
 
 from mcp_evalserver.agents.base import Agent, TrajectoryContext
 from mcp_evalserver.server.http_app import build_http_app
+from mcp_evalserver.server.http_options import HttpOptions
 from mcp_evalserver.server.transport.http import listening_socket
 from mcp_evalserver.spec.submission import Submission
 
@@ -38,7 +39,7 @@ async def dashboard_server(state_dir: Path) -> AsyncIterator[str]:
     """The product's HTTP app (MCP, dashboard, auth) served by uvicorn; yields its base URL."""
     sock = listening_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    app = build_http_app(state_dir, host="127.0.0.1", token=TOKEN)
+    app = build_http_app(state_dir, HttpOptions(host="127.0.0.1", token=TOKEN))
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as group:
