@@ -53,15 +53,16 @@ class PriceTable:
     def for_campaign(
         cls,
         overrides: Mapping[str, ModelPrice] | None = None,
-        environ: Mapping[str, str] = os.environ,
+        environ: Mapping[str, str] | None = None,
     ) -> PriceTable:
-        """The shipped prices, then `$MCP_EVALSERVER_PRICES`'s file, then `overrides`.
+        """The shipped prices, then `$MCP_EVALSERVER_PRICES`'s file (in `environ`, default
+        this process's environment when called), then `overrides`.
 
         Raises:
             InvalidInput: the file the variable names is missing or not a price file.
         """
         prices = dict(shipped_prices())
-        if path := environ.get(PRICES_ENV):
+        if path := (os.environ if environ is None else environ).get(PRICES_ENV):
             prices.update(read_price_file(Path(path)))
         prices.update(overrides or {})
         return cls(prices)

@@ -28,7 +28,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
 
 from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.server.front.worker_config import WorkerConfig
@@ -61,7 +60,6 @@ def serve_workers(
     port: int,
     workers: int,
     run_worker: Callable[[WorkerConfig, int, Callable[[], None]], None],
-    stderr: TextIO = sys.stderr,
 ) -> int:
     """Runs `workers` forked workers on one port until SIGTERM or SIGINT; returns an exit
     status. `run_worker(config, port, ready)` serves in a worker and calls `ready` once it
@@ -113,10 +111,10 @@ def serve_workers(
         _wait_ready(ready_r, workers, children)
         display = f"[{host}]" if ":" in host else host
         # Scripts read the URL as the last word of the first line: keep it so.
-        print(f"mcp-evalserver: serving MCP at http://{display}:{bound}/mcp", file=stderr)
-        print(f"mcp-evalserver: dashboard at http://{display}:{bound}/", file=stderr)
-        print(f"mcp-evalserver: {workers} workers on that port (SO_REUSEPORT)", file=stderr)
-        stderr.flush()
+        print(f"mcp-evalserver: serving MCP at http://{display}:{bound}/mcp", file=sys.stderr)
+        print(f"mcp-evalserver: dashboard at http://{display}:{bound}/", file=sys.stderr)
+        print(f"mcp-evalserver: {workers} workers on that port (SO_REUSEPORT)", file=sys.stderr)
+        sys.stderr.flush()
         while children:
             try:
                 pid, status = os.wait()
@@ -130,7 +128,7 @@ def serve_workers(
             print(
                 f"mcp-evalserver: worker {index} (pid {pid}) died ({_describe(status)}); "
                 "starting another",
-                file=stderr,
+                file=sys.stderr,
                 flush=True,
             )
             if time.monotonic() - started < 1.0:

@@ -170,7 +170,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def resolve_token(given: str | None, host: str, stderr: TextIO = sys.stderr) -> str:
+def resolve_token(given: str | None, host: str, stderr: TextIO | None = None) -> str:
     """The token to require: given, from the environment, or generated (loopback only).
 
     Raises:
@@ -187,6 +187,7 @@ def resolve_token(given: str | None, host: str, stderr: TextIO = sys.stderr) -> 
             "(clients send it as `Authorization: Bearer <token>`)"
         )
     token = secrets.token_urlsafe(32)
+    stderr = stderr or sys.stderr  # read when called: a test's capture replaces it
     print(f"mcp-evalserver: bearer token (shown once): {token}", file=stderr, flush=True)
     return token
 
