@@ -218,6 +218,10 @@ async def test_a_server_whose_app_fails_to_load_answers_503_stops_and_says_why(
         assert status == 503, body
         assert b"failed to start" in body
     assert code == 2, server.output.text
+    # Said once, as the server's own error: not once per worker, nor as a repr.
+    reason = f"mcp-evalserver: --allow-paths {missing}: not a directory\n"
+    assert server.output.text.count(reason) == 1, server.output.text
+    assert "InvalidInput(" not in server.output.text
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["workers1", "workers2"])

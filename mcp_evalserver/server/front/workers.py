@@ -11,6 +11,10 @@ in place of one that dies. A worker that dies takes the connections it held (the
 reconnect and land on the others); the connections waiting in its queue are reset. A worker
 dies with its parent (`PR_SET_PDEATHSIG`): a parent SIGKILLed must not leave workers serving
 beside the server restarted in its place, that nothing would ever restart or stop.
+
+A worker that fails leaves its reason in the run directory and the parent says it, once: at
+start-up as the server's own error (the workers fail alike: N copies of one reason would bury
+it), later beside the restart.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ import socket
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from mcp_evalserver.errors import InvalidInput
+from mcp_evalserver.errors import EvalServerError, InvalidInput, sole_error
 from mcp_evalserver.server.front.worker_config import WorkerConfig
 from mcp_evalserver.server.transport.http import bound_socket
 
@@ -78,6 +83,7 @@ def serve_workers(
     stopping = False
 
     def spawn(index: int) -> None:
+        _failure_file(run_dir, index).unlink(missing_ok=True)  # the reason of the one it replaces
         pid = os.fork()
         if pid == 0:  # the worker
             code = 1
@@ -91,7 +97,8 @@ def serve_workers(
                 run_worker(config, bound, functools.partial(_say_ready, ready_w))
                 code = 0
             except BaseException as exc:
-                print(f"mcp-evalserver: worker {index} failed: {exc!r}", file=sys.stderr)
+                with contextlib.suppress(OSError):  # the parent is gone with its run directory
+                    _failure_file(run_dir, index).write_text(_reason(exc))
             finally:
                 sys.stderr.flush()
                 os._exit(code)
@@ -108,7 +115,7 @@ def serve_workers(
     try:
         for index in range(workers):
             spawn(index)
-        _wait_ready(ready_r, workers, children)
+        _wait_ready(ready_r, workers, children, run_dir)
         display = f"[{host}]" if ":" in host else host
         # Scripts read the URL as the last word of the first line: keep it so.
         print(f"mcp-evalserver: serving MCP at http://{display}:{bound}/mcp", file=sys.stderr)
@@ -125,9 +132,11 @@ def serve_workers(
             index, started = children.pop(pid, (-1, 0.0))
             if stopping or index < 0:
                 continue
+            reason = _failure(run_dir, index)
             print(
-                f"mcp-evalserver: worker {index} (pid {pid}) died ({_describe(status)}); "
-                "starting another",
+                f"mcp-evalserver: worker {index} (pid {pid}) died ({_describe(status)})"
+                + (f": {reason}" if reason else "")
+                + "; starting another",
                 file=sys.stderr,
                 flush=True,
             )
@@ -170,11 +179,14 @@ def _say_ready(ready_w: int) -> None:
     os.write(ready_w, b"r")
 
 
-def _wait_ready(ready_r: int, workers: int, children: dict[int, tuple[int, float]]) -> None:
-    """Waits until `workers` workers said they listen.
+def _wait_ready(
+    ready_r: int, workers: int, children: dict[int, tuple[int, float]], run_dir: Path
+) -> None:
+    """Waits until `workers` workers said they listen and loaded their app.
 
     Raises:
-        InvalidInput: a worker died first, or they took longer than `START_TIMEOUT_S`.
+        InvalidInput: a worker died first (the message is its reason), or they took longer
+            than `START_TIMEOUT_S`.
     """
     deadline = time.monotonic() + START_TIMEOUT_S
     count = 0
@@ -185,12 +197,40 @@ def _wait_ready(ready_r: int, workers: int, children: dict[int, tuple[int, float
         for pid in list(children):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
+                index = children[pid][0]
                 raise InvalidInput(
-                    f"worker {children[pid][0]} exited before it listened ({_describe(status)})"
+                    _failure(run_dir, index)
+                    or f"worker {index} exited during start-up ({_describe(status)}) without "
+                    "saying why: run with --workers 1 to see it in this process"
                 )
         if time.monotonic() > deadline:
             raise InvalidInput(f"the workers did not listen within {START_TIMEOUT_S:g}s")
         time.sleep(0.02)
+
+
+def _failure_file(run_dir: Path, index: int) -> Path:
+    return run_dir / f"worker-{index}.failed"
+
+
+def _reason(exc: BaseException) -> str:
+    """What a worker's failure tells the operator: one of our errors says what is wrong and
+    what to do; anything else is a bug, whose traceback goes to stderr."""
+    error = sole_error(exc)
+    if isinstance(error, EvalServerError):
+        return str(error)
+    traceback.print_exception(error)
+    return f"{type(error).__name__}: {error} (a bug: its traceback is above)"
+
+
+def _failure(run_dir: Path, index: int) -> str | None:
+    """The reason worker `index` left as it failed (taken: said once), or None."""
+    path = _failure_file(run_dir, index)
+    try:
+        reason = path.read_text()
+    except FileNotFoundError:
+        return None
+    path.unlink()
+    return reason
 
 
 def _describe(status: int) -> str:

@@ -1,0 +1,49 @@
+"""A worker of `--workers N` that fails is explained once, in words an operator acts on: at
+start-up as the server's own error (exit 2), later beside its restart (front/workers.py).
+
+Real processes: the CLI, or the real parent (`serve_workers`) over workers that fail as
+asked (tests/server/failing_workers.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from testsupport.servers import REPO, TOKEN, server_command
+
+pytestmark = pytest.mark.anyio
+
+ENVIRONMENT = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+async def test_workers_whose_app_fails_to_load_stop_the_server_with_their_reason_said_once(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "nonexistent"
+    command = server_command(tmp_path / "state", "--http", "--port", "0", "--workers", "2",
+                             "--token", TOKEN, "--allow-paths", str(missing))  # fmt: skip
+    with anyio.fail_after(120):
+        done = await anyio.run_process(command, env=ENVIRONMENT, check=False)
+    said = done.stderr.decode().splitlines()
+    assert done.returncode == 2, said
+    assert said == [f"mcp-evalserver: --allow-paths {missing}: not a directory"]
+
+
+async def test_a_worker_that_fails_on_a_bug_shows_its_traceback_and_the_server_names_it(
+    tmp_path: Path,
+) -> None:
+    command = [sys.executable, "-m", "tests.server.failing_workers", "bug", str(tmp_path)]
+    with anyio.fail_after(60):
+        done = await anyio.run_process(command, env=ENVIRONMENT, check=False)
+    said = done.stderr.decode()
+    assert done.returncode == 2, said
+    assert "Traceback" in said
+    assert said.splitlines()[-1] == (
+        "mcp-evalserver: RuntimeError: boom (a bug: its traceback is above)"
+    )
+    assert said.count("(a bug: its traceback is above)") == 1, said
