@@ -2,6 +2,8 @@
 
 Run as `python -m tests.server.failing_workers HOW DIRECTORY` with 2 workers on a free port:
 - `bug`: every worker raises a RuntimeError before it is ready (a bug, not one of our errors).
+- `later`: both become ready; worker 0 then reads a line from stdin (the test's signal) and
+  fails with an InvalidInput, once: its replacement serves (pauses) until SIGTERM.
 The parent's InvalidInput is printed as the command line prints it (exit 2).
 """
 
@@ -16,12 +18,20 @@ from mcp_evalserver.errors import InvalidInput
 from mcp_evalserver.server.front.worker_config import WorkerConfig
 from mcp_evalserver.server.front.workers import serve_workers
 
+#: What worker 0 fails with in `later`.
+LATER_REASON = "the state directory is gone: start the server again"
+
 
 def main(how: str, directory: Path) -> int:
     def run_worker(config: WorkerConfig, port: int, ready: Callable[[], None]) -> None:
         if how == "bug":
             raise RuntimeError("boom")
         ready()
+        failed_once = directory / "failed-once"
+        if config.index == 0 and not failed_once.exists():
+            sys.stdin.readline()
+            failed_once.touch()
+            raise InvalidInput(LATER_REASON)
         signal.pause()  # serving, as far as the parent can tell, until SIGTERM
 
     try:

@@ -8,13 +8,15 @@ asked (tests/server/failing_workers.py).
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
-from testsupport.servers import REPO, TOKEN, server_command
+from tests.server.failing_workers import LATER_REASON
+from testsupport.servers import REPO, TOKEN, server_command, stop_process
 
 pytestmark = pytest.mark.anyio
 
@@ -47,3 +49,30 @@ async def test_a_worker_that_fails_on_a_bug_shows_its_traceback_and_the_server_n
         "mcp-evalserver: RuntimeError: boom (a bug: its traceback is above)"
     )
     assert said.count("(a bug: its traceback is above)") == 1, said
+
+
+async def test_a_worker_that_fails_while_serving_is_restarted_beside_its_reason(
+    tmp_path: Path,
+) -> None:
+    command = [sys.executable, "-m", "tests.server.failing_workers", "later", str(tmp_path)]
+    said = ""
+    async with await anyio.open_process(
+        command, env=ENVIRONMENT, stderr=subprocess.STDOUT
+    ) as process:
+        try:
+            assert process.stdout is not None
+            assert process.stdin is not None
+            with anyio.fail_after(60):
+                async for chunk in process.stdout:
+                    said += chunk.decode()
+                    if "workers on that port" in said:
+                        await process.stdin.send(b"fail now\n")  # worker 0 reads it
+                    if "starting another" in said:
+                        break
+        finally:
+            await stop_process(process)
+    restarted = [line for line in said.splitlines() if "starting another" in line]
+    assert len(restarted) == 1, said
+    assert restarted[0].startswith("mcp-evalserver: worker 0 (pid "), said
+    assert restarted[0].endswith(f"died (exit status 1): {LATER_REASON}; starting another")
+    assert process.returncode == 0, said

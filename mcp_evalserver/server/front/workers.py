@@ -103,6 +103,8 @@ def serve_workers(
                 sys.stderr.flush()
                 os._exit(code)
         children[pid] = (index, time.monotonic())
+        if stopping:  # SIGTERM came during the fork, before stop() could see this one
+            os.kill(pid, signal.SIGTERM)
 
     def stop(signum: int, frame: object) -> None:
         nonlocal stopping
@@ -142,7 +144,8 @@ def serve_workers(
             )
             if time.monotonic() - started < 1.0:
                 time.sleep(1.0)  # one that dies at once must not spin the machine
-            spawn(index)
+            if not stopping:  # a SIGTERM during that pause: nothing would stop a new one
+                spawn(index)
     finally:
         stop(signal.SIGTERM, None)
         for pid in list(children):
