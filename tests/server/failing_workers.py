@@ -2,6 +2,7 @@
 
 Run as `python -m tests.server.failing_workers HOW DIRECTORY` with 2 workers on a free port:
 - `bug`: every worker raises a RuntimeError before it is ready (a bug, not one of our errors).
+- `killed`: every worker is SIGKILLed before it is ready (it cannot say why).
 - `later`: both become ready; worker 0 then reads a line from stdin (the test's signal) and
   fails with an InvalidInput, once: its replacement serves (pauses) until SIGTERM.
 The parent's InvalidInput is printed as the command line prints it (exit 2).
@@ -9,6 +10,7 @@ The parent's InvalidInput is printed as the command line prints it (exit 2).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -26,6 +28,8 @@ def main(how: str, directory: Path) -> int:
     def run_worker(config: WorkerConfig, port: int, ready: Callable[[], None]) -> None:
         if how == "bug":
             raise RuntimeError("boom")
+        if how == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
         ready()
         failed_once = directory / "failed-once"
         if config.index == 0 and not failed_once.exists():
