@@ -58,10 +58,14 @@ figure is the median of its rounds, each ratio a ratio of medians:
 - base_calls_per_s_1_worker: with `--base DIR` (a checkout of older code, e.g. `git worktree
   add DIR 786929f`), `sandbox_exec` calls/s at 1 worker of that code's server ("base") and of
   this one ("new"), one of each per round, next to each other, and the ratio of their medians.
-- ratios (the issue's, of medians), targets, met; ratios_by_round (each round's own ratio) and
-  ratios_spread ((largest - smallest) over the ratio): how far one round alone would have
-  moved it; issue_rounds: every round's figures of every target (calls/s, server CPU split
-  into workers and sandbox, client CPU) with the load (1 minute) when the round began.
+- ratios (the issue's, as ratios of medians), targets, met. Beside the measured calls/s over
+  the base's (calls_per_s_1_worker_vs_base: what the load left each server),
+  calls_per_s_bound_1_worker_vs_base: the calls/s each server's CPU per call allows, reckoned
+  as capacity_* is, which the load moves far less (no target).
+- ratios_by_round (each round's own ratio) and ratios_spread ((largest - smallest) over the
+  ratio): how far one round alone would have moved it; issue_rounds: every round's figures of
+  every target (calls/s, server CPU split into workers and sandbox, client CPU) with the load
+  (1 minute) when the round began.
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ from bench.front_ratios import (
     CLIENTS,
     TOOLS,
     WARMUP,
+    cpu_bound_calls_per_s,
     front_pids,
     issue_figures,
     port_of,
@@ -358,7 +363,10 @@ def capacity(figures: dict[str, Any], tool: str) -> dict[str, Any]:
     client = figures[f"{prefix}client_cpu_ms_by_workers"]
     workers = figures[f"{prefix}workers_cpu_ms_by_workers"]
     bound = {
-        key: min(int(key) * 1000 / workers[key], cpus() * 1000 / (server[key] + client[key]))
+        key: cpu_bound_calls_per_s(
+            {"workers_cpu_ms": workers[key], "cpu_ms": server[key], "client_cpu_ms": client[key]},
+            int(key),
+        )
         for key in server
     }
     return {
@@ -511,7 +519,7 @@ if __name__ == "__main__":
         "--base",
         type=Path,
         help="a checkout of older code (e.g. `git worktree add DIR 786929f`) whose server's "
-        "calls/s at 1 worker are measured in turns with this one's",
+        "`sandbox_exec` calls/s at 1 worker are measured beside this one's in every round",
     )
     arguments = parser.parse_args()
     if arguments.quick:

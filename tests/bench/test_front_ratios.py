@@ -87,6 +87,18 @@ def test_the_cpu_targets_are_at_most_and_the_calls_per_s_target_at_least() -> No
     assert slow["met"]["calls_per_s_1_worker_vs_base"] is False  # 1.33 < 1.5
 
 
+def test_the_calls_per_s_the_cpu_allows_follow_the_cost_of_a_call_not_the_load() -> None:
+    rounds = [one_round(QUIET, calls_per_s=rate) for rate in (150.0, 300.0, 600.0)]
+    for measured in rounds:  # the base's worker spends twice our 1.5 ms a call
+        measured["base_sandbox_exec"] |= {"workers_cpu_ms": 3.0, "cpu_ms": 4.0}
+    figures = summarize(rounds, base=Path("/base"))
+    assert figures["ratios_by_round"]["calls_per_s_1_worker_vs_base"] == [1.0, 2.0, 4.0]
+    assert figures["ratios_by_round"]["calls_per_s_bound_1_worker_vs_base"] == (
+        pytest.approx([2.0, 2.0, 2.0])
+    )
+    assert "calls_per_s_bound_1_worker_vs_base" not in figures["targets"]
+
+
 def test_without_a_base_no_calls_per_s_ratio_or_target_is_written() -> None:
     figures = summarize([one_round(QUIET)], base=None)
     assert "calls_per_s_1_worker_vs_base" not in figures["ratios"]
@@ -127,7 +139,11 @@ async def test_ratios_only_measures_every_target_each_round_and_names_what_it_le
                                  "base_sandbox_exec"}  # fmt: skip
         assert all(measured[name]["cpu_ms"] > 0 for name in (*CALLS, "exec_floor"))
         assert measured["sandbox_exec"]["sandbox_cpu_ms"] > 0  # the supervisor and `true`s
-    assert set(figures["ratios"]) == {*TARGETS, "write_file_vs_trivial"}
+    assert set(figures["ratios"]) == {
+        *TARGETS,
+        "write_file_vs_trivial",
+        "calls_per_s_bound_1_worker_vs_base",
+    }
     assert all(ratio > 0 for ratio in figures["ratios"].values())
     assert len(figures["base_calls_per_s_1_worker"]["base"]) == 2
     assert figures["not_measured"] == front.NOT_MEASURED_RATIOS_ONLY
