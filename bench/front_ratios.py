@@ -391,8 +391,9 @@ async def issue_figures(
     calls_per_client: int,
     floor_spawns: int,
 ) -> dict[str, Any]:
-    """Issue 39's figures against our 1-worker server at `url` (state dir `root`/state-1,
-    serving `repo`'s parent) and, with `base`, that checkout's server."""
+    """Issue 39's figures: our 1-worker server at `url` (state dir `root`/state-1, allowed
+    the paths under `root`, where `repo` is), the floors and, with `base`, that checkout's
+    server; `rounds` interleaved rounds of `calls_per_client` calls per session each."""
     async with contextlib.AsyncExitStack() as stack:
         targets = await prepare(stack, root, repo, url, base, floor_spawns)
         measured = await measure_rounds(targets, rounds, calls_per_client)
