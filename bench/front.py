@@ -4,6 +4,9 @@ Run `python bench/front.py` as root (workspaces need namespaces and overlayfs); 
 holds N idle sessions instead of 10,000, `--quick` runs a smaller version (CI, a smoke test),
 `--skip-sessions` measures calls/s and CPU per call only (no idle sessions: minutes shorter,
 and the session figures are absent from the results, which say `sessions_skipped`).
+`--ratios-only` measures issue 39's figures alone (the last part below: no figures by
+workers, no SDK clients, no idle sessions; a few minutes; the results name what they lack in
+`not_measured`); `--rounds N` sets how many interleaved rounds those take (default 15).
 Writes bench/results/front.json:
 
 - calls_per_s_by_workers: `sandbox_exec` of `true` per second from 32 sessions of the cheap
@@ -37,17 +40,32 @@ Writes bench/results/front.json:
   session held and calling, over its p99 with 10 held; p99_probe_ms_10 and _held beside it,
   p99_idle_call_ms the held sessions' own calls.
 - errors: every failed request of the run (HTTP, JSON-RPC or tool errors, broken connections).
+
+Issue 39's figures (bench/front_ratios.py), in interleaved rounds: every target is made ready
+once (its server, its 32 sessions, their claims), then each round measures each target in
+turn (40 calls per session; the exec floor 1,000 spawns), the order reversed every other
+round, so a floor and what is measured against it share the load of the same minute; each
+figure is the median of its rounds, each ratio a ratio of medians:
 - bare_sdk_cpu_ms: {"sse", "json"}: the CPU per call of the MCP SDK's own bare server
   (bench/bare_sdk.py: one tool that returns at once) with its default SSE answers and with
   `json_response=True`, from the same cheap clients: the floor of a trivial call.
-- cpu_ms_per_call: {tool: {"workers", "sandbox"}} at 1 worker: `trivial` (`list_campaigns` on
-  a server with no campaign: a read-only tool touching nothing), `sandbox_exec` of `true`,
-  `read_file` of the task's small file, `write_file` of a small one; exec_floor_cpu_ms, the
-  kernel's floor (a bare posix_spawn of `true` inside a workspace's namespaces, as
-  bench/sandbox.py measures it), and the issue's ratios (`ratios`) to those floors.
+- cpu_ms_per_call: {tool: {"workers", "sandbox", "total"}} at 1 worker: `trivial`
+  (`list_campaigns` on a server with no campaign: a read-only tool touching nothing),
+  `sandbox_exec` of `true`, `read_file` of the task's small file, `write_file` of a small one
+  ("total": the median of the rounds' whole server CPU, which the ratios use);
+  exec_floor_cpu_ms, the kernel's floor (a bare posix_spawn of `true` inside a workspace's
+  namespaces, as bench/sandbox.py measures it).
 - base_calls_per_s_1_worker: with `--base DIR` (a checkout of older code, e.g. `git worktree
-  add DIR 786929f`), `sandbox_exec` calls/s at 1 worker of that code's server and of this
-  one, in turns (old, new, old, new), and their best rounds' ratio.
+  add DIR 786929f`), `sandbox_exec` calls/s at 1 worker of that code's server ("base") and of
+  this one ("new"), one of each per round, next to each other, and the ratio of their medians.
+- ratios (the issue's, as ratios of medians), targets, met. Beside the measured calls/s over
+  the base's (calls_per_s_1_worker_vs_base: what the load left each server),
+  calls_per_s_bound_1_worker_vs_base: the calls/s each server's CPU per call allows, reckoned
+  as capacity_* is, which the load moves far less (no target).
+- ratios_by_round (each round's own ratio) and ratios_spread ((largest - smallest) over the
+  ratio): how far one round alone would have moved it; issue_rounds: every round's figures of
+  every target (calls/s, server CPU split into workers and sandbox, client CPU) with the load
+  (1 minute) when the round began.
 """
 
 from __future__ import annotations
@@ -70,36 +88,41 @@ from typing import Any
 
 from bench.common import (
     LoadRecord,
-    child_pids,
     child_running,
     describe_load,
-    process_cpu_seconds,
     process_tree_cpu_seconds,
     write_results,
 )
+from bench.front_ratios import (
+    CLIENTS,
+    TOOLS,
+    WARMUP,
+    cpu_bound_calls_per_s,
+    front_pids,
+    issue_figures,
+    port_of,
+    repo_spec,
+    server_cpu_seconds,
+)
 from bench.mcp import http_throughput
-from bench.sandbox import FLOOR_SCRIPT
-from mcp_evalserver.sandbox.base import InstanceSpec
-from mcp_evalserver.sandbox.local import LocalBackend
 from testsupport.rawmcp import CallFailed, RawSession
 from testsupport.repos import git_repo
 from testsupport.servers import TOKEN, call, http_client, http_server
 
-CLIENTS, CALLS_PER_CLIENT, WARMUP = 32, 100, 5
+CALLS_PER_CLIENT = 100
 PROBE_HZ, PROBE_S = 20, 30.0
 IDLE_PERIOD_S = 120.0
 OPENING = 64  # sessions being opened at once
 ROUNDS = 2
-#: The workspace tools the cheap client calls, with their arguments and the prefix of their
-#: keys: `sandbox_exec` of `true` (the supervisor's holder starts a process with `vfork`: the
-#: tool cheapest for the sandbox) and `read_file` of the task's small file (the supervisor
-#: forks itself to read it as the trajectory, in the workspace's view: dearer).
-TOOLS: dict[str, tuple[dict[str, Any], str]] = {
-    "sandbox_exec": ({"command": "true"}, ""),
-    "read_file": ({"path": "calc.py"}, "read_file_"),
-    "write_file": ({"path": "scratch.txt", "content": "x = 1\n" * 40}, "write_file_"),
-}
-FLOOR_SPAWNS = 2000
+#: Issue 39's figures: interleaved rounds (their medians count), each target's calls per
+#: session in a round, and the exec floor's spawns in a round.
+ISSUE_ROUNDS, ISSUE_CALLS_PER_CLIENT, FLOOR_SPAWNS = 15, 40, 1000
+NOT_MEASURED_RATIOS_ONLY = [
+    "the figures by workers (*_by_workers, *_scaling_efficiency_max, *_speedup_2_workers, "
+    "capacity_*)",
+    "the SDK clients' (sdk_*_by_workers)",
+    "the idle sessions (sessions_held, server_kb_per_session, p99_*, errors)",
+]
 #: The tool of the capacity figures: the one whose sandbox costs least per call.
 CAPACITY_TOOL = "sandbox_exec"
 
@@ -118,16 +141,6 @@ def worker_counts() -> list[int]:
     return counts
 
 
-def repo_spec(repo: Path, samples: int, name: str = "front") -> dict[str, Any]:
-    return {
-        "name": name,
-        "tasks": [{"id": name, "prompt": "none", "path": str(repo)}],
-        "samples": samples,
-        "agent": {"type": "external"},
-        "limits": {"concurrency": samples, "per_instance": samples},
-    }
-
-
 def answer_spec(trajectories: int, name: str) -> dict[str, Any]:
     """External trajectories of answer-only tasks: at most 1,000 samples of each task."""
     tasks = -(-trajectories // 1000)
@@ -140,26 +153,9 @@ def answer_spec(trajectories: int, name: str) -> dict[str, Any]:
     }
 
 
-def port_of(url: str) -> int:
-    return int(url.rsplit(":", 1)[1].split("/")[0])
-
-
 def server_pids() -> list[int]:
     """The server's parent and its workers (its sandbox's processes are not among them)."""
     return front_pids(child_running("--http"))
-
-
-def front_pids(parent: int) -> list[int]:
-    """The server `parent` and its workers: the front door's processes, without its sandbox."""
-    workers = []
-    for pid in child_pids(parent):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"--http" in f.read():
-                    workers.append(pid)
-        except OSError:
-            continue
-    return [parent, *workers]
 
 
 def pss_kb(pids: list[int]) -> int:
@@ -175,13 +171,6 @@ def pss_kb(pids: list[int]) -> int:
 def p99(samples: list[float]) -> float:
     ordered = sorted(samples)
     return ordered[max(0, round(0.99 * len(ordered)) - 1)]
-
-
-def server_cpu_seconds(server: int) -> tuple[float, float]:
-    """CPU seconds of the server's tree, and of its parent and workers alone (the rest of the
-    tree is its sandbox: the instance's supervisor and the commands it ran and reaped)."""
-    front = sum(process_cpu_seconds(pid) for pid in front_pids(server))
-    return process_tree_cpu_seconds(server), front
 
 
 async def raw_throughput(
@@ -365,157 +354,6 @@ async def idle_sessions(url: str, repo: Path, held: int, probe_s: float) -> dict
     }
 
 
-async def plain_throughput(
-    port: int, server: int, tool: str, arguments: dict[str, Any]
-) -> dict[str, float]:
-    """Calls per second of a tool that needs no claim from CLIENTS cheap sessions, and the CPU
-    per call of the process tree `server` and of the clients."""
-    sessions = [RawSession("127.0.0.1", port, TOKEN) for _ in range(CLIENTS)]
-    for session in sessions:
-        await session.open()
-
-    async def run(session: RawSession, count: int) -> None:
-        for _ in range(count):
-            await session.call_tool(tool, arguments)
-
-    await asyncio.gather(*(run(s, WARMUP) for s in sessions))
-    began, server_cpu, client_cpu = (
-        time.perf_counter(),
-        process_tree_cpu_seconds(server),
-        time.process_time(),
-    )
-    await asyncio.gather(*(run(s, CALLS_PER_CLIENT) for s in sessions))
-    elapsed = time.perf_counter() - began
-    calls = CLIENTS * CALLS_PER_CLIENT
-    figures = {
-        "calls_per_s": calls / elapsed,
-        "server_cpu_ms": (process_tree_cpu_seconds(server) - server_cpu) * 1000 / calls,
-        "client_cpu_ms": (time.process_time() - client_cpu) * 1000 / calls,
-    }
-    for session in sessions:
-        await session.close()
-    return figures
-
-
-@contextlib.asynccontextmanager
-async def bare_sdk(json_response: bool) -> Any:
-    """The SDK's bare server (bench/bare_sdk.py) as a subprocess: yields (port, pid)."""
-    command = [sys.executable, "-m", "bench.bare_sdk", *(["--json"] if json_response else [])]
-    process = await asyncio.create_subprocess_exec(
-        *command, stdout=asyncio.subprocess.PIPE, cwd=Path(__file__).resolve().parents[1]
-    )
-    try:
-        assert process.stdout is not None
-        port = int(await asyncio.wait_for(process.stdout.readline(), 60))
-        yield port, process.pid
-    finally:
-        process.kill()
-        await process.wait()
-
-
-async def exec_floor_cpu_ms(root: Path, repo: Path) -> float:
-    """CPU ms per bare posix_spawn of `true` by a process inside a workspace's namespaces (the
-    local backend's, here), as bench/sandbox.py measures the floor (FLOOR_SCRIPT)."""
-    marker = f"{random.randrange(10**9, 2 * 10**9)}.5"  # a sleep no one else runs
-    async with LocalBackend() as backend:
-        instance = await backend.instance(InstanceSpec(path=str(repo), key="floor"))
-        try:
-            async with await instance.workspace("floor") as ws:
-                sleeper = asyncio.ensure_future(ws.exec(f"exec sleep {marker}"))
-                try:
-                    for _ in range(200):  # until the marked sleep runs
-                        done = await asyncio.create_subprocess_exec(
-                            sys.executable, "-I", "-S", "-c", FLOOR_SCRIPT, marker,
-                            str(FLOOR_SPAWNS), stdout=asyncio.subprocess.PIPE,
-                            stderr=asyncio.subprocess.PIPE)  # fmt: skip
-                        out, err = await done.communicate()
-                        if done.returncode == 0 or b"ValueError" not in err:
-                            break
-                        await asyncio.sleep(0.05)
-                finally:
-                    sleeper.cancel()
-                    await asyncio.gather(sleeper, return_exceptions=True)
-        finally:
-            await instance.aclose()
-    if done.returncode != 0:
-        raise RuntimeError(f"the floor's script failed: {err.decode(errors='replace')}")
-    measured: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
-    return float(measured["cpu_ms"])
-
-
-async def floors_and_base(
-    root: Path, repo: Path, new_url: str, base: Path | None
-) -> dict[str, Any]:
-    """bare_sdk_cpu_ms, the trivial call on our server at 1 worker, exec_floor_cpu_ms and,
-    with `base`, calls/s of the base's server against ours (new_url) in turns."""
-    figures: dict[str, Any] = {"bare_sdk_cpu_ms": {}}
-    trivial: list[dict[str, float]] = []
-    bare: dict[str, list[dict[str, float]]] = {"sse": [], "json": []}
-    state = root / "state-trivial"  # no campaign ever: list_campaigns touches nothing
-    async with http_server(state, workers=1) as url:
-        server = child_running(str(state))
-        for _ in range(ROUNDS):
-            for mode in bare:
-                async with bare_sdk(mode == "json") as (port, pid):
-                    bare[mode].append(await plain_throughput(port, pid, "trivial", {}))
-            trivial.append(await plain_throughput(port_of(url), server, "list_campaigns", {}))
-    for mode, runs in bare.items():
-        figures["bare_sdk_cpu_ms"][mode] = min(r["server_cpu_ms"] for r in runs)
-        figures.setdefault("bare_sdk_calls_per_s", {})[mode] = max(r["calls_per_s"] for r in runs)
-    figures["trivial_cpu_ms"] = min(r["server_cpu_ms"] for r in trivial)
-    figures["trivial_calls_per_s"] = max(r["calls_per_s"] for r in trivial)
-    figures["exec_floor_cpu_ms"] = await exec_floor_cpu_ms(root, repo)
-    if base is not None:
-        rounds: dict[str, list[float]] = {"base": [], "new": []}
-        async with http_server(
-            root / "state-base", "--allow-paths", str(root), workers=1, repo=base
-        ) as base_url:
-            for _ in range(ROUNDS):
-                for name, url in (("base", base_url), ("new", new_url)):
-                    state_dir = root / ("state-base" if name == "base" else "state-1")
-                    raw = await raw_throughput(url, repo, state_dir)
-                    rounds[name].append(raw["calls_per_s"])
-                    print(f"{name}: sandbox_exec {raw['calls_per_s']:.0f} calls/s at 1 worker, "
-                          f"load {os.getloadavg()[0]:.2f}", file=sys.stderr)  # fmt: skip
-        figures["base_calls_per_s_1_worker"] = rounds | {
-            "base_tree": str(base),
-            "ratio": max(rounds["new"]) / max(rounds["base"]),
-        }
-    return figures
-
-
-def per_call(figures: dict[str, Any]) -> dict[str, Any]:
-    """cpu_ms_per_call at 1 worker, and the issue's ratios to the floors of the same run."""
-    table: dict[str, dict[str, float]] = {
-        "trivial": {"workers": figures["trivial_cpu_ms"], "sandbox": 0.0}
-    }
-    for tool, (_, prefix) in TOOLS.items():
-        table[tool] = {
-            "workers": figures[f"{prefix}workers_cpu_ms_by_workers"]["1"],
-            "sandbox": figures[f"{prefix}sandbox_cpu_ms_by_workers"]["1"],
-        }
-
-    def whole(tool: str) -> float:
-        return table[tool]["workers"] + table[tool]["sandbox"]
-
-    ratios = {
-        "trivial_vs_bare_sdk_json": whole("trivial") / figures["bare_sdk_cpu_ms"]["json"],
-        "sandbox_exec_vs_exec_floor": whole("sandbox_exec") / figures["exec_floor_cpu_ms"],
-        "read_file_vs_trivial": whole("read_file") / whole("trivial"),
-        "write_file_vs_trivial": whole("write_file") / whole("trivial"),
-    }
-    targets = {"trivial_vs_bare_sdk_json": 1.25, "sandbox_exec_vs_exec_floor": 2.5,
-               "read_file_vs_trivial": 1.5}  # fmt: skip
-    if "base_calls_per_s_1_worker" in figures:
-        ratios["calls_per_s_1_worker_vs_base"] = figures["base_calls_per_s_1_worker"]["ratio"]
-        targets["calls_per_s_1_worker_vs_base"] = 1.5
-    met = {
-        key: (ratios[key] >= target if key.endswith("_vs_base") else ratios[key] <= target)
-        for key, target in targets.items()
-    }
-    return {"cpu_ms_per_call": table, "ratios": ratios, "targets": targets, "met": met}
-
-
 def capacity(figures: dict[str, Any], tool: str) -> dict[str, Any]:
     """What the machine's CPUs allow at the CPU per call measured with `tool`: each worker
     runs on one CPU at most (`workers x 1000 / its ms per call`), and the workers, the sandbox
@@ -525,7 +363,10 @@ def capacity(figures: dict[str, Any], tool: str) -> dict[str, Any]:
     client = figures[f"{prefix}client_cpu_ms_by_workers"]
     workers = figures[f"{prefix}workers_cpu_ms_by_workers"]
     bound = {
-        key: min(int(key) * 1000 / workers[key], cpus() * 1000 / (server[key] + client[key]))
+        key: cpu_bound_calls_per_s(
+            {"workers_cpu_ms": workers[key], "cpu_ms": server[key], "client_cpu_ms": client[key]},
+            int(key),
+        )
         for key in server
     }
     return {
@@ -538,11 +379,11 @@ def capacity(figures: dict[str, Any], tool: str) -> dict[str, Any]:
     }
 
 
-async def main(
-    held: int, quick: bool, skip_sessions: bool = False, base: Path | None = None
-) -> dict[str, Any]:
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+async def grid(
+    stack: contextlib.AsyncExitStack, root: Path, repo: Path, counts: list[int]
+) -> tuple[dict[str, Any], dict[int, str]]:
+    """The figures by workers (servers of each count, all left running on `stack`), with the
+    SDK clients' at 1 and at the most workers; and each server's URL."""
     figures: dict[str, Any] = {
         "calls_per_s_by_workers": {},
         "server_cpu_ms_by_workers": {},
@@ -551,71 +392,96 @@ async def main(
         "sdk_server_cpu_ms_by_workers": {},
         "sdk_client_cpu_ms_by_workers": {},
     }
+    # Every server up at once and the rounds interleaved (1, 2, ... workers, then again):
+    # they share whatever load the machine is under; each count's best round counts.
+    urls = {
+        workers: await stack.enter_async_context(
+            http_server(root / f"state-{workers}", "--allow-paths", str(root), workers=workers)
+        )
+        for workers in counts
+    }
+    rounds: dict[str, dict[int, list[dict[str, float]]]] = {
+        tool: {workers: [] for workers in counts} for tool in TOOLS
+    }
+    for _ in range(ROUNDS):
+        for workers, url in urls.items():
+            for tool in TOOLS:
+                raw = await raw_throughput(url, repo, root / f"state-{workers}", tool)
+                rounds[tool][workers].append(raw)
+                print(
+                    f"{tool}, workers {workers}: {raw['calls_per_s']:.0f} calls/s; CPU "
+                    f"per call: server {raw['server_cpu_ms']:.2f} ms (workers "
+                    f"{raw['workers_cpu_ms']:.2f}, sandbox {raw['sandbox_cpu_ms']:.2f})"
+                    f", client {raw['client_cpu_ms']:.2f} ms; "
+                    f"load {os.getloadavg()[0]:.2f}",
+                    file=sys.stderr,
+                )
+    for workers, url in urls.items():
+        key = str(workers)
+        for tool, (_, prefix) in TOOLS.items():
+            best = max(rounds[tool][workers], key=lambda r: r["calls_per_s"])
+            for name in ("calls_per_s", "server_cpu_ms", "client_cpu_ms",
+                         "workers_cpu_ms", "sandbox_cpu_ms"):  # fmt: skip
+                figures.setdefault(f"{prefix}{name}_by_workers", {})[key] = best[name]
+            figures.setdefault(f"{prefix}rounds_calls_per_s_by_workers", {})[key] = [
+                r["calls_per_s"] for r in rounds[tool][workers]
+            ]
+        if workers in (1, counts[-1]):
+            sdk = await http_throughput(url, repo, str(root / f"state-{workers}"))
+            figures["sdk_calls_per_s_by_workers"][key] = sdk["http_calls_per_s_32"]
+            figures["sdk_server_cpu_ms_by_workers"][key] = sdk["http_server_cpu_ms_32"]
+            figures["sdk_client_cpu_ms_by_workers"][key] = sdk["http_clients_cpu_ms_32"]
+    most = counts[-1]
+    for _, prefix in TOOLS.values():
+        # The CPUs the run had (server and clients together): on a shared machine, what
+        # the other processes left; calls/s cannot grow past it whatever the workers.
+        server = figures[f"{prefix}server_cpu_ms_by_workers"]
+        client = figures[f"{prefix}client_cpu_ms_by_workers"]
+        by = figures[f"{prefix}calls_per_s_by_workers"]
+        figures[f"{prefix}cpus_used_by_workers"] = {
+            key: rate * (server[key] + client[key]) / 1000 for key, rate in by.items()
+        }
+        figures[f"{prefix}scaling_efficiency_max"] = by[str(most)] / (most * by["1"])
+        figures[f"{prefix}speedup_2_workers"] = by["2"] / by["1"] if "2" in by else None
+    return figures | capacity(figures, CAPACITY_TOOL), urls
+
+
+async def main(
+    held: int,
+    quick: bool,
+    skip_sessions: bool = False,
+    base: Path | None = None,
+    ratios_only: bool = False,
+    rounds: int = ISSUE_ROUNDS,
+) -> dict[str, Any]:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    figures: dict[str, Any] = {}
     counts = worker_counts()
+    issue = {
+        "rounds": rounds,
+        "calls_per_client": 5 if quick else ISSUE_CALLS_PER_CLIENT,
+        "floor_spawns": 200 if quick else FLOOR_SPAWNS,
+    }
     with tempfile.TemporaryDirectory(prefix="evs-bench-front-") as tmp:
         root = Path(tmp)
         repo = git_repo(root / "repo")
-        # Every server up at once and the rounds interleaved (1, 2, ... workers, then again):
-        # they share whatever load the machine is under; each count's best round counts.
         async with contextlib.AsyncExitStack() as stack:
-            urls = {
-                workers: await stack.enter_async_context(
-                    http_server(
-                        root / f"state-{workers}", "--allow-paths", str(root), workers=workers
-                    )
+            if ratios_only:
+                one = await stack.enter_async_context(
+                    http_server(root / "state-1", "--allow-paths", str(root), workers=1)
                 )
-                for workers in counts
-            }
-            rounds: dict[str, dict[int, list[dict[str, float]]]] = {
-                tool: {workers: [] for workers in counts} for tool in TOOLS
-            }
-            for _ in range(ROUNDS):
-                for workers, url in urls.items():
-                    for tool in TOOLS:
-                        raw = await raw_throughput(url, repo, root / f"state-{workers}", tool)
-                        rounds[tool][workers].append(raw)
-                        print(
-                            f"{tool}, workers {workers}: {raw['calls_per_s']:.0f} calls/s; CPU "
-                            f"per call: server {raw['server_cpu_ms']:.2f} ms (workers "
-                            f"{raw['workers_cpu_ms']:.2f}, sandbox {raw['sandbox_cpu_ms']:.2f})"
-                            f", client {raw['client_cpu_ms']:.2f} ms; "
-                            f"load {os.getloadavg()[0]:.2f}",
-                            file=sys.stderr,
-                        )
-            for workers, url in urls.items():
-                key = str(workers)
-                for tool, (_, prefix) in TOOLS.items():
-                    best = max(rounds[tool][workers], key=lambda r: r["calls_per_s"])
-                    for name in ("calls_per_s", "server_cpu_ms", "client_cpu_ms",
-                                 "workers_cpu_ms", "sandbox_cpu_ms"):  # fmt: skip
-                        figures.setdefault(f"{prefix}{name}_by_workers", {})[key] = best[name]
-                    figures.setdefault(f"{prefix}rounds_calls_per_s_by_workers", {})[key] = [
-                        r["calls_per_s"] for r in rounds[tool][workers]
-                    ]
-                if workers in (1, counts[-1]):
-                    sdk = await http_throughput(url, repo, str(root / f"state-{workers}"))
-                    figures["sdk_calls_per_s_by_workers"][key] = sdk["http_calls_per_s_32"]
-                    figures["sdk_server_cpu_ms_by_workers"][key] = sdk["http_server_cpu_ms_32"]
-                    figures["sdk_client_cpu_ms_by_workers"][key] = sdk["http_clients_cpu_ms_32"]
+            else:
+                figures, urls = await grid(stack, root, repo, counts)
+                one = urls[1]
             # The floors, and the older code's server beside ours, while ours still run.
-            figures |= await floors_and_base(root, repo, urls[1], base)
-        most = counts[-1]
-        for _, prefix in TOOLS.values():
-            # The CPUs the run had (server and clients together): on a shared machine, what
-            # the other processes left; calls/s cannot grow past it whatever the workers.
-            server = figures[f"{prefix}server_cpu_ms_by_workers"]
-            client = figures[f"{prefix}client_cpu_ms_by_workers"]
-            by = figures[f"{prefix}calls_per_s_by_workers"]
-            figures[f"{prefix}cpus_used_by_workers"] = {
-                key: rate * (server[key] + client[key]) / 1000 for key, rate in by.items()
-            }
-            figures[f"{prefix}scaling_efficiency_max"] = by[str(most)] / (most * by["1"])
-            figures[f"{prefix}speedup_2_workers"] = by["2"] / by["1"] if "2" in by else None
-        figures |= capacity(figures, CAPACITY_TOOL)
-        figures |= per_call(figures)
-        if skip_sessions:
+            figures |= await issue_figures(root, repo, one, base, **issue)
+        if ratios_only:
+            figures["not_measured"] = NOT_MEASURED_RATIOS_ONLY
+        elif skip_sessions:
             figures["sessions_skipped"] = True
         else:
+            most = counts[-1]
             state = root / "state-idle"
             async with http_server(state, "--allow-paths", str(root), workers=most) as url:
                 figures["idle_workers"] = most
@@ -638,17 +504,36 @@ if __name__ == "__main__":
         "the session figures are left out of the results)",
     )
     parser.add_argument(
+        "--ratios-only",
+        action="store_true",
+        help="measure issue 39's figures only (floors, tools at 1 worker, --base): no grid "
+        "by workers, no SDK clients, no idle sessions; the results say what was not measured",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=ISSUE_ROUNDS,
+        help=f"interleaved rounds of issue 39's figures (default {ISSUE_ROUNDS}; medians count)",
+    )
+    parser.add_argument(
         "--base",
         type=Path,
         help="a checkout of older code (e.g. `git worktree add DIR 786929f`) whose server's "
-        "calls/s at 1 worker are measured in turns with this one's",
+        "`sandbox_exec` calls/s at 1 worker are measured beside this one's in every round",
     )
     arguments = parser.parse_args()
     if arguments.quick:
         CALLS_PER_CLIENT, IDLE_PERIOD_S = 20, 10.0
     load = LoadRecord()
     result = asyncio.run(
-        main(arguments.sessions, arguments.quick, arguments.skip_sessions, arguments.base)
+        main(
+            arguments.sessions,
+            arguments.quick,
+            arguments.skip_sessions,
+            arguments.base,
+            arguments.ratios_only,
+            arguments.rounds,
+        )
     )
     figures = load.finish(result)
     write_results("front", figures)
