@@ -454,8 +454,15 @@ static char *request_data;
 static off_t request_size;
 
 static void install_fds(int *fds, int nfds) {
-    for (int i = 0; i < nfds; i++) fds[i] = move_up(fds[i]);
-    for (int target = 0; target < 4; target++)
+    /* Without a report channel they come where they go (the kernel gives the lowest free
+     * fds, and the last exec's 0-4 are closed): only stdio's close-on-exec goes (the info
+     * pipe gets it in run_command anyway), three system calls for fourteen. */
+    int in_place = nfds == 5;
+    for (int i = 0; i < nfds && in_place; i++) in_place = fds[i] == i;
+    for (int target = 0; in_place && target < 3; target++)
+        if (fcntl(target, F_SETFD, 0) < 0) _exit(127);
+    for (int i = 0; !in_place && i < nfds; i++) fds[i] = move_up(fds[i]);
+    for (int target = 0; !in_place && target < 4; target++)
         if (dup2(fds[target], target) < 0) _exit(127);
     if (nfds > 5 && dup2(fds[5], REPORT_FD) < 0) _exit(127);
     struct stat st;
@@ -702,7 +709,8 @@ static void end_init(void) {
  * is part of an exec's own cost, so a runner serves exec after exec: one is made ahead when the holder
  * starts (and while commands overlap, whenever none is free), and a runner whose exec ended
  * is free again. A free runner goes after SPARE_IDLE_MS without a command (an idle workspace
- * keeps no second process, pid and mount namespace, or /proc), and when the view changes (a
+ * keeps no second process, pid and mount namespace, or /proc; its "idle" is read at the next
+ * message or within SPARE_IDLE_MS, so it goes 2-4 s after its exec), and when the view changes (a
  * checkpoint or restore remounts it: a runner holds the view of its generation). At most
  * MAX_FREE wait. */
 #define SPARE_IDLE_MS 2000
@@ -904,42 +912,32 @@ int main(int argc, char **argv) {
     if (sigfd < 0) return 1;
     fcntl(ctl, F_SETFD, FD_CLOEXEC);
     struct runner first_runners[INLINE_RUNNERS];
-    struct pollfd inline_polled[INLINE_RUNNERS + 2], *polled = inline_polled;
-    size_t polled_size = INLINE_RUNNERS + 2;
     runners = inline_runners = first_runners;
     runners_size = INLINE_RUNNERS;
     make_init();
     prepare_spare();
     for (;;) {
+        /* A free runner's idle time runs out; a busy one's "idle" is read within
+         * SPARE_IDLE_MS of its exec's end, if no message woke the holder before. */
         int wait_ms = -1;
         long long now = now_ms();
         for (size_t i = 0; i < nrunners; i++)
-            if (is_free(&runners[i])) {
-                long long left = runners[i].free_ms + SPARE_IDLE_MS - now;
+            if (runners[i].sock >= 0) {
+                long long left = runners[i].job >= 0 ? SPARE_IDLE_MS
+                                                     : runners[i].free_ms + SPARE_IDLE_MS - now;
                 if (wait_ms < 0 || left < wait_ms) wait_ms = left > 0 ? (int)left : 0;
             }
-        /* The control socket, SIGCHLD, and every busy runner's socket (its "idle"). */
-        if (polled_size < nrunners + 2)
-            polled = grown(polled, &polled_size, nrunners + 2, sizeof *polled, inline_polled);
-        polled[0] = (struct pollfd){ctl, POLLIN, 0};
-        polled[1] = (struct pollfd){sigfd, POLLIN, 0};
-        size_t npolled = 2;
-        for (size_t i = 0; i < nrunners; i++)
-            if (runners[i].sock >= 0 && runners[i].job >= 0)
-                polled[npolled++] = (struct pollfd){runners[i].sock, POLLIN, 0};
-        int ready = poll(polled, (nfds_t)npolled, wait_ms);
-        if (ready < 0) {
+        /* The control socket and SIGCHLD. Not the runners' sockets: a runner's "idle" woke
+         * the holder once more per exec, for nothing the exec waits on. */
+        struct pollfd polled[2] = {{ctl, POLLIN, 0}, {sigfd, POLLIN, 0}};
+        if (poll(polled, 2, wait_ms) < 0) {
             if (errno == EINTR) continue;
             return 1;
         }
-        /* Runners first: one freed before the exec that follows it is free for that exec. */
-        for (size_t p = 2; p < npolled; p++)
-            if (polled[p].revents)
-                for (size_t i = 0; i < nrunners; i++)
-                    if (runners[i].sock == polled[p].fd) {
-                        runner_said(&runners[i]);
-                        break;
-                    }
+        /* What busy runners said, first: one freed before the exec that follows it (it says
+         * "idle" before the status the supervisor waits for) is free for that exec. */
+        for (size_t i = 0; i < nrunners; i++)
+            if (runners[i].sock >= 0 && runners[i].job >= 0) runner_said(&runners[i]);
         now = now_ms();
         for (size_t i = 0; i < nrunners; i++) /* idle: they go */
             if (is_free(&runners[i]) && now - runners[i].free_ms >= SPARE_IDLE_MS)

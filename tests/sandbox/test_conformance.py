@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ast
 import base64
+import contextlib
 import hashlib
+import itertools
 import json
 import os
 import socket
@@ -25,9 +27,10 @@ import pytest
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import REPORT_FD, ExecResult, Instance, Workspace
 from mcp_evalserver.sandbox.client import BlockingConnection, SupervisorClient
+from mcp_evalserver.sandbox.supervised import SupervisedWorkspace
 
 from .conftest import REPO_SETUP, BackendUnderTest
-from .faults import sigkill_supervisor
+from .faults import holder_of, sigkill_supervisor
 from .host_processes import host_pids, marker, wait_until_gone, wait_until_running
 
 pytestmark = pytest.mark.anyio
@@ -650,6 +653,75 @@ async def test_a_report_channel_returns_what_was_written_and_counts_its_writers(
     assert (reported.report, reported.report_writers) == (b"onetwo", 2)
     assert not reported.report_truncated
     assert (plain.stdout, plain.report) == ("none\n", None)
+
+
+async def test_each_command_holds_its_own_stdio_and_nothing_of_the_sandbox_or_the_last_exec(
+    instance: Instance,
+) -> None:
+    """An agent looks among its descriptors for what the sandbox handed over with its command
+    (the request, the status pipe) or what the command before left: one runner takes exec
+    after exec, so each command must start with fresh stdio pipes (and its report channel
+    when asked) and nothing else, whichever way its descriptors reached it."""
+    look = "ls -l /proc/$$/fd"  # the shell's, listed by a child: no pipe or file between them
+    with anyio.fail_after(30):
+        async with await instance.workspace("descriptors") as ws:
+            seen = [await ws.exec(look), await ws.exec(look)]
+            seen += [await ws.exec(look, report=True), await ws.exec(look)]
+    held = [
+        dict(line.split()[-3::2] for line in result.stdout.splitlines() if " -> " in line)
+        for result in seen
+    ]
+    assert [sorted(fds) for fds in held] == [["0", "1", "2"]] * 2 + [["0", "1", "2", "4"]] + [
+        ["0", "1", "2"]
+    ], [r.stdout for r in seen]
+    assert held[2]["4"].startswith("socket:")
+    stdio = [[fds[fd] for fd in "012"] for fds in held]
+    assert all(target.startswith("pipe:") for pipes in stdio for target in pipes), stdio
+    for before, after in itertools.pairwise(stdio):  # no pipe of one reaches the next
+        assert not set(before) & set(after), stdio
+
+
+def live_children(pid: int) -> dict[int, bool]:
+    """The live (not zombie) children of host process `pid`: whether each is pid 1 of a pid
+    namespace of its own (a workspace's init)."""
+    found = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+            with open(f"/proc/{entry}/status") as f:
+                nspid = next(line for line in f if line.startswith("NSpid:")).split()
+        except (OSError, StopIteration):
+            continue
+        if int(ppid) == pid and state != "Z":
+            found[int(entry)] = nspid[-1] == "1"
+    return found
+
+
+@pytest.mark.backends("local")
+async def test_a_workspace_idle_after_its_commands_keeps_no_process_but_its_init(
+    instance: Instance,
+) -> None:
+    """What ran an exec beside the workspace's init (the compiled holder keeps a runner for
+    the next exec a while) goes once the workspace is idle: ten thousand idle workspaces
+    must not hold twice as many processes. A runner's word that its exec ended no longer
+    wakes the holder; it must still be heard."""
+    with anyio.fail_after(30):
+        async with await instance.workspace("idle") as ws:
+            for _ in range(3):
+                assert (await ws.exec("true")).exit_code == 0
+            assert isinstance(ws, SupervisedWorkspace)
+            holder = holder_of(ws)
+            while others := [pid for pid, init in live_children(holder).items() if not init]:
+                for pid in others:
+                    with contextlib.suppress(ProcessLookupError):
+                        fd = os.pidfd_open(pid)
+                        try:
+                            await anyio.wait_readable(fd)
+                        finally:
+                            os.close(fd)
+            assert list(live_children(holder).values()) == [True]
+            assert (await ws.exec("true")).exit_code == 0  # and the next exec gets a runner
 
 
 # --- limits ------------------------------------------------------------------------------------

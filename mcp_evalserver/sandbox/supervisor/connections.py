@@ -35,11 +35,11 @@ class Connection:
         return -1
 
 
-def complete_lines(buffer: bytearray, chunk: bytes) -> list[bytes]:
-    """Adds `chunk` to a connection's `buffer`; takes out and returns the lines it completed
-    (blank ones dropped), leaving the unfinished rest."""
+def complete_lines(buffer: bytearray, chunk: memoryview) -> list[bytes]:
+    """Adds `chunk` (a view of the bytes just read) to a connection's `buffer`; takes out and
+    returns the lines it completed (blank ones dropped), leaving the unfinished rest."""
     buffer += chunk
-    if b"\n" not in chunk:
+    if buffer.find(b"\n", len(buffer) - len(chunk)) < 0:
         return []  # a large request (a file to write) is still arriving: no rescans
     *lines, rest = bytes(buffer).split(b"\n")
     buffer[:] = rest
