@@ -47,6 +47,7 @@ def trajectory_tools(app: MCPServer[Any]) -> None:
             service.require_campaign(campaign_id)
         return answer(await service.trajectories().claim(campaign_id, wait_s))
 
+    answered_unchecked(app, "claim_trajectory")
     for tool in WORKSPACE_TOOLS:
         method = getattr(ExternalTrajectories, tool.name)
         add_workspace_tool(app, tool, "claimed", _on_claim(tool.name), returns_of(method))
@@ -104,6 +105,22 @@ def add_workspace_tool(
     call.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": answers}
     annotations = EFFECTS[tool.effect]
     app.add_tool(tool_errors(call), description=tool.description(audience), annotations=annotations)
+    answered_unchecked(app, tool.name)
+
+
+def answered_unchecked(app: MCPServer[Any], name: str) -> None:
+    """Tool `name`'s answers are not validated again by the SDK, its output schema still
+    published.
+
+    The SDK validates the structured content of every answer against the tool's output model
+    (`FuncMetadata.convert_result`); `answer()` dumped it from an instance of that very model,
+    validated when it was made. Without the model the SDK publishes the schema and checks
+    nothing (its way for a schema without a model); clients still may (the SDK's does).
+    """
+    tool = app._tool_manager.get_tool(name)  # the SDK offers no public way to it
+    if tool is None:
+        raise KeyError(f"no tool {name!r} registered")
+    tool.fn_metadata.output_model = None
 
 
 def _shape(result: BaseModel) -> tuple[bool, bool]:
