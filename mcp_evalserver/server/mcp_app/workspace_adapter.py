@@ -56,8 +56,11 @@ def trajectory_tools(app: MCPServer[Any]) -> None:
 def _on_claim(name: str) -> Callable[..., Awaitable[Any]]:
     """The `ExternalTrajectories` method `name`, on the claims of the server that serves `ctx`."""
 
-    async def on_claim(ctx: Context[EvalService, Any], claim_id: str, **arguments: Any) -> Any:
-        return await getattr(service_of(ctx).trajectories(), name)(claim_id, **arguments)
+    # Not a coroutine function: it hands the tool the method's own coroutine to await, one
+    # frame less to resume each time a workspace call waits.
+    def on_claim(ctx: Context[EvalService, Any], claim_id: str, **arguments: Any) -> Awaitable[Any]:
+        method: Callable[..., Awaitable[Any]] = getattr(service_of(ctx).trajectories(), name)
+        return method(claim_id, **arguments)
 
     return on_claim
 

@@ -27,7 +27,10 @@ def call_entry(
     if kept is None:  # once per tool and surface: every workspace call makes an entry
         kept = tuple(p.name for p in tool.parameters_for(audience) if p.in_transcript)
         _KEPT[(tool.name, audience)] = kept
-    shown = {name: _clipped(arguments.get(name)) for name in kept}
+    shown = {
+        name: None if (value := arguments.get(name)) is None else str(value)[:ARGUMENT_CHARS]
+        for name in kept
+    }
     return {"tool": tool.name, "arguments": shown}
 
 
@@ -39,7 +42,3 @@ def note_result(entry: dict[str, Any], result: object) -> None:
     """Adds to `entry` what its call returned that a reader of the transcript needs."""
     if isinstance(result, ExecOutput):
         entry["exit_code"] = result.exit_code
-
-
-def _clipped(value: object) -> str | None:
-    return None if value is None else str(value)[:ARGUMENT_CHARS]
