@@ -27,6 +27,7 @@ import cProfile
 import json
 import os
 import pstats
+import re
 import signal
 import sys
 import tempfile
@@ -151,9 +152,16 @@ async def calling(session: RawSession, tool: str, arguments: dict[str, Any], n: 
 def per_call(stats: pstats.Stats, calls: int) -> dict[Function, tuple[float, float]]:
     """Each function's calls (primitive and recursive) and own time (ms) per tool call."""
     table: dict[Function, tuple[float, float]] = {}
-    for function, (_, ncalls, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
-        table[function] = (ncalls / calls, tottime * 1000 / calls)
+    for (path, line, name), (_, ncalls, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        # A builtin is named with its address ("... of type object at 0x7f..."), which
+        # differs between the two servers: without it, the same function in both.
+        function = (path, line, _ADDRESS.sub("", name))
+        before = table.get(function, (0.0, 0.0))
+        table[function] = (before[0] + ncalls / calls, before[1] + tottime * 1000 / calls)
     return table
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 
 
 def label(function: Function) -> str:
