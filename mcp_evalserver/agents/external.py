@@ -20,9 +20,9 @@ import heapq
 import itertools
 import secrets
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Protocol
 
 import anyio
@@ -250,24 +250,15 @@ class ClaimBoard:
             )
         return trajectory
 
-    @asynccontextmanager
-    async def use(self, claim_id: str) -> AsyncIterator[ExternalTrajectory]:
-        """Holds a claim for one tool call: renews its lease before and after, and no other
-        client may take it over while the call runs.
+    def use(self, claim_id: str) -> AbstractAsyncContextManager[ExternalTrajectory]:
+        """Holds a claim for one tool call (`async with`): renews its lease before and after,
+        and no other client may take it over while the call runs.
 
         Raises:
             Conflict: the claim is no longer live, or was taken over during the call.
             NotFound: no such claim.
         """
-        with anyio.CancelScope() as scope:
-            trajectory = self.begin(claim_id, scope)
-            trajectory.running += 1
-            try:
-                yield trajectory
-            finally:
-                trajectory.running -= 1
-                trajectory.calls.discard(scope)
-        self.end(claim_id, trajectory, scope, interrupted=scope.cancelled_caught)
+        return _Use(self, claim_id)
 
     def begin(self, claim_id: str, call: Call) -> ExternalTrajectory:
         """Starts a tool call under a claim (`use`, or a call another process runs): renews
@@ -364,3 +355,41 @@ class ExternalAgent(Agent):
         if submission.transcript is None and trajectory.transcript:
             submission = submission.model_copy(update={"transcript": trajectory.transcript})
         return submission
+
+
+class _Use:
+    """`ClaimBoard.use`: the call runs in a cancel scope of its own, which a takeover cancels;
+    a class rather than a generator's context manager (every workspace call enters one)."""
+
+    __slots__ = ("board", "claim_id", "scope", "trajectory")
+
+    def __init__(self, board: ClaimBoard, claim_id: str) -> None:
+        self.board = board
+        self.claim_id = claim_id
+        self.scope = anyio.CancelScope()
+
+    async def __aenter__(self) -> ExternalTrajectory:
+        scope = self.scope
+        scope.__enter__()
+        try:
+            trajectory = self.board.begin(self.claim_id, scope)
+        except BaseException as exc:
+            scope.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        trajectory.running += 1
+        self.trajectory = trajectory
+        return trajectory
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        trajectory, scope = self.trajectory, self.scope
+        trajectory.running -= 1
+        trajectory.calls.discard(scope)
+        swallowed = scope.__exit__(exc_type, exc, traceback)
+        if exc is None or swallowed:  # a takeover's cancel ends in Conflict here
+            self.board.end(self.claim_id, trajectory, scope, interrupted=scope.cancelled_caught)
+        return bool(swallowed)

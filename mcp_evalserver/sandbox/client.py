@@ -31,10 +31,10 @@ it cancels what it asked.
 from __future__ import annotations
 
 import array
+import asyncio
 import contextlib
 import itertools
 import json
-import math
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,7 +43,6 @@ from typing import Any, Protocol, Self, runtime_checkable
 import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from mcp_evalserver import errors
 from mcp_evalserver.errors import ExcInfo
@@ -86,17 +85,21 @@ def _error_of(err: Mapping[str, Any]) -> errors.EvalServerError:
     return error
 
 
+# Made once: `json.dumps` with any option builds an encoder per call, `json.loads` of bytes
+# guesses their encoding first (UTF-8 here: the supervisor writes ASCII JSON).
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_DECODER = json.JSONDecoder()
+
+
 def _encode(request: Request) -> str:
-    return json.dumps(request, separators=(",", ":"))
+    return _ENCODER.encode(request)
 
 
-class _Pending:
-    __slots__ = ("done", "error", "result")
-
-    def __init__(self) -> None:
-        self.done = anyio.Event()
-        self.result: dict[str, Any] = {}
-        self.error: errors.EvalServerError | None = None
+#: A request's reply: its result, or the error to raise. A bare future of the event loop,
+#: not an `anyio.Event` with fields beside it: the server runs on asyncio only, and an
+#: `anyio.Event` costs a lookup of the async library, a wrapper and an `asyncio.Event` per
+#: request (the round trip is every workspace call's).
+_Reply = asyncio.Future[dict[str, Any]]
 
 
 class SupervisorClient:
@@ -111,11 +114,16 @@ class SupervisorClient:
         self._channel = channel  # the supervisor's `--connections`, if it was given one
         self._reader = BufferedByteReceiveStream(stream)
         self._ids = itertools.count(1)
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, _Reply] = {}
         # Keeps the writer's lines and a passed socket's blank line from interleaving.
         self._send_lock = anyio.Lock(fast_acquire=True)
-        # Requests' lines, for the writer task (`_write_requests`); made by `start`.
-        self._outbox: MemoryObjectSendStream[bytes] | None = None
+        # Requests' lines waiting for the writer task (`_write_requests`, made by `start`),
+        # which waits on `_wake` while there are none; after `_outbox_closed` it writes what
+        # is left and ends, and no line is taken any more.
+        self._outbox: list[bytes] = []
+        self._wake: asyncio.Future[None] | None = None
+        self._started = False
+        self._outbox_closed = False
         self._dead: str | None = None
         self._stopped = anyio.Event()
         self._own_group: anyio.abc.TaskGroup | None = None
@@ -132,9 +140,9 @@ class SupervisorClient:
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Starts reading replies and writing requests in `task_group` (which must outlive
         this client)."""
-        self._outbox, outgoing = anyio.create_memory_object_stream[bytes](math.inf)
+        self._started = True
         task_group.start_soon(self._read_replies)
-        task_group.start_soon(self._write_requests, outgoing)
+        task_group.start_soon(self._write_requests)
 
     async def request(
         self, op: Op, reply_timeout: float | None = None, **args: Any
@@ -152,27 +160,35 @@ class SupervisorClient:
         if self._dead is not None:
             raise errors.SandboxUnavailable(self._dead)
         req_id = next(self._ids)
-        pending = self._pending[req_id] = _Pending()
-        line = _encode({"id": req_id, "op": op, "args": args})
+        loop = asyncio.get_running_loop()
+        reply: _Reply = loop.create_future()
+        self._pending[req_id] = reply
+        # A timer of the loop, not a cancel scope: entering and leaving one costs a request
+        # as much as the rest of its round trip, and almost every reply comes long before.
+        timer = None
         try:
-            self._post(line)
-            if reply_timeout is None:  # no scope of its own: a caller's cancels the wait
-                await pending.done.wait()
-            else:
-                with anyio.fail_after(reply_timeout):
-                    await pending.done.wait()
-        except TimeoutError:
-            self._cancel_remote(req_id)
-            msg = f"supervisor gave no answer to {op!r} in {reply_timeout}s"
-            raise errors.Timeout(msg) from None
-        except anyio.get_cancelled_exc_class():
+            self._post(_encode({"id": req_id, "op": op, "args": args}))
+            if reply_timeout is not None:
+                timer = loop.call_later(reply_timeout, self._time_out, req_id, op, reply_timeout)
+            return await reply
+        except asyncio.CancelledError:
+            if reply.done() and not reply.cancelled():
+                reply.exception()  # came as the caller was cancelled: not to be logged
             self._cancel_remote(req_id)
             raise
         finally:
             self._pending.pop(req_id, None)
-        if pending.error is not None:
-            raise pending.error
-        return pending.result
+            if timer is not None:
+                timer.cancel()
+
+    def _time_out(self, req_id: int, op: Op, reply_timeout: float) -> None:
+        """The reply to `req_id` did not come within `reply_timeout`: the request is cancelled
+        remotely and raises `Timeout`."""
+        reply = self._pending.get(req_id)
+        if reply is not None and not reply.done():
+            self._cancel_remote(req_id)
+            msg = f"supervisor gave no answer to {op!r} in {reply_timeout}s"
+            reply.set_exception(errors.Timeout(msg))
 
     async def open_connection(self) -> BlockingConnection:
         """Another connection to this supervisor, for a thread that blocks on its replies.
@@ -221,8 +237,7 @@ class SupervisorClient:
     async def aclose(self) -> None:
         """Closes the stream; pending requests fail with SandboxUnavailable."""
         self._fail_all("supervisor connection closed")
-        if self._outbox is not None:
-            self._outbox.close()
+        self._close_outbox()
         if self._channel is not None:
             self._channel.close()
         with anyio.CancelScope(shield=True):
@@ -247,27 +262,43 @@ class SupervisorClient:
         Raises:
             SandboxUnavailable: the supervisor is gone, or the client was never started.
         """
-        if self._outbox is None:
+        if not self._started:
             raise errors.SandboxUnavailable("supervisor client not started")
-        try:
-            self._outbox.send_nowait(line.encode() + b"\n")
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as e:
-            raise errors.SandboxUnavailable(self._dead or "supervisor gone") from e
+        if self._outbox_closed:
+            raise errors.SandboxUnavailable(self._dead or "supervisor gone")
+        self._outbox.append(line.encode() + b"\n")
+        self._wake_writer()
 
-    async def _write_requests(self, outgoing: MemoryObjectReceiveStream[bytes]) -> None:
+    def _wake_writer(self) -> None:
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def _close_outbox(self) -> None:
+        """No line is taken any more; the writer writes those it has, and ends."""
+        self._outbox_closed = True
+        self._wake_writer()
+
+    async def _write_requests(self) -> None:
         """Writes the queued lines, all of those waiting in one send, until the client
         closes or its stream breaks."""
-        with outgoing:
-            try:
-                async for line in outgoing:
-                    lines = [line]
-                    with contextlib.suppress(anyio.WouldBlock):
-                        while True:
-                            lines.append(outgoing.receive_nowait())
-                    async with self._send_lock:
-                        await self._stream.send(b"".join(lines))
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as e:
-                self._fail_all(f"supervisor stream broken: {e!r}")
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                if not self._outbox:
+                    if self._outbox_closed:
+                        return
+                    self._wake = loop.create_future()
+                    await self._wake
+                    continue
+                lines, self._outbox = self._outbox, []
+                async with self._send_lock:
+                    await self._stream.send(b"".join(lines))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as e:
+            self._fail_all(f"supervisor stream broken: {e!r}")
+        finally:
+            self._outbox_closed = True  # nothing writes what would be queued now
+            self._wake = None
 
     def _cancel_remote(self, req_id: int) -> None:
         if self._dead is None:
@@ -291,28 +322,25 @@ class SupervisorClient:
             reason = f"supervisor stream broken: {e!r}"
         finally:
             self._fail_all(reason)
-            if self._outbox is not None:
-                self._outbox.close()  # the writer ends with what it had
+            self._close_outbox()  # the writer ends with what it had
             self._stopped.set()
 
     def _dispatch(self, line: bytes) -> None:
-        msg = json.loads(line)
-        pending = self._pending.get(int(msg.get("id", 0)))
-        if pending is None:
+        msg = _DECODER.decode(line.decode())
+        reply = self._pending.get(int(msg.get("id", 0)))
+        if reply is None or reply.done():
             return  # a cancelled request's late reply, or a cancel's acknowledgement
         if msg.get("ok"):
-            pending.result = dict(msg.get("result") or {})
+            reply.set_result(dict(msg.get("result") or {}))
         else:
-            pending.error = _error_of(msg.get("error") or {})
-        pending.done.set()
+            reply.set_exception(_error_of(msg.get("error") or {}))
 
     def _fail_all(self, reason: str) -> None:
         if self._dead is None:
             self._dead = reason
-        for pending in self._pending.values():
-            if not pending.done.is_set():
-                pending.error = errors.SandboxUnavailable(self._dead)
-                pending.done.set()
+        for reply in self._pending.values():
+            if not reply.done():
+                reply.set_exception(errors.SandboxUnavailable(self._dead))
 
 
 class BlockingConnection:

@@ -368,7 +368,9 @@ class FileContent(FileRange):
         return lines.shown(self.path)
 
     def published(self, text: str) -> FileRange:
-        return FileRange.model_validate(self.model_dump(exclude={"path", "content"}))
+        # From its fields as they are (the path and the content ignored as extra): a dump
+        # first costs every read more. Not `from_attributes`: this is a FileRange already.
+        return FileRange.model_validate(self.__dict__)
 
 
 class FileWritten(BaseModel):

@@ -57,6 +57,11 @@ class ServiceSlot:
         if group is not None:
             await group.__aexit__(None, None, None)
 
+    @property
+    def started(self) -> EvalService | None:
+        """The service once started; None before."""
+        return self._service
+
     async def service(self) -> EvalService:
         """The started service (starting it if nobody did yet).
 
@@ -108,5 +113,7 @@ class LoadOnFirstUse:
         slot = ctx.lifespan_context
         if not isinstance(slot, ServiceSlot):  # already the service (a rewritten context)
             return await call_next(ctx)
-        service = await slot.service()
+        # Once started, the service is taken without the slot's lock: taking it costs every
+        # call a pass through the event loop.
+        service = slot.started or await slot.service()
         return await call_next(dataclasses.replace(ctx, lifespan_context=service))

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, cast
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
@@ -47,6 +48,7 @@ def trajectory_tools(app: MCPServer[Any]) -> None:
             service.require_campaign(campaign_id)
         return answer(await service.trajectories().claim(campaign_id, wait_s))
 
+    as_declared(app, "claim_trajectory")
     for tool in WORKSPACE_TOOLS:
         method = getattr(ExternalTrajectories, tool.name)
         add_workspace_tool(app, tool, "claimed", _on_claim(tool.name), returns_of(method))
@@ -55,8 +57,11 @@ def trajectory_tools(app: MCPServer[Any]) -> None:
 def _on_claim(name: str) -> Callable[..., Awaitable[Any]]:
     """The `ExternalTrajectories` method `name`, on the claims of the server that serves `ctx`."""
 
-    async def on_claim(ctx: Context[EvalService, Any], claim_id: str, **arguments: Any) -> Any:
-        return await getattr(service_of(ctx).trajectories(), name)(claim_id, **arguments)
+    # Not a coroutine function: it hands the tool the method's own coroutine to await, one
+    # frame less to resume each time a workspace call waits.
+    def on_claim(ctx: Context[EvalService, Any], claim_id: str, **arguments: Any) -> Awaitable[Any]:
+        method: Callable[..., Awaitable[Any]] = getattr(service_of(ctx).trajectories(), name)
+        return method(claim_id, **arguments)
 
     return on_claim
 
@@ -104,6 +109,41 @@ def add_workspace_tool(
     call.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": answers}
     annotations = EFFECTS[tool.effect]
     app.add_tool(tool_errors(call), description=tool.description(audience), annotations=annotations)
+    as_declared(app, tool.name)
+
+
+class _ArgumentsAsGiven(FuncMetadata):
+    """The SDK's handling of a tool's arguments and answers, less what `as_declared` says."""
+
+    def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+        return self.arg_model.model_validate(arguments_to_validate).model_dump_one_level()
+
+
+def as_declared(app: MCPServer[Any], name: str) -> None:
+    """Tool `name` (whose parameters are all scalars, as every workspace tool's) takes its
+    arguments as the client sent them, and its answers are not validated again; its schemas
+    stay as published.
+
+    Arguments: the SDK first parses as JSON every string sent for a parameter not typed `str`
+    (for clients that send a list as JSON text), so an `answer` or a `stdin` that is a JSON
+    object or array (`{"a": 1}`) became an object, refused as not a string. A scalar has
+    nothing to parse, and the parsing cost every call a loop over the tool's parameters.
+
+    Answers: the SDK validates the structured content of every answer against the tool's
+    output model (`FuncMetadata.convert_result`); `answer()` dumped it from an instance of
+    that very model, validated when it was made. Without the model the SDK publishes the
+    schema and checks nothing (its way for a schema without a model); clients still may (the
+    SDK's does).
+    """
+    tool = app._tool_manager.get_tool(name)  # the SDK offers no public way to it
+    if tool is None:
+        raise KeyError(f"no tool {name!r} registered")
+    declared = tool.fn_metadata
+    tool.fn_metadata = _ArgumentsAsGiven(
+        arg_model=declared.arg_model,
+        output_schema=declared.output_schema,
+        wrap_output=declared.wrap_output,
+    )
 
 
 def _shape(result: BaseModel) -> tuple[bool, bool]:

@@ -23,19 +23,22 @@ def call_entry(
     tool: WorkspaceTool, audience: Audience, arguments: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The entry of one call of `tool` with `arguments`, before it runs."""
+    kept = _KEPT.get((tool.name, audience))
+    if kept is None:  # once per tool and surface: every workspace call makes an entry
+        kept = tuple(p.name for p in tool.parameters_for(audience) if p.in_transcript)
+        _KEPT[(tool.name, audience)] = kept
     shown = {
-        p.name: _clipped(arguments.get(p.name))
-        for p in tool.parameters_for(audience)
-        if p.in_transcript
+        name: None if (value := arguments.get(name)) is None else str(value)[:ARGUMENT_CHARS]
+        for name in kept
     }
     return {"tool": tool.name, "arguments": shown}
+
+
+#: The parameters an entry keeps, by tool name and surface.
+_KEPT: dict[tuple[str, Audience], tuple[str, ...]] = {}
 
 
 def note_result(entry: dict[str, Any], result: object) -> None:
     """Adds to `entry` what its call returned that a reader of the transcript needs."""
     if isinstance(result, ExecOutput):
         entry["exit_code"] = result.exit_code
-
-
-def _clipped(value: object) -> str | None:
-    return None if value is None else str(value)[:ARGUMENT_CHARS]

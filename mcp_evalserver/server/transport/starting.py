@@ -67,9 +67,12 @@ class LoadAfterListening:
         if scope["type"] == "http" and scope["path"] in (HEALTH_PATH, READY_PATH):
             await self._health(scope, send)
             return
-        await self._settled.wait()
-        if self._app is not None:
-            await self._app(scope, receive, send)
+        app = self._app
+        if app is None:  # not ready: waits (once ready, no wait: a pass through the loop)
+            await self._settled.wait()
+            app = self._app
+        if app is not None:
+            await app(scope, receive, send)
         elif scope["type"] == "http":
             await _respond(send, 503, "the server failed to start: see its log", "text/plain")
 
