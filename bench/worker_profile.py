@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import LoadRecord, describe_load, process_cpu_seconds, write_results
-from bench.front import CLIENTS, TOOLS, port_of, repo_spec
+from bench.front_ratios import CLIENTS, TOOLS, port_of, repo_spec
 from testsupport.rawmcp import RawSession
 from testsupport.repos import git_repo
 from testsupport.servers import REPO, TOKEN
