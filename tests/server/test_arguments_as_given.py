@@ -10,8 +10,10 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client
+from mcp.server.mcpserver import MCPServer
 
 from mcp_evalserver.server.mcp_app import create_server
+from mcp_evalserver.server.mcp_app.workspace_adapter import as_declared
 from tests.server.helpers import repo_spec
 from testsupport.servers import call, call_error
 
@@ -60,3 +62,16 @@ async def test_stdin_that_is_json_text_reaches_the_command_as_that_text(tmp_path
             )
     assert "InvalidInput: offset: " in refused
     assert "Input should" not in refused
+
+
+def test_a_tool_with_a_list_parameter_keeps_the_sdks_parsing_of_list_text() -> None:
+    # A client may send a list as JSON text; only the SDK's parsing lets it through, so a tool
+    # taking a list must never be declared as taking its arguments as given.
+    app: MCPServer[None] = MCPServer("listed")
+
+    @app.tool()
+    def paths(names: list[str], note: str = "") -> str:
+        return note.join(names)
+
+    with pytest.raises(TypeError, match="names take lists or objects"):
+        as_declared(app, "paths")

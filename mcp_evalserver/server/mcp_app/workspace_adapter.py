@@ -139,11 +139,27 @@ def as_declared(app: MCPServer[Any], name: str) -> None:
     if tool is None:
         raise KeyError(f"no tool {name!r} registered")
     declared = tool.fn_metadata
+    listed = _listed_parameters(declared.arg_model.model_json_schema())
+    if listed:  # the SDK's JSON parsing is how clients' list-as-text arguments get through
+        raise TypeError(
+            f"tool {name!r}: {', '.join(listed)} take lists or objects: keep the SDK's parsing"
+        )
     tool.fn_metadata = _ArgumentsAsGiven(
         arg_model=declared.arg_model,
         output_schema=declared.output_schema,
         wrap_output=declared.wrap_output,
     )
+
+
+def _listed_parameters(schema: dict[str, Any]) -> list[str]:
+    """The parameters of an arguments' JSON schema that may take a list or an object."""
+    return [
+        name
+        for name, property_schema in schema.get("properties", {}).items()
+        if '"array"' in json.dumps(property_schema)
+        or '"object"' in json.dumps(property_schema)
+        or "$ref" in json.dumps(property_schema)
+    ]
 
 
 def _shape(result: BaseModel) -> tuple[bool, bool]:
