@@ -10,6 +10,7 @@ A command that exits non-zero is data (`ExecResult.exit_code`); an instance that
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -210,13 +211,15 @@ class ExecRequest:
         ):
             raise errors.InvalidInput("argv and env may not contain NUL; env names no '='")
 
-    @property
+    # Cached: the check above and the backend's request both read them (a frozen dataclass
+    # still keeps a cached_property, which writes the instance's __dict__ directly).
+    @functools.cached_property
     def argv(self) -> list[str]:
         """The program and its arguments (a string command runs by `/bin/sh -c`)."""
         cmd = self.cmd
         return ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
 
-    @property
+    @functools.cached_property
     def variables(self) -> dict[str, str]:
         return dict(self.env or {})
 
