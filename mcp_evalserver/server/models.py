@@ -303,9 +303,16 @@ class ExecOutput(_ExecFields):
 
     def published(self, text: str) -> ExecResult:
         _, stdout_at, stderr_at = self._laid_out()
-        fields = self.model_dump(exclude={"stdout", "stderr"})
-        fields["duration_s"] = round(self.duration_s, 3)  # more digits say nothing
-        return ExecResult(**fields, stdout_at=stdout_at, stderr_at=stderr_at)
+        # From its fields as they are (stdout and stderr ignored as extra), as FileContent
+        # does: a dump and a validation by keywords cost each command's answer twice this.
+        return ExecResult.model_validate(
+            {
+                **self.__dict__,
+                "duration_s": round(self.duration_s, 3),  # more digits say nothing
+                "stdout_at": stdout_at,
+                "stderr_at": stderr_at,
+            }
+        )
 
     def _laid_out(self) -> tuple[str, TextSpan, TextSpan]:
         """The text, and where each stream is in it (each exactly as printed)."""

@@ -115,10 +115,9 @@ class TrajectoryTools:
             tracing.command_result(
                 span, result.exit_code, result.duration_s, timed_out=result.timed_out
             )
-        # The tool's output is the fields of the sandbox's result it names (not the report).
-        output = ExecOutput.model_validate(result, from_attributes=True)
-        output.timeout_s = timeout_s
-        return output
+        # The tool's output is the fields of the sandbox's result it names (the report is
+        # ignored as extra): from a dict, a third of `from_attributes` and a setattr after.
+        return ExecOutput.model_validate({**result.__dict__, "timeout_s": timeout_s})
 
     async def read_file(
         self,
