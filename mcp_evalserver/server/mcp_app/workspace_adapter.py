@@ -152,14 +152,14 @@ def as_declared(app: MCPServer[Any], name: str) -> None:
 
 
 def _listed_parameters(schema: dict[str, Any]) -> list[str]:
-    """The parameters of an arguments' JSON schema that may take a list or an object."""
-    return [
-        name
-        for name, property_schema in schema.get("properties", {}).items()
-        if '"array"' in json.dumps(property_schema)
-        or '"object"' in json.dumps(property_schema)
-        or "$ref" in json.dumps(property_schema)
-    ]
+    """The parameters of an arguments' JSON schema that may take a list or an object (a
+    `$ref` is a model's)."""
+    listed = []
+    for name, property_schema in schema.get("properties", {}).items():
+        text = json.dumps(property_schema)
+        if '"array"' in text or '"object"' in text or "$ref" in text:
+            listed.append(name)
+    return listed
 
 
 def _shape(result: BaseModel) -> tuple[bool, bool]:
