@@ -3,7 +3,9 @@
 Run `python bench/front.py` as root (workspaces need namespaces and overlayfs); `--sessions N`
 holds N idle sessions instead of 10,000, `--quick` runs a smaller version (CI, a smoke test),
 `--skip-sessions` measures calls/s and CPU per call only (no idle sessions: minutes shorter,
-and the session figures are absent from the results, which say `sessions_skipped`).
+and the session figures are absent from the results, which say `sessions_skipped`);
+`--sessions-only` measures the idle sessions alone (the figures below from sessions_held on)
+and writes them to bench/results/front_sessions.json, leaving front.json's other figures be.
 `--ratios-only` measures issue 39's figures alone (the last part below: no figures by
 workers, no SDK clients, no idle sessions; a few minutes; the results name what they lack in
 `not_measured`); `--rounds N` sets how many interleaved rounds those take (default 15).
@@ -453,6 +455,7 @@ async def main(
     base: Path | None = None,
     ratios_only: bool = False,
     rounds: int = ISSUE_ROUNDS,
+    sessions_only: bool = False,
 ) -> dict[str, Any]:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -466,16 +469,17 @@ async def main(
     with tempfile.TemporaryDirectory(prefix="evs-bench-front-") as tmp:
         root = Path(tmp)
         repo = git_repo(root / "repo")
-        async with contextlib.AsyncExitStack() as stack:
-            if ratios_only:
-                one = await stack.enter_async_context(
-                    http_server(root / "state-1", "--allow-paths", str(root), workers=1)
-                )
-            else:
-                figures, urls = await grid(stack, root, repo, counts)
-                one = urls[1]
-            # The floors, and the older code's server beside ours, while ours still run.
-            figures |= await issue_figures(root, repo, one, base, **issue)
+        if not sessions_only:
+            async with contextlib.AsyncExitStack() as stack:
+                if ratios_only:
+                    one = await stack.enter_async_context(
+                        http_server(root / "state-1", "--allow-paths", str(root), workers=1)
+                    )
+                else:
+                    figures, urls = await grid(stack, root, repo, counts)
+                    one = urls[1]
+                # The floors, and the older code's server beside ours, while ours still run.
+                figures |= await issue_figures(root, repo, one, base, **issue)
         if ratios_only:
             figures["not_measured"] = NOT_MEASURED_RATIOS_ONLY
         elif skip_sessions:
@@ -521,6 +525,11 @@ if __name__ == "__main__":
         help="a checkout of older code (e.g. `git worktree add DIR 786929f`) whose server's "
         "`sandbox_exec` calls/s at 1 worker are measured beside this one's in every round",
     )
+    parser.add_argument(
+        "--sessions-only",
+        action="store_true",
+        help="measure the idle sessions alone, into bench/results/front_sessions.json",
+    )
     arguments = parser.parse_args()
     if arguments.quick:
         CALLS_PER_CLIENT, IDLE_PERIOD_S = 20, 10.0
@@ -533,9 +542,10 @@ if __name__ == "__main__":
             arguments.base,
             arguments.ratios_only,
             arguments.rounds,
+            arguments.sessions_only,
         )
     )
     figures = load.finish(result)
-    write_results("front", figures)
+    write_results("front_sessions" if arguments.sessions_only else "front", figures)
     print(json.dumps(figures, indent=2))
     print(describe_load(figures))

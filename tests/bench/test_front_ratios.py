@@ -149,3 +149,21 @@ async def test_ratios_only_measures_every_target_each_round_and_names_what_it_le
     assert figures["not_measured"] == front.NOT_MEASURED_RATIOS_ONLY
     assert "calls_per_s_by_workers" not in figures
     assert "sessions_held" not in figures
+
+
+@pytest.mark.anyio
+@pytest.mark.root
+@pytest.mark.slow
+async def test_sessions_only_weighs_the_idle_sessions_and_measures_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(front, "IDLE_PERIOD_S", 1.0)
+    figures = await front.main(held=12, quick=True, sessions_only=True)
+    assert figures["sessions_held"] == 12
+    assert figures["errors"] == 0, figures["error_samples"]
+    # Weighed, though 2 sessions beyond the first 10 are within the PSS's own noise.
+    assert figures["server_pss_mb_held"] > 0
+    assert "server_kb_per_session" in figures
+    assert figures["p99_probe_ms_held"] > 0
+    assert "issue_rounds" not in figures
+    assert "calls_per_s_by_workers" not in figures
