@@ -19,6 +19,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from mcp_evalserver import __version__
+from mcp_evalserver.server.collector import settle_for_serving
 from mcp_evalserver.server.front.worker_config import WorkerConfig, worker_socket
 from mcp_evalserver.server.http_options import HttpOptions
 from mcp_evalserver.server.transport.http import (
@@ -92,10 +93,14 @@ def _server(
     def stop(exc: BaseException) -> None:
         server.should_exit = True
 
+    def serving() -> None:
+        settle_for_serving()  # the app and its service have loaded: kept until the end
+        ready()
+
     app = LoadAfterListening(
         functools.partial(_load, state_dir, options, worker),
         version=__version__,
-        on_ready=ready,
+        on_ready=serving,
         on_failure=stop,
     )
     server = uvicorn.Server(_config(app))
