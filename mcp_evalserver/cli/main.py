@@ -295,10 +295,12 @@ def _serve(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _long_lived_objects() -> Iterator[None]:
     """Marks what exists now (modules, schemas) and, at the end, everything as permanent for
-    the garbage collector: collections while serving skip it, and the interpreter's teardown
-    does not walk it (a second or more on a busy machine: a client waiting for the server to
-    end would wait for that)."""
-    gc.freeze()
+    the garbage collector: collections while serving skip it (`settle_for_serving`, which also
+    collects less often), and the interpreter's teardown does not walk it (a second or more on
+    a busy machine: a client waiting for the server to end would wait for that)."""
+    from mcp_evalserver.server.collector import settle_for_serving
+
+    settle_for_serving()
     try:
         yield
     finally:

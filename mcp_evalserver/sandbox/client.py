@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -115,6 +116,14 @@ class SupervisorClient:
         self._reader = BufferedByteReceiveStream(stream)
         self._ids = itertools.count(1)
         self._pending: dict[int, _Reply] = {}
+        # Requests waited for with a reply timeout: their deadline (the loop's clock), op and
+        # timeout. One timer of the loop (`_watch`, due at `_watch_at`) looks at them when the
+        # earliest may have passed, instead of a timer made and cancelled per request: each
+        # was a handle left in the loop's heap until its time came (a minute later) or the
+        # loop swept it.
+        self._deadlines: dict[int, tuple[float, Op, float]] = {}
+        self._watch: asyncio.TimerHandle | None = None
+        self._watch_at = math.inf
         # Keeps the writer's lines and a passed socket's blank line from interleaving.
         self._send_lock = anyio.Lock(fast_acquire=True)
         # Requests' lines waiting for the writer task (`_write_requests`, made by `start`),
@@ -163,13 +172,16 @@ class SupervisorClient:
         loop = asyncio.get_running_loop()
         reply: _Reply = loop.create_future()
         self._pending[req_id] = reply
-        # A timer of the loop, not a cancel scope: entering and leaving one costs a request
-        # as much as the rest of its round trip, and almost every reply comes long before.
-        timer = None
+        # A deadline the loop's one watch looks at, not a cancel scope: entering and leaving
+        # one costs a request as much as the rest of its round trip, and almost every reply
+        # comes long before.
         try:
             self._post(_encode({"id": req_id, "op": op, "args": args}))
             if reply_timeout is not None:
-                timer = loop.call_later(reply_timeout, self._time_out, req_id, op, reply_timeout)
+                deadline = loop.time() + reply_timeout
+                self._deadlines[req_id] = (deadline, op, reply_timeout)
+                if deadline < self._watch_at:
+                    self._watch_from(loop, deadline)
             return await reply
         except asyncio.CancelledError:
             if reply.done() and not reply.cancelled():
@@ -178,17 +190,33 @@ class SupervisorClient:
             raise
         finally:
             self._pending.pop(req_id, None)
-            if timer is not None:
-                timer.cancel()
+            if reply_timeout is not None:
+                self._deadlines.pop(req_id, None)
 
-    def _time_out(self, req_id: int, op: Op, reply_timeout: float) -> None:
-        """The reply to `req_id` did not come within `reply_timeout`: the request is cancelled
-        remotely and raises `Timeout`."""
-        reply = self._pending.get(req_id)
-        if reply is not None and not reply.done():
-            self._cancel_remote(req_id)
-            msg = f"supervisor gave no answer to {op!r} in {reply_timeout}s"
-            reply.set_exception(errors.Timeout(msg))
+    def _watch_from(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        """Looks at the deadlines at `when` (the loop's clock), the earliest now."""
+        if self._watch is not None:
+            self._watch.cancel()
+        self._watch_at = when
+        self._watch = loop.call_at(when, self._time_out_passed, loop)
+
+    def _time_out_passed(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Every request whose deadline has passed is cancelled remotely and raises `Timeout`;
+        the watch comes back at the earliest deadline left."""
+        self._watch, self._watch_at = None, math.inf
+        now, earliest = loop.time(), math.inf
+        for req_id, (deadline, op, reply_timeout) in list(self._deadlines.items()):
+            if deadline > now:
+                earliest = min(earliest, deadline)
+                continue
+            del self._deadlines[req_id]
+            reply = self._pending.get(req_id)
+            if reply is not None and not reply.done():
+                self._cancel_remote(req_id)
+                msg = f"supervisor gave no answer to {op!r} in {reply_timeout}s"
+                reply.set_exception(errors.Timeout(msg))
+        if earliest < math.inf:
+            self._watch_from(loop, earliest)
 
     async def open_connection(self) -> BlockingConnection:
         """Another connection to this supervisor, for a thread that blocks on its replies.
@@ -338,6 +366,9 @@ class SupervisorClient:
     def _fail_all(self, reason: str) -> None:
         if self._dead is None:
             self._dead = reason
+        if self._watch is not None:  # nothing left to time out
+            self._watch.cancel()
+            self._watch, self._watch_at = None, math.inf
         for reply in self._pending.values():
             if not reply.done():
                 reply.set_exception(errors.SandboxUnavailable(self._dead))

@@ -19,6 +19,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from mcp_evalserver import __version__
+from mcp_evalserver.server.collector import settle_for_serving
 from mcp_evalserver.server.front.worker_config import WorkerConfig, worker_socket
 from mcp_evalserver.server.http_options import HttpOptions
 from mcp_evalserver.server.transport.http import (
@@ -27,6 +28,7 @@ from mcp_evalserver.server.transport.http import (
     raise_fd_limit,
     unix_listening_socket,
 )
+from mcp_evalserver.server.transport.one_write import OneWriteHttpToolsProtocol
 from mcp_evalserver.server.transport.starting import LoadAfterListening
 
 
@@ -92,10 +94,14 @@ def _server(
     def stop(exc: BaseException) -> None:
         server.should_exit = True
 
+    def serving() -> None:
+        settle_for_serving()  # the app and its service have loaded: kept until the end
+        ready()
+
     app = LoadAfterListening(
         functools.partial(_load, state_dir, options, worker),
         version=__version__,
-        on_ready=ready,
+        on_ready=serving,
         on_failure=stop,
     )
     server = uvicorn.Server(_config(app))
@@ -112,12 +118,13 @@ def _load(state_dir: Path, options: HttpOptions, worker: WorkerConfig | None) ->
 
 def _config(app: ASGIApp) -> uvicorn.Config:
     # httptools, not uvicorn's pure-Python h11: parsing and writing each request was ~0.2 ms
-    # of the server's CPU per tool call (bench/mcp.py). No keep-alive timeout to speak of: an
-    # agent's client keeps its connection while its model thinks (minutes), and an idle
-    # connection costs the server a few kilobytes.
+    # of the server's CPU per tool call (bench/mcp.py); its answers leave in one write
+    # (one_write.py). No keep-alive timeout to speak of: an agent's client keeps its
+    # connection while its model thinks (minutes), and an idle connection costs the server a
+    # few kilobytes.
     return uvicorn.Config(
         app,
-        http="httptools",
+        http=OneWriteHttpToolsProtocol,
         log_level="warning",
         lifespan="on",
         timeout_graceful_shutdown=5,

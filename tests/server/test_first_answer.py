@@ -32,6 +32,7 @@ FIRST_ANSWER_NEEDS = {
     "mcp_evalserver", "mcp_evalserver.errors", "mcp_evalserver.cli", "mcp_evalserver.cli.main",
     "mcp_evalserver.cli.exits", "mcp_evalserver.engine", "mcp_evalserver.engine.state_dir",
     "mcp_evalserver.sandbox", "mcp_evalserver.sandbox.docker_engine", "mcp_evalserver.server",
+    "mcp_evalserver.server.collector",
     "mcp_evalserver.server.surface", "mcp_evalserver.server.tool_profiles",
     "mcp_evalserver.server.transport",
     "mcp_evalserver.server.transport.answers", "mcp_evalserver.server.transport.http",

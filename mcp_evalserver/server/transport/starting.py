@@ -153,6 +153,7 @@ class _AppLifespan:
             return
         self._stopped = True
         await self._answer()  # the app's end: what it raised is known then
+        self._close()
         if self._error is not None:
             raise self._error
         raise LifespanFailed(answer.get("message") or "the app ended its lifespan unstarted")
@@ -165,6 +166,13 @@ class _AppLifespan:
             await self._to_app.send({"type": "lifespan.shutdown"})
             while await self._answer():
                 pass
+            self._close()
+
+    def _close(self) -> None:
+        """Closes both ends of both streams once the app has returned (unclosed, each said
+        so as a ResourceWarning when collected)."""
+        for stream in (self._to_app, self._app_inbox, self._from_app, self._outbox):
+            stream.close()
 
     async def _answer(self) -> Message:
         try:
