@@ -258,7 +258,8 @@ def _gone(pid: int) -> bool:
 async def test_a_program_that_hangs_is_killed_with_its_children_at_the_trajectory_timeout(
     tmp_path: Path, notes: Path
 ) -> None:
-    campaign = spec([ANSWER_TASK], program("hang", notes), trajectory_timeout_s=8)
+    # Long enough for the program to start and write its pids (~1 s at a load of 7).
+    campaign = spec([ANSWER_TASK], program("hang", notes), trajectory_timeout_s=4)
     with anyio.fail_after(60):
         state, _ = await run(tmp_path / "state", campaign)
 

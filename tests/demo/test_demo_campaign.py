@@ -21,6 +21,7 @@ from demo.build_suite import DEMO_DIR, build_suite
 from mcp_evalserver.engine.report import build_report
 from mcp_evalserver.engine.report_markdown import render_markdown
 from mcp_evalserver.engine.state import CampaignState
+from mcp_evalserver.engine.store import CampaignStore
 from mcp_evalserver.server.mcp_app import create_server
 from mcp_evalserver.spec.agents import OpenAIAgentConfig
 from mcp_evalserver.spec.campaign import CampaignSpec, Task, load_tasks
@@ -68,17 +69,6 @@ def _by_task(state: CampaignState) -> dict[str, list[tuple[str | None, str | Non
     return results
 
 
-async def test_the_oracle_resolves_every_task_of_the_demo(
-    subset_file: Path, tmp_path: Path
-) -> None:
-    with anyio.fail_after(170):
-        _, state = await run_campaign(tmp_path, _demo_spec("oracle", subset_file))
-    results = _by_task(state)
-    assert len(results) == 3
-    assert all(r == [("resolved", "resolved")] * 2 for r in results.values()), results
-    assert build_report(state)["nodes"] is None  # one machine: no nodes to name
-
-
 async def test_noop_resolves_no_task_of_the_demo(subset_file: Path, tmp_path: Path) -> None:
     with anyio.fail_after(60):
         _, state = await run_campaign(tmp_path, _demo_spec("noop", subset_file))
@@ -87,19 +77,28 @@ async def test_noop_resolves_no_task_of_the_demo(subset_file: Path, tmp_path: Pa
     assert all(r == [("failed", "empty")] * 2 for r in results.values()), results
 
 
-async def test_the_mcp_tools_accept_the_demo_task_file(subset_file: Path, tmp_path: Path) -> None:
+async def test_the_oracle_resolves_every_task_of_the_demo_started_by_the_mcp_tools_from_its_file(
+    subset_file: Path, tmp_path: Path
+) -> None:
+    # One campaign for what two proved apart (the oracle resolving every task, and the MCP
+    # tools taking the demo's task file): the spec `make demo` runs, its tasks named by file.
     spec = json.loads((DEMO_DIR / "campaign-oracle.json").read_text())
-    spec.update(tasks=str(subset_file), samples=1)
+    spec.update(tasks=str(subset_file), samples=2)
     async with Client(create_server(tmp_path)) as client:
         started = await call(client, "start_campaign", spec=spec)
-        with anyio.fail_after(120):
+        with anyio.fail_after(170):
             status = started
             while status["status"] != "finished":
                 status = await call(
                     client, "campaign_status", campaign_id=started["campaign_id"], wait_s=10
                 )
-    assert status["done"] == 3
+    assert status["done"] == 6
     assert status["pass_rate"] == 1.0
+    state = CampaignStore(tmp_path).load(started["campaign_id"])
+    results = _by_task(state)
+    assert len(results) == 3
+    assert all(r == [("resolved", "resolved")] * 2 for r in results.values()), results
+    assert build_report(state)["nodes"] is None  # one machine: no nodes to name
 
 
 async def test_a_model_that_tests_and_fixes_a_demo_task_resolves_it(

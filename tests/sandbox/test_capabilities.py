@@ -84,7 +84,9 @@ async def test_apt_drops_to_its_own_user_as_in_a_container_and_not_without_the_o
     # Terminal-Bench's failure (issue 40): without capabilities apt's download methods cannot
     # become `_apt` ("setgroups 65534 failed"). With them apt gets as far as the network,
     # which a workspace does not have: the rest of `apt-get install` is the engine's mirror.
-    update = "apt-get update 2>&1 | grep -cE 'set(e?uid|groups).*failed'"
+    # No retry: each waits a backoff (7 s in all) for a network that never comes, and the
+    # first download method drops to `_apt` (or fails to) as any later one would.
+    update = "apt-get update -o Acquire::Retries=0 2>&1 | grep -cE 'set(e?uid|groups).*failed'"
     with anyio.fail_after(120):
         async with await capable.workspace("apt") as ws:
             with_caps = await ws.exec(update, timeout=100)

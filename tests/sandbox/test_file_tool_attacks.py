@@ -141,7 +141,7 @@ async def test_a_pattern_that_backtracks_forever_is_killed_and_the_sandbox_answe
             # signal handler interrupts. Only killing the process ends it.
             with pytest.raises(errors.Timeout, match="backtracks"):
                 await instance.client.request(
-                    "search", reply_timeout=30, ws=ws.name, pattern="(a+)+$", timeout=2
+                    "search", reply_timeout=30, ws=ws.name, pattern="(a+)+$", timeout=0.5
                 )
             # The reply came once the child was reaped (jobs.py answers only then); the
             # supervisor goes on serving this workspace.

@@ -48,7 +48,9 @@ def git_repo(path: Path, files: dict[str, str]) -> Path:
         source = site_packages / name
         target = path / PYTEST_DEPS_DIR / name
         if source.is_dir():
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+            # With its bytecode (ignored by another Python): a workspace's writes die with it,
+            # so each pytest run there compiled pytest anew, 0.96 -> 0.42 s a run at load 7.
+            shutil.copytree(source, target)
         elif source.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)

@@ -50,7 +50,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.root, pytest.mark.slow]
 
 INSTANCE = "owner__calc-9"
 MODEL = "org/model-x"
-TIMEOUT_S = 8
+#: Both harnesses' test timeout: the hanging tests wait it out in each (a passing run takes
+#: under a second).
+TIMEOUT_S = 4
 _HEREDOC = "EOF_114329324912"
 
 
