@@ -16,11 +16,13 @@
  * capabilities a command keeps, as a decimal mask: isolation.py's kept_mask), then the
  * seccomp filter each runner installs and its commands inherit (raw BPF, to the end).
  * CTL_FD is a SOCK_SEQPACKET socket to the supervisor; each message is one of
- *     "exec JOB" with fds stdin, stdout, stderr, info, request[, report] (SCM_RIGHTS)
+ *     "exec JOB[ memfd]\nREQUEST" with fds stdin, stdout, stderr, info[, report][, memfd]
+ *                    (SCM_RIGHTS; with "memfd" the request is in the last fd, not inline)
  *     "kill JOB"     "drop spare" (answered "dropped")     "respare"
  * anything else is ignored; end of file ends the holder.
- * The request (a memfd) is supervisor/exec_init.py's encode_exec_request: NUL-terminated fields
+ * The request is supervisor/exec_init.py's encode_exec_request: NUL-terminated fields
  *     cwd user pids memory have_nproc have_memory argc argv... envc env...
+ * inline up to INLINE_REQUEST_MAX bytes (exec_init.exec_message), else in a memfd.
  * The workspace's processes live in one pid namespace, the workspace's, whose pid 1 (its
  * "init", see init_main) lives as long as the workspace's view and reaps every orphan: what
  * a command leaves running (`server &`, nohup, setsid, a double fork) goes on across the
@@ -62,6 +64,9 @@
 #define REPORT_FD 4
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define MAX_FIELDS_BYTES (64 << 20)
+/* exec_init.py's INLINE_REQUEST_MAX and EXEC_MESSAGE_MAX. */
+#define INLINE_REQUEST_MAX (32 << 10)
+#define EXEC_MESSAGE_MAX (INLINE_REQUEST_MAX + 256)
 
 /* The same lists as supervisor/view.py (PROC_MASKED, PROC_READONLY). */
 static const char *const PROC_MASKED[] = {"kcore", "keys", "timer_list", "sched_debug",
@@ -446,42 +451,64 @@ static void reset_signals(void) {
     sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
-/* A request's fds (stdin, stdout, stderr, info, request[, report]) to 0-3 and REPORT_FD;
- * every other fd closed but the runner's socket (RUNNER_SOCKET); the request read. Errors go
- * to the info pipe. */
+/* A request's fds (stdin, stdout, stderr, info[, report]) to 0-3 and REPORT_FD; every other
+ * fd closed but the runner's socket (RUNNER_SOCKET). */
 #define RUNNER_SOCKET 100
-static char *request_data;
-static off_t request_size;
-
 static void install_fds(int *fds, int nfds) {
     /* Without a report channel they come where they go (the kernel gives the lowest free
      * fds, and the last exec's 0-4 are closed): only stdio's close-on-exec goes (the info
      * pipe gets it in run_command anyway), three system calls for fourteen. */
-    int in_place = nfds == 5;
+    int in_place = nfds == 4;
     for (int i = 0; i < nfds && in_place; i++) in_place = fds[i] == i;
     for (int target = 0; in_place && target < 3; target++)
         if (fcntl(target, F_SETFD, 0) < 0) _exit(127);
     for (int i = 0; !in_place && i < nfds; i++) fds[i] = move_up(fds[i]);
     for (int target = 0; !in_place && target < 4; target++)
         if (dup2(fds[target], target) < 0) _exit(127);
-    if (nfds > 5 && dup2(fds[5], REPORT_FD) < 0) _exit(127);
-    struct stat st;
-    free(request_data);
-    request_data = NULL;
-    if (fstat(fds[4], &st) == 0 && st.st_size > 0 && st.st_size <= MAX_FIELDS_BYTES) {
-        request_data = malloc((size_t)st.st_size);
-        request_size = st.st_size;
-        if (request_data && pread(fds[4], request_data, (size_t)st.st_size, 0) != st.st_size) {
-            free(request_data);
-            request_data = NULL;
-        }
-    }
-    syscall(SYS_close_range, nfds > 5 ? REPORT_FD + 1 : REPORT_FD, RUNNER_SOCKET - 1, 0);
+    if (nfds > 4 && dup2(fds[4], REPORT_FD) < 0) _exit(127);
+    syscall(SYS_close_range, nfds > 4 ? REPORT_FD + 1 : REPORT_FD, RUNNER_SOCKET - 1, 0);
     syscall(SYS_close_range, RUNNER_SOCKET + 1, ~0u, 0);
 }
 
-/* A message's fds, as the holder's loop reads them: how many, or -1 at end of file. */
-static int receive(int sock, char *msg, size_t size, int *fds) {
+/* The request: inline after the header line, or (with "memfd") read from `memfd`, closed. */
+static char *request_data, *request_read; /* request_read: what was read from a memfd */
+static size_t request_size;
+
+static void load_request(char *message, size_t len, int memfd) {
+    free(request_read);
+    request_read = request_data = NULL;
+    char *body = memchr(message, '\n', len);
+    if (memfd < 0) {
+        if (body) {
+            request_data = body + 1;
+            request_size = (size_t)(message + len - request_data);
+        }
+        return;
+    }
+    struct stat st;
+    if (fstat(memfd, &st) == 0 && st.st_size > 0 && st.st_size <= MAX_FIELDS_BYTES &&
+        (request_read = malloc((size_t)st.st_size)) &&
+        pread(memfd, request_read, (size_t)st.st_size, 0) == st.st_size) {
+        request_data = request_read;
+        request_size = (size_t)st.st_size;
+    }
+    close(memfd);
+}
+
+/* Whether an "exec" message's header line (up to its newline) holds the word `word`. */
+static int header_says(const char *message, size_t len, const char *word) {
+    const char *end = memchr(message, '\n', len);
+    size_t header = end ? (size_t)(end - message) : len, n = strlen(word);
+    for (size_t i = 0; i + n <= header; i++)
+        if (message[i] == ' ' && i + 1 + n <= header && !memcmp(message + i + 1, word, n) &&
+            (i + 1 + n == header || message[i + 1 + n] == ' '))
+            return 1;
+    return 0;
+}
+
+/* A message (NUL-terminated after its `*len` bytes) and its fds: how many, or -1 at end of
+ * file. */
+static int receive(int sock, char *msg, size_t size, int *fds, size_t *len) {
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(8 * sizeof(int))];
@@ -494,6 +521,7 @@ static int receive(int sock, char *msg, size_t size, int *fds) {
     while (n < 0 && errno == EINTR);
     if (n <= 0) return n == 0 ? -1 : -2;
     msg[n] = 0;
+    *len = (size_t)n;
     int nfds = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&hdr); c; c = CMSG_NXTHDR(&hdr, c))
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
@@ -541,12 +569,15 @@ static void on_kill(int sig, siginfo_t *info, void *context) {
 }
 
 /* A runner's wait for its next request (the holder passes the exec's fds on): installs them. */
+static char request_message[EXEC_MESSAGE_MAX];
 static int take_request(int sock) {
-    char msg[64];
     int fds[8];
     long job = -1;
-    int nfds = receive(sock, msg, sizeof msg, fds);
-    if ((nfds != 5 && nfds != 6) || sscanf(msg, "exec %ld", &job) != 1) {
+    size_t len = 0;
+    int nfds = receive(sock, request_message, sizeof request_message, fds, &len);
+    int in_memfd = nfds > 0 && header_says(request_message, len, "memfd");
+    if (nfds - in_memfd < 4 || nfds - in_memfd > 5 ||
+        sscanf(request_message, "exec %ld", &job) != 1) {
         /* the holder is gone, or retired this runner */
         for (int i = 0; i < nfds; i++) close(fds[i]);
         return -1;
@@ -555,6 +586,7 @@ static int take_request(int sock) {
     current_job = job;
     /* After current_job is set, a kill for it is on_kill's; before, it left its job here. */
     if (kill_named == (int)job) kill_asked = 1;
+    load_request(request_message, len, in_memfd ? fds[--nfds] : -1);
     install_fds(fds, nfds);
     return 0;
 }
@@ -566,7 +598,7 @@ static int take_request(int sock) {
 static void run_job(int sock) {
     struct request r;
     if (!request_data) setup_failed("the request");
-    if (parse_request(request_data, (size_t)request_size, &r)) {
+    if (parse_request(request_data, request_size, &r)) {
         report_error(3, "InvalidInput", "exec: a malformed request");
         _exit(127);
     }
@@ -810,15 +842,13 @@ static void drop_idle_runners(void) {
 }
 
 /* Hands the exec to a free runner (the one freed last), or a new one. */
-static void handle_exec(long job, int *fds, int nfds) {
-    char header[32];
-    int n = snprintf(header, sizeof header, "exec %ld", job);
+static void handle_exec(long job, const char *message, size_t n, int *fds, int nfds) {
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(8 * sizeof(int))];
     } control;
     memset(&control, 0, sizeof control);
-    struct iovec iov = {header, (size_t)n};
+    struct iovec iov = {(void *)message, n}; /* as it came: the runner reads the request */
     struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
                          .msg_controllen = CMSG_SPACE(nfds * sizeof(int))};
     struct cmsghdr *c = CMSG_FIRSTHDR(&hdr);
@@ -834,7 +864,7 @@ static void handle_exec(long job, int *fds, int nfds) {
                 pick = (long)i;
         int made = pick < 0;
         if (made && (pick = make_runner()) < 0) break;
-        if (sendmsg(runners[pick].sock, &hdr, MSG_NOSIGNAL) == n) {
+        if (sendmsg(runners[pick].sock, &hdr, MSG_NOSIGNAL) == (ssize_t)n) {
             chosen = pick;
             break;
         }
@@ -949,14 +979,19 @@ int main(int argc, char **argv) {
             reap();
         }
         if (!polled[0].revents) continue;
-        char msg[256];
+        /* Static: only the pages a message reaches are ever touched (an inline request of
+         * a few hundred bytes: one). */
+        static char msg[EXEC_MESSAGE_MAX];
         int fds[8];
-        int nfds = receive(ctl, msg, sizeof msg, fds);
+        size_t len = 0;
+        int nfds = receive(ctl, msg, sizeof msg, fds, &len);
         if (nfds == -1) return 0; /* the supervisor closed us: the workspace is gone */
         if (nfds < 0) continue;
         long job;
-        if (sscanf(msg, "exec %ld", &job) == 1 && job >= 0 && (nfds == 5 || nfds == 6)) {
-            handle_exec(job, fds, nfds);
+        int expected = 4 + header_says(msg, len, "memfd");
+        if (sscanf(msg, "exec %ld", &job) == 1 && job >= 0 && nfds >= expected &&
+            nfds <= expected + 1) {
+            handle_exec(job, msg, len, fds, nfds);
             /* Commands overlap here: one more ready for the next. One at a time, the runner
              * that ran the last is free for the next, and an idle workspace keeps one. */
             if (busy_runners() > 1) prepare_spare();

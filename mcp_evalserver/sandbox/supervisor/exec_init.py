@@ -24,6 +24,12 @@ REPORT_FD = 4
 # Signals Python ignores or handles that a command must start with at their defaults.
 RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# An exec's request up to this size travels in its "exec" message, after the header line
+# (holder.c reads the same): no memfd to make, write and close per exec, nor to stat and
+# read in the runner. A larger one (argv may be megabytes) goes in a memfd, the last fd.
+INLINE_REQUEST_MAX = 32 << 10
+# The most an "exec" message holds: its header line and an inline request (holder.c's too).
+EXEC_MESSAGE_MAX = INLINE_REQUEST_MAX + 256
 
 
 class CommandNotRun(Exception):
@@ -81,6 +87,20 @@ def encode_exec_request(request: dict[str, Any]) -> bytes:
               "1" if have.get("memory") else "0", str(len(request["argv"])), *request["argv"],
               str(len(env)), *(f"{k}={v}" for k, v in env.items())]  # fmt: skip
     return ("\0".join(fields) + "\0").encode("utf-8", "surrogateescape")
+
+
+def exec_message(job: int, request: bytes) -> tuple[bytes, bool]:
+    """The "exec JOB" message for `request` (encode_exec_request's), and whether the request
+    must go in a memfd instead (then the header says "memfd" and the body is empty)."""
+    if len(request) <= INLINE_REQUEST_MAX:
+        return b"exec %d\n" % job + request, False
+    return b"exec %d memfd\n" % job, True
+
+
+def split_exec_message(message: bytes) -> tuple[list[bytes], bytes]:
+    """An "exec" message's header words and its inline request (empty with "memfd")."""
+    header, _, body = message.partition(b"\n")
+    return header.split(), body
 
 
 def decode_exec_request(data: bytes) -> dict[str, Any]:

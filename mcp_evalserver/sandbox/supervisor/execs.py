@@ -11,7 +11,7 @@ import socket
 import time
 from typing import Any
 
-from .exec_init import DEFAULT_PATH, encode_exec_request
+from .exec_init import DEFAULT_PATH, encode_exec_request, exec_message
 from .jobs import Job
 from .protocol import DiffArgs, DiffResult, ExecArgs, ExecResult, SupervisorError, error_type
 from .state import Supervisor
@@ -138,21 +138,23 @@ def spawn_sandboxed(
     request["user"] = str(user) if user else None
     if ws.ctl is None:
         raise SupervisorError("NotFound", f"workspace {ws.name!r} is being destroyed")
-    # The request travels in a memfd: argv may be larger than a socket message.
-    memfd = os.memfd_create("exec-request", os.MFD_CLOEXEC)
-    os.write(memfd, encode_exec_request(request))
+    encoded = encode_exec_request(request)
+    message, in_memfd = exec_message(req_id, encoded)
     pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, info
-    theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1], memfd]
+    theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
     ours: socket.socket | None = None
     if report:
         ours, end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         ours.shutdown(socket.SHUT_WR)  # nothing flows to the command
         theirs.append(end.detach())
+    if in_memfd:  # argv may be larger than a socket message
+        memfd = os.memfd_create("exec-request", os.MFD_CLOEXEC)
+        theirs.append(memfd)
+        os.write(memfd, encoded)
     try:
-        header = b"exec %d" % req_id
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))]
-        ws.ctl.sendmsg([header], rights)
+        ws.ctl.sendmsg([message], rights)
     except OSError as e:
         for fd in [pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]]:
             os.close(fd)

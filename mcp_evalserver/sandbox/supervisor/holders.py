@@ -4,8 +4,9 @@ Spares are forked ahead, ready but for their view (spawn_spare); one given a wor
 its view, then becomes holder.c where that was built (exec_native_holder), or else serves as
 the Python `Holder`. Messages on the control socket (SOCK_SEQPACKET), as holder.c reads them:
 the assignment (JSON: ws, path, overlay, areas) answered "ok" or "error: ...";
-"exec ID" with the exec's fds (stdin, stdout, stderr, info, the request's memfd, and the
-report channel if asked); "kill ID"; "drop spare" answered "dropped", then "respare".
+"exec ID[ memfd]\n" then the exec's request (exec_init.exec_message), with the exec's fds
+(stdin, stdout, stderr, info, the report channel if asked, and with "memfd" the request's
+memfd); "kill ID"; "drop spare" answered "dropped", then "respare".
 
 The workspace's processes share one pid namespace whose pid 1 (its init) the holder keeps as
 long as the view: what a command leaves running lasts across calls and dies with the
@@ -24,7 +25,14 @@ import signal
 import socket
 import sys
 
-from .exec_init import REPORT_FD, decode_exec_request, sandbox_init, workspace_init
+from .exec_init import (
+    EXEC_MESSAGE_MAX,
+    REPORT_FD,
+    decode_exec_request,
+    sandbox_init,
+    split_exec_message,
+    workspace_init,
+)
 from .isolation import SECCOMP_PROGRAM, drop_bounding_set, kept_mask
 from .linux import (
     CLONE_NEWIPC,
@@ -116,20 +124,20 @@ class Holder:
                         os.read(rfd, 512)
                     self.reap()
                     continue
-                msg, ancdata, _, _ = self.ctl.recvmsg(4096, socket.CMSG_SPACE(8 * 4))
+                msg, ancdata, _, _ = self.ctl.recvmsg(EXEC_MESSAGE_MAX, socket.CMSG_SPACE(8 * 4))
                 if not msg:
                     os._exit(0)  # the supervisor closed us: the workspace is gone
                 fds = array.array("i")
                 for level, kind, data in ancdata:
                     if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                         fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-                words = msg.split()  # the messages of holder.c (see its top)
+                words, body = split_exec_message(msg)  # the messages of holder.c (see its top)
                 if words[:1] == [b"kill"]:
                     for pid, job in self.children.items():
                         if job == int(words[1]):
                             os.kill(pid, signal.SIGUSR1)  # see exec_init.KillSwitch
-                elif words[:1] == [b"exec"] and len(fds) in (5, 6):  # sixth: a report channel
-                    self.fork_exec(int(words[1]), list(fds))
+                elif words[:1] == [b"exec"] and 4 + (b"memfd" in words) <= len(fds) <= 6:
+                    self.fork_exec(int(words[1]), list(fds), b"memfd" in words, body)
                 elif msg == b"drop spare":  # the view is replaced: its processes go
                     self.end_init()
                     self.ctl.send(b"dropped")
@@ -152,9 +160,11 @@ class Holder:
             if pid == self.init_pid:  # it should not die while we live: execs will fail
                 self.init_pid = 0
 
-    def fork_exec(self, job: int, fds: list[int]) -> None:
-        stdin, out, err, info, memfd = fds[:5]
-        report = fds[5] if len(fds) > 5 else -1
+    def fork_exec(self, job: int, fds: list[int], in_memfd: bool, body: bytes) -> None:
+        """Forks the exec's runner; its fds: stdin, stdout, stderr, info[, report][, memfd]."""
+        stdin, out, err, info = fds[:4]
+        memfd = fds[-1] if in_memfd else -1
+        report = fds[4] if len(fds) - in_memfd > 4 else -1
         try:
             if self.broken:
                 raise SupervisorError("InfrastructureError", self.broken)
@@ -174,7 +184,9 @@ class Holder:
                     report = fcntl.fcntl(report, fcntl.F_DUPFD, REPORT_FD + 64)
                 for target, fd in enumerate((stdin, out, err, info)):
                     os.dup2(fd, target)
-                request = decode_exec_request(os.pread(memfd, os.fstat(memfd).st_size, 0))
+                if memfd >= 0:
+                    body = os.pread(memfd, os.fstat(memfd).st_size, 0)
+                request = decode_exec_request(body)
                 # Its command is forked into the workspace's pid namespace; it stays out.
                 setns_fd(self.init_ns, CLONE_NEWPID, "enter the workspace's pid namespace")
                 if report >= 0:
