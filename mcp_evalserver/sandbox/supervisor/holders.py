@@ -4,9 +4,11 @@ Spares are forked ahead, ready but for their view (spawn_spare); one given a wor
 its view, then becomes holder.c where that was built (exec_native_holder), or else serves as
 the Python `Holder`. Messages on the control socket (SOCK_SEQPACKET), as holder.c reads them:
 the assignment (JSON: ws, path, overlay, areas) answered "ok" or "error: ...";
-"exec ID[ memfd]\n" then the exec's request (exec_init.exec_message), with the exec's fds
-(stdin, stdout, stderr, info, the report channel if asked, and with "memfd" the request's
-memfd); "kill ID"; "drop spare" answered "dropped", then "respare".
+"exec ID[ stdin][ report][ memfd]\n" then the exec's request (exec_init.exec_message), with
+the exec's fds: its info pipe, then the read end of its stdin, its report channel and the
+request's memfd, each only if its word is there; "kill ID"; "drop spare" answered
+"dropped", then "respare". The runner makes the command's stdout and stderr pipes and relays
+them, as frames, on the info pipe (exec_init.relay).
 
 The workspace's processes share one pid namespace whose pid 1 (its init) the holder keeps as
 long as the view: what a command leaves running lasts across calls and dies with the
@@ -27,12 +29,14 @@ import sys
 
 from .exec_init import (
     EXEC_MESSAGE_MAX,
+    OPTIONAL_FDS,
     REPORT_FD,
     decode_exec_request,
     sandbox_init,
     split_exec_message,
     workspace_init,
 )
+from .exec_init import report as exec_report
 from .isolation import SECCOMP_PROGRAM, drop_bounding_set, kept_mask
 from .linux import (
     CLONE_NEWIPC,
@@ -136,8 +140,10 @@ class Holder:
                     for pid, job in self.children.items():
                         if job == int(words[1]):
                             os.kill(pid, signal.SIGUSR1)  # see exec_init.KillSwitch
-                elif words[:1] == [b"exec"] and 4 + (b"memfd" in words) <= len(fds) <= 6:
-                    self.fork_exec(int(words[1]), list(fds), b"memfd" in words, body)
+                elif words[:1] == [b"exec"] and len(fds) == 1 + sum(
+                    word in words for word in OPTIONAL_FDS
+                ):
+                    self.fork_exec(int(words[1]), words, list(fds), body)
                 elif msg == b"drop spare":  # the view is replaced: its processes go
                     self.end_init()
                     self.ctl.send(b"dropped")
@@ -160,11 +166,12 @@ class Holder:
             if pid == self.init_pid:  # it should not die while we live: execs will fail
                 self.init_pid = 0
 
-    def fork_exec(self, job: int, fds: list[int], in_memfd: bool, body: bytes) -> None:
-        """Forks the exec's runner; its fds: stdin, stdout, stderr, info[, report][, memfd]."""
-        stdin, out, err, info = fds[:4]
-        memfd = fds[-1] if in_memfd else -1
-        report = fds[4] if len(fds) - in_memfd > 4 else -1
+    def fork_exec(self, job: int, words: list[bytes], fds: list[int], body: bytes) -> None:
+        """Forks the exec's runner (exec_init.sandbox_init); its fds: info, then stdin,
+        report and memfd as the message's header `words` say (exec_init.exec_message)."""
+        given = iter(fds)
+        info = next(given)
+        stdin, report, memfd = (next(given) if word in words else -1 for word in OPTIONAL_FDS)
         try:
             if self.broken:
                 raise SupervisorError("InfrastructureError", self.broken)
@@ -173,35 +180,40 @@ class Holder:
             msg = {"error": str(e), "kind": getattr(e, "kind", "LimitExceeded")}
             if isinstance(e, OSError):  # typically the workspace's pids limit
                 msg["error"] = f"cannot start a process: {e.strerror}"
-            os.write(info, (json.dumps(msg) + "\n").encode())
+            exec_report(info, msg)
             for fd in fds:
                 os.close(fd)
             return
         if pid == 0:
             try:
                 reset_signals()
-                if report >= 0:  # out of the way of the dup2s below
-                    report = fcntl.fcntl(report, fcntl.F_DUPFD, REPORT_FD + 64)
-                for target, fd in enumerate((stdin, out, err, info)):
-                    os.dup2(fd, target)
+                # Ours above 0-4, close-on-exec, and placeholders (close-on-exec too) at 0-4:
+                # posix_spawn puts the command's stdio there from fds that are never in the
+                # way, and the command starts with those and nothing else of ours.
+                info, stdin, report, memfd = (
+                    fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, REPORT_FD + 1) if fd >= 0 else -1
+                    for fd in (info, stdin, report, memfd)
+                )
+                null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+                close_fds_except({info, stdin, report, memfd, null, self.init_ns})
+                for target in range(REPORT_FD + 1):
+                    if target != null:
+                        os.dup2(null, target, inheritable=False)
                 if memfd >= 0:
                     body = os.pread(memfd, os.fstat(memfd).st_size, 0)
+                    os.close(memfd)
                 request = decode_exec_request(body)
                 # Its command is forked into the workspace's pid namespace; it stays out.
                 setns_fd(self.init_ns, CLONE_NEWPID, "enter the workspace's pid namespace")
-                if report >= 0:
-                    os.dup2(report, REPORT_FD)  # inheritable: the command gets it
-                close_fds_from(REPORT_FD + 1 if report >= 0 else 4)
+                os.close(self.init_ns)
                 prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the holder's death ends the exec
-                sandbox_init(
-                    self.ws.root, request["argv"], request["env"], request["cwd"],
-                    request["limits"], request["have"], request.get("user"),
-                )  # fmt: skip
+                sigchld = sigchld_wakeup()
+                sandbox_init(self.ws.root, request, info, stdin, report, sigchld)
             except BaseException as e:
                 with contextlib.suppress(OSError):
-                    os.write(3, (json.dumps({"error": f"exec: {e}"}) + "\n").encode())
+                    exec_report(info, {"error": f"exec: {e}"})
             os._exit(127)
-        for fd in fds:  # the info pipe too: its end comes with the init's report
+        for fd in fds:  # the info pipe too: its runner writes there
             os.close(fd)
         self.children[pid] = job
 
