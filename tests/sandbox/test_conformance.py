@@ -830,6 +830,23 @@ async def test_a_trajectory_cannot_see_or_signal_another_trajectorys_lasting_pro
     assert still.stdout == "1\n"
 
 
+async def test_megabytes_on_both_streams_at_once_come_back_whole_and_in_order(
+    instance: Instance,
+) -> None:
+    # Both streams relayed as frames on one pipe, which grows once a command fills a frame:
+    # every byte comes back on its own stream, in the order it was written, none twice.
+    lines = 300_000  # about 2 MB a stream
+    expected = "".join(f"{n}\n" for n in range(1, lines + 1))
+    with anyio.fail_after(60):
+        async with await instance.workspace("both-streams") as ws:
+            result = await ws.exec(
+                f"seq 1 {lines} >&2 & seq 1 {lines}; wait", output_cap=8 << 20, timeout=50
+            )
+    assert (result.exit_code, result.stdout_truncated, result.stderr_truncated) == (0, False, False)
+    assert result.stdout == expected
+    assert result.stderr == expected
+
+
 async def test_an_output_flood_is_capped_keeping_head_and_tail(instance: Instance) -> None:
     flood = "echo HEAD; yes filler | head -n 5000000; echo TAIL; yes e | head -c 9000000 >&2"
     with anyio.fail_after(60):
