@@ -649,27 +649,11 @@ static void await_message(int sock) {
     }
 }
 
-/* A command whose output fills a frame prints a lot (a test suite's log, `cat` of a big
- * file): its pipe and the info pipe grow to BIG_PIPE, and frames to as much, so the runner and
- * the supervisor each wake once a megabyte rather than once per 64 KiB. Only for that exec:
- * the buffer is freed at its end, and a quiet command never pays the system calls. */
-#define BIG_PIPE (1 << 20)
-static char *big_frame;
-
-static void grow_pipes(int stream) {
-    if (big_frame || !(big_frame = malloc(BIG_PIPE))) return;
-    fcntl(info_fd, F_SETPIPE_SZ, BIG_PIPE); /* best effort: a refusal keeps 64 KiB */
-    fcntl(stream, F_SETPIPE_SZ, BIG_PIPE);
-}
-
 /* One read of the command's stream `*fd` as a frame of `kind`; at its end it is closed, -1. */
 static void relay_chunk(int *fd, char kind) {
-    char *buf = big_frame ? big_frame : frame;
-    size_t room = big_frame ? BIG_PIPE - FRAME_HEADER : FRAME_CHUNK;
-    ssize_t n = read(*fd, buf + FRAME_HEADER, room);
+    ssize_t n = read(*fd, frame + FRAME_HEADER, FRAME_CHUNK);
     if (n > 0) {
-        send_frame(info_fd, buf, kind, (size_t)n);
-        if ((size_t)n == FRAME_CHUNK) grow_pipes(*fd);
+        send_frame(info_fd, frame, kind, (size_t)n);
         return;
     }
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
@@ -747,8 +731,6 @@ static int relay(pid_t command, int *streams) {
  * supervisor's next exec, sent once it has the status, finds it free); the info pipe ends. */
 static void end_exec(int sock, const int *status) {
     current_job = -1;
-    free(big_frame);
-    big_frame = NULL;
     write_all(sock, "idle", 4);
     if (status) report_status(*status);
     close(info_fd);

@@ -34,9 +34,6 @@ if TYPE_CHECKING:  # annotations only: the module must import on Python 3.8
     Reply = Callable[[int, Mapping[str, Any]], None]
     Fail = Callable[[int, str, str, "str | None"], None]
 
-# What one read of an info pipe asks for: what a pipe holds, then, once an exec's runner
-# filled one (its command prints a lot: holder.c's grow_pipes), what its grown pipe holds.
-INFO_READ, BIG_INFO_READ = 1 << 16, 1 << 20
 # The most an exec's report channel keeps (head and tail).
 REPORT_CAP = 64 << 20
 # The most read from an exec's report channel once its command exited (see Jobs.let_go): what
@@ -92,7 +89,6 @@ class Job:
         self.streams: list[Capture] = []  # stdout, stderr
         self.info = bytearray()
         self.partial = b""  # an exec's: the start of a frame not read whole yet
-        self.info_read = INFO_READ
         self.info_fd = -1
         self.stdin_fd, self.stdin_data = -1, b""
         self.status: int | None = None
@@ -267,18 +263,16 @@ class Jobs:
             self.pump_report(job, job.report)
             return
         try:
-            if fd == job.info_fd:
-                chunk = os.read(fd, job.info_read)
-                if chunk:
-                    self.take_info(job, chunk)
-                    # Its writer closes it right after its last line (an exec's status):
-                    # that end is read now rather than after another turn of the loop.
-                    chunk = os.read(fd, job.info_read)
-                    if chunk:
-                        self.take_info(job, chunk)
-                        return
-            else:
+            chunk = os.read(fd, 1 << 16)
+            if chunk and fd == job.info_fd:
+                take = job.info.extend if job.pid else job.take_frames
+                take(chunk)
+                # Its writer closes it right after its last line (an exec's status): that
+                # end is read now rather than after another turn of the loop.
                 chunk = os.read(fd, 1 << 16)
+                if chunk:
+                    take(chunk)
+                    return
         except BlockingIOError:
             return
         if chunk:
@@ -290,15 +284,6 @@ class Jobs:
         if fd == job.info_fd and not job.pid:
             self.let_go(job)
         self.maybe_done(job)
-
-    @staticmethod
-    def take_info(job: Job, chunk: bytes) -> None:
-        if job.pid:
-            job.info += chunk
-            return
-        job.take_frames(chunk)
-        if len(chunk) == INFO_READ:  # a runner whose command prints a lot grows its pipe
-            job.info_read = BIG_INFO_READ
 
     def let_go(self, job: Job) -> None:
         """An exec's runner closed the info pipe: its command exited, and its output is all
