@@ -7,12 +7,11 @@ with the compiled holder: one workspace, then
 
 - true_cpu_ms, true_p50_ms: `true` commands one after another: the CPU per command of the
   supervisor's whole process tree (supervisor, holder, runner, command), and the wall p50;
-- true_sandbox_ms: the CPU per command of the processes alive through the whole batch
-  (supervisor, holder, the runner serving command after command), from schedstat, exact
-  where /proc's ticks are 10 ms; the commands themselves (and a Python runner, one per
-  command) are not in it;
-- output_cpu_ms, output_sandbox_ms, output_p50_ms: commands that print OUTPUT_BYTES to stdout
-  (`head -c`), the default 1 MiB cap keeping head and tail: the same figures;
+- true_supervisor_ms, true_holder_ms, true_runner_ms: the CPU per command of each process
+  alive through the whole batch (the runner serves command after command), from schedstat,
+  exact where /proc's ticks are 10 ms; the commands themselves are not in them;
+- output_*: commands that print OUTPUT_BYTES to stdout (`head -c`), the default 1 MiB cap
+  keeping head and tail: the same figures;
 - supervisor_syscalls_per_exec: `strace -c` attached to the supervisor process alone (not its
   holders) over STRACE_EXECS `true` commands, the last part of each run (strace slows it).
 
@@ -59,22 +58,30 @@ def supervisor_pid() -> int:
     raise RuntimeError("no supervisor among this process's children")
 
 
-def tree_run_ns(pid: int) -> dict[int, int]:
+def tree_run_ns(pid: int, depth: int = 0) -> dict[int, tuple[int, int]]:
     """Nanoseconds on a CPU (schedstat: exact, unlike /proc's ticks) of `pid` and each live
-    descendant, threads summed; the commands they reaped are not in it."""
+    descendant, threads summed, with its depth below `pid`; the commands they reaped are not
+    in it."""
     from bench.common import child_pids
 
-    found: dict[int, int] = {}
+    found: dict[int, tuple[int, int]] = {}
     try:
         threads = os.listdir(f"/proc/{pid}/task")
-        found[pid] = sum(
-            int(Path(f"/proc/{pid}/task/{t}/schedstat").read_text().split()[0]) for t in threads
+        found[pid] = (
+            depth,
+            sum(
+                int(Path(f"/proc/{pid}/task/{t}/schedstat").read_text().split()[0]) for t in threads
+            ),
         )
     except (OSError, ValueError):
         return found
     for child in child_pids(pid):
-        found.update(tree_run_ns(child))
+        found.update(tree_run_ns(child, depth + 1))
     return found
+
+
+# The processes serving a workspace's commands, by depth below the supervisor.
+ROLES = ("supervisor", "holder", "runner")
 
 
 def strace_calls(summary: str) -> tuple[int, dict[str, int]]:
@@ -121,8 +128,13 @@ async def measure_checkout() -> dict[str, Any]:
                         figures[f"{name}_cpu_ms"] = cpu * 1000 / count
                         # Without the commands: the processes alive through the whole batch
                         # (supervisor, holder, a runner serving command after command).
-                        spent = sum(after[p] - before[p] for p in after.keys() & before.keys())
-                        figures[f"{name}_sandbox_ms"] = spent / 1e6 / count
+                        for depth, role in enumerate(ROLES):
+                            spent = sum(
+                                after[p][1] - before[p][1]
+                                for p in after.keys() & before.keys()
+                                if after[p][0] == depth
+                            )
+                            figures[f"{name}_{role}_ms"] = spent / 1e6 / count
                         figures[f"{name}_p50_ms"] = statistics.median(walls) * 1000
                     with tempfile.NamedTemporaryFile("r", suffix=".strace") as out:
                         tracer = await asyncio.create_subprocess_exec(
