@@ -56,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -127,10 +128,15 @@ static void write_all(int fd, const char *data, size_t len) {
     }
 }
 
+/* A frame's header at `at`: its kind and the length that follows. */
+static void frame_header(char *at, char kind, size_t len) {
+    at[0] = kind;
+    for (int i = 0; i < 4; i++) at[1 + i] = (char)(len >> (24 - 8 * i) & 0xff);
+}
+
 /* `frame` holds FRAME_HEADER bytes of room, then `len` bytes: sent as a frame of `kind`. */
 static void send_frame(int fd, char *frame, char kind, size_t len) {
-    frame[0] = kind;
-    for (int i = 0; i < 4; i++) frame[1 + i] = (char)(len >> (24 - 8 * i) & 0xff);
+    frame_header(frame, kind, len);
     write_all(fd, frame, FRAME_HEADER + len);
 }
 
@@ -649,8 +655,31 @@ static void await_message(int sock) {
     }
 }
 
-/* One read of the command's stream `*fd` as a frame of `kind`; at its end it is closed, -1. */
-static void relay_chunk(int *fd, char kind) {
+/* One chunk of the command's stream `*fd` as a frame of `kind`: what its pipe holds (at most
+ * FRAME_CHUNK), spliced into the info pipe behind the frame's header, so the bytes are
+ * handed over as pages, never copied through the runner (the runner is the pipe's only
+ * reader: what it holds stays there until moved). At its end (`revents` without POLLIN, or
+ * nothing held) the read below says so: the stream is closed, -1. */
+static void relay_chunk(int *fd, char kind, short revents) {
+    int held = 0;
+    if ((revents & POLLIN) && ioctl(*fd, FIONREAD, &held) == 0 && held > 0) {
+        size_t left = held > FRAME_CHUNK ? FRAME_CHUNK : (size_t)held;
+        char header[FRAME_HEADER];
+        frame_header(header, kind, left);
+        write_all(info_fd, header, FRAME_HEADER);
+        while (left) {
+            ssize_t moved = splice(*fd, NULL, info_fd, NULL, left, SPLICE_F_NONBLOCK);
+            if (moved > 0) {
+                left -= (size_t)moved;
+            } else if (moved < 0 && errno == EAGAIN) { /* the info pipe is full */
+                struct pollfd out = {info_fd, POLLOUT, 0};
+                poll(&out, 1, -1);
+            } else if (!(moved < 0 && errno == EINTR)) {
+                _exit(1); /* a frame cut short: the supervisor must not read on (no status) */
+            }
+        }
+        return;
+    }
     ssize_t n = read(*fd, frame + FRAME_HEADER, FRAME_CHUNK);
     if (n > 0) {
         send_frame(info_fd, frame, kind, (size_t)n);
@@ -705,7 +734,7 @@ static int relay(pid_t command, int *streams) {
             _exit(1);
         }
         for (int i = 0; i < 2; i++)
-            if (p[i].revents) relay_chunk(&streams[i], kinds[i]);
+            if (p[i].revents) relay_chunk(&streams[i], kinds[i], p[i].revents);
         if (p[2].revents) {
             struct signalfd_siginfo info; /* SIGCHLD is one signal: one read takes it */
             if (read(sigchld_fd, &info, sizeof info) < 0 && errno != EAGAIN) _exit(1);
@@ -720,7 +749,7 @@ static int relay(pid_t command, int *streams) {
         for (int k = 0; streams[i] >= 0 && k < AFTER_EXIT_CHUNKS; k++) {
             struct pollfd ready = {streams[i], POLLIN, 0};
             if (poll(&ready, 1, 0) <= 0) break;
-            relay_chunk(&streams[i], kinds[i]);
+            relay_chunk(&streams[i], kinds[i], ready.revents);
         }
         if (streams[i] >= 0) add_sink(streams[i]);
     }
