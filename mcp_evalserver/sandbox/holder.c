@@ -16,21 +16,29 @@
  * capabilities a command keeps, as a decimal mask: isolation.py's kept_mask), then the
  * seccomp filter each runner installs and its commands inherit (raw BPF, to the end).
  * CTL_FD is a SOCK_SEQPACKET socket to the supervisor; each message is one of
- *     "exec JOB" with fds stdin, stdout, stderr, info, request[, report] (SCM_RIGHTS)
+ *     "exec JOB[ stdin][ report][ memfd]\nREQUEST" with fds (SCM_RIGHTS) info, then the
+ *                    read end of the command's stdin, its report channel and the request's
+ *                    memfd, each only if its word is there (with "memfd" the request is in
+ *                    that fd, not inline)
  *     "kill JOB"     "drop spare" (answered "dropped")     "respare"
  * anything else is ignored; end of file ends the holder.
- * The request (a memfd) is supervisor/exec_init.py's encode_exec_request: NUL-terminated fields
+ * The request is supervisor/exec_init.py's encode_exec_request: NUL-terminated fields
  *     cwd user pids memory have_nproc have_memory argc argv... envc env...
+ * inline up to INLINE_REQUEST_MAX bytes (exec_init.exec_message), else in a memfd.
  * The workspace's processes live in one pid namespace, the workspace's, whose pid 1 (its
  * "init", see init_main) lives as long as the workspace's view and reaps every orphan: what
  * a command leaves running (`server &`, nohup, setsid, a double fork) goes on across the
  * trajectory's calls, and dies with the init (the holder's death kills it, and the kernel
  * kills a pid namespace whose init dies). Its /proc is mounted in the view.
  * An exec runs on a runner: a process outside that namespace (so no command can see or
- * signal it) that forks the command into it, confines it exactly as exec_init.py's
- * sandbox_init does, waits for it alone and writes {"status": N} (or the child's
- * {"error": ...}) on the info pipe. A runner serves one exec at a time, and exec after exec
- * (see struct runner). "kill JOB" kills the command's process group: the command, and what
+ * signal it) that forks the command into it with stdout and stderr pipes of its own making
+ * (and an empty stdin if none came), confines it exactly as exec_init.py's sandbox_init does,
+ * and relays it on the info pipe, the one pipe the supervisor reads per exec: its output as
+ * frames (exec_init.py's FRAME: kind, length, bytes) until it exits, then {"status": N} (or
+ * the child's {"error": ...}) as a JSON frame, and the end of the pipe. The command never
+ * holds the info pipe, so nothing it prints can pose as a frame. What a process it left
+ * running writes to its pipes after that, the runner reads and drops (see sinks). A runner
+ * serves one exec at a time, and exec after exec (see struct runner). "kill JOB" kills the command's process group: the command, and what
  * it started that stayed in its group (`cmd &`, pipelines; not setsid's or setpgid's).
  */
 #define _GNU_SOURCE
@@ -48,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -62,6 +71,9 @@
 #define REPORT_FD 4
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define MAX_FIELDS_BYTES (64 << 20)
+/* exec_init.py's INLINE_REQUEST_MAX and EXEC_MESSAGE_MAX. */
+#define INLINE_REQUEST_MAX (32 << 10)
+#define EXEC_MESSAGE_MAX (INLINE_REQUEST_MAX + 256)
 
 /* The same lists as supervisor/view.py (PROC_MASKED, PROC_READONLY). */
 static const char *const PROC_MASKED[] = {"kcore", "keys", "timer_list", "sched_debug",
@@ -75,7 +87,13 @@ static const char *root, *mask_file, *mask_dir;
 static unsigned char *seccomp_program;
 static size_t seccomp_len;
 
-/* --- the info pipe: one JSON object per line -------------------------------------------- */
+/* --- the info pipe: frames ---------------------------------------------------------------- */
+/* exec_init.py's FRAME: a kind byte, a big-endian length, that many bytes; kinds: the
+ * command's stdout, its stderr, a JSON line. FRAME_CHUNK: exec_init.py's too. */
+#define FRAME_HEADER 5
+#define FRAME_CHUNK ((64 << 10) - FRAME_HEADER)
+#define AFTER_EXIT_CHUNKS 16 /* exec_init.py's: what is read of a stream once its command exited */
+static int info_fd = -1; /* the exec's info pipe, in its runner (close-on-exec) */
 static void json_string(char *out, size_t size, const char *s) {
     size_t n = 0;
     out[n++] = '"';
@@ -94,33 +112,51 @@ static void json_string(char *out, size_t size, const char *s) {
     out[n] = 0;
 }
 
+/* All of it, waiting while a non-blocking pipe (the info pipe's end) is full. */
 static void write_all(int fd, const char *data, size_t len) {
     while (len) {
         ssize_t n = write(fd, data, len);
         if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) {
+            struct pollfd out = {fd, POLLOUT, 0};
+            poll(&out, 1, -1);
+            continue;
+        }
         if (n <= 0) return;
         data += n;
         len -= (size_t)n;
     }
 }
 
-/* {"error": MESSAGE[, "kind": KIND]} on `fd`. */
+/* A frame's header at `at`: its kind and the length that follows. */
+static void frame_header(char *at, char kind, size_t len) {
+    at[0] = kind;
+    for (int i = 0; i < 4; i++) at[1 + i] = (char)(len >> (24 - 8 * i) & 0xff);
+}
+
+/* `frame` holds FRAME_HEADER bytes of room, then `len` bytes: sent as a frame of `kind`. */
+static void send_frame(int fd, char *frame, char kind, size_t len) {
+    frame_header(frame, kind, len);
+    write_all(fd, frame, FRAME_HEADER + len);
+}
+
+/* {"error": MESSAGE[, "kind": KIND]} on the info pipe `fd`. */
 static void report_error(int fd, const char *kind, const char *fmt, ...) {
-    char message[4096], quoted[8300], line[8400];
+    char message[4096], quoted[8300], frame[FRAME_HEADER + 8400], *line = frame + FRAME_HEADER;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
     json_string(quoted, sizeof quoted, message);
-    int n = kind ? snprintf(line, sizeof line, "{\"error\": %s, \"kind\": \"%s\"}\n", quoted, kind)
-                 : snprintf(line, sizeof line, "{\"error\": %s}\n", quoted);
-    write_all(fd, line, (size_t)n);
+    int n = kind ? snprintf(line, 8400, "{\"error\": %s, \"kind\": \"%s\"}\n", quoted, kind)
+                 : snprintf(line, 8400, "{\"error\": %s}\n", quoted);
+    send_frame(fd, frame, 'j', (size_t)n);
 }
 
 static void report_status(int status) {
-    char line[64];
-    int n = snprintf(line, sizeof line, "{\"status\": %d}\n", status);
-    write_all(3, line, (size_t)n);
+    char frame[FRAME_HEADER + 64];
+    int n = snprintf(frame + FRAME_HEADER, 64, "{\"status\": %d}\n", status);
+    send_frame(info_fd, frame, 'j', (size_t)n);
 }
 
 static int preparing_socket = -1; /* in a runner being prepared: where its request comes */
@@ -135,7 +171,7 @@ static void setup_failed(const char *what) {
         preparing_socket = -1;
         if (take_request(sock) < 0) _exit(127);
     }
-    report_error(3, NULL, "sandbox setup: %s: %s", what, strerror(err));
+    report_error(info_fd, NULL, "sandbox setup: %s: %s", what, strerror(err));
     _exit(127);
 }
 
@@ -232,7 +268,7 @@ static int member_of(char *list, const char *name) {
     return 0;
 }
 
-/* 0, or -1 with the error reported on fd 3. */
+/* 0, or -1 with the error reported on the info pipe. */
 static int lookup_user(const char *user, uid_t *uid, gid_t *gid, gid_t *groups, int *ngroups,
                        char *home, size_t home_size) {
     char line[4096], name[4096];
@@ -249,7 +285,7 @@ static int lookup_user(const char *user, uid_t *uid, gid_t *gid, gid_t *groups, 
     if (passwd) fclose(passwd);
     if (!found) {
         if (!is_digits(user)) {
-            report_error(3, "InvalidInput",
+            report_error(info_fd, "InvalidInput",
                          "unable to find user %s: no matching entries in passwd file", user);
             return -1;
         }
@@ -390,18 +426,24 @@ static void enter_view(void) {
     if (chroot(root) || chdir("/")) setup_failed("chroot");
 }
 
-/* The command, in the runner's child, with the request's fds at 0-4: confines itself exactly
- * as exec_init.py's sandbox_init does, then execs. Never returns: a set-up failure is
- * reported on the info pipe and a program that cannot run exits 126 or 127, whose status the
- * runner reports as the command's. */
-static void run_command(struct request *r) {
-    if (fcntl(3, F_SETFD, FD_CLOEXEC)) setup_failed("info pipe");
+/* The command, in the runner's child: its stdio (and report channel) put at 0-2 (and
+ * REPORT_FD) from `stdio`, every other fd close-on-exec (the info pipe too), it confines
+ * itself exactly as exec_init.py's sandbox_init does, then execs. Never returns: a set-up
+ * failure is reported on the info pipe and a program that cannot run exits 126 or 127, whose
+ * status the runner reports as the command's. */
+static void run_command(struct request *r, const int *stdio) {
+    static const int targets[4] = {0, 1, 2, REPORT_FD};
+    for (int i = 0; i < 4; i++) /* above 4 all (see runner_main): none is in another's way */
+        if (stdio[i] >= 0 && dup2(stdio[i], targets[i]) < 0) setup_failed("stdio");
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL); /* the runner's SIGCHLD is blocked (its signalfd) */
     if (setsid() < 0) setup_failed("setsid");
     if (r->pids && r->have_nproc) set_limit(RLIMIT_NPROC, r->pids);
     if (r->memory && !r->have_memory) set_limit(RLIMIT_AS, r->memory);
     set_limit(RLIMIT_CORE, 0);
     if (chdir(r->cwd)) {
-        report_error(3, "InvalidInput", "cwd '%s': %s", r->cwd, strerror(errno));
+        report_error(info_fd, "InvalidInput", "cwd '%s': %s", r->cwd, strerror(errno));
         _exit(127);
     }
     if (r->user) {
@@ -433,12 +475,6 @@ static void run_command(struct request *r) {
     _exit(code);
 }
 
-static int move_up(int fd) { /* out of the way of the dup2s to 0..4 */
-    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 16);
-    close(fd);
-    return moved;
-}
-
 static void reset_signals(void) {
     sigset_t none;
     sigemptyset(&none);
@@ -446,42 +482,55 @@ static void reset_signals(void) {
     sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
-/* A request's fds (stdin, stdout, stderr, info, request[, report]) to 0-3 and REPORT_FD;
- * every other fd closed but the runner's socket (RUNNER_SOCKET); the request read. Errors go
- * to the info pipe. */
+/* The runner's socket to the holder, out of the way of every other fd. */
 #define RUNNER_SOCKET 100
-static char *request_data;
-static off_t request_size;
 
-static void install_fds(int *fds, int nfds) {
-    /* Without a report channel they come where they go (the kernel gives the lowest free
-     * fds, and the last exec's 0-4 are closed): only stdio's close-on-exec goes (the info
-     * pipe gets it in run_command anyway), three system calls for fourteen. */
-    int in_place = nfds == 5;
-    for (int i = 0; i < nfds && in_place; i++) in_place = fds[i] == i;
-    for (int target = 0; in_place && target < 3; target++)
-        if (fcntl(target, F_SETFD, 0) < 0) _exit(127);
-    for (int i = 0; !in_place && i < nfds; i++) fds[i] = move_up(fds[i]);
-    for (int target = 0; !in_place && target < 4; target++)
-        if (dup2(fds[target], target) < 0) _exit(127);
-    if (nfds > 5 && dup2(fds[5], REPORT_FD) < 0) _exit(127);
-    struct stat st;
-    free(request_data);
-    request_data = NULL;
-    if (fstat(fds[4], &st) == 0 && st.st_size > 0 && st.st_size <= MAX_FIELDS_BYTES) {
-        request_data = malloc((size_t)st.st_size);
-        request_size = st.st_size;
-        if (request_data && pread(fds[4], request_data, (size_t)st.st_size, 0) != st.st_size) {
-            free(request_data);
-            request_data = NULL;
+/* The request: inline after the header line, or (with "memfd") read from `memfd`, closed. */
+static char *request_data, *request_read; /* request_read: what was read from a memfd */
+static size_t request_size;
+
+static void load_request(char *message, size_t len, int memfd) {
+    free(request_read);
+    request_read = request_data = NULL;
+    char *body = memchr(message, '\n', len);
+    if (memfd < 0) {
+        if (body) {
+            request_data = body + 1;
+            request_size = (size_t)(message + len - request_data);
         }
+        return;
     }
-    syscall(SYS_close_range, nfds > 5 ? REPORT_FD + 1 : REPORT_FD, RUNNER_SOCKET - 1, 0);
-    syscall(SYS_close_range, RUNNER_SOCKET + 1, ~0u, 0);
+    struct stat st;
+    if (fstat(memfd, &st) == 0 && st.st_size > 0 && st.st_size <= MAX_FIELDS_BYTES &&
+        (request_read = malloc((size_t)st.st_size)) &&
+        pread(memfd, request_read, (size_t)st.st_size, 0) == st.st_size) {
+        request_data = request_read;
+        request_size = (size_t)st.st_size;
+    }
+    close(memfd);
 }
 
-/* A message's fds, as the holder's loop reads them: how many, or -1 at end of file. */
-static int receive(int sock, char *msg, size_t size, int *fds) {
+/* Whether an "exec" message's header line (up to its newline) holds the word `word`. */
+static int header_says(const char *message, size_t len, const char *word) {
+    const char *end = memchr(message, '\n', len);
+    size_t header = end ? (size_t)(end - message) : len, n = strlen(word);
+    for (size_t i = 0; i + n <= header; i++)
+        if (message[i] == ' ' && i + 1 + n <= header && !memcmp(message + i + 1, word, n) &&
+            (i + 1 + n == header || message[i + 1 + n] == ' '))
+            return 1;
+    return 0;
+}
+
+/* How many fds an "exec" message carries: its info pipe, and those its header names (see the
+ * top). */
+static int exec_fds(const char *message, size_t len) {
+    return 1 + header_says(message, len, "stdin") + header_says(message, len, "report") +
+           header_says(message, len, "memfd");
+}
+
+/* A message (NUL-terminated after its `*len` bytes) and its fds: how many, or -1 at end of
+ * file. */
+static int receive(int sock, char *msg, size_t size, int *fds, size_t *len) {
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(8 * sizeof(int))];
@@ -494,6 +543,7 @@ static int receive(int sock, char *msg, size_t size, int *fds) {
     while (n < 0 && errno == EINTR);
     if (n <= 0) return n == 0 ? -1 : -2;
     msg[n] = 0;
+    *len = (size_t)n;
     int nfds = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&hdr); c; c = CMSG_NXTHDR(&hdr, c))
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
@@ -540,36 +590,197 @@ static void on_kill(int sig, siginfo_t *info, void *context) {
     kill_command();
 }
 
-/* A runner's wait for its next request (the holder passes the exec's fds on): installs them. */
+/* --- the runner's pipes: relayed, and sunk ---------------------------------------------- */
+/* The exec's fds beside its info pipe (info_fd), in its runner: the read end of the stdin its
+ * caller gave, and its report channel (-1: none). Every fd a runner holds is close-on-exec. */
+static int given_stdin = -1, given_report = -1;
+static int sigchld_fd = -1; /* SIGCHLD, blocked in the runner: its command exited */
+static char frame[FRAME_HEADER + FRAME_CHUNK]; /* a chunk read, with room for its header */
+
+/* Pipes that a process a command left running still holds (`server &` keeps the command's
+ * stdout): read and dropped until they close, beside the runner's next requests and execs,
+ * so that process never dies of a broken pipe and never blocks on a full one (docs: lasting
+ * processes). A runner the holder retires lives on until its sinks are gone. */
+static int *sinks;
+static size_t nsinks, sinks_size;
+static struct pollfd *polled;
+static size_t polled_size;
+
+static void add_sink(int fd) {
+    if (nsinks == sinks_size) {
+        sinks_size = sinks_size ? sinks_size * 2 : 8;
+        if (!(sinks = realloc(sinks, sinks_size * sizeof *sinks))) _exit(1);
+    }
+    sinks[nsinks++] = fd;
+}
+
+/* `polled` with room for `first` entries, then one per sink (filled in). */
+static struct pollfd *poll_with_sinks(size_t first) {
+    if (first + nsinks > polled_size) {
+        polled_size = (first + nsinks) * 2;
+        if (!(polled = realloc(polled, polled_size * sizeof *polled))) _exit(1);
+    }
+    for (size_t i = 0; i < nsinks; i++) polled[first + i] = (struct pollfd){sinks[i], POLLIN, 0};
+    return polled;
+}
+
+/* What the sinks polled in `p` (one entry per sink, in order) got, dropped; ended ones go. */
+static void serve_sinks(const struct pollfd *p) {
+    size_t kept = 0;
+    for (size_t i = 0; i < nsinks; i++) {
+        if (p[i].revents) {
+            ssize_t n = read(sinks[i], frame, sizeof frame);
+            if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+                close(sinks[i]);
+                continue;
+            }
+        }
+        sinks[kept++] = sinks[i];
+    }
+    nsinks = kept;
+}
+
+/* Serves the sinks until `sock` has a message (at once without sinks), or, with `sock` -1,
+ * until no sink is left. */
+static void await_message(int sock) {
+    while (nsinks) {
+        struct pollfd *p = poll_with_sinks(1);
+        p[0] = (struct pollfd){sock, POLLIN, 0};
+        if (poll(p, 1 + nsinks, -1) < 0) {
+            if (errno == EINTR) continue;
+            _exit(1);
+        }
+        serve_sinks(p + 1);
+        if (p[0].revents) return;
+    }
+}
+
+/* One chunk of the command's stream `*fd` as a frame of `kind`: what its pipe holds (at most
+ * FRAME_CHUNK), spliced into the info pipe behind the frame's header, so the bytes are
+ * handed over as pages, never copied through the runner (the runner is the pipe's only
+ * reader: what it holds stays there until moved). At its end (`revents` without POLLIN, or
+ * nothing held) the read below says so: the stream is closed, -1. */
+static void relay_chunk(int *fd, char kind, short revents) {
+    int held = 0;
+    if ((revents & POLLIN) && ioctl(*fd, FIONREAD, &held) == 0 && held > 0) {
+        size_t left = held > FRAME_CHUNK ? FRAME_CHUNK : (size_t)held;
+        char header[FRAME_HEADER];
+        frame_header(header, kind, left);
+        write_all(info_fd, header, FRAME_HEADER);
+        while (left) {
+            ssize_t moved = splice(*fd, NULL, info_fd, NULL, left, SPLICE_F_NONBLOCK);
+            if (moved > 0) {
+                left -= (size_t)moved;
+            } else if (moved < 0 && errno == EAGAIN) { /* the info pipe is full */
+                struct pollfd out = {info_fd, POLLOUT, 0};
+                poll(&out, 1, -1);
+            } else if (!(moved < 0 && errno == EINTR)) {
+                _exit(1); /* a frame cut short: the supervisor must not read on (no status) */
+            }
+        }
+        return;
+    }
+    ssize_t n = read(*fd, frame + FRAME_HEADER, FRAME_CHUNK);
+    if (n > 0) {
+        send_frame(info_fd, frame, kind, (size_t)n);
+        return;
+    }
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    close(*fd);
+    *fd = -1;
+}
+
+/* A runner's wait for its next request (the holder passes the exec's fds on): takes them. */
+static char request_message[EXEC_MESSAGE_MAX];
 static int take_request(int sock) {
-    char msg[64];
     int fds[8];
     long job = -1;
-    int nfds = receive(sock, msg, sizeof msg, fds);
-    if ((nfds != 5 && nfds != 6) || sscanf(msg, "exec %ld", &job) != 1) {
-        /* the holder is gone, or retired this runner */
+    size_t len = 0;
+    await_message(sock);
+    int nfds = receive(sock, request_message, sizeof request_message, fds, &len);
+    if (nfds < 1 || nfds != exec_fds(request_message, len) ||
+        sscanf(request_message, "exec %ld", &job) != 1) {
+        /* the holder is gone, or retired this runner: it goes once its sinks are gone */
         for (int i = 0; i < nfds; i++) close(fds[i]);
+        await_message(-1);
         return -1;
     }
     kill_asked = 0;
     current_job = job;
     /* After current_job is set, a kill for it is on_kill's; before, it left its job here. */
     if (kill_named == (int)job) kill_asked = 1;
-    install_fds(fds, nfds);
+    int at = 0;
+    info_fd = fds[at++];
+    given_stdin = header_says(request_message, len, "stdin") ? fds[at++] : -1;
+    given_report = header_says(request_message, len, "report") ? fds[at++] : -1;
+    load_request(request_message, len, at < nfds ? fds[at] : -1);
     return 0;
 }
 
-/* One exec on this runner: the command is its child, in the workspace's pid namespace; what
- * it leaves running goes to that namespace's init and keeps running. Once the command exits
- * the runner tells the holder it is free (before the status: the supervisor's next exec,
- * sent once it has the status, finds it free), reports the status and closes the info pipe. */
+/* Until `command` exits: its stdout and stderr (`streams`) as frames on the info pipe, and
+ * the sinks served; then what its pipes hold already (AFTER_EXIT_CHUNKS reads each at most:
+ * more is a process it left running, writing); the pipes such a process still holds become
+ * sinks. Returns its wait status. */
+static int relay(pid_t command, int *streams) {
+    static const char kinds[2] = {'o', 'e'};
+    int status = 0;
+    for (int exited = 0; !exited;) {
+        struct pollfd *p = poll_with_sinks(3);
+        p[0] = (struct pollfd){streams[0], POLLIN, 0};
+        p[1] = (struct pollfd){streams[1], POLLIN, 0};
+        p[2] = (struct pollfd){sigchld_fd, POLLIN, 0};
+        if (poll(p, 3 + nsinks, -1) < 0) {
+            if (errno == EINTR) continue; /* a kill (on_kill) */
+            _exit(1);
+        }
+        for (int i = 0; i < 2; i++)
+            if (p[i].revents) relay_chunk(&streams[i], kinds[i], p[i].revents);
+        if (p[2].revents) {
+            struct signalfd_siginfo info; /* SIGCHLD is one signal: one read takes it */
+            if (read(sigchld_fd, &info, sizeof info) < 0 && errno != EAGAIN) _exit(1);
+            pid_t pid = waitpid(command, &status, WNOHANG);
+            if (pid < 0 && errno != EINTR) _exit(1);
+            exited = pid == command;
+        }
+        serve_sinks(p + 3);
+    }
+    running_command = 0;
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; streams[i] >= 0 && k < AFTER_EXIT_CHUNKS; k++) {
+            struct pollfd ready = {streams[i], POLLIN, 0};
+            if (poll(&ready, 1, 0) <= 0) break;
+            relay_chunk(&streams[i], kinds[i], ready.revents);
+        }
+        if (streams[i] >= 0) add_sink(streams[i]);
+    }
+    return status;
+}
+
+/* The exec is over: the runner is free (said to the holder before the status: the
+ * supervisor's next exec, sent once it has the status, finds it free); the info pipe ends. */
+static void end_exec(int sock, const int *status) {
+    current_job = -1;
+    write_all(sock, "idle", 4);
+    if (status) report_status(*status);
+    close(info_fd);
+    info_fd = -1;
+}
+
+/* One exec on this runner: the command is its child, in the workspace's pid namespace, with
+ * stdout and stderr pipes the runner makes and relays (see relay); what it leaves running
+ * goes to that namespace's init and keeps running. */
 static void run_job(int sock) {
     struct request r;
     if (!request_data) setup_failed("the request");
-    if (parse_request(request_data, (size_t)request_size, &r)) {
-        report_error(3, "InvalidInput", "exec: a malformed request");
+    if (parse_request(request_data, request_size, &r)) {
+        report_error(info_fd, "InvalidInput", "exec: a malformed request");
         _exit(127);
     }
+    int out[2], err[2], in[2] = {given_stdin, -1};
+    if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) || (in[0] < 0 && pipe2(in, O_CLOEXEC)))
+        setup_failed("the command's pipes");
+    if (in[1] >= 0) close(in[1]); /* none given: an empty stdin, its writer gone */
+    int stdio[4] = {in[0], out[1], err[1], given_report};
     /* vfork, as posix_spawn does (and the bench's floor with it): the child borrows this
      * process's memory until it execs, instead of a copy it would fault page after page
      * and throw away (about 5% of the machine's CPU per `true` at 64 in flight). The runner
@@ -579,36 +790,42 @@ static void run_job(int sock) {
     pid_t command = vfork();
     if (command == 0) {
         close(sock);
-        run_command(&r);
+        run_command(&r, stdio);
     }
-    int err = errno;
+    int fork_error = errno;
     free(r.argv);
     free(r.env);
-    close(0);
-    close(1);
-    close(2);
-    close(REPORT_FD);
+    for (int i = 0; i < 4; i++) /* the command's ends: its pipes end with it */
+        if (stdio[i] >= 0) close(stdio[i]);
+    given_stdin = given_report = -1;
+    int streams[2] = {out[0], err[0]};
     if (command < 0) { /* the pids limit, or a workspace whose init died */
-        report_error(3, "LimitExceeded", "cannot start a process: %s", strerror(err));
-        _exit(127);
+        report_error(info_fd, "LimitExceeded", "cannot start a process: %s",
+                     strerror(fork_error));
+        close(out[0]);
+        close(err[0]);
+        end_exec(sock, NULL);
+        return;
     }
     running_command = command;
     if (kill_asked) kill_command(); /* asked while it was being forked */
-    int status;
-    for (;;) {
-        pid_t pid = waitpid(command, &status, 0);
-        if (pid == command) break;
-        if (pid < 0 && errno != EINTR) _exit(1);
-    }
-    running_command = 0;
-    current_job = -1;
+    int status = relay(command, streams);
     if (kill_asked) await_group(command);
-    write_all(sock, "idle", 4);
-    report_status(status);
-    close(3);
+    end_exec(sock, &status);
 }
 
 static int init_ns = -1; /* the workspace's pid namespace (its init's pidfd), in the holder */
+
+/* 0-4 held by /dev/null, close-on-exec: every fd the runner gets later is above them, so its
+ * child puts the command's stdio there with dup2s none of which is in another's way (see
+ * run_command), and a command starts with nothing of the runner's but that. */
+static void hold_low_fds(void) {
+    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null < 0) _exit(1);
+    for (int fd = 0; fd <= REPORT_FD; fd++)
+        if (fd != null && dup3(null, fd, O_CLOEXEC) < 0) _exit(1);
+    if (null > REPORT_FD) close(null);
+}
 
 static void runner_main(int sock) {
     reset_signals();
@@ -623,6 +840,13 @@ static void runner_main(int sock) {
     }
     syscall(SYS_close_range, 3, RUNNER_SOCKET - 1, 0);
     syscall(SYS_close_range, RUNNER_SOCKET + 1, ~0u, 0);
+    hold_low_fds();
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL); /* its command's exit is read from sigchld_fd */
+    sigchld_fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sigchld_fd < 0) _exit(1);
     /* The holder's death ends it (and if the holder died before this, its end of the socket
      * is closed: take_request sees the end of file). */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)) _exit(1);
@@ -810,15 +1034,13 @@ static void drop_idle_runners(void) {
 }
 
 /* Hands the exec to a free runner (the one freed last), or a new one. */
-static void handle_exec(long job, int *fds, int nfds) {
-    char header[32];
-    int n = snprintf(header, sizeof header, "exec %ld", job);
+static void handle_exec(long job, const char *message, size_t n, int *fds, int nfds) {
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(8 * sizeof(int))];
     } control;
     memset(&control, 0, sizeof control);
-    struct iovec iov = {header, (size_t)n};
+    struct iovec iov = {(void *)message, n}; /* as it came: the runner reads the request */
     struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
                          .msg_controllen = CMSG_SPACE(nfds * sizeof(int))};
     struct cmsghdr *c = CMSG_FIRSTHDR(&hdr);
@@ -834,7 +1056,7 @@ static void handle_exec(long job, int *fds, int nfds) {
                 pick = (long)i;
         int made = pick < 0;
         if (made && (pick = make_runner()) < 0) break;
-        if (sendmsg(runners[pick].sock, &hdr, MSG_NOSIGNAL) == n) {
+        if (sendmsg(runners[pick].sock, &hdr, MSG_NOSIGNAL) == (ssize_t)n) {
             chosen = pick;
             break;
         }
@@ -842,7 +1064,7 @@ static void handle_exec(long job, int *fds, int nfds) {
         if (made) break;
     }
     if (chosen < 0) /* typically the workspace's pids limit */
-        report_error(fds[3], "LimitExceeded", "cannot start a process: %s", strerror(errno));
+        report_error(fds[0], "LimitExceeded", "cannot start a process: %s", strerror(errno));
     else
         runners[chosen].job = job;
     for (int i = 0; i < nfds; i++) close(fds[i]); /* the info pipe too: the runner reports */
@@ -949,14 +1171,17 @@ int main(int argc, char **argv) {
             reap();
         }
         if (!polled[0].revents) continue;
-        char msg[256];
+        /* Static: only the pages a message reaches are ever touched (an inline request of
+         * a few hundred bytes: one). */
+        static char msg[EXEC_MESSAGE_MAX];
         int fds[8];
-        int nfds = receive(ctl, msg, sizeof msg, fds);
+        size_t len = 0;
+        int nfds = receive(ctl, msg, sizeof msg, fds, &len);
         if (nfds == -1) return 0; /* the supervisor closed us: the workspace is gone */
         if (nfds < 0) continue;
         long job;
-        if (sscanf(msg, "exec %ld", &job) == 1 && job >= 0 && (nfds == 5 || nfds == 6)) {
-            handle_exec(job, fds, nfds);
+        if (sscanf(msg, "exec %ld", &job) == 1 && job >= 0 && nfds == exec_fds(msg, len)) {
+            handle_exec(job, msg, len, fds, nfds);
             /* Commands overlap here: one more ready for the next. One at a time, the runner
              * that ran the last is free for the next, and an idle workspace keeps one. */
             if (busy_runners() > 1) prepare_spare();

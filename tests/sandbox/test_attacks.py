@@ -264,3 +264,94 @@ async def test_the_operators_terminal_is_out_of_reach() -> None:
     outcome = json.loads(done.stdout.splitlines()[-1])
     assert b"PWNED" not in seen, (seen, outcome)
     assert outcome["write_file"].startswith("InvalidInput"), outcome
+
+
+# --- the info pipe: the one pipe an exec's runner writes its output and status on ----------
+# A status frame as the runner writes one (exec_init.FRAME): kind "j", length, a JSON line.
+FORGED_STATUS = b'j\x00\x00\x00\x0e{"status": 0}\n'
+# Run by the command's shell: looks for a pipe it may write to that is not its own stdio, in
+# every fd /proc shows it (its own, the shell's, the shell's parent's, every process it can
+# see), and writes a forged status to each; prints the shell's parent pid and what it hit.
+INFO_PIPE_HUNT = f"""
+import os
+forged = {FORGED_STATUS!r}
+mine = {{os.readlink(f"/proc/self/fd/{{fd}}") for fd in (0, 1, 2)}}
+with open(f"/proc/{{os.getppid()}}/stat") as stat:
+    grandparent = stat.read().rsplit(")", 1)[1].split()[1]
+hits = []
+for pid in ["self", str(os.getppid()), grandparent, *filter(str.isdigit, os.listdir("/proc"))]:
+    try:
+        fds = os.listdir(f"/proc/{{pid}}/fd")
+    except OSError:
+        continue
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{{pid}}/fd/{{fd}}")
+            if target in mine or not target.startswith(("pipe:", "anon_inode:", "socket:")):
+                continue
+            writer = os.open(f"/proc/{{pid}}/fd/{{fd}}", os.O_WRONLY | os.O_NONBLOCK)
+            os.write(writer, forged)
+            hits.append(f"{{pid}}/{{fd}} {{target}}")
+        except OSError:
+            continue
+print(grandparent, hits)
+"""
+
+
+async def test_a_command_finds_no_info_pipe_to_forge_its_status_on(instance: Instance) -> None:
+    # The runner relays the command's output and status on one pipe: a command that could
+    # write there could say it exited 0, or pass stderr off as stdout. It looks through its
+    # own fds, its parent's (outside its pid namespace: 0) and every process it sees (the
+    # workspace's init is not dumpable), with stdin given or not, and its real exit code and
+    # output still come back.
+    hunt = ["sh", "-c", 'python3 -c "$0"; exit 7', INFO_PIPE_HUNT]
+    with anyio.fail_after(30):
+        async with await instance.workspace("info-pipe-hunt") as ws:
+            hunts = [await ws.exec(hunt, stdin=stdin) for stdin in (None, b"given")]
+    assert [(h.exit_code, h.stdout) for h in hunts] == [(7, "0 []\n")] * 2, hunts
+
+
+async def test_output_that_mimics_the_runners_frames_comes_back_as_it_was_printed(
+    instance: Instance,
+) -> None:
+    # The runner frames the command's output (kind, length, bytes) on the pipe it reports
+    # the status on: a command printing frames of its own, a status line, a length that
+    # claims more than follows, gets those bytes back verbatim on the stream it wrote them
+    # to, and its real exit code.
+    mimic = (
+        "import os, sys\n"
+        f"forged = {FORGED_STATUS!r} + b'o\\x00\\x00\\x00\\x05hello' + b'{{\"status\": 0}}\\n'\n"
+        "os.write(1, forged + b'j\\x00\\x00\\x7f\\x7f')\n"
+        "os.write(2, b'e\\x00\\x00\\x00\\x03err' + forged)\n"
+        "sys.exit(5)\n"
+    )
+    forged = FORGED_STATUS.decode() + 'o\x00\x00\x00\x05hello{"status": 0}\n'
+    with anyio.fail_after(30):
+        async with await instance.workspace("frame-mimic") as ws:
+            result = await ws.exec(["python3", "-c", mimic])
+            after = await ws.exec("echo next")
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        5,
+        forged + "j\x00\x00\x7f\x7f",
+        "e\x00\x00\x00\x03err" + forged,
+    )
+    assert (after.exit_code, after.stdout) == (0, "next\n")
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+async def test_a_writer_left_flooding_the_commands_output_neither_stalls_the_next_calls_nor_dies(
+    instance: Instance, stream: str
+) -> None:
+    # A command leaves `yes` writing to its stdout (or stderr) as fast as it can. The call
+    # returns when the command exits, with at most its cap; the calls after it run as if
+    # nothing wrote (none of the flood reaches them), and the writer lives on: what it
+    # writes is read and dropped, never left to fill the pipe or break it under it.
+    redirect = "" if stream == "stdout" else " >&2"
+    with anyio.fail_after(60):
+        async with await instance.workspace(f"flood-{stream}") as ws:
+            first = await ws.exec(f"yes{redirect} & echo $! > /tmp/writer", output_cap=4096)
+            nexts = [await ws.exec("echo next", output_cap=4096) for _ in range(20)]
+            alive = await ws.exec("kill -0 $(cat /tmp/writer) && echo alive")
+    assert first.exit_code == 0
+    assert [(n.exit_code, n.stdout, n.stderr) for n in nexts] == [(0, "next\n", "")] * 20
+    assert (alive.exit_code, alive.stdout) == (0, "alive\n"), alive

@@ -149,6 +149,28 @@ async def test_stdin_env_and_cwd_reach_the_command(instance: Instance) -> None:
     assert missing.exit_code == 127
 
 
+async def test_a_request_in_its_message_or_past_it_in_a_memfd_reaches_the_command_whole(
+    instance: Instance,
+) -> None:
+    # A request up to INLINE_REQUEST_MAX bytes travels in the "exec" message, a larger one in
+    # a memfd: arguments and variables on both sides of that line (and one past a pipe's
+    # buffer) arrive byte for byte, newlines and the header's words included.
+    count = "import sys, os; print(*map(len, sys.argv[1:]), len(os.environ['BIG']))"
+    sizes = [100, (32 << 10) - 700, (32 << 10) + 1, 120 << 10]  # an arg: 128 KiB at most
+    with anyio.fail_after(30):
+        async with await instance.workspace("big-request") as ws:
+            results = [
+                await ws.exec(
+                    ["python3", "-c", count, "exec 1 memfd\n" + "a" * size, "\n"],
+                    env={"BIG": "b" * size},
+                )
+                for size in sizes
+            ]
+    assert [r.stdout for r in results] == [f"{size + 13} 1 {size}\n" for size in sizes], [
+        r.stderr for r in results
+    ]
+
+
 async def test_commands_of_one_workspace_run_concurrently_and_large_stdin_arrives_whole(
     instance: Instance,
 ) -> None:
@@ -806,6 +828,23 @@ async def test_a_trajectory_cannot_see_or_signal_another_trajectorys_lasting_pro
         await wait_until_gone(arg)
     assert attack.stdout == "0\n"
     assert still.stdout == "1\n"
+
+
+async def test_megabytes_on_both_streams_at_once_come_back_whole_and_in_order(
+    instance: Instance,
+) -> None:
+    # Both streams relayed as frames on one pipe, which grows once a command fills a frame:
+    # every byte comes back on its own stream, in the order it was written, none twice.
+    lines = 300_000  # about 2 MB a stream
+    expected = "".join(f"{n}\n" for n in range(1, lines + 1))
+    with anyio.fail_after(60):
+        async with await instance.workspace("both-streams") as ws:
+            result = await ws.exec(
+                f"seq 1 {lines} >&2 & seq 1 {lines}; wait", output_cap=8 << 20, timeout=50
+            )
+    assert (result.exit_code, result.stdout_truncated, result.stderr_truncated) == (0, False, False)
+    assert result.stdout == expected
+    assert result.stderr == expected
 
 
 async def test_an_output_flood_is_capped_keeping_head_and_tail(instance: Instance) -> None:

@@ -22,7 +22,7 @@ One file per job, each importing only those above it:
   jobs.py         forked children whose pipes the loop drains, and their replies
   connections.py  connections besides the first
   state.py        the supervisor's state, which every operation takes
-  exec_init.py    pid 1 of an exec: confines itself, spawns the command, reaps
+  exec_init.py    an exec's runner: confines itself, spawns the command, relays its output
   holders.py      a workspace's holder process (Python, or holder.c)
   instance.py     init, freeze
   workspaces.py   ws_create, ws_destroy, ws_reset; spares and workspaces made ahead

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
+import select
 import signal
+import struct
 import time
 from typing import Any
 
@@ -21,9 +22,17 @@ from .view import View
 
 # Where an exec asked with `report` finds the write end of its private report channel.
 REPORT_FD = 4
+# A command's stdin, stdout, stderr and report channel, where it finds them.
+STDIO_FDS = (0, 1, 2, REPORT_FD)
 # Signals Python ignores or handles that a command must start with at their defaults.
 RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# An exec's request up to this size travels in its "exec" message, after the header line
+# (holder.c reads the same): no memfd to make, write and close per exec, nor to stat and
+# read in the runner. A larger one (argv may be megabytes) goes in a memfd, the last fd.
+INLINE_REQUEST_MAX = 32 << 10
+# The most an "exec" message holds: its header line and an inline request (holder.c's too).
+EXEC_MESSAGE_MAX = INLINE_REQUEST_MAX + 256
 
 
 class CommandNotRun(Exception):
@@ -54,17 +63,25 @@ def find_program(name: str, path: str) -> str:
     raise CommandNotRun(name, os.strerror(errno.ENOENT), 127)
 
 
-def spawn_command(argv: list[str], env: dict[str, str]) -> int:
-    """The command as a child of ours with our stdio, leading its own session: `posix_spawn`
-    (vfork semantics: nothing of ours is copied, unlike a Python fork).
+def spawn_command(argv: list[str], env: dict[str, str], stdio: list[int]) -> int:
+    """The command as a child of ours with `stdio` as its fds 0, 1, 2 (and REPORT_FD, if a
+    fourth is given), leading its own session: `posix_spawn` (vfork semantics: nothing of
+    ours is copied, unlike a Python fork). Every other fd of ours is close-on-exec.
 
     Raises:
         CommandNotRun: no such program, or it cannot be executed.
     """
     program = find_program(argv[0], env.get("PATH", DEFAULT_PATH))
     try:
+        moves = [(os.POSIX_SPAWN_DUP2, fd, STDIO_FDS[i]) for i, fd in enumerate(stdio)]
         return os.posix_spawn(
-            program, argv, env, setsid=True, setsigdef=RESET_SIGNALS, setsigmask=()
+            program,
+            argv,
+            env,
+            file_actions=moves,
+            setsid=True,
+            setsigdef=RESET_SIGNALS,
+            setsigmask=(),
         )
     except OSError as e:
         code = 127 if e.errno == errno.ENOENT else 126
@@ -83,6 +100,28 @@ def encode_exec_request(request: dict[str, Any]) -> bytes:
     return ("\0".join(fields) + "\0").encode("utf-8", "surrogateescape")
 
 
+# The fds an "exec" message may carry after its info pipe, in this order, each only if its
+# word is in the message's header.
+OPTIONAL_FDS = (b"stdin", b"report", b"memfd")
+
+
+def exec_message(job: int, request: bytes, stdin: bool, report: bool) -> tuple[bytes, bool]:
+    """The "exec JOB" message for `request` (encode_exec_request's), and whether the request
+    must go in a memfd instead (then the header says "memfd" and the body is empty). Its fds:
+    the info pipe, then the stdin pipe's read end ("stdin"), the report channel ("report"),
+    the memfd ("memfd"), each only if its word is in the header."""
+    words = b"exec %d" % job + (b" stdin" if stdin else b"") + (b" report" if report else b"")
+    if len(request) <= INLINE_REQUEST_MAX:
+        return words + b"\n" + request, False
+    return words + b" memfd\n", True
+
+
+def split_exec_message(message: bytes) -> tuple[list[bytes], bytes]:
+    """An "exec" message's header words and its inline request (empty with "memfd")."""
+    header, _, body = message.partition(b"\n")
+    return header.split(), body
+
+
 def decode_exec_request(data: bytes) -> dict[str, Any]:
     """The Python holder's reading of encode_exec_request."""
     fields = [f.decode("utf-8", "surrogateescape") for f in data.split(b"\0")[:-1]]
@@ -97,6 +136,42 @@ def decode_exec_request(data: bytes) -> dict[str, Any]:
                    "memory_bytes": int(memory) if memory else None},
         "have": {"nproc": nproc == "1", "memory": has_memory == "1"},
     }  # fmt: skip
+
+
+# --- the info pipe: frames --------------------------------------------------------------
+# What an exec's runner writes on its info pipe, the one pipe the supervisor reads per exec
+# (holder.c writes the same): frames of a kind byte, a big-endian length and that many bytes:
+# the command's stdout, its stderr, or a JSON line ({"status": N} or {"error": ...}). Only the
+# runner writes there: its command never holds the pipe, so no output can pose as a frame.
+FRAME = struct.Struct(">BI")
+STDOUT, STDERR, JSON_LINE = ord("o"), ord("e"), ord("j")
+# The most of a stream one frame carries: a frame then fills an empty pipe and no more.
+FRAME_CHUNK = (64 << 10) - FRAME.size
+# The most read from a command's pipes once it exited (the supervisor's jobs.AFTER_EXIT_BYTES
+# for its own children): what it wrote before it exited is at most a pipe's buffer; more is a
+# process it left running writing.
+AFTER_EXIT_CHUNKS = 16
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """All of `data` to `fd`, waiting while a non-blocking pipe is full."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            waiting = select.poll()
+            waiting.register(fd, select.POLLOUT)
+            waiting.poll()
+
+
+def write_frame(fd: int, kind: int, data: bytes) -> None:
+    write_all(fd, FRAME.pack(kind, len(data)) + data)
+
+
+def report(fd: int, message: dict[str, Any]) -> None:
+    """A JSON line on the info pipe `fd` (its status, or why it did not run)."""
+    write_frame(fd, JSON_LINE, (json.dumps(message) + "\n").encode())
 
 
 class KillSwitch:
@@ -117,6 +192,13 @@ class KillSwitch:
         cls.fire()
 
     @classmethod
+    def started(cls, command: int) -> None:
+        """`command` exists: a kill asked before now kills it at once."""
+        cls.command = command
+        if cls.asked:
+            cls.fire()
+
+    @classmethod
     def fire(cls) -> None:
         if cls.command > 0:
             for target in (-cls.command, cls.command):  # its group, then itself
@@ -135,20 +217,65 @@ def await_group(group: int) -> None:
         time.sleep(0.001)
 
 
-def wait_for_command(command: int) -> None:
-    """Waits for `command` alone (what it left running is the workspace init's), reports its
-    status on the info pipe."""
-    KillSwitch.command = command
-    if KillSwitch.asked:
-        KillSwitch.fire()
-    for fd in (0, 1, 2):  # the command's pipes end with the command, not with us
-        os.close(fd)
-    with contextlib.suppress(OSError):
-        os.close(REPORT_FD)  # likewise its report channel, if it has one
-    _, status = os.waitpid(command, 0)
+def relay(command: int, streams: list[int], sigchld: int, info: int) -> list[int]:
+    """Until `command` exits, its stdout and stderr (`streams`) as frames on `info`; then what
+    they hold already (at most AFTER_EXIT_CHUNKS each); `sigchld` wakes us when it exits.
+    Returns its status as a JSON frame's, and the pipes still open: a process it left running
+    holds them (see sink)."""
+    kinds = {streams[0]: STDOUT, streams[1]: STDERR}
+    polled = select.poll()
+    for fd in (*streams, sigchld):
+        polled.register(fd, select.POLLIN)
+    status = None
+    while status is None:
+        for fd, _ in polled.poll():
+            if fd == sigchld:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(sigchld, 512)
+                done, raw = os.waitpid(command, os.WNOHANG)
+                if done:
+                    status = raw
+            elif not relay_chunk(fd, kinds[fd], info):
+                polled.unregister(fd)
+                del kinds[fd]
+    for fd in list(kinds):
+        for _ in range(AFTER_EXIT_CHUNKS):
+            if not select.select([fd], [], [], 0)[0]:
+                break
+            if not relay_chunk(fd, kinds[fd], info):
+                del kinds[fd]
+                break
+    KillSwitch.command = 0
     if KillSwitch.asked:
         await_group(command)
-    os.write(3, (json.dumps({"status": status}) + "\n").encode())
+    report(info, {"status": status})
+    os.close(info)
+    return list(kinds)
+
+
+def relay_chunk(fd: int, kind: int, info: int) -> bool:
+    """One read of a command's stream `fd` as a frame; False (and `fd` closed) at its end."""
+    chunk = os.read(fd, FRAME_CHUNK)
+    if chunk:
+        write_frame(info, kind, chunk)
+        return True
+    os.close(fd)
+    return False
+
+
+def sink(fds: list[int]) -> None:
+    """Reads and drops what a process the command left running (`server &`) writes to the
+    command's pipes, until it closes them, so that it never dies of a broken pipe (holder.c's
+    runner does the same beside its next execs). Never returns."""
+    polled = select.poll()
+    for fd in fds:
+        polled.register(fd, select.POLLIN)
+    left = len(fds)
+    while left:
+        for fd, _ in polled.poll():
+            if not os.read(fd, 1 << 16):
+                polled.unregister(fd)
+                left -= 1
     os._exit(0)
 
 
@@ -169,54 +296,58 @@ def workspace_init(view: View, root: str) -> None:
 
 
 def sandbox_init(
-    root: str,
-    argv: list[str],
-    env: dict[str, str],
-    cwd: str,
-    limits: dict[str, Any],
-    have: dict[str, bool],
-    user: str | None = None,
+    root: str, request: dict[str, Any], info: int, stdin: int, report_fd: int, sigchld: int
 ) -> None:
     """The exec's runner, its commands' pid namespace the workspace's: sets the sandbox up,
-    spawns the command, waits for it (see wait_for_command). Never returns."""
+    spawns the command with fresh stdout and stderr pipes (and `stdin`, or an empty one, and
+    `report_fd` if it is one), relays its output on `info` (see relay), then sinks what it
+    left running. Every fd of ours is close-on-exec: the command never holds `info`. Never
+    returns."""
+    env, user = request["env"], request.get("user")
     try:
         KillSwitch.arm()
         os.setsid()  # no controlling terminal: /dev/tty is ENXIO, TIOCSTI has no target
-        fcntl.fcntl(3, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
         with contextlib.suppress(OSError):
             write_file("/proc/self/oom_score_adj", "0")  # the holder's -1000 is not for us
-        apply_rlimits(limits, have)
+        apply_rlimits(request["limits"], request["have"])
         os.chroot(root)
         try:
-            os.chdir(cwd)
+            os.chdir(request["cwd"])
         except OSError as e:
-            msg = {"error": f"cwd {cwd!r}: {e.strerror}", "kind": "InvalidInput"}
-            os.write(3, (json.dumps(msg) + "\n").encode())
+            report(info, {"error": f"cwd {request['cwd']!r}: {e.strerror}", "kind": "InvalidInput"})
             os._exit(127)
         ids = None
         if user:
             try:
                 identity = lookup_user(user)
             except SupervisorError as e:
-                os.write(3, (json.dumps({"error": str(e), "kind": e.kind}) + "\n").encode())
+                report(info, {"error": str(e), "kind": e.kind})
                 os._exit(127)
             ids = identity[:3]
             env.setdefault("HOME", identity[3])
         drop_privileges(True, ids)
         # Same uid as the command (though outside its pid namespace), so without this a
-        # command that found us could open our fd 3 (or ptrace us) and write its own
-        # `status` into the info pipe. The command's execve makes it dumpable again.
+        # command that found us could open our info pipe (or ptrace us) and write its own
+        # frames there. The command's execve makes it dumpable again.
         prctl(PR_SET_DUMPABLE, 0)
     except BaseException as e:
-        os.write(3, (json.dumps({"error": f"sandbox setup: {e}"}) + "\n").encode())
+        report(info, {"error": f"sandbox setup: {e}"})
         os._exit(127)
     if KillSwitch.asked:
         os._exit(127)  # killed before its command existed: no status (see exec_result)
+    out, err = os.pipe(), os.pipe()  # close-on-exec, as Python makes them
+    if stdin < 0:  # none given: an empty one, as a pipe whose writer is gone
+        stdin, writer = os.pipe()
+        os.close(writer)
+    stdio = [stdin, out[1], err[1]] + ([report_fd] if report_fd >= 0 else [])
     try:
-        command = spawn_command(argv, env)
+        command = spawn_command(request["argv"], env, stdio)
     except CommandNotRun as e:
         with contextlib.suppress(OSError):
-            os.write(2, f"sandbox: cannot run {e.program!r}: {e.reason}\n".encode())
-            os.write(3, (json.dumps({"status": e.code << 8}) + "\n").encode())
+            write_frame(info, STDERR, f"sandbox: cannot run {e.program!r}: {e.reason}\n".encode())
+            report(info, {"status": e.code << 8})
         os._exit(0)
-    wait_for_command(command)
+    KillSwitch.started(command)
+    for fd in stdio:  # the command's ends: its pipes end with it (and what it left running)
+        os.close(fd)
+    sink(relay(command, [out[0], err[0]], sigchld, info))

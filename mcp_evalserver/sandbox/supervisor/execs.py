@@ -11,7 +11,7 @@ import socket
 import time
 from typing import Any
 
-from .exec_init import DEFAULT_PATH, encode_exec_request
+from .exec_init import DEFAULT_PATH, encode_exec_request, exec_message
 from .jobs import Job
 from .protocol import DiffArgs, DiffResult, ExecArgs, ExecResult, SupervisorError, error_type
 from .state import Supervisor
@@ -138,24 +138,34 @@ def spawn_sandboxed(
     request["user"] = str(user) if user else None
     if ws.ctl is None:
         raise SupervisorError("NotFound", f"workspace {ws.name!r} is being destroyed")
-    # The request travels in a memfd: argv may be larger than a socket message.
-    memfd = os.memfd_create("exec-request", os.MFD_CLOEXEC)
-    os.write(memfd, encode_exec_request(request))
-    pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, info
-    theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1], memfd]
+    encoded = encode_exec_request(request)
+    message, in_memfd = exec_message(req_id, encoded, bool(stdin), report)
+    # One pipe per exec: its runner relays the command's output on it, with its status (the
+    # command's own pipes are the runner's to make). Both ends non-blocking: the runner waits
+    # on a full pipe itself (exec_init.write_all), and no fcntl is needed here.
+    info, theirs_info = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    theirs = [theirs_info]
+    stdin_w = -1
+    if stdin:
+        stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
+        theirs.append(stdin_r)
     ours: socket.socket | None = None
     if report:
         ours, end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         ours.shutdown(socket.SHUT_WR)  # nothing flows to the command
         theirs.append(end.detach())
+    if in_memfd:  # argv may be larger than a socket message
+        memfd = os.memfd_create("exec-request", os.MFD_CLOEXEC)
+        theirs.append(memfd)
+        os.write(memfd, encoded)
     try:
-        header = b"exec %d" % req_id
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))]
-        ws.ctl.sendmsg([header], rights)
+        ws.ctl.sendmsg([message], rights)
     except OSError as e:
-        for fd in [pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]]:
-            os.close(fd)
+        for fd in (info, stdin_w):
+            if fd >= 0:
+                os.close(fd)
         if ours is not None:
             ours.close()
         msg = f"workspace {ws.name!r} lost its holder ({e}); reset it or make another"
@@ -165,7 +175,7 @@ def spawn_sandboxed(
             os.close(fd)
     job = Job(req_id, 0, None, ws)
     job.report = ours
-    return sup.jobs.register(job, pipes, timeout, cap, stdin)
+    return sup.jobs.register_exec(job, info, stdin_w, timeout, cap, stdin)
 
 
 def diff(sup: Supervisor, req_id: int, args: DiffArgs) -> None:

@@ -4,8 +4,11 @@ Spares are forked ahead, ready but for their view (spawn_spare); one given a wor
 its view, then becomes holder.c where that was built (exec_native_holder), or else serves as
 the Python `Holder`. Messages on the control socket (SOCK_SEQPACKET), as holder.c reads them:
 the assignment (JSON: ws, path, overlay, areas) answered "ok" or "error: ...";
-"exec ID" with the exec's fds (stdin, stdout, stderr, info, the request's memfd, and the
-report channel if asked); "kill ID"; "drop spare" answered "dropped", then "respare".
+"exec ID[ stdin][ report][ memfd]\n" then the exec's request (exec_init.exec_message), with
+the exec's fds: its info pipe, then the read end of its stdin, its report channel and the
+request's memfd, each only if its word is there; "kill ID"; "drop spare" answered
+"dropped", then "respare". The runner makes the command's stdout and stderr pipes and relays
+them, as frames, on the info pipe (exec_init.relay).
 
 The workspace's processes share one pid namespace whose pid 1 (its init) the holder keeps as
 long as the view: what a command leaves running lasts across calls and dies with the
@@ -24,7 +27,16 @@ import signal
 import socket
 import sys
 
-from .exec_init import REPORT_FD, decode_exec_request, sandbox_init, workspace_init
+from .exec_init import (
+    EXEC_MESSAGE_MAX,
+    OPTIONAL_FDS,
+    REPORT_FD,
+    decode_exec_request,
+    sandbox_init,
+    split_exec_message,
+    workspace_init,
+)
+from .exec_init import report as exec_report
 from .isolation import SECCOMP_PROGRAM, drop_bounding_set, kept_mask
 from .linux import (
     CLONE_NEWIPC,
@@ -116,20 +128,22 @@ class Holder:
                         os.read(rfd, 512)
                     self.reap()
                     continue
-                msg, ancdata, _, _ = self.ctl.recvmsg(4096, socket.CMSG_SPACE(8 * 4))
+                msg, ancdata, _, _ = self.ctl.recvmsg(EXEC_MESSAGE_MAX, socket.CMSG_SPACE(8 * 4))
                 if not msg:
                     os._exit(0)  # the supervisor closed us: the workspace is gone
                 fds = array.array("i")
                 for level, kind, data in ancdata:
                     if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                         fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-                words = msg.split()  # the messages of holder.c (see its top)
+                words, body = split_exec_message(msg)  # the messages of holder.c (see its top)
                 if words[:1] == [b"kill"]:
                     for pid, job in self.children.items():
                         if job == int(words[1]):
                             os.kill(pid, signal.SIGUSR1)  # see exec_init.KillSwitch
-                elif words[:1] == [b"exec"] and len(fds) in (5, 6):  # sixth: a report channel
-                    self.fork_exec(int(words[1]), list(fds))
+                elif words[:1] == [b"exec"] and len(fds) == 1 + sum(
+                    word in words for word in OPTIONAL_FDS
+                ):
+                    self.fork_exec(int(words[1]), words, list(fds), body)
                 elif msg == b"drop spare":  # the view is replaced: its processes go
                     self.end_init()
                     self.ctl.send(b"dropped")
@@ -152,9 +166,12 @@ class Holder:
             if pid == self.init_pid:  # it should not die while we live: execs will fail
                 self.init_pid = 0
 
-    def fork_exec(self, job: int, fds: list[int]) -> None:
-        stdin, out, err, info, memfd = fds[:5]
-        report = fds[5] if len(fds) > 5 else -1
+    def fork_exec(self, job: int, words: list[bytes], fds: list[int], body: bytes) -> None:
+        """Forks the exec's runner (exec_init.sandbox_init); its fds: info, then stdin,
+        report and memfd as the message's header `words` say (exec_init.exec_message)."""
+        given = iter(fds)
+        info = next(given)
+        stdin, report, memfd = (next(given) if word in words else -1 for word in OPTIONAL_FDS)
         try:
             if self.broken:
                 raise SupervisorError("InfrastructureError", self.broken)
@@ -163,33 +180,40 @@ class Holder:
             msg = {"error": str(e), "kind": getattr(e, "kind", "LimitExceeded")}
             if isinstance(e, OSError):  # typically the workspace's pids limit
                 msg["error"] = f"cannot start a process: {e.strerror}"
-            os.write(info, (json.dumps(msg) + "\n").encode())
+            exec_report(info, msg)
             for fd in fds:
                 os.close(fd)
             return
         if pid == 0:
             try:
                 reset_signals()
-                if report >= 0:  # out of the way of the dup2s below
-                    report = fcntl.fcntl(report, fcntl.F_DUPFD, REPORT_FD + 64)
-                for target, fd in enumerate((stdin, out, err, info)):
-                    os.dup2(fd, target)
-                request = decode_exec_request(os.pread(memfd, os.fstat(memfd).st_size, 0))
+                # Ours above 0-4, close-on-exec, and placeholders (close-on-exec too) at 0-4:
+                # posix_spawn puts the command's stdio there from fds that are never in the
+                # way, and the command starts with those and nothing else of ours.
+                info, stdin, report, memfd = (
+                    fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, REPORT_FD + 1) if fd >= 0 else -1
+                    for fd in (info, stdin, report, memfd)
+                )
+                null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+                close_fds_except({info, stdin, report, memfd, null, self.init_ns})
+                for target in range(REPORT_FD + 1):
+                    if target != null:
+                        os.dup2(null, target, inheritable=False)
+                if memfd >= 0:
+                    body = os.pread(memfd, os.fstat(memfd).st_size, 0)
+                    os.close(memfd)
+                request = decode_exec_request(body)
                 # Its command is forked into the workspace's pid namespace; it stays out.
                 setns_fd(self.init_ns, CLONE_NEWPID, "enter the workspace's pid namespace")
-                if report >= 0:
-                    os.dup2(report, REPORT_FD)  # inheritable: the command gets it
-                close_fds_from(REPORT_FD + 1 if report >= 0 else 4)
+                os.close(self.init_ns)
                 prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the holder's death ends the exec
-                sandbox_init(
-                    self.ws.root, request["argv"], request["env"], request["cwd"],
-                    request["limits"], request["have"], request.get("user"),
-                )  # fmt: skip
+                sigchld = sigchld_wakeup()
+                sandbox_init(self.ws.root, request, info, stdin, report, sigchld)
             except BaseException as e:
                 with contextlib.suppress(OSError):
-                    os.write(3, (json.dumps({"error": f"exec: {e}"}) + "\n").encode())
+                    exec_report(info, {"error": f"exec: {e}"})
             os._exit(127)
-        for fd in fds:  # the info pipe too: its end comes with the init's report
+        for fd in fds:  # the info pipe too: its runner writes there
             os.close(fd)
         self.children[pid] = job
 

@@ -3,9 +3,10 @@
 A job is a forked child (setup, an export, a file operation) or an exec a workspace's holder
 forked: the loop writes its stdin, captures its stdout and stderr with a byte cap, reads its
 info pipe (fd 3: JSON lines of status and errors) and, when it has exited and every pipe
-reached EOF, answers its request with `finish(job)`. An exec ends when its command exits (its
-runner closes the info pipe): what is left in its pipes then is read, and the pipes a process
-it left running still holds go to a sink (see let_go).
+reached EOF, answers its request with `finish(job)`. An exec has that one pipe alone (and its
+stdin, and its report channel when asked): its runner relays the command's output there as
+frames (exec_init.FRAME) and closes it once the command exited, after its status; what the
+command left running is the runner's to sink.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from .exec_init import FRAME, JSON_LINE, STDERR, STDOUT
 from .linux import PR_SET_PDEATHSIG, close_fds_from, prctl, reset_signals
 from .protocol import SupervisorError
 from .workspace import Workspace
@@ -34,8 +36,8 @@ if TYPE_CHECKING:  # annotations only: the module must import on Python 3.8
 
 # The most an exec's report channel keeps (head and tail).
 REPORT_CAP = 64 << 20
-# The most read from an exec's pipes once its command exited (see Jobs.let_go): what it wrote
-# before it exited is at most a pipe's buffer; more is a process it left running writing.
+# The most read from an exec's report channel once its command exited (see Jobs.let_go): what
+# it wrote before it exited is at most a socket's buffer; more is a process it left running.
 AFTER_EXIT_BYTES = 1 << 20
 
 
@@ -53,7 +55,7 @@ class Capture:
         self.cap, self.total = cap, 0
         self.head, self.tail = bytearray(), bytearray()
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes | memoryview) -> None:
         self.total += len(chunk)
         room = self.cap // 2 - len(self.head)
         if room > 0:
@@ -76,21 +78,23 @@ class Job:
     """A child whose pipes the loop drains; `finish` runs once it exited and hit EOF.
 
     `pid` is our own child to reap, or 0 for an exec forked by a workspace's holder (then the
-    end of its info pipe, with the status written by its parent, is the end of the job).
+    end of its info pipe, with the status written by its runner, is the end of the job, and
+    the pipe carries frames: see take_frames).
     """
 
     def __init__(self, req_id: int, pid: int, deadline: float | None, ws: Workspace | None) -> None:
         self.req_id, self.pid, self.deadline, self.ws = req_id, pid, deadline, ws
         self.started = time.monotonic()
-        self.captures: dict[int, Capture] = {}
+        self.captures: dict[int, Capture] = {}  # our own child's: its pipe -> its stream
+        self.streams: list[Capture] = []  # stdout, stderr
         self.info = bytearray()
+        self.partial = b""  # an exec's: the start of a frame not read whole yet
         self.info_fd = -1
         self.stdin_fd, self.stdin_data = -1, b""
         self.status: int | None = None
         self.timed_out = False
         self.killed = False  # by us: timeout, cancel, reset or destroy
         self.open_fds: set[int] = set()
-        self.out_fd = self.err_fd = -1
         self.report: socket.socket | None = None  # our end of the exec's report channel
         self.report_data = Capture(REPORT_CAP)
         self.report_writers: set[int] = set()  # pids, as the kernel tells them
@@ -98,7 +102,24 @@ class Job:
         self.on_done: Callable[[], None] = lambda: None  # once it ended, cancelled or not
 
     def output(self) -> tuple[tuple[bytes, bool], tuple[bytes, bool]]:
-        return self.captures[self.out_fd].result(), self.captures[self.err_fd].result()
+        return self.streams[0].result(), self.streams[1].result()
+
+    def take_frames(self, data: bytes) -> None:
+        """An exec's info pipe, read: its frames to the stream or the JSON lines they are for;
+        a frame not whole yet waits for the next read."""
+        buf = memoryview(self.partial + data if self.partial else data)
+        at, end = 0, len(buf)
+        while end - at >= FRAME.size:
+            kind, size = FRAME.unpack_from(buf, at)
+            start = at + FRAME.size
+            if end - start < size:
+                break
+            at = start + size
+            if kind == JSON_LINE:
+                self.info += buf[start:at]
+            elif kind in (STDOUT, STDERR):
+                self.streams[kind == STDERR].feed(buf[start:at])
+        self.partial = bytes(buf[at:])
 
     def messages(self) -> list[dict[str, Any]]:
         found = []
@@ -179,23 +200,38 @@ class Jobs:
         stdin: bytes | None,
     ) -> Job:
         """Watches the parent's ends of `pipes` (stdin, stdout, stderr, info) for `job`."""
-        job.deadline = time.monotonic() + timeout if timeout else None
-        job.stdin_fd, job.stdin_data = pipes[0][1], stdin or b""
-        job.out_fd, job.err_fd = pipes[1][0], pipes[2][0]
-        if job.stdin_data:
-            _non_blocking(job.stdin_fd)
-            self.sel.register(job.stdin_fd, selectors.EVENT_WRITE, (job, job.stdin_fd))
-        else:
-            os.close(job.stdin_fd)
-            job.stdin_fd = -1
         for i, (r, _) in enumerate(pipes[1:], start=1):
             _non_blocking(r)
             if i < 3:
                 job.captures[r] = Capture(cap or 1)
+                job.streams.append(job.captures[r])
             else:
                 job.info_fd = r
             job.open_fds.add(r)
             self.sel.register(r, selectors.EVENT_READ, (job, r))
+        return self.watch(job, pipes[0][1], timeout, stdin)
+
+    def register_exec(
+        self, job: Job, info: int, stdin_fd: int, timeout: float, cap: int, stdin: bytes | None
+    ) -> Job:
+        """Watches an exec's info pipe `info` (non-blocking already), its stdin if it has one
+        (`stdin_fd`, written `stdin`) and its report channel."""
+        job.streams = [Capture(cap or 1), Capture(cap or 1)]
+        job.info_fd = info
+        job.open_fds.add(info)
+        self.sel.register(info, selectors.EVENT_READ, (job, info))
+        return self.watch(job, stdin_fd, timeout, stdin)
+
+    def watch(self, job: Job, stdin_fd: int, timeout: float | None, stdin: bytes | None) -> Job:
+        """`job` in flight: its deadline, its stdin written from `stdin`, its report read."""
+        job.deadline = time.monotonic() + timeout if timeout else None
+        job.stdin_fd, job.stdin_data = stdin_fd, stdin or b""
+        if job.stdin_data:
+            _non_blocking(job.stdin_fd)
+            self.sel.register(job.stdin_fd, selectors.EVENT_WRITE, (job, job.stdin_fd))
+        elif stdin_fd >= 0:
+            os.close(job.stdin_fd)
+            job.stdin_fd = -1
         if job.report is not None:
             job.report.setblocking(False)
             job.open_fds.add(job.report.fileno())
@@ -208,10 +244,7 @@ class Jobs:
             job.ws.jobs.add(job.req_id)
         return job
 
-    def pump(self, job: Job | None, fd: int) -> None:
-        if job is None:
-            self.sink(fd)
-            return
+    def pump(self, job: Job, fd: int) -> None:
         if fd == job.stdin_fd:
             try:
                 n = os.write(fd, job.stdin_data[:65536])
@@ -232,12 +265,13 @@ class Jobs:
         try:
             chunk = os.read(fd, 1 << 16)
             if chunk and fd == job.info_fd:
-                job.info += chunk
+                take = job.info.extend if job.pid else job.take_frames
+                take(chunk)
                 # Its writer closes it right after its last line (an exec's status): that
                 # end is read now rather than after another turn of the loop.
                 chunk = os.read(fd, 1 << 16)
                 if chunk:
-                    job.info += chunk
+                    take(chunk)
                     return
         except BlockingIOError:
             return
@@ -252,23 +286,10 @@ class Jobs:
         self.maybe_done(job)
 
     def let_go(self, job: Job) -> None:
-        """An exec's runner closed the info pipe: its command exited. What the command wrote
-        is in its pipes now and is read; from here on they belong to whatever it left running
-        (`server &` holds its stdout), whose output no call collects: a sink reads it until
-        they close, so that process never dies of a broken pipe (docs: lasting processes)."""
-        for fd in sorted(job.open_fds):
-            if fd not in job.captures:
-                continue  # the report channel: read below
-            for _ in range(AFTER_EXIT_BYTES >> 16):
-                try:
-                    chunk = os.read(fd, 1 << 16)
-                except BlockingIOError:
-                    break
-                if not chunk:
-                    break
-                job.captures[fd].feed(chunk)
-            job.open_fds.discard(fd)
-            self.sel.modify(fd, selectors.EVENT_READ, (None, fd))
+        """An exec's runner closed the info pipe: its command exited, and its output is all
+        read (the runner sinks what a process it left running writes after). What is in the
+        report channel now is read; from here on it belongs to whatever the command left
+        running, and no one reads on."""
         report = job.report
         if report is not None and report.fileno() in job.open_fds:
             for _ in range(AFTER_EXIT_BYTES >> 16):
@@ -278,18 +299,6 @@ class Jobs:
                 self.sel.unregister(report.fileno())
                 job.open_fds.discard(report.fileno())
                 report.close()
-
-    def sink(self, fd: int) -> None:
-        """Output of a process an exec left running: read and dropped until its end."""
-        try:
-            if os.read(fd, 1 << 16):
-                return
-        except BlockingIOError:
-            return
-        except OSError:
-            pass
-        self.sel.unregister(fd)
-        os.close(fd)
 
     def pump_report(self, job: Job, sock: socket.socket) -> bool:
         """Reads the report channel; whether it read bytes. With SO_PASSCRED the kernel never
