@@ -7,7 +7,7 @@ command -v git >/dev/null || need+=(git)
 # The ray test group runs its clusters in a loopback-only network namespace (unshare -n, ip).
 command -v unshare >/dev/null || need+=(util-linux)
 command -v ip >/dev/null || need+=(iproute2)
-# The compiled workspace holder (mcp_evalserver/sandbox/holder.c) is built statically here.
+# The compiled workspace holder (mcp_evalserver/sandbox/holder/) is built statically here.
 { command -v cc >/dev/null && compgen -G '/usr/lib/*-linux-gnu/libc.a' >/dev/null; } || need+=(gcc libc6-dev)
 # The dashboard's browser tests drive Debian's chromium through Playwright (never a download).
 command -v chromium >/dev/null || need+=(chromium)

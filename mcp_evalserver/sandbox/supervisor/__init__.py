@@ -23,7 +23,7 @@ One file per job, each importing only those above it:
   connections.py  connections besides the first
   state.py        the supervisor's state, which every operation takes
   exec_init.py    an exec's runner: confines itself, spawns the command, relays its output
-  holders.py      a workspace's holder process (Python, or holder.c)
+  holders.py      a workspace's holder process (Python, or the compiled holder/)
   instance.py     init, freeze
   workspaces.py   ws_create, ws_destroy, ws_reset; spares and workspaces made ahead
   checkpoints.py  ws_checkpoint, ws_restore, ws_fork, ws_export, ws_end_processes

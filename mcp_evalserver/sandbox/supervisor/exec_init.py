@@ -1,7 +1,8 @@
 """An exec's runner and the workspace's init (see holders.Holder): the runner, outside the
 workspace's pid namespace, confines itself, spawns the command into that namespace and waits
 for it alone; the init is that namespace's pid 1, which keeps what commands leave running.
-holder.c does the same in C, reading the same exec request (encode_exec_request)."""
+The compiled holder (sandbox/holder/) does the same in C, reading the same exec request
+(encode_exec_request)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,10 @@ STDIO_FDS = (0, 1, 2, REPORT_FD)
 RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # An exec's request up to this size travels in its "exec" message, after the header line
-# (holder.c reads the same): no memfd to make, write and close per exec, nor to stat and
+# (holder/runner.c reads the same): no memfd to make, write and close per exec, nor to stat and
 # read in the runner. A larger one (argv may be megabytes) goes in a memfd, the last fd.
 INLINE_REQUEST_MAX = 32 << 10
-# The most an "exec" message holds: its header line and an inline request (holder.c's too).
+# The most an "exec" message holds: its header line and an inline request (holder/holder.h's too).
 EXEC_MESSAGE_MAX = INLINE_REQUEST_MAX + 256
 
 
@@ -89,7 +90,7 @@ def spawn_command(argv: list[str], env: dict[str, str], stdio: list[int]) -> int
 
 
 def encode_exec_request(request: dict[str, Any]) -> bytes:
-    """An exec's request as the holders read it (holder.c reads the same): NUL-terminated
+    """An exec's request as the holders read it (holder/runner.c reads the same): NUL-terminated
     fields `cwd user pids memory have_nproc have_memory argc argv... envc env...`; no JSON
     parser in the compiled holder. Strings hold no NUL (execs.exec_ refuses them)."""
     limits, have, env = request["limits"], request["have"], request["env"]
@@ -140,7 +141,7 @@ def decode_exec_request(data: bytes) -> dict[str, Any]:
 
 # --- the info pipe: frames --------------------------------------------------------------
 # What an exec's runner writes on its info pipe, the one pipe the supervisor reads per exec
-# (holder.c writes the same): frames of a kind byte, a big-endian length and that many bytes:
+# (holder/wire.c writes the same): frames of a kind byte, a big-endian length and that many bytes:
 # the command's stdout, its stderr, or a JSON line ({"status": N} or {"error": ...}). Only the
 # runner writes there: its command never holds the pipe, so no output can pose as a frame.
 FRAME = struct.Struct(">BI")
@@ -207,7 +208,7 @@ class KillSwitch:
 
 
 def await_group(group: int) -> None:
-    """Until a killed command's group is gone (holder.c's await_group): the next exec must
+    """Until a killed command's group is gone (holder/runner.c's await_group): the next exec must
     not find its processes still holding the workspace's pids."""
     for _ in range(5000):
         try:
@@ -265,7 +266,7 @@ def relay_chunk(fd: int, kind: int, info: int) -> bool:
 
 def sink(fds: list[int]) -> None:
     """Reads and drops what a process the command left running (`server &`) writes to the
-    command's pipes, until it closes them, so that it never dies of a broken pipe (holder.c's
+    command's pipes, until it closes them, so that it never dies of a broken pipe (holder/runner.c's
     runner does the same beside its next execs). Never returns."""
     polled = select.poll()
     for fd in fds:
@@ -280,7 +281,7 @@ def sink(fds: list[int]) -> None:
 
 
 def workspace_init(view: View, root: str) -> None:
-    """Pid 1 of the workspace's pid namespace (holder.c's init_main): mounts its /proc in the
+    """Pid 1 of the workspace's pid namespace (holder/holder.c's init_main): mounts its /proc in the
     view, then waits for the end of its lifeline (fd 3: the holder's end); ignoring SIGCHLD
     makes the kernel reap the orphans that come to it. Never returns."""
     try:

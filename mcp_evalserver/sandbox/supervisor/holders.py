@@ -1,14 +1,14 @@
 """Holders: a workspace's process that keeps its namespaces and cgroup and forks its execs.
 
 Spares are forked ahead, ready but for their view (spawn_spare); one given a workspace mounts
-its view, then becomes holder.c where that was built (exec_native_holder), or else serves as
-the Python `Holder`. Messages on the control socket (SOCK_SEQPACKET), as holder.c reads them:
-the assignment (JSON: ws, path, overlay, areas) answered "ok" or "error: ...";
-"exec ID[ stdin][ report][ memfd]\n" then the exec's request (exec_init.exec_message), with
-the exec's fds: its info pipe, then the read end of its stdin, its report channel and the
-request's memfd, each only if its word is there; "kill ID"; "drop spare" answered
-"dropped", then "respare". The runner makes the command's stdout and stderr pipes and relays
-them, as frames, on the info pipe (exec_init.relay).
+its view, then becomes the compiled holder (sandbox/holder/) where that was built
+(exec_native_holder), or else serves as the Python `Holder`. Messages on the control socket
+(SOCK_SEQPACKET), as holder/holder.c reads them: the assignment (JSON: ws, path, overlay,
+areas) answered "ok" or "error: ..."; "exec ID[ stdin][ report][ memfd]\n" then the exec's
+request (exec_init.exec_message), with the exec's fds: its info pipe, then the read end of its
+stdin, its report channel and the request's memfd, each only if its word is there; "kill ID";
+"drop spare" answered "dropped", then "respare". The runner makes the command's stdout and
+stderr pipes and relays them, as frames, on the info pipe (exec_init.relay).
 
 The workspace's processes share one pid namespace whose pid 1 (its init) the holder keeps as
 long as the view: what a command leaves running lasts across calls and dies with the
@@ -135,7 +135,7 @@ class Holder:
                 for level, kind, data in ancdata:
                     if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                         fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-                words, body = split_exec_message(msg)  # the messages of holder.c (see its top)
+                words, body = split_exec_message(msg)  # holder/holder.c's messages (see its top)
                 if words[:1] == [b"kill"]:
                     for pid, job in self.children.items():
                         if job == int(words[1]):
@@ -295,7 +295,7 @@ def holder_main(
 
 
 def exec_native_holder(sup: Supervisor, ws: Workspace, ctl: socket.socket) -> None:
-    """Becomes holder.c (native.py builds it) in these namespaces, cgroup and view: a few
+    """Becomes the compiled holder (native.py builds it) in these namespaces, cgroup and view: a few
     pages where this interpreter kept about 2 MB, and execs started by system calls, not
     by a forked interpreter. Returns only if the exec failed (this one serves then)."""
     os.set_inheritable(ctl.fileno(), True)

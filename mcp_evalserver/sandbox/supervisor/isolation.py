@@ -1,6 +1,6 @@
 """What confines a sandboxed process besides its view: capabilities, no_new_privs, the seccomp
 filter, its user (from the view's own passwd), rlimits, and the user namespace an unprivileged
-supervisor runs in. holder.c applies the same lists (KEPT_CAPS, the filter it is handed)."""
+supervisor runs in. holder/confine.c applies the same lists (KEPT_CAPS, the filter it is handed)."""
 
 from __future__ import annotations
 
@@ -294,7 +294,8 @@ def lookup_user(user: str) -> tuple[int, int, list[int], str]:
 
 def _read_regular(path: str) -> list[str]:
     """The lines of `path` if it is a regular file, else none: a FIFO the trajectory put at
-    /etc/passwd must not block an exec before its command exists (holder.c: open_regular)."""
+    /etc/passwd must not block an exec before its command exists (holder/confine.c's
+    open_regular)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:

@@ -107,7 +107,7 @@ class InitArgs(_InitRequired, total=False):
     network: bool  # default False: a workspace sees only its loopback
     capabilities: Literal["none", "container"]  # default "none": see isolation.CAPABILITY_SETS
     paths: list[DeclaredPath]  # host mode: more host paths the view shows
-    holder: str | None  # holder.c's binary, if it can run here
+    holder: str | None  # the compiled holder's binary, if it can run here
 
 
 class EnforcedLimits(TypedDict):

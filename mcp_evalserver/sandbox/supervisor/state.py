@@ -33,7 +33,7 @@ class Supervisor:
         self.stale_cgroups: list[str] = []  # of ended holders, removed once empty
         self.layer_store: LayerStore | None = None  # every workspace's layers
         self.workspaces: dict[str, Workspace] = {}
-        self.native_holder = ""  # holder.c's binary, if init named one that can run here
+        self.native_holder = ""  # the compiled holder's binary, if init named one that can run here
         self.created = 0  # holders forked so far
         self.spares: list[tuple[int, socket.socket, list[str]]] = []  # see holders.spawn_spare
         # Fresh workspaces built ahead with the limits of the last plain ws_create: the next
