@@ -16,8 +16,9 @@ import pytest
 
 from mcp_evalserver.sandbox.base import Instance
 
+from . import conformance_support
 from . import test_attacks as attacks
-from . import test_conformance as conformance
+from . import test_conformance_isolation as conformance_isolation
 from .conftest import LIMITED, BackendUnderTest
 from .host_processes import host_pids, marker, wait_until_gone, wait_until_running
 from .test_forks import ATTACKS, LIMIT_ATTACKS, Attack
@@ -69,7 +70,7 @@ async def test_a_container_tasks_commands_chown_su_and_serve_on_port_80(capable:
             switched = await ws.exec("su -s /bin/sh nobody -c 'id -u; id -g'")
             await ws.write_file("/tmp/serve.py", serve)
             await ws.exec("python3 /tmp/serve.py >/dev/null 2>&1 &")
-            await conformance.wait_for_file(ws, "/tmp/up")
+            await conformance_support.wait_for_file(ws, "/tmp/up")
             served = await ws.exec(["python3", "-c", fetch])
     assert caps.stdout.split() == ["CapEff:", DOCKER_DEFAULT_CAPS]
     assert owned.stdout == "33:33\n"
@@ -279,8 +280,8 @@ async def test_mount_chroot_and_namespaces_stay_refused_with_every_added_capabil
 
 CAPABLE_ATTACKS: tuple[Attack, ...] = (
     *ATTACKS,
-    conformance.test_a_command_cannot_write_the_sandboxs_report_of_its_own_exit,
-    conformance.test_a_command_cannot_kill_stop_or_take_over_the_pid_1_that_reports_its_status,
+    conformance_isolation.test_a_command_cannot_write_the_sandboxs_report_of_its_own_exit,
+    conformance_isolation.test_a_command_cannot_kill_stop_or_take_over_the_pid_1_that_reports_its_status,
     attacks.test_no_command_can_gain_privileges_through_execve_whoever_it_runs_as,
     attacks.test_masks_over_proc_cannot_have_their_metadata_changed,
 )
@@ -303,4 +304,4 @@ async def test_every_limit_holds_with_a_containers_capabilities_too(
 async def test_the_frozen_filesystem_cannot_be_changed_with_a_containers_capabilities(
     backend: BackendUnderTest, capable: Instance
 ) -> None:
-    await conformance.test_the_frozen_filesystem_cannot_be_changed(backend, capable)
+    await conformance_isolation.test_the_frozen_filesystem_cannot_be_changed(backend, capable)

@@ -1,7 +1,7 @@
 """The docker backend on a real engine: exec stream, provisioning, leftovers, fallbacks, errors.
 
-What every backend must do (isolation, limits, diffs) is proven by test_conformance.py, which
-runs on docker too; this module covers what only the docker backend has.
+What every backend must do (isolation, limits, diffs) is proven by test_conformance*.py, which
+run on docker too; this module covers what only the docker backend has.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Conformance of checkpoints, restores and forks on every backend, and the isolation attacks
-of test_conformance.py and test_attacks.py replayed on forked workspaces.
+of test_conformance_*.py and test_attacks.py replayed on forked workspaces.
 
 A fork shares its parent's frozen layers, so every test here is also a test that nothing a
 workspace does reaches a layer another workspace stands on.
@@ -20,9 +20,10 @@ from mcp_evalserver import errors
 from mcp_evalserver.sandbox.base import Instance, Workspace
 from mcp_evalserver.sandbox.supervised import SupervisedWorkspace
 
-from . import host_processes
+from . import conformance_support, host_processes
 from . import test_attacks as attacks
-from . import test_conformance as conformance
+from . import test_conformance_isolation as conformance_isolation
+from . import test_conformance_limits as conformance_limits
 from .conftest import LIMITED, REPO_SETUP, BackendUnderTest
 from .faults import kill_holder, sigkill_supervisor
 
@@ -230,8 +231,8 @@ async def test_checkpointing_a_workspace_with_a_command_running_is_refused(
     arg = host_processes.marker()
     with anyio.fail_after(30):
         async with await instance.workspace("busy") as ws, anyio.create_task_group() as tg:
-            tg.start_soon(ws.exec, conformance.started(arg))
-            await conformance.wait_for_file(ws, "/tmp/started")
+            tg.start_soon(ws.exec, conformance_support.started(arg))
+            await conformance_support.wait_for_file(ws, "/tmp/started")
             with pytest.raises(errors.Conflict, match="running"):
                 await ws.checkpoint()
             with pytest.raises(errors.Conflict, match="running"):
@@ -320,7 +321,7 @@ async def test_a_checkpoint_keeps_the_workspaces_processes_a_fork_starts_without
         async with await instance.workspace("busy-bee") as ws:
             await ws.write_file("a.txt", "before\n")
             await ws.exec(f"{clock} sleep {arg} >/dev/null 2>&1 & echo started")
-            await conformance.wait_for_file(ws, "clock.txt")
+            await conformance_support.wait_for_file(ws, "clock.txt")
             checkpoint = await ws.checkpoint()
             running = await ws.exec(f"ps -eo args= | grep -cx 'sleep {arg}'; cat a.txt")
             await ws.write_file("a.txt", "after\n")
@@ -529,23 +530,23 @@ async def forked_limited(backend: BackendUnderTest) -> AsyncIterator[Instance]:
 
 Attack = Callable[..., Awaitable[None]]
 ATTACKS: Sequence[Attack] = (
-    conformance.test_a_trajectory_cannot_see_or_signal_another_trajectorys_processes,
-    conformance.test_a_trajectory_cannot_read_or_write_another_trajectorys_files,
-    conformance.test_a_trajectory_cannot_reach_the_network_or_the_host_loopback,
-    conformance.test_host_unix_sockets_are_out_of_reach,
-    conformance.test_a_trajectory_cannot_mount_unmount_or_unshare,
-    conformance.test_a_timeout_kills_the_commands_process_group_and_what_left_it_lasts,
-    conformance.test_what_a_command_leaves_running_lasts_across_calls_until_the_workspace_goes,
-    conformance.test_a_trajectory_cannot_see_or_signal_another_trajectorys_lasting_processes,
+    conformance_isolation.test_a_trajectory_cannot_see_or_signal_another_trajectorys_processes,
+    conformance_isolation.test_a_trajectory_cannot_read_or_write_another_trajectorys_files,
+    conformance_isolation.test_a_trajectory_cannot_reach_the_network_or_the_host_loopback,
+    conformance_isolation.test_host_unix_sockets_are_out_of_reach,
+    conformance_isolation.test_a_trajectory_cannot_mount_unmount_or_unshare,
+    conformance_isolation.test_a_timeout_kills_the_commands_process_group_and_what_left_it_lasts,
+    conformance_isolation.test_what_a_command_leaves_running_lasts_across_calls_until_the_workspace_goes,
+    conformance_limits.test_a_trajectory_cannot_see_or_signal_another_trajectorys_lasting_processes,
     attacks.test_a_command_runs_in_a_session_of_its_own_without_a_terminal,
     attacks.test_calls_dockers_default_profile_refuses_are_refused,
     attacks.test_device_nodes_cannot_be_changed_and_still_work,
     attacks.test_file_tools_refuse_devices_fifos_and_sockets,
 )
 LIMIT_ATTACKS: Sequence[Attack] = (
-    conformance.test_a_fork_bomb_hits_the_pids_limit_and_the_instance_survives,
-    conformance.test_a_memory_hog_is_killed_and_the_instance_survives,
-    conformance.test_filling_the_disk_stops_at_the_workspace_cap,
+    conformance_limits.test_a_fork_bomb_hits_the_pids_limit_and_the_instance_survives,
+    conformance_limits.test_a_memory_hog_is_killed_and_the_instance_survives,
+    conformance_limits.test_filling_the_disk_stops_at_the_workspace_cap,
 )
 
 
@@ -566,7 +567,7 @@ async def test_every_limit_holds_on_forked_workspaces_too(
 async def test_a_fork_cannot_change_the_layers_its_parent_and_siblings_stand_on(
     backend: BackendUnderTest, forked: Instance
 ) -> None:
-    await conformance.test_the_frozen_filesystem_cannot_be_changed(backend, forked)
+    await conformance_isolation.test_the_frozen_filesystem_cannot_be_changed(backend, forked)
     secret = hashlib.sha256(os.urandom(16)).hexdigest()
     with anyio.fail_after(30):
         async with await forked.workspace("writer") as writer:
