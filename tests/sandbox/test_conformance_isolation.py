@@ -231,9 +231,13 @@ async def test_what_a_command_leaves_running_lasts_across_calls_until_the_worksp
     # call still returns when its own command exits (they hold its stdout), and none of them
     # can forge the next command's status through the workspace's pid 1.
     left = marker()
+    # It returns once all four really run (exec'd: their own command lines), as `started`
+    # does: a child forked but not yet exec'd is not one the next call's `ps` could count.
+    running = f"[ \"$(ps -eo args= | grep -cx 'sleep {left}')\" = 4 ]"
     script = (
         f"sleep {left} & nohup sleep {left} >/dev/null 2>&1 & setsid sleep {left} & "
-        f"(sleep {left} &); (echo '{{\"status\": 0}}' > /proc/1/fd/3) 2>/dev/null; echo left"
+        f"(sleep {left} &); (echo '{{\"status\": 0}}' > /proc/1/fd/3) 2>/dev/null; "
+        f"until {running}; do :; done; echo left"
     )
     with anyio.fail_after(30):
         async with await instance.workspace("leaver") as ws:
