@@ -101,6 +101,24 @@ async def test_a_workspace_built_ahead_is_never_handed_out_with_other_limits(
     assert big["exit_code"] != 0  # the 1 MiB cap held
 
 
+async def test_a_workspaces_first_command_finds_its_proc_mounted(instance: Instance) -> None:
+    # The workspace's init mounts its /proc after the holder starts it: the holder waits for
+    # that before it serves an exec, so the very first command of a fresh workspace, of a
+    # reset one and of a restored one (each gets a new init) reads /proc (seen missing once
+    # under load before: "/proc/self/status: No such file"). A race: ten of each per backend.
+    first = "grep -c '^Pid:' /proc/self/status"
+    with anyio.fail_after(60):
+        for i in range(10):
+            async with await instance.workspace(f"proc-first-{i}") as ws:
+                fresh = await ws.exec(first)
+                await ws.restore(await ws.checkpoint())
+                after_restore = await ws.exec(first)
+                await ws.reset()
+                after_reset = await ws.exec(first)
+            for result in (fresh, after_reset, after_restore):
+                assert (result.exit_code, result.stdout) == (0, "1\n"), result
+
+
 async def test_stdin_env_and_cwd_reach_the_command(instance: Instance) -> None:
     with anyio.fail_after(20):
         async with await instance.workspace("io") as ws:

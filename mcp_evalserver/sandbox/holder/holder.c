@@ -63,9 +63,11 @@ int init_ns = -1; /* the workspace's pid namespace (see make_init), in the holde
 
 /* --- the workspace's init ----------------------------------------------------------------- */
 /* Pid 1 of the workspace's pid namespace: mounts its /proc in the view (in the holder's mount
- * namespace, which every runner shares), then waits for the holder's end: `lifeline` is the
- * read end of a pipe whose write end only the holder keeps (from a new pid namespace there
- * is no parent to check for, so PR_SET_PDEATHSIG would leave a race). Ignoring SIGCHLD makes
+ * namespace, which every runner shares), says so (a byte back: the holder serves no exec
+ * before, or a workspace's first command could find no /proc), then waits for the holder's
+ * end: `lifeline` is one end of a socket pair whose other end only the holder keeps (from a
+ * new pid namespace there is no parent to check for, so PR_SET_PDEATHSIG would leave a
+ * race). Ignoring SIGCHLD makes
  * the kernel reap every orphan that comes back to it; as pid 1 it gets no signal from its
  * namespace that it does not handle, SIGKILL included. It needs nothing more: no capability,
  * the filter. Its first byte says the holder holds the namespace: until then it stays
@@ -79,6 +81,7 @@ static void init_main(int lifeline) {
     }
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) _exit(1);
     mount_proc(); /* a failure ends it: execs then report it (they cannot be forked) */
+    write_all(3, "", 1);
     if (chroot(root) || chdir("/")) _exit(1);
     struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct none[2] = {{0, 0, 0}, {0, 0, 0}};
@@ -91,13 +94,13 @@ static void init_main(int lifeline) {
 }
 
 static pid_t init_pid = -1;
-static int init_lifeline = -1; /* the write end of the init's lifeline */
+static int init_lifeline = -1; /* the holder's end of the init's lifeline */
 
 /* A new workspace pid namespace and its init; init_ns refers to it (-1 if that failed: the
  * execs say so). Its processes, if an old one had any, died with the old init. */
 static void make_init(void) {
     int lifeline[2];
-    if (pipe2(lifeline, O_CLOEXEC)) return;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, lifeline)) return;
     pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
     if (pid == 0) init_main(lifeline[0]);
     close(lifeline[0]);
@@ -112,6 +115,9 @@ static void make_init(void) {
     snprintf(path, sizeof path, "/proc/%d/ns/pid", pid);
     init_ns = open(path, O_RDONLY | O_CLOEXEC);
     write_all(init_lifeline, "", 1); /* see init_main */
+    char mounted; /* its /proc, before any exec (end of file: it died, and execs say so) */
+    while (read(init_lifeline, &mounted, 1) < 0 && errno == EINTR) {
+    }
 }
 
 /* Kills the init (the kernel kills every process of its namespace) and waits for it. */

@@ -281,11 +281,13 @@ def sink(fds: list[int]) -> None:
 
 
 def workspace_init(view: View, root: str) -> None:
-    """Pid 1 of the workspace's pid namespace (holder/holder.c's init_main): mounts its /proc in the
-    view, then waits for the end of its lifeline (fd 3: the holder's end); ignoring SIGCHLD
-    makes the kernel reap the orphans that come to it. Never returns."""
+    """Pid 1 of the workspace's pid namespace (holder/holder.c's init_main): mounts its /proc
+    in the view, says so on its lifeline (fd 3, a socket whose other end only the holder
+    keeps), then waits for the lifeline's end; ignoring SIGCHLD makes the kernel reap the
+    orphans that come to it. Never returns."""
     try:
         view.mount_proc(root)
+        os.write(3, b"\0")  # the holder serves no exec before: a first command finds /proc
         os.chroot(root)
         os.chdir("/")
         drop_privileges(True)

@@ -80,8 +80,11 @@ class Holder:
 
     def start_init(self) -> None:
         """A new workspace pid namespace with its init (exec_init.workspace_init), which lives
-        while the write end of its lifeline (ours alone: runners close it) is open."""
-        lifeline, self.init_lifeline = os.pipe2(os.O_CLOEXEC)
+        while our end of its lifeline (ours alone: runners close it) is open. Returns once the
+        init has mounted the workspace's /proc: a first command must find it."""
+        # A socket pair, not a pipe: the init also says on it when its /proc is mounted.
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        lifeline, self.init_lifeline = theirs.detach(), ours.detach()
         pid = fork_into(CLONE_NEWPID)
         if pid == 0:
             try:
@@ -99,6 +102,7 @@ class Holder:
             ns = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         finally:
             os.write(self.init_lifeline, b"\0")
+        os.read(self.init_lifeline, 1)  # its /proc is mounted (or it died: execs say so)
         # Above the fds an exec's runner dup2s into place (0-4, and REPORT_FD + 64).
         self.init_ns = fcntl.fcntl(ns, fcntl.F_DUPFD_CLOEXEC, REPORT_FD + 128)
         os.close(ns)
