@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,20 @@ def _enforce_root_marker(request: pytest.FixtureRequest) -> None:
     """A test marked `root` skips without root, and fails so under CI."""
     if request.node.get_closest_marker("root") is not None:
         require_root()
+
+
+@pytest.fixture(autouse=True)
+def _asyncio_left_unpatched() -> Iterator[None]:
+    """No test may leave asyncio patched by nest_asyncio (Inspect applies it to a process that
+    calls its sync API on a running loop): every later test would run on pure-Python tasks, and
+    each thread that asks for a loop would get one that nobody closes (an unclosed-loop warning
+    then fails whatever test the collector happens to run in)."""
+    yield
+    if getattr(asyncio, "_nest_patched", False):
+        pytest.fail(
+            "this test left asyncio patched by nest_asyncio: call Inspect's sync API "
+            "(write_eval_log, read_eval_log, eval) off the event loop's thread"
+        )
 
 
 @pytest.fixture(scope="session")

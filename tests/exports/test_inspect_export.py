@@ -3,6 +3,7 @@ refused with a message that says what to do."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from inspect_ai.model import ChatMessageAssistant, ChatMessageTool
 from mcp import Client
 
 from mcp_evalserver.cli.main import main
+from mcp_evalserver.engine.exports import write_export
 from mcp_evalserver.engine.exports.transcripts import SUBMITTED
 from mcp_evalserver.server.mcp_app import create_server
 from tests.exports.campaign import answered_campaign, exported_over_mcp
@@ -90,6 +92,24 @@ async def test_read_eval_log_reads_a_campaign_back_with_its_samples_scores_and_m
     assert log.stats.model_usage["openai/scripted-model"].input_tokens == 400
     assert log.reductions is not None
     assert {s.sample_id: s.value for s in log.reductions[0].samples} == {"t4": 1.0, "t3": 0.0}
+
+
+async def test_an_export_called_on_a_running_loop_leaves_asyncio_unpatched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inspect's writer re-enters a running loop with nest_asyncio, which patches asyncio for
+    the whole process (it made every later litellm call in a thread leak an event loop): a
+    caller that exports on its loop's thread (a library user, an async test) gets the log and
+    keeps asyncio as it was."""
+    store, state = await answered_campaign(tmp_path, monkeypatch)
+    tasks_before = asyncio.Task
+    out = tmp_path / "on-the-loop.eval"
+    assert write_export(store, state.id, "inspect", out) == [out]
+    assert not getattr(asyncio, "_nest_patched", False)
+    assert asyncio.Task is tasks_before
+    log = await anyio.to_thread.run_sync(read_eval_log, str(out))
+    assert log.samples is not None
+    assert len(log.samples) == 4
 
 
 async def test_the_mcp_tool_gives_inspects_json_log_which_read_eval_log_reads(

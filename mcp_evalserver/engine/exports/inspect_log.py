@@ -11,9 +11,12 @@ with status, outcome and details as metadata), and whose usage is the agent's.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,12 +75,28 @@ def write_inspect_log(
     fd, temporary = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=out.suffix, dir=out.parent)
     os.close(fd)
     try:
-        write_eval_log(log, temporary, format=SUFFIXES[out.suffix])  # type: ignore[arg-type]
+        _off_the_callers_loop(
+            lambda: write_eval_log(log, temporary, format=SUFFIXES[out.suffix])  # type: ignore[arg-type]
+        )
         os.chmod(temporary, 0o644)
         os.replace(temporary, out)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _off_the_callers_loop(write: Callable[[], None]) -> None:
+    """Runs Inspect's writer where no event loop runs: called on a thread whose loop is
+    running, Inspect re-enters that loop with nest_asyncio, which patches asyncio for the whole
+    process (pure-Python tasks, and an event loop made and never closed by each thread that
+    later asks for one: litellm's sync calls do)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        write()
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="inspect-log") as writer:
+        writer.submit(write).result()
 
 
 def inspect_log_json(state: CampaignState, items: list[ExportedTrajectory]) -> str:
