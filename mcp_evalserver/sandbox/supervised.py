@@ -204,7 +204,8 @@ class SupervisedWorkspace(Workspace):
 
     async def read_file(self, path: str, *, max_bytes: int = 16 << 20) -> bytes:
         result = await self._call("read", FILE_OP_TIMEOUT_S, path=path, max_bytes=max_bytes)
-        return _unbase64(result["data_b64"])
+        data: bytes = result["data"]  # raw, not base64 (protocol.Reply.raw)
+        return data
 
     async def write_file(
         self, path: str, data: bytes | str, *, mode: int | None = None

@@ -34,6 +34,7 @@ from .protocol import (
     Reply,
     SupervisorError,
     error_type,
+    reply_frame,
 )
 from .state import Supervisor
 from .workspaces import IDLE_S
@@ -42,6 +43,9 @@ from .workspaces import IDLE_S
 # good: a fresh 1 MiB bytes object per read cost an mmap, a page fault, an mremap and a munmap
 # per request.
 READ_BYTES = 1 << 16
+
+# Made once: `json.dumps` with an option builds an encoder per call.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -110,8 +114,7 @@ class Loop:
         if route is not None:
             self.send_on(route[0], route[1], msg)
             return
-        data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
-        view = memoryview(data)
+        view = memoryview(reply_frame(msg, _encode))
         try:
             while view:  # blocking fd: a slow client slows us down rather than losing replies
                 view = view[os.write(self.proto_out, view) :]
@@ -122,7 +125,7 @@ class Loop:
         conn.asked.discard(msg["id"])
         msg["id"] = their_id
         try:  # blocking, as on the first connection
-            conn.sock.sendall((json.dumps(msg, separators=(",", ":")) + "\n").encode())
+            conn.sock.sendall(reply_frame(msg, _encode))
         except OSError:  # its client is gone: it no longer waits for anything
             self.drop_connection(conn)
 
