@@ -45,8 +45,10 @@ from .workspaces import IDLE_S
 # per request.
 READ_BYTES = 1 << 16
 
-# Made once: `json.dumps` with an option builds an encoder per call.
+# Made once: `json.dumps` with an option builds an encoder per call, `json.loads` of bytes
+# guesses their encoding first (UTF-8: clients write ASCII JSON).
 _encode = json.JSONEncoder(separators=(",", ":")).encode
+_decode = json.JSONDecoder().decode
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -289,7 +291,7 @@ class Loop:
             self.sup.routes[req_id] = (conn, 0)
             conn.asked.add(req_id)
         try:
-            req = json.loads(line)
+            req = _decode(line.decode())
             if conn is None:
                 req_id = int(req["id"])
             else:

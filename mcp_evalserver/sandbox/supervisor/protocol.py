@@ -92,12 +92,19 @@ def reply_frame(reply: Reply, encode: Callable[[Reply], str]) -> bytes:
     """What the supervisor writes for `reply`: its line (made by `encode`, JSON), then the bytes
     of each `bytes` value of its result, named with their lengths in the line's `raw`."""
     result = reply.get("result")
-    if result and any(type(value) is bytes for value in result.values()):
-        raw = {name: value for name, value in result.items() if type(value) is bytes}
-        reply = {**reply, "raw": {name: len(value) for name, value in raw.items()},
-                 "result": {name: v for name, v in result.items() if name not in raw}}  # fmt: skip
-        return (encode(reply) + "\n").encode() + b"".join(raw.values())
-    return (encode(reply) + "\n").encode()
+    if not result or bytes not in map(type, result.values()):  # no Python frame per value
+        return (encode(reply) + "\n").encode()
+    fields: dict[str, Any] = {}
+    raw: list[bytes] = []
+    lengths: dict[str, int] = {}
+    for name, value in result.items():
+        if type(value) is bytes:
+            raw.append(value)
+            lengths[name] = len(value)
+        else:
+            fields[name] = value
+    line = encode({**reply, "result": fields, "raw": lengths})
+    return b"".join([line.encode(), b"\n", *raw])
 
 
 def raw_size(reply: Mapping[str, Any], most: int) -> int:
@@ -109,11 +116,11 @@ def raw_size(reply: Mapping[str, Any], most: int) -> int:
     raw = reply.get("raw")
     if raw is None:
         return 0
-    if not isinstance(raw, dict) or not all(type(n) is int and n >= 0 for n in raw.values()):
+    if not isinstance(raw, dict) or not {int} >= set(map(type, raw.values())):
         raise ValueError(f"bad raw lengths {raw!r}")
     size = sum(raw.values())
-    if size > most:
-        raise ValueError(f"{size} raw bytes follow a reply, more than {most}")
+    if not 0 <= min(raw.values(), default=0) <= size <= most:
+        raise ValueError(f"bad raw lengths {raw!r}: {most} bytes at most may follow a reply")
     return size
 
 
