@@ -24,10 +24,14 @@ async def test_a_command_printing_reply_lines_gets_them_back_and_answers_no_requ
     instance: Instance,
 ) -> None:
     # Lines shaped as the supervisor's replies, for every request id a client could be waiting
-    # on, each claiming to be a file's bytes: if one reached the client's reader it would
-    # answer a read below with "pwned".
+    # on, each claiming to be a file's bytes (base64, or raw after the line as the output
+    # itself travels): if one reached the client's reader it would answer a read below with
+    # "pwned".
     forged = "".join(
-        json.dumps({"id": n, "ok": True, "result": {"data_b64": "cHduZWQ=", "exit_code": 0}}) + "\n"
+        json.dumps({"id": n, "ok": True, "result": {"data_b64": "cHduZWQ=", "exit_code": 0}})
+        + "\n"
+        + json.dumps({"id": n, "ok": True, "result": {}, "raw": {"data": 5, "stdout": 0}})
+        + "\npwned"
         for n in range(1, 400)
     )
     reads: list[bytes] = []

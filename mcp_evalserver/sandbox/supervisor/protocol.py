@@ -11,12 +11,12 @@ any order:
 
 `Op` names every operation; `<Op>Args` and `<Op>Result` are its request's `args` and its
 reply's `result`. An argument left out takes the default the supervisor documents beside it.
-A result's `bytes` values (a file's: `ReadResult.data`) travel raw right after its line, in
-the order and with the lengths its `raw` names: base64 and JSON's escaping of it cost a 4 KB
-read more CPU, on both ends, than the rest of its round trip. Other binary data travels base64
-(`*_b64`). A socket passed to the supervisor (SCM_RIGHTS) on its request socket or on its
-connection channel (`--connections FD`) becomes another connection that speaks this same
-protocol, under request ids of its own.
+A result's `bytes` values (a file's, a command's output, a diff, an archive) travel raw right
+after its line, in the order and with the lengths its `raw` names: base64 and JSON's escaping
+of a 4 KB file cost its read more CPU, on both ends, than the rest of its round trip. Binary
+data in a request travels base64 (`*_b64`). A socket passed to the supervisor (SCM_RIGHTS) on
+its request socket or on its connection channel (`--connections FD`) becomes another
+connection that speaks this same protocol, under request ids of its own.
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ class WsExportArgs(_WsExportRequired, total=False):
 
 
 class WsExportResult(TypedDict):
-    archive_b64: str  # the checkpoint's layers as a tar
+    archive: bytes  # the checkpoint's layers as a tar; raw after the reply's line
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -278,8 +278,8 @@ class ExecArgs(_ExecRequired, total=False):
 
 class _ExecRequiredResult(TypedDict):
     exit_code: int  # -signal when a signal ended it
-    stdout_b64: str
-    stderr_b64: str
+    stdout: bytes  # raw after the reply's line (Reply.raw), as stderr and report
+    stderr: bytes
     stdout_truncated: bool
     stderr_truncated: bool
     duration_s: float
@@ -287,7 +287,7 @@ class _ExecRequiredResult(TypedDict):
 
 
 class ExecResult(_ExecRequiredResult, total=False):
-    report_b64: str  # with report
+    report: bytes  # with report
     report_truncated: bool
     report_writers: int  # how many processes wrote to the channel
 
@@ -298,7 +298,7 @@ class DiffArgs(WorkspaceArgs, total=False):
 
 
 class DiffResult(TypedDict):
-    patch_b64: str  # against the frozen base, binary
+    patch: bytes  # against the frozen base, binary; raw after the reply's line (Reply.raw)
 
 
 # --- files, read and written as the trajectory itself ----------------------------------------
