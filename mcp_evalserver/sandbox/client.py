@@ -53,11 +53,13 @@ from mcp_evalserver.sandbox.supervisor.protocol import (
     Op,
     Request,
     error_type,
+    raw_size,
+    result_of,
 )
 
 SUPERVISOR_SOURCE = Path(__file__).with_name("supervisor")
 SUPERVISOR_FILES = tuple(sorted(SUPERVISOR_SOURCE.glob("*.py")))
-MAX_LINE_BYTES = 512 << 20  # a diff or a file travels base64 in one line
+MAX_LINE_BYTES = 512 << 20  # a diff travels base64 in one line; the most raw bytes after one
 
 # protocol.ErrorType: the supervisor names these classes.
 _ERROR_TYPES: dict[ErrorType, type[errors.EvalServerError]] = {
@@ -339,7 +341,9 @@ class SupervisorClient:
         try:
             while True:
                 line = await self._reader.receive_until(b"\n", MAX_LINE_BYTES)
-                self._dispatch(line)
+                msg = _DECODER.decode(line.decode())
+                size = raw_size(msg, MAX_LINE_BYTES)
+                self._dispatch(msg, await self._reader.receive_exactly(size) if size else b"")
         except (anyio.EndOfStream, anyio.IncompleteRead):
             pass
         except anyio.DelimiterNotFound:
@@ -353,13 +357,13 @@ class SupervisorClient:
             self._close_outbox()  # the writer ends with what it had
             self._stopped.set()
 
-    def _dispatch(self, line: bytes) -> None:
-        msg = _DECODER.decode(line.decode())
+    def _dispatch(self, msg: dict[str, Any], raw: bytes) -> None:
+        """Answers the request `msg` (a reply) is for; `raw`: the bytes that followed it."""
         reply = self._pending.get(int(msg.get("id", 0)))
         if reply is None or reply.done():
             return  # a cancelled request's late reply, or a cancel's acknowledgement
         if msg.get("ok"):
-            reply.set_result(dict(msg.get("result") or {}))
+            reply.set_result(result_of(msg, raw))
         else:
             reply.set_exception(_error_of(msg.get("error") or {}))
 
@@ -403,6 +407,8 @@ class BlockingConnection:
             self._sock.settimeout(reply_timeout)
             self._sock.sendall(line.encode() + b"\n")
             reply = self._receive_line()
+            msg = json.loads(reply)
+            raw = self._receive_exactly(raw_size(msg, MAX_LINE_BYTES))
         except TimeoutError:
             self.close()
             raise errors.Timeout(
@@ -411,26 +417,38 @@ class BlockingConnection:
         except OSError as e:
             self.close()
             raise errors.SandboxUnavailable(f"supervisor connection broken: {e!r}") from e
-        msg = json.loads(reply)
+        except ValueError as e:
+            self.close()
+            raise errors.SandboxUnavailable(f"supervisor sent garbage: {e}") from e
         if int(msg.get("id", 0)) != req_id:  # one request at a time: never another's reply
             self.close()
             raise errors.InfrastructureError(f"supervisor answered {msg.get('id')} for {req_id}")
         if not msg.get("ok"):
             raise _error_of(msg.get("error") or {})
-        return dict(msg.get("result") or {})
+        return result_of(msg, raw)
 
     def _receive_line(self) -> bytes:
         while (end := self._buffer.find(b"\n")) < 0:
             if len(self._buffer) > MAX_LINE_BYTES:
                 raise OSError(f"supervisor sent a line over {MAX_LINE_BYTES} bytes")
-            chunk = self._sock.recv(1 << 20)
-            if not chunk:
-                why = "connection closed" if self.closed else "supervisor closed the connection"
-                raise OSError(why)
-            self._buffer += chunk
+            self._receive_more()
         line = bytes(self._buffer[:end])
         del self._buffer[: end + 1]
         return line
+
+    def _receive_exactly(self, size: int) -> bytes:
+        while len(self._buffer) < size:
+            self._receive_more()
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return data
+
+    def _receive_more(self) -> None:
+        chunk = self._sock.recv(1 << 20)
+        if not chunk:
+            why = "connection closed" if self.closed else "supervisor closed the connection"
+            raise OSError(why)
+        self._buffer += chunk
 
     def close(self) -> None:
         """Ends the connection (from any thread): what it asked is cancelled."""

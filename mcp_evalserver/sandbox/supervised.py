@@ -7,7 +7,6 @@ A backend provisions whatever hosts the supervisor, opens a byte stream to it, a
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
@@ -34,11 +33,6 @@ SEARCH_TIMEOUT_S = float(finder.TIMEOUT_S)  # a pattern may backtrack forever: k
 CHECKPOINT_TIMEOUT_S = 300.0  # a checkpoint that squashes a deep chain copies its old layers
 
 
-#: `base64.b64decode` as it is called here (a str, not validated) without its two Python calls
-#: around the C one: on the path of every command's output and every file read.
-_unbase64 = binascii.a2b_base64
-
-
 def exec_args(request: ExecRequest) -> dict[str, Any]:
     """The supervisor's `exec` arguments for a checked command."""
     data = request.input
@@ -58,13 +52,13 @@ def exec_result(result: Mapping[str, Any]) -> ExecResult:
     """A workspace's `ExecResult` from the supervisor's `exec` reply."""
     return ExecResult(
         exit_code=int(result["exit_code"]),
-        stdout=_unbase64(result["stdout_b64"]).decode(errors="replace"),
-        stderr=_unbase64(result["stderr_b64"]).decode(errors="replace"),
+        stdout=result["stdout"].decode(errors="replace"),  # raw, not base64 (Reply.raw)
+        stderr=result["stderr"].decode(errors="replace"),
         stdout_truncated=bool(result["stdout_truncated"]),
         stderr_truncated=bool(result["stderr_truncated"]),
         duration_s=float(result["duration_s"]),
         timed_out=bool(result["timed_out"]),
-        report=base64.b64decode(result["report_b64"]) if "report_b64" in result else None,
+        report=result.get("report"),
         report_truncated=bool(result.get("report_truncated")),
         report_writers=int(result.get("report_writers") or 0),
     )
@@ -204,7 +198,8 @@ class SupervisedWorkspace(Workspace):
 
     async def read_file(self, path: str, *, max_bytes: int = 16 << 20) -> bytes:
         result = await self._call("read", FILE_OP_TIMEOUT_S, path=path, max_bytes=max_bytes)
-        return _unbase64(result["data_b64"])
+        data: bytes = result["data"]  # raw, not base64 (protocol.Reply.raw)
+        return data
 
     async def write_file(
         self, path: str, data: bytes | str, *, mode: int | None = None
@@ -251,7 +246,8 @@ class SupervisedWorkspace(Workspace):
     async def diff(self) -> str:
         """The patch as text; `.encode("utf-8", "surrogateescape")` gives git's exact bytes."""
         result = await self._call("diff", 300 + REPLY_GRACE_S, timeout=300)
-        return base64.b64decode(result["patch_b64"]).decode("utf-8", "surrogateescape")
+        patch: bytes = result["patch"]
+        return patch.decode("utf-8", "surrogateescape")
 
     async def reset(self) -> None:
         await self._call("ws_reset", 60)
@@ -277,7 +273,8 @@ class SupervisedWorkspace(Workspace):
         result = await self._call(
             "ws_export", CHECKPOINT_TIMEOUT_S, checkpoint=checkpoint, max_bytes=max_bytes
         )
-        return base64.b64decode(result["archive_b64"])
+        archive: bytes = result["archive"]
+        return archive
 
     async def destroy(self) -> None:
         """Removes the workspace; a no-op if it or its instance is already gone."""

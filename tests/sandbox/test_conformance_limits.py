@@ -9,7 +9,6 @@ which sees every sandboxed process of a local or docker backend on this machine.
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
@@ -243,7 +242,7 @@ async def test_another_connection_runs_commands_beside_the_first_and_answers_on_
                 reply = connection.request(
                     "exec", 30, ws=ws.name, argv=["echo", f"other-{number}"], timeout=20
                 )
-                out.append(base64.b64decode(reply["stdout_b64"]).decode())
+                out.append(reply["stdout"].decode())
             return out
 
         async def on_the_first() -> None:

@@ -3,7 +3,6 @@ the instance (the stacking itself is layers.py's)."""
 
 from __future__ import annotations
 
-import base64
 import errno
 import os
 
@@ -197,7 +196,7 @@ def ws_export(sup: Supervisor, req_id: int, args: WsExportArgs) -> None:
                 "(build outputs, caches, virtual environments), or ask for a larger max_bytes"
             )
             raise SupervisorError("LimitExceeded", over)
-        return {"archive_b64": base64.b64encode(archive).decode()}
+        return {"archive": archive}
 
     # Held while the child reads them: the workspace may be destroyed meanwhile.
     store.hold(stack)

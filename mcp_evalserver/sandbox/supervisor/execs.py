@@ -43,8 +43,8 @@ def exec_(sup: Supervisor, req_id: int, args: ExecArgs) -> None:
         outcome = exec_result(job)
         result: ExecResult = {
             "exit_code": outcome["exit_code"],
-            "stdout_b64": base64.b64encode(outcome["stdout"]).decode(),
-            "stderr_b64": base64.b64encode(outcome["stderr"]).decode(),
+            "stdout": outcome["stdout"],  # raw after the reply's line, as every bytes value
+            "stderr": outcome["stderr"],
             "stdout_truncated": outcome["stdout_truncated"],
             "stderr_truncated": outcome["stderr_truncated"],
             "duration_s": outcome["duration_s"],
@@ -52,7 +52,7 @@ def exec_(sup: Supervisor, req_id: int, args: ExecArgs) -> None:
         }
         if job.report is not None:
             report, truncated = job.report_data.result()
-            result["report_b64"] = base64.b64encode(report).decode()
+            result["report"] = report
             result["report_truncated"] = truncated
             result["report_writers"] = len(job.report_writers)
         return result
@@ -208,7 +208,7 @@ def diff(sup: Supervisor, req_id: int, args: DiffArgs) -> None:
             raise SupervisorError("InfrastructureError", "git diff failed: " + msg)
         if result["stdout_truncated"]:
             raise SupervisorError("LimitExceeded", f"diff larger than {cap} bytes")
-        return {"patch_b64": base64.b64encode(result["stdout"]).decode()}
+        return {"patch": result["stdout"]}
 
     job.finish = finish
 

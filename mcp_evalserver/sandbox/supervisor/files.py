@@ -41,10 +41,14 @@ if TYPE_CHECKING:
 
 
 def files_job(
-    sup: Supervisor, req_id: int, args: FileArgs, work: Callable[[], Mapping[str, Any]]
+    sup: Supervisor,
+    req_id: int,
+    args: FileArgs,
+    work: Callable[[], Mapping[str, Any]],
+    answer: Callable[[dict[str, Any]], Mapping[str, Any]] = dict,
 ) -> None:
     """Runs `work` in a child inside the workspace's view, as the trajectory; its result (or
-    error) comes back as one JSON line on the info pipe."""
+    error) comes back as one JSON line on the info pipe, and `answer(result)` is the reply's."""
     ws = sup.workspace(args)
     workdir = sup.cfg["workdir"]
 
@@ -70,7 +74,7 @@ def files_job(
         while view:
             view = view[os.write(3, view) :]
 
-    def finish(job: Job) -> dict[str, Any]:
+    def finish(job: Job) -> Mapping[str, Any]:
         if job.timed_out:
             raise SupervisorError("Timeout", "file operation timed out (a FIFO or a hung fs?)")
         msgs = job.messages()
@@ -82,7 +86,7 @@ def files_job(
                 msgs[-1]["error"],
                 msgs[-1].get("errno"),
             )
-        return dict(msgs[-1]["result"])
+        return answer(dict(msgs[-1]["result"]))
 
     sup.jobs.spawn(req_id, child, ws, float(args.get("timeout") or 60)).finish = finish
 
@@ -109,7 +113,7 @@ def read(sup: Supervisor, req_id: int, args: ReadArgs) -> Mapping[str, Any] | No
     if done is not None:
         return done
 
-    def work() -> ReadResult:
+    def work() -> dict[str, str]:
         require_regular(path, os.stat(path).st_mode, "read")
         # O_NONBLOCK: a FIFO swapped in meanwhile must not hang us; fstat catches it.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -118,9 +122,12 @@ def read(sup: Supervisor, req_id: int, args: ReadArgs) -> Mapping[str, Any] | No
             data = f.read(limit + 1)
         if len(data) > limit:
             raise SupervisorError("LimitExceeded", f"{path} is larger than {limit} bytes")
-        return {"data_b64": base64.b64encode(data).decode()}
+        return {"data_b64": base64.b64encode(data).decode()}  # JSON, on the info pipe
 
-    files_job(sup, req_id, args, work)
+    def answer(result: dict[str, Any]) -> ReadResult:
+        return {"data": base64.b64decode(result["data_b64"])}
+
+    files_job(sup, req_id, args, work, answer)
     return None
 
 

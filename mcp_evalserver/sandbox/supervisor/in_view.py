@@ -23,7 +23,6 @@ file made here is owned as a command's would be (the supervisor's uid and gid, i
 
 from __future__ import annotations
 
-import base64
 import errno
 import os
 import stat
@@ -108,7 +107,7 @@ def read(sup: Supervisor, ws: Workspace, args: ReadArgs) -> ReadResult:
         os.close(fd)
     if size > limit:
         raise SupervisorError("LimitExceeded", f"{path} is larger than {limit} bytes")
-    return {"data_b64": base64.b64encode(b"".join(chunks)).decode()}
+    return {"data": b"".join(chunks)}
 
 
 def write(sup: Supervisor, ws: Workspace, args: WriteArgs, data: bytes) -> WriteResult:

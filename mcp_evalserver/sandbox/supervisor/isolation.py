@@ -150,6 +150,27 @@ class _CapData(ctypes.Structure):
                 ("inheritable", ctypes.c_uint32)]  # fmt: skip
 
 
+#: as_the_trajectory's capset arguments for a KEPT_CAPS: the header, this thread's sets as they
+#: were (to come back to), and them lowered. Made once per set, from one capget: the sets are
+#: the supervisor's own, which nothing else changes; were they lowered meanwhile, the capset
+#: back up would fail (EPERM), never raise what is not permitted.
+_CAP_ARGS: dict[tuple[int, ...], tuple[Any, Any, Any]] = {}
+
+
+def _cap_args() -> tuple[Any, Any, Any]:
+    args = _CAP_ARGS.get(KEPT_CAPS)
+    if args is None:
+        header = _CapHeader(0x20080522, 0)
+        saved = (_CapData * 2)()
+        check(libc.capget(ctypes.byref(header), ctypes.byref(saved)), "capget")
+        keep = sum(1 << c for c in KEPT_CAPS)
+        lowered = (_CapData * 2)(*(_CapData(d.permitted & (keep >> 32 * i) & 0xFFFFFFFF,
+                                            d.permitted, d.inheritable)
+                                   for i, d in enumerate(saved)))  # fmt: skip
+        args = _CAP_ARGS[KEPT_CAPS] = (header, saved, lowered)
+    return args
+
+
 @contextlib.contextmanager
 def as_the_trajectory() -> Iterator[None]:
     """This thread without effective capabilities meanwhile, as a trajectory's commands are
@@ -160,13 +181,7 @@ def as_the_trajectory() -> Iterator[None]:
     Raises:
         OSError: the kernel refused (it never should: lowering is always allowed).
     """
-    header = _CapHeader(0x20080522, 0)
-    saved = (_CapData * 2)()
-    check(libc.capget(ctypes.byref(header), ctypes.byref(saved)), "capget")
-    keep = sum(1 << c for c in KEPT_CAPS)
-    lowered = (_CapData * 2)(*(_CapData(d.permitted & (keep >> 32 * i) & 0xFFFFFFFF,
-                                        d.permitted, d.inheritable)
-                               for i, d in enumerate(saved)))  # fmt: skip
+    header, saved, lowered = _cap_args()
     check(libc.capset(ctypes.byref(header), ctypes.byref(lowered)), "capset")
     try:
         yield

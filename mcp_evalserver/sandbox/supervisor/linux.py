@@ -107,6 +107,11 @@ class _OpenHow(ctypes.Structure):
                 ("resolve", ctypes.c_uint64)]  # fmt: skip
 
 
+# openat2's constant arguments, made once: the file tools open twice per call.
+_OPENAT2 = ctypes.c_long(SYSCALL_OPENAT2)
+_OPEN_HOW_SIZE = ctypes.c_size_t(ctypes.sizeof(_OpenHow))
+
+
 def openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
     """openat2(2): opens `path` relative to `dirfd`, resolved as `resolve` (RESOLVE_*) says.
 
@@ -115,9 +120,9 @@ def openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> i
             leave what `resolve` allows, ELOOP on a magic link RESOLVE_NO_MAGICLINKS refuses.
     """
     how = _OpenHow(flags, mode if flags & os.O_CREAT else 0, resolve)
-    fd = libc.syscall(ctypes.c_long(SYSCALL_OPENAT2), ctypes.c_int(dirfd),
+    fd = libc.syscall(_OPENAT2, ctypes.c_int(dirfd),
                       ctypes.c_char_p(path.encode("utf-8", "surrogateescape")),
-                      ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))  # fmt: skip
+                      ctypes.byref(how), _OPEN_HOW_SIZE)  # fmt: skip
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), path)
