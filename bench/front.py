@@ -18,7 +18,7 @@ Writes bench/results/front.json:
   sandbox_cpu_ms_by_workers (the rest of the server's tree: the instance's supervisor, its
   holders and the commands they ran), and client_cpu_ms_by_workers (this process: the 32
   sessions).
-- read_file_*: the same figures for `read_file` of the task's small file (the supervisor forks
+- read_file_*: the same figures for `read_file` of the task's 4 KB file (the supervisor forks
   itself per file operation to read as the trajectory: dearer for the sandbox than `true`).
 - scaling_efficiency_max: calls/s at the most workers over (workers x calls/s at 1);
   cpus_used_by_workers: the CPUs each run had (calls/s x CPU per call of server and clients):
@@ -53,8 +53,8 @@ figure is the median of its rounds, each ratio a ratio of medians:
   `json_response=True`, from the same cheap clients: the floor of a trivial call.
 - cpu_ms_per_call: {tool: {"workers", "sandbox", "total"}} at 1 worker: `trivial`
   (`list_campaigns` on a server with no campaign: a read-only tool touching nothing),
-  `sandbox_exec` of `true`, `read_file` of the task's small file, `write_file` of a small one
-  ("total": the median of the rounds' whole server CPU, which the ratios use);
+  `sandbox_exec` of `true`, `read_file` of the task's 4 KB file (64 lines), `write_file` of a
+  small one ("total": the median of the rounds' whole server CPU, which the ratios use);
   exec_floor_cpu_ms, the kernel's floor (a bare posix_spawn of `true` inside a workspace's
   namespaces, as bench/sandbox.py measures it).
 - base_calls_per_s_1_worker: with `--base DIR` (a checkout of older code, e.g. `git worktree
@@ -99,6 +99,7 @@ from bench.front_ratios import (
     CLIENTS,
     TOOLS,
     WARMUP,
+    bench_repo,
     cpu_bound_calls_per_s,
     front_pids,
     issue_figures,
@@ -108,7 +109,6 @@ from bench.front_ratios import (
 )
 from bench.mcp import http_throughput
 from testsupport.rawmcp import CallFailed, RawSession
-from testsupport.repos import git_repo
 from testsupport.servers import TOKEN, call, http_client, http_server
 
 CALLS_PER_CLIENT = 100
@@ -468,7 +468,7 @@ async def main(
     }
     with tempfile.TemporaryDirectory(prefix="evs-bench-front-") as tmp:
         root = Path(tmp)
-        repo = git_repo(root / "repo")
+        repo = bench_repo(root / "repo")
         if not sessions_only:
             async with contextlib.AsyncExitStack() as stack:
                 if ratios_only:

@@ -9,8 +9,8 @@ medians, and every round's figures stay in the results (`issue_rounds`).
 
 The targets: the MCP SDK's bare server (bench/bare_sdk.py) in its JSON and SSE modes, our
 trivial call (`list_campaigns` on a server that never had a campaign), `sandbox_exec` of
-`true`, `read_file` and `write_file` of small files (one 1-worker server, one claim per
-session), the kernel's exec floor (bench/sandbox.py's FLOOR_SCRIPT in a local workspace's
+`true`, `read_file` of a 4 KB file and `write_file` of a small one (one 1-worker server, one
+claim per session), the kernel's exec floor (bench/sandbox.py's FLOOR_SCRIPT in a local workspace's
 namespaces) and, with a base checkout, that code's server's `sandbox_exec` (calls/s beside
 ours). This module also holds the load pieces bench/front.py's other figures use (TOOLS,
 repo_spec, the CPU split of a server's tree, the bare SDK's process).
@@ -37,18 +37,23 @@ from bench.sandbox import FLOOR_SCRIPT
 from mcp_evalserver.sandbox.base import InstanceSpec, Workspace
 from mcp_evalserver.sandbox.local import LocalBackend
 from testsupport.rawmcp import RawSession
+from testsupport.repos import BUGGY, make_git_repo
 from testsupport.servers import TOKEN, call, http_client, http_server
 
 CLIENTS, WARMUP = 32, 5
 #: Warm-up calls per session before each round is measured (the target sat idle meanwhile).
 ROUND_WARMUP = 2
+#: The file `read_file` reads: issue 39's 4 KB of text, 64 lines of 64 bytes (source code's
+#: shape: the answer numbers each line).
+READ_FILE = "notes.txt"
+READ_TEXT = "".join(f"{n:04d} {'x' * 58}\n" for n in range(64))
 #: The workspace tools the cheap client calls, with their arguments and the prefix of their
 #: keys: `sandbox_exec` of `true` (the supervisor's holder starts a process with `vfork`: the
-#: tool cheapest for the sandbox), `read_file` of the task's small file and `write_file` of a
+#: tool cheapest for the sandbox), `read_file` of the task's 4 KB file and `write_file` of a
 #: small one.
 TOOLS: dict[str, tuple[dict[str, Any], str]] = {
     "sandbox_exec": ({"command": "true"}, ""),
-    "read_file": ({"path": "calc.py"}, "read_file_"),
+    "read_file": ({"path": READ_FILE}, "read_file_"),
     "write_file": ({"path": "scratch.txt", "content": "x = 1\n" * 40}, "write_file_"),
 }
 #: The issue's targets: ratios at most these, except `_vs_base`, at least.
@@ -62,6 +67,11 @@ TARGETS = {
 
 def port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+def bench_repo(path: Path) -> Path:
+    """The benches' task: the demo's calc.py and the 4 KB file `read_file` reads."""
+    return make_git_repo(path, {"calc.py": BUGGY, READ_FILE: READ_TEXT})
 
 
 def repo_spec(repo: Path, samples: int, name: str = "front") -> dict[str, Any]:

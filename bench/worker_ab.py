@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import LoadRecord, child_running, describe_load, write_results
-from bench.front_ratios import TOOLS, Calls, claimed_sessions, plain_calls, port_of
-from testsupport.repos import git_repo
+from bench.front_ratios import TOOLS, Calls, bench_repo, claimed_sessions, plain_calls, port_of
 from testsupport.servers import REPO, http_server
 
 MEASURED = ("trivial", "read_file", "sandbox_exec")
@@ -64,7 +63,7 @@ async def targets_of(
 async def run(base: Path, rounds: int, calls_per_client: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="evs-bench-ab-") as tmp:
         root = Path(tmp)
-        repo = git_repo(root / "repo")
+        repo = bench_repo(root / "repo")
         async with contextlib.AsyncExitStack() as stack:
             sides = {
                 "base": await targets_of(stack, root, "base", repo, base),

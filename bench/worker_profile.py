@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import LoadRecord, describe_load, process_cpu_seconds, write_results
-from bench.front_ratios import CLIENTS, TOOLS, port_of, repo_spec
+from bench.front_ratios import CLIENTS, TOOLS, bench_repo, port_of, repo_spec
 from testsupport.rawmcp import RawSession
-from testsupport.repos import git_repo
 from testsupport.servers import REPO, TOKEN
 
 WARMUP_CALLS = 10  # per session, before profiling: first-use loading, caches, claims
@@ -196,7 +195,7 @@ async def run(
         root = Path(tmp)
         out = keep or root
         out.mkdir(parents=True, exist_ok=True)
-        repo = git_repo(root / "repo")
+        repo = bench_repo(root / "repo")
         tables: dict[str, dict[Function, tuple[float, float]]] = {}
         calls = CLIENTS * calls_per_session
 
