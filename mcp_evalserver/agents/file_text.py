@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import difflib
 import posixpath
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import repeat
+from operator import add as _add
 
 from mcp_evalserver.errors import InvalidInput, LimitExceeded, NotFound
 from mcp_evalserver.sandbox.base import Workspace
@@ -51,7 +55,7 @@ class Lines:
         on, with the offset to read next."""
         if self.total == 0:
             return f"({path} is empty)"
-        text = numbered(split_lines(self.text), self.first)
+        text = numbered_text(self.text, self.first)
         if self.next_offset is not None:
             last = self.first + self.count - 1
             text += (
@@ -82,21 +86,56 @@ def split_lines(text: str) -> list[str]:
     """The lines of `text`, each with its newline, as `cat -n` counts them: only "\\n" ends a
     line (a CRLF file's "\\r" stays part of it; a form feed is no line end)."""
     lines = text.split("\n")
-    ended = [line + "\n" for line in lines[:-1]]
-    return ended + ([lines[-1]] if lines[-1] else [])
+    last = lines.pop()
+    ended = list(map(_add, lines, repeat("\n", len(lines))))  # per line in C: files are long
+    return [*ended, last] if last else ended
+
+
+def line_count(text: str) -> int:
+    """How many lines `split_lines(text)` has, without making them."""
+    return text.count("\n") + (not text.endswith("\n") and bool(text))
 
 
 def numbered(lines: list[str], first: int) -> str:
     """`lines` numbered from `first` as `cat -n` does; a line past `MAX_LINE_CHARS` is clipped
     with a note."""
-    shown = []
-    for number, line in enumerate(lines, first):
-        body = line.removesuffix("\n").removesuffix("\r")  # a CRLF file reads as any other
-        if len(body) > MAX_LINE_CHARS:
-            left = len(body) - MAX_LINE_CHARS
-            body = f"{body[:MAX_LINE_CHARS]}... [line clipped: {left:,} more characters]"
-        shown.append(f"{number:6d}\t{body}")  # NUMBER_CHARS more than the line
-    return "\n".join(shown)
+    return numbered_text("".join(lines), first)
+
+
+def numbered_text(text: str, first: int) -> str:
+    """The lines of `text` (`split_lines`'s) numbered from `first`, as `numbered` does."""
+    bodies = text.split("\n")
+    if not bodies[-1]:
+        bodies.pop()  # the last line ended with its newline
+    if "\r" in text:  # a CRLF file reads as any other
+        bodies = [body.removesuffix("\r") for body in bodies]
+    if bodies and max(map(len, bodies)) > MAX_LINE_CHARS:
+        bodies = list(map(_clipped, bodies))
+    # Each line NUMBER_CHARS longer; the loop runs in C (a read has many lines).
+    return "\n".join(map(_add, _line_numbers(first, len(bodies)), bodies))
+
+
+#: The numbers files' first lines get, made once: formatting them is most of a read's work.
+_NUMBERS: list[str] = []
+_NUMBERS_KEPT = 10_000  # ~640 KB at most
+_NUMBERS_GROWING = threading.Lock()
+
+
+def _line_numbers(first: int, n: int) -> list[str] | Iterator[str]:
+    """Line numbers `first..first+n-1` as `cat -n` prints them, each with its tab."""
+    if first + n > _NUMBERS_KEPT:
+        return map("{:6d}\t".format, range(first, first + n))
+    if len(_NUMBERS) < first + n:
+        with _NUMBERS_GROWING:  # one grower at a time: each starts where the last ended
+            _NUMBERS.extend(map("{:6d}\t".format, range(len(_NUMBERS), first + n)))
+    return _NUMBERS[first : first + n]
+
+
+def _clipped(body: str) -> str:
+    if len(body) <= MAX_LINE_CHARS:
+        return body
+    left = len(body) - MAX_LINE_CHARS
+    return f"{body[:MAX_LINE_CHARS]}... [line clipped: {left:,} more characters]"
 
 
 def decode_text(data: bytes, path: str) -> str:
@@ -146,20 +185,23 @@ def read_lines(
     Raises:
         InvalidInput: binary, or `offset` past the end of the file.
     """
-    lines = split_lines(decode_text(data, path))
-    if offset > max(len(lines), 1):
+    text = decode_text(data, path)
+    total = line_count(text)
+    if offset > max(total, 1):
         raise InvalidInput(
-            f"offset {offset} is past the end of {path} ({len(lines):,} lines): read from "
-            f"offset=1, or offset={max(len(lines) - 20, 1)} for its last lines"
+            f"offset {offset} is past the end of {path} ({total:,} lines): read from "
+            f"offset=1, or offset={max(total - 20, 1)} for its last lines"
         )
+    if offset == 1 and limit >= total and len(data) + per_line * total <= max_bytes:
+        return Lines(text, 1, total, total, len(data))  # the whole file: most reads
     shown: list[str] = []
     used = 0
-    for line in lines[offset - 1 : offset - 1 + limit]:
+    for line in split_lines(text)[offset - 1 : offset - 1 + limit]:
         used += len(line.encode()) + per_line
         if shown and used > max_bytes:
             break
         shown.append(line)
-    return Lines("".join(shown), offset, len(shown), len(lines), len(data))
+    return Lines("".join(shown), offset, len(shown), total, len(data))
 
 
 def outside_workdir(path: str, workdir: str | None) -> str | None:
