@@ -72,20 +72,18 @@ def exec_result(job: Job) -> dict[str, Any]:
         if "error" in msg and not job.timed_out:
             raise SupervisorError(error_type(msg.get("kind")), msg["error"])
     raw = next((m["status"] for m in messages if "status" in m), job.status)
-    ours = job.killed or job.ws is None
-    if raw is None and not ours:
-        # Its parent died before reporting and we did not kill it: the holder died (its
-        # execs die with it) or was killed from outside. Not the command's doing, so not a
-        # result: the trajectory's workspace is lost.
-        raise _lost_holder(job)
-    if raw is None:  # its parent was killed (timeout, cancel, destroy) before reporting
+    if raw is None:  # its parent was killed before reporting
         code = -signal.SIGKILL
     else:
         code = os.WEXITSTATUS(raw) if os.WIFEXITED(raw) else -os.WTERMSIG(raw)
-    if code == -signal.SIGKILL and not ours and holder_gone(job.ws):
-        # The same, when the holder's runner outlived it long enough to report the SIGKILL
-        # its command got when the holder's death took the workspace's processes with it.
-        raise _lost_holder(job)
+    # A SIGKILL not ours (timeout, cancel, destroy): its parent died before reporting, or the
+    # holder's runner outlived a dead holder long enough to report the SIGKILL its death gave
+    # the workspace's processes. Either way not the command's doing, so not a result: the
+    # trajectory's workspace is lost.
+    ws = None if job.killed or code != -signal.SIGKILL else job.ws
+    if ws is not None and (raw is None or holder_gone(ws)):
+        lost = f"workspace {ws.name!r} lost its holder while a command ran"
+        raise SupervisorError("InfrastructureError", lost)
     (out, out_trunc), (err, err_trunc) = job.output()
     return {
         "exit_code": code, "stdout": out, "stderr": err,
@@ -94,18 +92,11 @@ def exec_result(job: Job) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _lost_holder(job: Job) -> SupervisorError:
-    name = job.ws.name if job.ws is not None else "?"
-    return SupervisorError(
-        "InfrastructureError", f"workspace {name!r} lost its holder while a command ran"
-    )
-
-
-def holder_gone(ws: Workspace | None) -> bool:
+def holder_gone(ws: Workspace) -> bool:
     """Whether `ws`'s holder has died: its end of the control socket is closed (the kernel
     closes a dying process's files before its children learn of its death)."""
-    if ws is None or ws.ctl is None:
-        return ws is not None
+    if ws.ctl is None:
+        return True
     poller = select.poll()
     poller.register(ws.ctl, select.POLLRDHUP)
     return bool(poller.poll(0))
