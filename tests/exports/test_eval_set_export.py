@@ -3,6 +3,7 @@ one log per agent, each tagged with the set's id, and the set's manifest (issue 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from inspect_ai._util.log_layout import eval_log_name
 from inspect_ai.log import list_eval_logs, read_eval_log
 
 from mcp_evalserver.engine.eval_sets import EvalSetStore, run_set
+from mcp_evalserver.engine.exports.eval_set_logs import write_eval_set_logs
 from mcp_evalserver.engine.store import CampaignStore
 from tests.exports.test_inspect_export import export
 
@@ -32,6 +34,19 @@ async def _finished_set(state_dir: Path) -> None:
     }
     with anyio.fail_after(60):
         await run_set(sets, await sets.create(spec, None, "s"))
+
+
+async def test_a_set_exported_on_a_running_loop_leaves_asyncio_unpatched(tmp_path: Path) -> None:
+    """Inspect's manifest writer reads the logs back with its sync reader, which would patch
+    asyncio process-wide from a thread whose loop runs (see test_inspect_export.py's twin)."""
+    state_dir = tmp_path / "state"
+    await _finished_set(state_dir)
+    tasks_before = asyncio.Task
+    written = write_eval_set_logs(EvalSetStore(CampaignStore(state_dir)), "s", tmp_path / "logs")
+    assert len(written) == 2
+    assert not getattr(asyncio, "_nest_patched", False)
+    assert asyncio.Task is tasks_before
+    assert (tmp_path / "logs" / "logs.json").is_file()
 
 
 async def test_a_set_exports_one_inspect_log_per_agent_as_inspect_eval_set_lays_them_out(

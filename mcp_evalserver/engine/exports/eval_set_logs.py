@@ -14,6 +14,7 @@ from mcp_evalserver.engine.eval_sets import EvalSetStore
 from mcp_evalserver.engine.exports.inspect_log import (
     iso_time,
     model_name,
+    off_the_callers_loop,
     require_inspect,
     write_inspect_log,
 )
@@ -62,5 +63,6 @@ def write_eval_set_logs(sets: EvalSetStore, set_id: str, out: Path) -> list[Path
         )
     manifest = {"eval_set_id": evalset.id, "tasks": entries}
     write_atomically(out / EVAL_SET_FILE, (json.dumps(manifest, indent=2) + "\n").encode())
-    write_log_dir_manifest(str(out))
+    # It reads the logs' headers back with Inspect's sync reader.
+    off_the_callers_loop(lambda: write_log_dir_manifest(str(out)))
     return written

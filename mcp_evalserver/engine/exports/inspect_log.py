@@ -75,7 +75,7 @@ def write_inspect_log(
     fd, temporary = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=out.suffix, dir=out.parent)
     os.close(fd)
     try:
-        _off_the_callers_loop(
+        off_the_callers_loop(
             lambda: write_eval_log(log, temporary, format=SUFFIXES[out.suffix])  # type: ignore[arg-type]
         )
         os.chmod(temporary, 0o644)
@@ -85,11 +85,11 @@ def write_inspect_log(
         raise
 
 
-def _off_the_callers_loop(write: Callable[[], None]) -> None:
-    """Runs Inspect's writer where no event loop runs: called on a thread whose loop is
-    running, Inspect re-enters that loop with nest_asyncio, which patches asyncio for the whole
-    process (pure-Python tasks, and an event loop made and never closed by each thread that
-    later asks for one: litellm's sync calls do)."""
+def off_the_callers_loop(write: Callable[[], None]) -> None:
+    """Runs `write` (a call of Inspect's sync API) where no event loop runs: called on a
+    thread whose loop is running, Inspect re-enters that loop with nest_asyncio, which patches
+    asyncio for the whole process (pure-Python tasks, and an event loop made and never closed
+    by each thread that later asks for one: litellm's sync calls do)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
