@@ -159,3 +159,44 @@ async def test_a_command_whose_workspace_lost_its_holder_is_an_infrastructure_er
         assert instance.dead is None
         async with await instance.workspace("next") as other:
             assert (await other.exec("cat a.txt")).stdout == "hello\n"
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param("local", marks=pytest.mark.root),
+        pytest.param("docker", marks=pytest.mark.docker),
+    ],
+)
+async def test_file_tools_of_a_workspace_whose_holder_died_fail_and_never_serve_its_dead_view(
+    kind: str, tmp_path: Path
+) -> None:
+    # The supervisor serves files through a dirfd of the view, which would outlive the holder
+    # (and keep its mounts alive): the holder's death must be seen before every file operation.
+    task = _task(kind, tmp_path / "instance")
+    async with _pool() as pool:
+        with anyio.fail_after(120):
+            instance = await pool.instance(task, anyio.CapacityLimiter(1))
+            workspace = await instance.workspace("held")
+            assert isinstance(workspace, SupervisedWorkspace)
+            await workspace.write_file("kept.txt", "kept\n")
+            assert await workspace.read_file("kept.txt") == b"kept\n"  # the dirfd is open
+            holder = os.pidfd_open(holder_of(workspace))
+            try:
+                os.kill(holder_of(workspace), signal.SIGKILL)
+                await anyio.wait_readable(holder)  # readable once it has exited
+            finally:
+                os.close(holder)
+            operations = {
+                "read": workspace.read_file("kept.txt"),
+                "write": workspace.write_file("new.txt", "new\n"),
+                "list": workspace.list("."),
+            }
+            for name, operation in operations.items():
+                with pytest.raises(InfrastructureError, match="holder") as failed:
+                    await operation
+                assert "view is gone" in str(failed.value), name
+        # The instance itself is fine: another workspace works.
+        assert instance.dead is None
+        async with await instance.workspace("next") as other:
+            assert await other.read_file("a.txt") == b"hello\n"

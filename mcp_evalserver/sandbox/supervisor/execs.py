@@ -6,7 +6,6 @@ from __future__ import annotations
 import array
 import base64
 import os
-import select
 import signal
 import socket
 import time
@@ -81,7 +80,7 @@ def exec_result(job: Job) -> dict[str, Any]:
     # the workspace's processes. Either way not the command's doing, so not a result: the
     # trajectory's workspace is lost.
     ws = None if job.killed or code != -signal.SIGKILL else job.ws
-    if ws is not None and (raw is None or holder_gone(ws)):
+    if ws is not None and (raw is None or ws.holder_gone()):
         lost = f"workspace {ws.name!r} lost its holder while a command ran"
         raise SupervisorError("InfrastructureError", lost)
     (out, out_trunc), (err, err_trunc) = job.output()
@@ -90,16 +89,6 @@ def exec_result(job: Job) -> dict[str, Any]:
         "stdout_truncated": out_trunc, "stderr_truncated": err_trunc,
         "duration_s": time.monotonic() - job.started, "timed_out": job.timed_out,
     }  # fmt: skip
-
-
-def holder_gone(ws: Workspace) -> bool:
-    """Whether `ws`'s holder has died: its end of the control socket is closed (the kernel
-    closes a dying process's files before its children learn of its death)."""
-    if ws.ctl is None:
-        return True
-    poller = select.poll()
-    poller.register(ws.ctl, select.POLLRDHUP)
-    return bool(poller.poll(0))
 
 
 #: Who commits in a workspace unless its repository or the command says (`git commit` fails

@@ -49,9 +49,10 @@ def view_dir(sup: Supervisor, ws: Workspace) -> ViewDir:
     Raises:
         Elsewhere: no holder, or the kernel lacks openat2 (remembered: asked once).
     """
-    if ws.holder_pid and not os.path.exists(f"/proc/{ws.holder_pid}/ns/mnt"):
-        # A killed holder (a zombie, or gone) has no namespaces: the view is lost, and the
-        # dirfd would serve its stale mounts. The forked child fails the same way (its setns).
+    if ws.holder_pid and ws.holder_gone():
+        # A dead holder (dying, a zombie, or gone) loses its namespaces: the view is lost, and
+        # the dirfd would serve its stale mounts. The forked child fails the same way (its
+        # setns). Its closed socket says so first (Workspace.holder_gone).
         forget_view_dir(ws)
         raise SupervisorError(
             "InfrastructureError", "the workspace's holder died: its view is gone"
