@@ -111,24 +111,32 @@ def numbered_text(text: str, first: int) -> str:
         bodies = [body.removesuffix("\r") for body in bodies]
     if bodies and max(map(len, bodies)) > MAX_LINE_CHARS:
         bodies = list(map(_clipped, bodies))
-    # Each line NUMBER_CHARS longer; the loop runs in C (a read has many lines).
-    return "\n".join(map(_add, _line_numbers(first, len(bodies)), bodies))
+    # The numbers (each with the newline before its line) and the lines, interleaved in one
+    # list joined once: no string made per line, and the loops run in C (a read has many
+    # lines; 4 KB of 64 lines: 11.6 -> 6 us, timeit).
+    parts = [""] * (2 * len(bodies))
+    parts[0::2] = _line_starts(first, len(bodies))
+    parts[1::2] = bodies
+    if parts:
+        parts[0] = parts[0][1:]  # the first line has no newline before it
+    return "".join(parts)
 
 
-#: The numbers files' first lines get, made once: formatting them is most of a read's work.
-_NUMBERS: list[str] = []
-_NUMBERS_KEPT = 10_000  # ~640 KB at most
-_NUMBERS_GROWING = threading.Lock()
+#: The starts of files' first lines, made once: formatting the numbers is most of a read's work.
+_STARTS: list[str] = []
+_STARTS_KEPT = 10_000  # ~640 KB at most
+_STARTS_GROWING = threading.Lock()
 
 
-def _line_numbers(first: int, n: int) -> list[str] | Iterator[str]:
-    """Line numbers `first..first+n-1` as `cat -n` prints them, each with its tab."""
-    if first + n > _NUMBERS_KEPT:
-        return map("{:6d}\t".format, range(first, first + n))
-    if len(_NUMBERS) < first + n:
-        with _NUMBERS_GROWING:  # one grower at a time: each starts where the last ended
-            _NUMBERS.extend(map("{:6d}\t".format, range(len(_NUMBERS), first + n)))
-    return _NUMBERS[first : first + n]
+def _line_starts(first: int, n: int) -> list[str] | Iterator[str]:
+    """The starts of lines `first..first+n-1` as `cat -n` prints them: a newline, the number
+    and a tab."""
+    if first + n > _STARTS_KEPT:
+        return map("\n{:6d}\t".format, range(first, first + n))
+    if len(_STARTS) < first + n:
+        with _STARTS_GROWING:  # one grower at a time: each starts where the last ended
+            _STARTS.extend(map("\n{:6d}\t".format, range(len(_STARTS), first + n)))
+    return _STARTS[first : first + n]
 
 
 def _clipped(body: str) -> str:
