@@ -113,7 +113,7 @@ def numbered_text(text: str, first: int) -> str:
         bodies = list(map(_clipped, bodies))
     # The numbers (each with the newline before its line) and the lines, interleaved in one
     # list joined once: no string made per line, and the loops run in C (a read has many
-    # lines; 4 KB of 64 lines: 11.6 -> 6 us, timeit).
+    # lines; 4 KB of 64 lines: 14.3 -> 9.8 us, timeit beside the old way).
     parts = [""] * (2 * len(bodies))
     parts[0::2] = _line_starts(first, len(bodies))
     parts[1::2] = bodies

@@ -155,7 +155,7 @@ class _AsTheTrajectory:
     are the supervisor's own, which nothing else changes; were they lowered meanwhile, the
     capset back up would fail (EPERM), never raise what is not permitted."""
 
-    __slots__ = ("header", "header_ref", "lowered", "lowered_ref", "saved", "saved_ref")
+    __slots__ = ("header", "lowered", "saved")
 
     def __init__(self) -> None:
         header = _CapHeader(0x20080522, 0)
@@ -165,16 +165,15 @@ class _AsTheTrajectory:
         lowered = (_CapData * 2)(*(_CapData(d.permitted & (keep >> 32 * i) & 0xFFFFFFFF,
                                             d.permitted, d.inheritable)
                                    for i, d in enumerate(saved)))  # fmt: skip
-        # Kept with their references: the pointers below do not keep what they point to.
-        self.header, self.saved, self.lowered = header, saved, lowered
-        self.header_ref = ctypes.byref(header)
-        self.saved_ref, self.lowered_ref = ctypes.byref(saved), ctypes.byref(lowered)
+        # Each pointer keeps what it points to alive (ctypes.byref holds a reference).
+        self.header, self.saved = ctypes.byref(header), ctypes.byref(saved)
+        self.lowered = ctypes.byref(lowered)
 
     def __enter__(self) -> None:
-        check(libc.capset(self.header_ref, self.lowered_ref), "capset")
+        check(libc.capset(self.header, self.lowered), "capset")
 
     def __exit__(self, *exc_info: object) -> None:
-        check(libc.capset(self.header_ref, self.saved_ref), "capset")
+        check(libc.capset(self.header, self.saved), "capset")
 
 
 _AS_THE_TRAJECTORY: dict[tuple[int, ...], _AsTheTrajectory] = {}
