@@ -52,6 +52,24 @@ async def _pool() -> AsyncIterator[SandboxPool]:
         yield pool
 
 
+#: The local and the docker backend, each where it can run.
+EACH_KIND = pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param("local", marks=pytest.mark.root),
+        pytest.param("docker", marks=pytest.mark.docker),
+    ],
+)
+
+
+async def _held_workspace(pool: SandboxPool, task: Task) -> tuple[Instance, SupervisedWorkspace]:
+    """`task`'s instance and a workspace of it, "held"."""
+    instance = await pool.instance(task, anyio.CapacityLimiter(1))
+    workspace = await instance.workspace("held")
+    assert isinstance(workspace, SupervisedWorkspace)
+    return instance, workspace
+
+
 async def _lose(instance: Instance, fault: Fault) -> SupervisedWorkspace:
     """Starts a command, injects the fault while it runs, and checks how that command ended."""
     assert isinstance(instance, SupervisedInstance)
@@ -120,22 +138,13 @@ def _collect(into: list[Reprovisioned]) -> Callable[[Reprovisioned], Awaitable[N
     return collect
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param("local", marks=pytest.mark.root),
-        pytest.param("docker", marks=pytest.mark.docker),
-    ],
-)
+@EACH_KIND
 async def test_a_command_whose_workspace_lost_its_holder_is_an_infrastructure_error(
     kind: str, tmp_path: Path
 ) -> None:
-    task = _task(kind, tmp_path / "instance")
     async with _pool() as pool:
         with anyio.fail_after(120):
-            instance = await pool.instance(task, anyio.CapacityLimiter(1))
-            workspace = await instance.workspace("held")
-            assert isinstance(workspace, SupervisedWorkspace)
+            instance, workspace = await _held_workspace(pool, _task(kind, tmp_path / "instance"))
             await workspace.exec("true")
         failure: list[BaseException] = []
 
@@ -161,24 +170,15 @@ async def test_a_command_whose_workspace_lost_its_holder_is_an_infrastructure_er
             assert (await other.exec("cat a.txt")).stdout == "hello\n"
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param("local", marks=pytest.mark.root),
-        pytest.param("docker", marks=pytest.mark.docker),
-    ],
-)
+@EACH_KIND
 async def test_file_tools_of_a_workspace_whose_holder_died_fail_and_never_serve_its_dead_view(
     kind: str, tmp_path: Path
 ) -> None:
     # The supervisor serves files through a dirfd of the view, which would outlive the holder
     # (and keep its mounts alive): the holder's death must be seen before every file operation.
-    task = _task(kind, tmp_path / "instance")
     async with _pool() as pool:
         with anyio.fail_after(120):
-            instance = await pool.instance(task, anyio.CapacityLimiter(1))
-            workspace = await instance.workspace("held")
-            assert isinstance(workspace, SupervisedWorkspace)
+            instance, workspace = await _held_workspace(pool, _task(kind, tmp_path / "instance"))
             await workspace.write_file("kept.txt", "kept\n")
             assert await workspace.read_file("kept.txt") == b"kept\n"  # the dirfd is open
             holder = os.pidfd_open(holder_of(workspace))
