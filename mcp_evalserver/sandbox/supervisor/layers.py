@@ -238,7 +238,7 @@ class WorkspaceLayers:
             copy = os.path.join(self.area.path, f"c{self.area.serial + 1}")
             self.area.serial += 1
             try:
-                _copy_tree(self.upper, copy, keep=KEPT_OVERLAY_XATTRS)
+                copy_tree(self.upper, copy, keep=KEPT_OVERLAY_XATTRS)
             except OSError as e:
                 shutil.rmtree(copy, ignore_errors=True)
                 if e.errno == errno.ENOSPC:
@@ -499,16 +499,33 @@ def _copy_entry(src: str, dst: str, st: os.stat_result, keep: tuple[str, ...] = 
     _copy_meta(src, dst, st, keep)
 
 
-def _copy_tree(src: str, dst: str, keep: tuple[str, ...] = ()) -> None:
-    """`src` at `dst`; `keep`: the overlayfs marks to copy (a layer copied as a layer)."""
+#: What copying an entry of a live tree raises when the entry went, or changed kind, after the
+#: copy listed it (a checkpoint copies the upper of a workspace whose processes write on).
+_WENT_MEANWHILE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR})
+
+
+def copy_tree(src: str, dst: str, keep: tuple[str, ...] = ()) -> None:
+    """`src` at `dst`; `keep`: the overlayfs marks to copy (a layer copied as a layer).
+
+    `src` may be changing (the upper of a workspace whose processes run): an entry that goes,
+    or changes kind, while it is copied is left out, as if listed after it went, and what was
+    made of it is removed; the copy holds every other entry as it was at some moment of it.
+    """
     st = os.lstat(src)
     os.mkdir(dst, 0o700)
-    for entry in os.scandir(src):
-        child = os.lstat(entry.path)
-        if stat.S_ISDIR(child.st_mode):
-            _copy_tree(entry.path, os.path.join(dst, entry.name), keep)
-        else:
-            _copy_entry(entry.path, os.path.join(dst, entry.name), child, keep)
+    with os.scandir(src) as entries:
+        for entry in entries:
+            target = os.path.join(dst, entry.name)
+            try:
+                child = os.lstat(entry.path)
+                if stat.S_ISDIR(child.st_mode):
+                    copy_tree(entry.path, target, keep)
+                else:
+                    _copy_entry(entry.path, target, child, keep)
+            except OSError as e:
+                if e.errno not in _WENT_MEANWHILE:
+                    raise
+                _remove(target)
     _copy_meta(src, dst, st, keep)
 
 
@@ -528,7 +545,7 @@ def _apply_layer(src: str, dst: str, rel: str, merged_view: Callable[[], str]) -
             _remove(target)
             final = merged_view() + path
             if os.path.isdir(final) and not os.path.islink(final):
-                _copy_tree(final, target)
+                copy_tree(final, target)
                 os.setxattr(target, OPAQUE, b"y")
                 continue
             # Renamed or removed again by a newer squashed layer, which will say so.
