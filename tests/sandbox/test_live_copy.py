@@ -9,7 +9,9 @@ directory made and removed and a name that is now a file, now a directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,3 +73,81 @@ def test_a_tree_copied_while_it_changes_is_copied_without_what_went_meanwhile(
         assert (copy / "clock.txt").read_text().isdigit()
         if (copy / "d").exists():
             assert {p.name for p in (copy / "d").iterdir()} <= {"x"}
+
+
+SECRET = "host secret\n"
+
+
+@contextlib.contextmanager
+def _alarm_after(seconds: int) -> Iterator[None]:
+    """Raises TimeoutError in this (the main) thread after `seconds`, even in a blocking open
+    (a FIFO's): the signal's handler raises, so the system call is not retried."""
+
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"the copy took over {seconds} s: blocked on a FIFO?")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def swapping_tree(tmp_path: Path) -> Iterator[Path]:
+    """A tree whose owner (a cheating agent's processes, here a thread) keeps swapping a
+    directory for a symlink to a directory outside it, a file for a symlink to a file outside
+    it, and a file for a FIFO, each back again, while a checkpoint copies the tree."""
+    outside = tmp_path / "host"
+    outside.mkdir()
+    (outside / "shadow").write_text(SECRET)
+    tree = tmp_path / "upper"
+    (tree / "dir").mkdir(parents=True)
+    for n in range(20):
+        (tree / "dir" / f"f{n}").write_text("mine\n")
+    (tree / "file").write_text("mine\n")
+    stop, started = threading.Event(), threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            os.rename(tree / "dir", tree / "dir.real")
+            os.symlink(outside, tree / "dir.link")
+            os.rename(tree / "dir.link", tree / "dir")
+            (tree / "file.link").symlink_to(outside / "shadow")
+            os.rename(tree / "file.link", tree / "file")
+            os.unlink(tree / "dir")
+            os.rename(tree / "dir.real", tree / "dir")
+            os.mkfifo(tree / "file.fifo")
+            os.rename(tree / "file.fifo", tree / "file")
+            (tree / "file.new").write_text("mine\n")
+            os.rename(tree / "file.new", tree / "file")
+            started.set()
+
+    swapper = threading.Thread(target=swap, daemon=True)
+    swapper.start()
+    try:
+        assert started.wait(30), "the swapper never swapped"
+        yield tree
+    finally:
+        stop.set()
+        swapper.join(timeout=30)
+
+
+def test_a_copy_of_a_tree_whose_owner_swaps_in_symlinks_and_fifos_never_leaves_it_or_hangs(
+    swapping_tree: Path, tmp_path: Path
+) -> None:
+    # The attack: the supervisor copies a busy workspace's upper as root, on the host; a
+    # symlink swapped in for a directory between its listing and its walk, or for a file
+    # between its check and its read, would copy the host's files into the checkpoint, which
+    # the agent then reads. A FIFO swapped in would hang the copy (and the supervisor).
+    with _alarm_after(120):
+        for n in range(COPIES):
+            copy = tmp_path / f"copy{n}"
+            copy_tree(str(swapping_tree), str(copy))
+            copied = [p for p in copy.rglob("*") if p.is_file() and not p.is_symlink()]
+            leaked = [p for p in copied if p.read_text() == SECRET]
+            assert not leaked, f"copy {n} holds the host's file: {leaked}"
+            for link in (p for p in copy.rglob("*") if p.is_symlink()):
+                assert os.readlink(link).startswith(str(tmp_path / "host"))  # kept as a link

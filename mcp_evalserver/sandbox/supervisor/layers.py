@@ -475,15 +475,17 @@ def _remove(path: str) -> os.stat_result | None:
     return st
 
 
-def _copy_meta(src: str, dst: str, st: os.stat_result, keep: tuple[str, ...] = ()) -> None:
-    """Owner, mode, times and user-visible xattrs (of overlayfs' own, only those in `keep`)."""
+def _copy_meta(src: str | int, dst: str, st: os.stat_result, keep: tuple[str, ...] = ()) -> None:
+    """Owner, mode, times and user-visible xattrs (of overlayfs' own, only those in `keep`) of
+    `src`: a path (its last component not followed) or an open file descriptor."""
     os.chown(dst, st.st_uid, st.st_gid, follow_symlinks=False)
     if not stat.S_ISLNK(st.st_mode):
         os.chmod(dst, stat.S_IMODE(st.st_mode))
+    follow = {} if isinstance(src, int) else {"follow_symlinks": False}
     with contextlib.suppress(OSError):
-        for name in os.listxattr(src, follow_symlinks=False):
+        for name in os.listxattr(src, **follow):
             if name in keep or not name.startswith(OVERLAY_XATTRS):
-                os.setxattr(dst, name, os.getxattr(src, name, follow_symlinks=False),
+                os.setxattr(dst, name, os.getxattr(src, name, **follow),
                             follow_symlinks=False)  # fmt: skip
     os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
 
@@ -501,32 +503,85 @@ def _copy_entry(src: str, dst: str, st: os.stat_result, keep: tuple[str, ...] = 
 
 #: What copying an entry of a live tree raises when the entry went, or changed kind, after the
 #: copy listed it (a checkpoint copies the upper of a workspace whose processes write on).
-_WENT_MEANWHILE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR})
+_WENT_MEANWHILE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ELOOP})
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class _ChangedKind(Exception):
+    """The entry is no longer of the kind it was listed as (a swap meanwhile)."""
 
 
 def copy_tree(src: str, dst: str, keep: tuple[str, ...] = ()) -> None:
     """`src` at `dst`; `keep`: the overlayfs marks to copy (a layer copied as a layer).
 
-    `src` may be changing (the upper of a workspace whose processes run): an entry that goes,
-    or changes kind, while it is copied is left out, as if listed after it went, and what was
-    made of it is removed; the copy holds every other entry as it was at some moment of it.
+    `src` may be changing (the upper of a workspace whose processes run, which they control):
+    it is walked by file descriptors, each directory opened in its parent's and nothing
+    followed, so a symlink swapped in for a directory or a file never leads the copy out of
+    `src`, and a file is read only through the inode that was checked to be a regular file
+    (never a FIFO or a device swapped in). An entry that goes, or changes kind, while it is
+    copied is left out, as if listed after it went; the copy holds every other entry as it
+    was at some moment of it.
     """
-    st = os.lstat(src)
+    fd = os.open(src, _DIRECTORY)
+    try:
+        _copy_directory(fd, dst, keep)
+    finally:
+        os.close(fd)
+
+
+def _copy_directory(fd: int, dst: str, keep: tuple[str, ...]) -> None:
     os.mkdir(dst, 0o700)
-    with os.scandir(src) as entries:
+    with os.scandir(fd) as entries:
         for entry in entries:
             target = os.path.join(dst, entry.name)
             try:
-                child = os.lstat(entry.path)
-                if stat.S_ISDIR(child.st_mode):
-                    copy_tree(entry.path, target, keep)
-                else:
-                    _copy_entry(entry.path, target, child, keep)
+                _copy_at(fd, entry.name, target, keep)
+            except _ChangedKind:
+                _remove(target)
             except OSError as e:
                 if e.errno not in _WENT_MEANWHILE:
                     raise
                 _remove(target)
-    _copy_meta(src, dst, st, keep)
+    _copy_meta(fd, dst, os.fstat(fd), keep)
+
+
+def _copy_at(parent: int, name: str, dst: str, keep: tuple[str, ...]) -> None:
+    """The entry `name` of the directory `parent` at `dst`, exactly."""
+    st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    if stat.S_ISDIR(st.st_mode):
+        fd = os.open(name, _DIRECTORY, dir_fd=parent)  # a symlink swapped in: ELOOP
+        try:
+            _copy_directory(fd, dst, keep)
+        finally:
+            os.close(fd)
+        return
+    if stat.S_ISREG(st.st_mode):
+        # O_PATH opens no device and wakes no FIFO; the inode checked is the one read.
+        pinned = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        try:
+            st = os.fstat(pinned)
+            if not stat.S_ISREG(st.st_mode):
+                raise _ChangedKind(name)
+            with (
+                open(f"/proc/self/fd/{pinned}", "rb") as source,
+                open(dst, "xb") as copy,
+            ):
+                shutil.copyfileobj(source, copy, 1 << 20)
+                copy.flush()  # before the times are set: a later write would move them
+                _copy_meta(source.fileno(), dst, st, keep)
+        finally:
+            os.close(pinned)
+        return
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            os.symlink(os.readlink(name, dir_fd=parent), dst)
+        except OSError as e:
+            if e.errno == errno.EINVAL:  # no longer a symlink
+                raise _ChangedKind(name) from e
+            raise
+    else:  # whiteouts (0/0 character devices), fifos, sockets, devices: made, never opened
+        os.mknod(dst, st.st_mode, st.st_rdev)
+    _copy_meta(f"/proc/self/fd/{parent}/{name}", dst, st, keep)
 
 
 def _apply_layer(src: str, dst: str, rel: str, merged_view: Callable[[], str]) -> None:
