@@ -13,7 +13,8 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,27 @@ import pytest
 from mcp_evalserver.sandbox.supervisor.layers import copy_tree
 
 COPIES = 300
+
+
+@contextlib.contextmanager
+def _changing(change: Callable[[], None]) -> Iterator[None]:
+    """`change()` over and over in a thread of its own (a workspace's processes writing on),
+    from its first whole pass until the block ends."""
+    stop, started = threading.Event(), threading.Event()
+
+    def keep_changing() -> None:
+        while not stop.is_set():
+            change()
+            started.set()
+
+    changer = threading.Thread(target=keep_changing, daemon=True)
+    changer.start()
+    try:
+        assert started.wait(30), "the tree never changed"
+        yield
+    finally:
+        stop.set()
+        changer.join(timeout=30)
 
 
 @pytest.fixture
@@ -31,32 +53,21 @@ def busy_tree(tmp_path: Path) -> Iterator[Path]:
     (tree / "kept.txt").write_text("kept\n")
     for n in range(50):  # enough entries that the copy is still listing when one goes
         (tree / "sub" / f"f{n}").write_text(str(n))
-    stop, started = threading.Event(), threading.Event()
 
     def write_on() -> None:
-        n = 0
-        while not stop.is_set():
-            n += 1
-            (tree / "c.tmp").write_text(str(n))
-            os.replace(tree / "c.tmp", tree / "clock.txt")
-            started.set()
-            (tree / "d").mkdir()
-            (tree / "d" / "x").write_text("x")
-            (tree / "d" / "x").unlink()
-            (tree / "d").rmdir()
-            (tree / "sub" / "flip").write_text("file")
-            (tree / "sub" / "flip").unlink()
-            (tree / "sub" / "flip").mkdir()
-            (tree / "sub" / "flip").rmdir()
+        (tree / "c.tmp").write_text(str(time.monotonic_ns()))
+        os.replace(tree / "c.tmp", tree / "clock.txt")
+        (tree / "d").mkdir()
+        (tree / "d" / "x").write_text("x")
+        (tree / "d" / "x").unlink()
+        (tree / "d").rmdir()
+        (tree / "sub" / "flip").write_text("file")
+        (tree / "sub" / "flip").unlink()
+        (tree / "sub" / "flip").mkdir()
+        (tree / "sub" / "flip").rmdir()
 
-    writer = threading.Thread(target=write_on, daemon=True)
-    writer.start()
-    try:
-        assert started.wait(30), "the writer never wrote"
+    with _changing(write_on):
         yield tree
-    finally:
-        stop.set()
-        writer.join(timeout=30)
 
 
 def test_a_tree_copied_while_it_changes_is_copied_without_what_went_meanwhile(
@@ -108,31 +119,22 @@ def swapping_tree(tmp_path: Path) -> Iterator[Path]:
     for n in range(20):
         (tree / "dir" / f"f{n}").write_text("mine\n")
     (tree / "file").write_text("mine\n")
-    stop, started = threading.Event(), threading.Event()
 
     def swap() -> None:
-        while not stop.is_set():
-            os.rename(tree / "dir", tree / "dir.real")
-            os.symlink(outside, tree / "dir.link")
-            os.rename(tree / "dir.link", tree / "dir")
-            (tree / "file.link").symlink_to(outside / "shadow")
-            os.rename(tree / "file.link", tree / "file")
-            os.unlink(tree / "dir")
-            os.rename(tree / "dir.real", tree / "dir")
-            os.mkfifo(tree / "file.fifo")
-            os.rename(tree / "file.fifo", tree / "file")
-            (tree / "file.new").write_text("mine\n")
-            os.rename(tree / "file.new", tree / "file")
-            started.set()
+        os.rename(tree / "dir", tree / "dir.real")
+        os.symlink(outside, tree / "dir.link")
+        os.rename(tree / "dir.link", tree / "dir")
+        (tree / "file.link").symlink_to(outside / "shadow")
+        os.rename(tree / "file.link", tree / "file")
+        os.unlink(tree / "dir")
+        os.rename(tree / "dir.real", tree / "dir")
+        os.mkfifo(tree / "file.fifo")
+        os.rename(tree / "file.fifo", tree / "file")
+        (tree / "file.new").write_text("mine\n")
+        os.rename(tree / "file.new", tree / "file")
 
-    swapper = threading.Thread(target=swap, daemon=True)
-    swapper.start()
-    try:
-        assert started.wait(30), "the swapper never swapped"
+    with _changing(swap):
         yield tree
-    finally:
-        stop.set()
-        swapper.join(timeout=30)
 
 
 def test_a_copy_of_a_tree_whose_owner_swaps_in_symlinks_and_fifos_never_leaves_it_or_hangs(
