@@ -562,10 +562,8 @@ def _copy_at(parent: int, name: str, dst: str, keep: tuple[str, ...]) -> None:
             st = os.fstat(pinned)
             if not stat.S_ISREG(st.st_mode):
                 raise _ChangedKind(name)
-            with (
-                open(f"/proc/self/fd/{pinned}", "rb") as source,
-                open(dst, "xb") as copy,
-            ):
+            # One line, not parenthesized: the supervisor runs on Python 3.8.
+            with open(f"/proc/self/fd/{pinned}", "rb") as source, open(dst, "xb") as copy:
                 shutil.copyfileobj(source, copy, 1 << 20)
                 copy.flush()  # before the times are set: a later write would move them
                 _copy_meta(source.fileno(), dst, st, keep)
