@@ -1,5 +1,5 @@
 """`SupervisorClient`: the supervisor's JSON-lines protocol (`supervisor/protocol.py`) over any
-anyio byte stream.
+anyio byte stream, or over pipes or a unix socket the event loop serves itself.
 
 How a backend uses it (all the sandbox logic lives in the supervisor and `supervised.py`; a
 backend only provisions something that runs `python3 -I -S supervisor` (the folder) and opens
@@ -15,6 +15,13 @@ a byte stream to its stdin/stdout):
 `SUPERVISOR_SOURCE` is the folder to run in an instance; `SUPERVISOR_FILES` are its files, to
 copy into one folder there (docker: `put_archive`).
 Standalone use: `async with SupervisorClient(stream) as client:` owns its own task group.
+
+Where the supervisor is a process of this machine, its pipes (`SupervisorClient.over_pipes`: the
+local backend) or a unix socket to it (`over_socket`: a worker of `--workers N`) are served by the
+event loop's own transports: a reply is parsed in the loop's read callback as it arrives and the
+requests of one turn of the loop leave in one write, with no reader or writer task to wake (an
+anyio stream's two tasks cost the caller a fifth more CPU per request: 37 against 29 us for a
+4 KB read, 8 in flight, medians of 12 rounds each).
 
 Wire format (`supervisor/protocol.py` declares every operation's arguments and result), one
 JSON object per line: requests `{"id", "op", "args"}`; replies `{"id", "ok": true, "result"}`
@@ -37,13 +44,12 @@ import itertools
 import json
 import math
 import socket
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, Self, runtime_checkable
 
 import anyio
 import anyio.abc
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from mcp_evalserver import errors
 from mcp_evalserver.errors import ExcInfo
@@ -98,6 +104,122 @@ def _encode(request: Request) -> str:
     return _ENCODER.encode(request)
 
 
+class _ReplyParser:
+    """Cuts what the supervisor writes into replies, a JSON line then the raw bytes its `raw`
+    announces, from pieces of any size: a batch's replies come in one piece, a large file's
+    bytes in many. `deliver(reply, raw)` gets each, in order."""
+
+    __slots__ = ("_deliver", "_held", "_kept", "_most", "_raw", "_reply")
+
+    def __init__(
+        self, deliver: Callable[[dict[str, Any], bytes], None], most: int = MAX_LINE_BYTES
+    ) -> None:
+        self._deliver, self._most = deliver, most
+        self._kept: list[bytes] = []  # what came of a line or of raw bytes not complete yet
+        self._held = 0  # its length
+        self._reply: dict[str, Any] | None = None  # the reply whose raw bytes are coming
+        self._raw = 0  # how many
+
+    def feed(self, data: bytes) -> None:
+        """Delivers every reply that `data` completes.
+
+        Raises:
+            ValueError: a line that is not JSON, announces bad raw lengths, or runs past the
+                most a line may have.
+        """
+        start, end = 0, len(data)
+        while start < end:
+            if self._reply is not None:
+                wanted = self._raw - self._held
+                if end - start < wanted:
+                    break
+                raw = self._whole(data[start : start + wanted])
+                start += wanted
+                reply, self._reply = self._reply, None
+                self._deliver(reply, raw)
+                continue
+            newline = data.find(b"\n", start)
+            if newline < 0:
+                if self._held + end - start > self._most:
+                    raise ValueError(f"a line over {self._most} bytes")
+                break
+            line = self._whole(data[start:newline])
+            start = newline + 1
+            reply = _DECODER.decode(line.decode())
+            size = raw_size(reply, self._most)
+            if size:
+                self._reply, self._raw = reply, size
+            else:
+                self._deliver(reply, b"")
+        if start < end:  # by index, not by slicing what is left after each reply
+            self._kept.append(data[start:] if start else data)
+            self._held += end - start
+
+    def _whole(self, last: bytes) -> bytes:
+        """What was kept, then `last`: one whole line, or one reply's raw bytes."""
+        if not self._kept:
+            return last
+        kept, self._kept, self._held = self._kept, [], 0
+        kept.append(last)
+        return b"".join(kept)
+
+
+class _Link(asyncio.Protocol):
+    """A client's side of the pipes or socket the event loop serves (`over_pipes`,
+    `over_socket`): replies are parsed in its read callback; the end of either direction
+    ends the client, as the end of its stream does."""
+
+    def __init__(self, client: SupervisorClient) -> None:
+        self._client = client
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._client._parser.feed(data)
+        except ValueError as e:
+            self._client._end(f"supervisor sent garbage: {e}")
+        except Exception as e:  # never into the loop's handler: the client says why it ended
+            self._client._end(f"supervisor stream broken: {e!r}")
+
+    def eof_received(self) -> None:
+        return None  # the transport closes: connection_lost
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is None:
+            self._client._end("supervisor closed its output")
+        else:
+            self._client._end(f"supervisor stream broken: {exc!r}")
+
+
+#: Opens a link's transports for a `_Link`: the one requests are written to, and every one of
+#: them (to close).
+_Opener = Callable[[_Link], Awaitable[tuple[asyncio.WriteTransport, list[asyncio.BaseTransport]]]]
+
+
+def _pipe(fd: int, mode: str) -> Any:
+    """The file object of pipe end `fd` that a transport takes (and closes), unbuffered."""
+    return open(fd, mode, buffering=0)  # the transport closes it
+
+
+async def _open_pipes(
+    replies: int, requests: int, link: _Link
+) -> tuple[asyncio.WriteTransport, list[asyncio.BaseTransport]]:
+    loop = asyncio.get_running_loop()
+    reading, _ = await loop.connect_read_pipe(lambda: link, _pipe(replies, "rb"))
+    try:
+        writing, _ = await loop.connect_write_pipe(lambda: link, _pipe(requests, "wb"))
+    except BaseException:
+        reading.close()
+        raise
+    return writing, [writing, reading]
+
+
+async def _open_socket(
+    sock: socket.socket, link: _Link
+) -> tuple[asyncio.WriteTransport, list[asyncio.BaseTransport]]:
+    transport, _ = await asyncio.get_running_loop().create_unix_connection(lambda: link, sock=sock)
+    return transport, [transport]
+
+
 #: A request's reply: its result, or the error to raise. A bare future of the event loop,
 #: not an `anyio.Event` with fields beside it: the server runs on asyncio only, and an
 #: `anyio.Event` costs a lookup of the async library, a wrapper and an `asyncio.Event` per
@@ -112,10 +234,16 @@ class SupervisorClient:
     `SandboxUnavailable` naming the cause.
     """
 
-    def __init__(self, stream: anyio.abc.ByteStream, channel: socket.socket | None = None) -> None:
-        self._stream = stream
+    def __init__(
+        self, stream: anyio.abc.ByteStream | None, channel: socket.socket | None = None
+    ) -> None:
+        self._stream: anyio.abc.ByteStream | None = stream  # None: a link (`_open`)
         self._channel = channel  # the supervisor's `--connections`, if it was given one
-        self._reader = BufferedByteReceiveStream(stream)
+        self._parser = _ReplyParser(self._dispatch)
+        self._open: _Opener | None = None
+        self._transport: asyncio.WriteTransport | None = None  # a link's: requests go there
+        self._transports: list[asyncio.BaseTransport] = []
+        self._flush_due = False
         self._ids = itertools.count(1)
         self._pending: dict[int, _Reply] = {}
         # Requests waited for with a reply timeout: their deadline (the loop's clock), op and
@@ -139,6 +267,32 @@ class SupervisorClient:
         self._stopped = anyio.Event()
         self._own_group: anyio.abc.TaskGroup | None = None
 
+    @classmethod
+    def over_pipes(
+        cls, replies: int, requests: int, channel: socket.socket | None = None
+    ) -> SupervisorClient:
+        """A client on a supervisor's stdout (`replies`) and stdin (`requests`), pipes it now
+        owns, served by the event loop's transports (see the module's docstring)."""
+        client = cls(None, channel)
+
+        async def open_pipes(link: _Link) -> tuple[asyncio.WriteTransport, list[Any]]:
+            return await _open_pipes(replies, requests, link)
+
+        client._open = open_pipes
+        return client
+
+    @classmethod
+    def over_socket(cls, sock: socket.socket) -> SupervisorClient:
+        """A client on a unix socket to a supervisor (one it passed: `pass_connection`), which
+        it now owns, served by the event loop's transport. It passes no sockets itself."""
+        client = cls(None)
+
+        async def open_socket(link: _Link) -> tuple[asyncio.WriteTransport, list[Any]]:
+            return await _open_socket(sock, link)
+
+        client._open = open_socket
+        return client
+
     @property
     def alive(self) -> bool:
         return self._dead is None
@@ -149,8 +303,13 @@ class SupervisorClient:
         return self._dead
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
-        """Starts reading replies and writing requests in `task_group` (which must outlive
-        this client)."""
+        """Starts reading replies and writing requests: a stream's in tasks of `task_group`
+        (which must outlive this client), a link's in the event loop's transports."""
+        if self._open is not None:
+            self._transport, self._transports = await self._open(_Link(self))
+            self._started = True
+            return
+        assert self._stream is not None
         self._started = True
         task_group.start_soon(self._read_replies)
         task_group.start_soon(self._write_requests)
@@ -247,7 +406,8 @@ class SupervisorClient:
                 ]
                 if self._channel is not None:
                     self._channel.sendmsg([b"c"], rights)  # one byte: never blocks for long
-                elif isinstance(self._stream, PassesSockets):
+                # (`is not None` first: mypy finds no ByteStream | None that passes sockets)
+                elif self._stream is not None and isinstance(self._stream, PassesSockets):
                     async with self._send_lock:  # a blank line: nothing to the protocol
                         await self._stream.send_fds(b"\n", [theirs.fileno()])
                 else:
@@ -270,6 +430,11 @@ class SupervisorClient:
         self._close_outbox()
         if self._channel is not None:
             self._channel.close()
+        if self._stream is None:
+            self._flush()  # what was asked last goes (a cancel), then the pipes close
+            for transport in self._transports:
+                transport.close()
+            return
         with anyio.CancelScope(shield=True):
             await self._stream.aclose()
 
@@ -297,7 +462,28 @@ class SupervisorClient:
         if self._outbox_closed:
             raise errors.SandboxUnavailable(self._dead or "supervisor gone")
         self._outbox.append(line.encode() + b"\n")
-        self._wake_writer()
+        if self._transport is None:
+            self._wake_writer()
+        elif not self._flush_due:  # the lines of this turn of the loop leave in one write
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Writes a link's queued lines (the transport sends or buffers them: never waits)."""
+        self._flush_due = False
+        if self._outbox and self._transport is not None and not self._transport.is_closing():
+            lines, self._outbox = self._outbox, []
+            self._transport.write(b"".join(lines))
+
+    def _end(self, reason: str) -> None:
+        """A link ended (or broke, `reason` says how): every request fails, no line is taken,
+        its transports close."""
+        self._fail_all(reason)
+        self._outbox_closed = True
+        self._outbox.clear()
+        for transport in self._transports:
+            transport.close()
+        self._stopped.set()
 
     def _wake_writer(self) -> None:
         wake = self._wake
@@ -312,6 +498,7 @@ class SupervisorClient:
     async def _write_requests(self) -> None:
         """Writes the queued lines, all of those waiting in one send, until the client
         closes or its stream breaks."""
+        assert self._stream is not None
         loop = asyncio.get_running_loop()
         try:
             while True:
@@ -337,17 +524,13 @@ class SupervisorClient:
                 self._post(_encode({"id": 0, "op": "cancel", "args": cancel}))
 
     async def _read_replies(self) -> None:
+        assert self._stream is not None
         reason = "supervisor closed its output"
         try:
             while True:
-                line = await self._reader.receive_until(b"\n", MAX_LINE_BYTES)
-                msg = _DECODER.decode(line.decode())
-                size = raw_size(msg, MAX_LINE_BYTES)
-                self._dispatch(msg, await self._reader.receive_exactly(size) if size else b"")
-        except (anyio.EndOfStream, anyio.IncompleteRead):
+                self._parser.feed(await self._stream.receive())
+        except anyio.EndOfStream:
             pass
-        except anyio.DelimiterNotFound:
-            reason = f"supervisor sent a line over {MAX_LINE_BYTES} bytes"
         except ValueError as e:
             reason = f"supervisor sent garbage: {e}"
         except Exception as e:  # never let one instance's stream fail the caller's task group

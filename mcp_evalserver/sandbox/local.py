@@ -24,7 +24,6 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
-from anyio.streams.stapled import StapledByteStream
 
 from mcp_evalserver import errors
 from mcp_evalserver.sandbox import agent_paths
@@ -131,27 +130,31 @@ class LocalBackend(Backend):
         if os.geteuid() != 0:
             runtime = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
             store = f"{runtime}/mcp-evalserver-{os.getpid()}-{spec.key}"
-        # Requests go through pipes (cheaper here than a socket through anyio); the channel
-        # takes the sockets that become more connections (client.py: open_connection).
+        # Requests go through pipes the client's event loop serves (client.py: over_pipes);
+        # the channel takes the sockets that become more connections (open_connection).
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        their_stdin, requests = os.pipe()
+        replies, their_stdout = os.pipe()
         try:
             with theirs:
                 process = await anyio.open_process(
                     [self._python, "-I", "-S", str(SUPERVISOR_SOURCE),
                      "--connections", str(theirs.fileno())],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
+                    stdin=their_stdin,
+                    stdout=their_stdout,
                     stderr=subprocess.PIPE,
                     pass_fds=[theirs.fileno()],
                 )  # fmt: skip
         except OSError as e:
-            ours.close()
+            for fd in (ours.detach(), requests, replies):
+                os.close(fd)
             raise errors.SandboxUnavailable(f"cannot start the supervisor: {e}") from e
-        assert process.stdin is not None
-        assert process.stdout is not None
+        finally:
+            os.close(their_stdin)  # the supervisor's now: its ends, not ours
+            os.close(their_stdout)
         stderr_tail: collections.deque[str] = collections.deque(maxlen=50)
         self._group.start_soon(_drain_stderr, process, stderr_tail, spec.key)
-        client = SupervisorClient(StapledByteStream(process.stdin, process.stdout), ours)
+        client = SupervisorClient.over_pipes(replies, requests, ours)
         await client.start(self._group)
 
         async def on_close() -> None:

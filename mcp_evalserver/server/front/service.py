@@ -422,8 +422,7 @@ class FrontService(EvalService):
             except EvalServerError as exc:
                 logger.info("no connection of our own to supervisor %s: %s", key, exc)
                 return None
-            stream = await anyio.abc.UNIXSocketStream.from_socket(socket.socket(fileno=fd))
-            client = SupervisorClient(stream)
+            client = SupervisorClient.over_socket(socket.socket(fileno=fd))
             assert self._front_group is not None
             await client.start(self._front_group)
             for gone in [k for k, c in self._supervisors.items() if not c.alive]:
