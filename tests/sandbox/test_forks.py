@@ -342,6 +342,55 @@ async def test_a_checkpoint_keeps_the_workspaces_processes_a_fork_starts_without
     assert restored.stdout == "before\n0\n"
 
 
+#: Swaps the workspace's directory `d` and symlink `s` back and forth, as fast as a process can
+#: (renameat2 RENAME_EXCHANGE: each name is always there, as one or the other).
+SWAPPER = """\
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+open("swapping", "w").close()
+while True:
+    libc.renameat2(-100, b"d", -100, b"s", 2)
+"""
+#: Checkpoints taken while it swaps. The copy that walked the upper by path (before 800e6fc)
+#: failed one of the first few on every backend (EINVAL: a readlink of what was a directory
+#: again) when it did not follow the symlink (test_live_copy.py saw that at its first copy).
+SWAPPED_CHECKPOINTS = 20
+
+
+@pytest.mark.backends("local", "docker")
+async def test_a_checkpoint_never_copies_in_what_the_workspaces_processes_swap_for_a_directory(
+    instance: Instance,
+) -> None:
+    # A checkpoint of a workspace whose processes run copies its upper, as root, in the
+    # supervisor's own view, where a symlink leads anywhere the supervisor sees: here another
+    # workspace's area (its files), swapped in for a directory between the copy seeing a
+    # directory and entering it. Every checkpoint is taken, and no fork of any holds a file of
+    # the other workspace.
+    secret = f"secret-{os.urandom(8).hex()}"
+    with anyio.fail_after(180):
+        async with (
+            await instance.workspace("victim") as victim,
+            await instance.workspace("swapper") as ws,
+        ):
+            await victim.write_file("secret.txt", secret + "\n")
+            assert isinstance(victim, SupervisedWorkspace)
+            area = str(victim.info["root"]).removesuffix("/r/view")
+            await ws.write_file("swap.py", SWAPPER)
+            made = await ws.exec(f"mkdir -p d/in && echo mine > d/in/f.txt && ln -s {area} s")
+            assert made.exit_code == 0, made.stderr
+            await ws.exec("python3 swap.py >/dev/null 2>&1 &")
+            await conformance_support.wait_for_file(ws, "swapping")
+            leaked: list[str] = []
+            for n in range(SWAPPED_CHECKPOINTS):
+                checkpoint = await ws.checkpoint()
+                async with await ws.fork(f"look-{n}", checkpoint=checkpoint) as look:
+                    found = await look.exec(f"grep -rl {secret} . 2>/dev/null; true")
+                leaked += found.stdout.split()
+            swapping = await ws.exec("ps -eo args= | grep -cx 'python3 swap.py'")
+    assert leaked == []
+    assert swapping.stdout == "1\n"  # it swapped throughout
+
+
 # --- exported checkpoints: what outlives a supervisor ------------------------------------------
 
 # A first layer with every kind of change, then a second one over it (a hard link included).
