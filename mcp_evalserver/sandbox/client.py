@@ -203,12 +203,21 @@ def _pipe(fd: int, mode: str) -> Any:
 async def _open_pipes(
     replies: int, requests: int, link: _Link
 ) -> tuple[asyncio.WriteTransport, list[asyncio.BaseTransport]]:
+    """Both pipes' transports; if either cannot be made (or the caller is cancelled
+    meanwhile), both pipes are closed: the supervisor sees its input end."""
     loop = asyncio.get_running_loop()
-    reading, _ = await loop.connect_read_pipe(lambda: link, _pipe(replies, "rb"))
+    reading_file, writing_file = _pipe(replies, "rb"), _pipe(requests, "wb")
     try:
-        writing, _ = await loop.connect_write_pipe(lambda: link, _pipe(requests, "wb"))
+        reading, _ = await loop.connect_read_pipe(lambda: link, reading_file)
+    except BaseException:
+        reading_file.close()
+        writing_file.close()
+        raise
+    try:
+        writing, _ = await loop.connect_write_pipe(lambda: link, writing_file)
     except BaseException:
         reading.close()
+        writing_file.close()
         raise
     return writing, [writing, reading]
 

@@ -145,17 +145,18 @@ class LocalBackend(Backend):
                     stderr=subprocess.PIPE,
                     pass_fds=[theirs.fileno()],
                 )  # fmt: skip
-        except OSError as e:
+        except BaseException as e:  # not ours to keep: no supervisor uses them
             for fd in (ours.detach(), requests, replies):
                 os.close(fd)
-            raise errors.SandboxUnavailable(f"cannot start the supervisor: {e}") from e
+            if isinstance(e, OSError):
+                raise errors.SandboxUnavailable(f"cannot start the supervisor: {e}") from e
+            raise
         finally:
             os.close(their_stdin)  # the supervisor's now: its ends, not ours
             os.close(their_stdout)
         stderr_tail: collections.deque[str] = collections.deque(maxlen=50)
         self._group.start_soon(_drain_stderr, process, stderr_tail, spec.key)
         client = SupervisorClient.over_pipes(replies, requests, ours)
-        await client.start(self._group)
 
         async def on_close() -> None:
             if closing is not None and self._instances.get(spec.key) is closing:
@@ -174,6 +175,9 @@ class LocalBackend(Backend):
         cgroup_dirs: list[str] = []
         closing: SupervisedInstance | None = None
         try:
+            # In here: a start that fails (cancelled while its pipes' transports are made)
+            # closes its pipes, and the supervisor, its input ended, is waited for.
+            await client.start(self._group)
             instance = closing = await SupervisedInstance.open(
                 client,
                 spec,
