@@ -40,6 +40,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import math
@@ -207,16 +208,14 @@ async def _open_pipes(
     meanwhile), both pipes are closed: the supervisor sees its input end."""
     loop = asyncio.get_running_loop()
     reading_file, writing_file = _pipe(replies, "rb"), _pipe(requests, "wb")
+    reading: asyncio.BaseTransport | None = None
     try:
         reading, _ = await loop.connect_read_pipe(lambda: link, reading_file)
-    except BaseException:
-        reading_file.close()
-        writing_file.close()
-        raise
-    try:
         writing, _ = await loop.connect_write_pipe(lambda: link, writing_file)
     except BaseException:
-        reading.close()
+        if reading is not None:
+            reading.close()  # off the loop first, then its file
+        reading_file.close()
         writing_file.close()
         raise
     return writing, [writing, reading]
@@ -283,11 +282,7 @@ class SupervisorClient:
         """A client on a supervisor's stdout (`replies`) and stdin (`requests`), pipes it now
         owns, served by the event loop's transports (see the module's docstring)."""
         client = cls(None, channel)
-
-        async def open_pipes(link: _Link) -> tuple[asyncio.WriteTransport, list[Any]]:
-            return await _open_pipes(replies, requests, link)
-
-        client._open = open_pipes
+        client._open = functools.partial(_open_pipes, replies, requests)
         return client
 
     @classmethod
@@ -295,11 +290,7 @@ class SupervisorClient:
         """A client on a unix socket to a supervisor (one it passed: `pass_connection`), which
         it now owns, served by the event loop's transport. It passes no sockets itself."""
         client = cls(None)
-
-        async def open_socket(link: _Link) -> tuple[asyncio.WriteTransport, list[Any]]:
-            return await _open_socket(sock, link)
-
-        client._open = open_socket
+        client._open = functools.partial(_open_socket, sock)
         return client
 
     @property
